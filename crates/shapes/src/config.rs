@@ -1,0 +1,205 @@
+//! Model files: `shapes/<name>.toml`, parsed strictly.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// What can go wrong reading shapes files. Every message names the file and, where there is
+/// one, the key at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ShapesError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("{path}: key `{key}`: {message}")]
+    Invalid {
+        path: PathBuf,
+        key: &'static str,
+        message: String,
+    },
+    #[error("unknown model `{name}` (known: {known})")]
+    UnknownModel { name: String, known: String },
+    #[error("unknown grid profile `{name}` in {path} (known: {known})")]
+    UnknownProfile {
+        name: String,
+        path: PathBuf,
+        known: String,
+    },
+}
+
+/// One Qwen3 model, as its `config.json` says. Unknown keys are an error, so a typo in a
+/// shapes file never silently falls back to a default.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    /// Short name used on the command line and in CSV (`qwen3-0.6b`).
+    pub name: String,
+    /// Where the values were copied from.
+    pub source: String,
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub num_key_value_heads: usize,
+    pub head_dim: usize,
+    pub vocab_size: usize,
+    pub rope_theta: f64,
+    pub rms_norm_eps: f64,
+    pub max_position_embeddings: usize,
+    pub tie_word_embeddings: bool,
+    /// MoE only: the expert MLP width.
+    #[serde(default)]
+    pub moe_intermediate_size: Option<usize>,
+    #[serde(default)]
+    pub num_experts: Option<usize>,
+    #[serde(default)]
+    pub num_experts_per_tok: Option<usize>,
+}
+
+/// The model files shipped in `shapes/`, embedded so a copied binary still knows them.
+const BUILTIN: &[(&str, &str)] = &[
+    ("qwen3-0.6b", include_str!("../../../shapes/qwen3-0.6b.toml")),
+    ("qwen3-1.7b", include_str!("../../../shapes/qwen3-1.7b.toml")),
+    ("qwen3-4b", include_str!("../../../shapes/qwen3-4b.toml")),
+    ("qwen3-8b", include_str!("../../../shapes/qwen3-8b.toml")),
+    ("qwen3-14b", include_str!("../../../shapes/qwen3-14b.toml")),
+    ("qwen3-32b", include_str!("../../../shapes/qwen3-32b.toml")),
+    (
+        "qwen3-30b-a3b",
+        include_str!("../../../shapes/qwen3-30b-a3b.toml"),
+    ),
+    (
+        "qwen3-235b-a22b",
+        include_str!("../../../shapes/qwen3-235b-a22b.toml"),
+    ),
+];
+pub(crate) const BUILTIN_GRID: &str = include_str!("../../../shapes/grid.toml");
+
+/// Names of the shipped models, in size order.
+pub fn builtin_models() -> Vec<&'static str> {
+    BUILTIN.iter().map(|(n, _)| *n).collect()
+}
+
+/// The `shapes/` folder to read: `OPBENCH_SHAPES` if set, else the first `shapes/` with a
+/// `grid.toml` in the current directory or one of its parents. `None` means "use the copies
+/// embedded in the binary".
+pub fn shapes_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("OPBENCH_SHAPES") {
+        return Some(PathBuf::from(dir));
+    }
+    let cwd = std::env::current_dir().ok()?;
+    cwd.ancestors()
+        .map(|d| d.join("shapes"))
+        .find(|d| d.join("grid.toml").is_file())
+}
+
+impl ModelConfig {
+    /// Parse one model file's text; `path` only names it in errors.
+    pub fn parse(text: &str, path: &Path) -> Result<Self, ShapesError> {
+        let cfg: ModelConfig = toml::from_str(text).map_err(|e| ShapesError::Parse {
+            path: path.to_path_buf(),
+            message: e.message().to_string(),
+        })?;
+        cfg.validate(path)?;
+        Ok(cfg)
+    }
+
+    /// Read and parse one model file.
+    pub fn load(path: &Path) -> Result<Self, ShapesError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ShapesError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse(&text, path)
+    }
+
+    /// A model by name: from [`shapes_dir`] when there is one, else the embedded copy.
+    pub fn by_name(name: &str) -> Result<Self, ShapesError> {
+        if let Some(dir) = shapes_dir() {
+            let path = dir.join(format!("{name}.toml"));
+            if path.is_file() && name != "grid" {
+                return Self::load(&path);
+            }
+        }
+        Self::builtin(name)
+    }
+
+    /// A shipped model by name, from the copy embedded at build time.
+    pub fn builtin(name: &str) -> Result<Self, ShapesError> {
+        match BUILTIN.iter().find(|(n, _)| *n == name) {
+            Some((n, text)) => Self::parse(text, Path::new(&format!("shapes/{n}.toml"))),
+            None => Err(ShapesError::UnknownModel {
+                name: name.to_string(),
+                known: builtin_models().join(", "),
+            }),
+        }
+    }
+
+    /// Names given on the command line: `all` means every dense model.
+    pub fn resolve_list(spec: &str) -> Result<Vec<Self>, ShapesError> {
+        if spec == "all" {
+            let all: Result<Vec<_>, _> = builtin_models().into_iter().map(Self::by_name).collect();
+            return Ok(all?.into_iter().filter(|m| !m.is_moe()).collect());
+        }
+        spec.split(',').map(|n| Self::by_name(n.trim())).collect()
+    }
+
+    /// Mixture-of-experts model (its MLP sites are expert sites, not derived yet).
+    pub fn is_moe(&self) -> bool {
+        self.num_experts.is_some()
+    }
+
+    fn validate(&self, path: &Path) -> Result<(), ShapesError> {
+        let invalid = |key, message: &str| ShapesError::Invalid {
+            path: path.to_path_buf(),
+            key,
+            message: message.to_string(),
+        };
+        let positive = [
+            ("hidden_size", self.hidden_size),
+            ("intermediate_size", self.intermediate_size),
+            ("num_hidden_layers", self.num_hidden_layers),
+            ("num_attention_heads", self.num_attention_heads),
+            ("num_key_value_heads", self.num_key_value_heads),
+            ("head_dim", self.head_dim),
+            ("vocab_size", self.vocab_size),
+            ("max_position_embeddings", self.max_position_embeddings),
+        ];
+        for (key, v) in positive {
+            if v == 0 {
+                return Err(invalid(key, "must be positive"));
+            }
+        }
+        if self.num_attention_heads % self.num_key_value_heads != 0 {
+            return Err(invalid(
+                "num_key_value_heads",
+                "must divide num_attention_heads (GQA groups)",
+            ));
+        }
+        if self.head_dim % 2 != 0 {
+            return Err(invalid("head_dim", "must be even (RoPE rotates halves)"));
+        }
+        if !(self.rope_theta.is_finite() && self.rope_theta > 0.0) {
+            return Err(invalid("rope_theta", "must be a positive number"));
+        }
+        if !(self.rms_norm_eps.is_finite() && self.rms_norm_eps > 0.0) {
+            return Err(invalid("rms_norm_eps", "must be a positive number"));
+        }
+        let moe = [
+            self.moe_intermediate_size.is_some(),
+            self.num_experts.is_some(),
+            self.num_experts_per_tok.is_some(),
+        ];
+        if moe.iter().any(|&b| b) && !moe.iter().all(|&b| b) {
+            return Err(invalid(
+                "num_experts",
+                "MoE needs moe_intermediate_size, num_experts and num_experts_per_tok together",
+            ));
+        }
+        Ok(())
+    }
+}

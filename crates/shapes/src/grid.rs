@@ -1,0 +1,159 @@
+//! The sweep: `shapes/grid.toml`, one table per profile.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::config::{BUILTIN_GRID, ShapesError, shapes_dir};
+use crate::problem::{OpKind, Problem, Step, derive};
+use crate::ModelConfig;
+
+/// Element type names as written in grid files and CSV.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
+pub enum DTypeName {
+    #[serde(rename = "f32")]
+    F32,
+    #[serde(rename = "f16")]
+    F16,
+    #[serde(rename = "bf16")]
+    BF16,
+}
+
+impl DTypeName {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DTypeName::F32 => "f32",
+            DTypeName::F16 => "f16",
+            DTypeName::BF16 => "bf16",
+        }
+    }
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            DTypeName::F32 => 4,
+            DTypeName::F16 | DTypeName::BF16 => 2,
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "f32" => Some(DTypeName::F32),
+            "f16" => Some(DTypeName::F16),
+            "bf16" => Some(DTypeName::BF16),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for DTypeName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One profile of the grid.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    pub batches: Vec<usize>,
+    pub decode_ctx: Vec<usize>,
+    pub prefill_len: Vec<usize>,
+    pub prefill_batches: Vec<usize>,
+    pub dtypes_gpu: Vec<DTypeName>,
+    pub dtypes_cpu: Vec<DTypeName>,
+}
+
+/// The grid file: profiles by name.
+#[derive(Debug, Clone)]
+pub struct Grid {
+    pub path: PathBuf,
+    pub profiles: BTreeMap<String, Profile>,
+}
+
+impl Grid {
+    pub fn parse(text: &str, path: &Path) -> Result<Self, ShapesError> {
+        let profiles: BTreeMap<String, Profile> =
+            toml::from_str(text).map_err(|e| ShapesError::Parse {
+                path: path.to_path_buf(),
+                message: e.message().to_string(),
+            })?;
+        for p in profiles.values() {
+            let lists = [
+                ("batches", &p.batches),
+                ("prefill_len", &p.prefill_len),
+                ("prefill_batches", &p.prefill_batches),
+            ];
+            for (key, list) in lists {
+                if list.contains(&0) {
+                    return Err(ShapesError::Invalid {
+                        path: path.to_path_buf(),
+                        key,
+                        message: "values must be positive".into(),
+                    });
+                }
+            }
+        }
+        Ok(Grid {
+            path: path.to_path_buf(),
+            profiles,
+        })
+    }
+
+    /// `shapes/grid.toml` from [`shapes_dir`], else the embedded copy.
+    pub fn load_default() -> Result<Self, ShapesError> {
+        if let Some(dir) = shapes_dir() {
+            let path = dir.join("grid.toml");
+            if path.is_file() {
+                let text = std::fs::read_to_string(&path).map_err(|source| ShapesError::Io {
+                    path: path.clone(),
+                    source,
+                })?;
+                return Self::parse(&text, &path);
+            }
+        }
+        Self::parse(BUILTIN_GRID, Path::new("shapes/grid.toml"))
+    }
+
+    pub fn profile(&self, name: &str) -> Result<&Profile, ShapesError> {
+        self.profiles
+            .get(name)
+            .ok_or_else(|| ShapesError::UnknownProfile {
+                name: name.to_string(),
+                path: self.path.clone(),
+                known: self.profiles.keys().cloned().collect::<Vec<_>>().join(", "),
+            })
+    }
+}
+
+impl Profile {
+    /// Every step of the sweep: decode at each batch × cache length, prefill at each
+    /// prefill batch × length.
+    pub fn steps(&self) -> Vec<Step> {
+        let mut steps = Vec::new();
+        for &b in &self.batches {
+            for &l in &self.decode_ctx {
+                steps.push(Step::decode(b, l));
+            }
+        }
+        for &b in &self.prefill_batches {
+            for &s in &self.prefill_len {
+                steps.push(Step::prefill(b, s));
+            }
+        }
+        steps
+    }
+
+    /// Every distinct problem of `op` over the sweep, in a stable order. Problems whose dims
+    /// do not depend on the cache length (linear, rmsnorm, rope) appear once per batch.
+    pub fn problems(&self, cfg: &ModelConfig, op: OpKind) -> Vec<Problem> {
+        let mut out: Vec<Problem> = Vec::new();
+        for step in self.steps() {
+            for p in derive(cfg, step) {
+                if p.op == op && !out.iter().any(|o| o.same_case(&p)) {
+                    out.push(p);
+                }
+            }
+        }
+        out
+    }
+}

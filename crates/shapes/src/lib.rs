@@ -1,0 +1,29 @@
+//! Qwen3 model configurations and the per-op problems of one decoder step.
+//!
+//! This crate never touches tch: it is pure data and arithmetic, so every other crate (and
+//! the tests) can reason about shapes, FLOPs and bytes without libtorch.
+//!
+//! - [`ModelConfig`]: one `shapes/<model>.toml`, the values of the model's `config.json`.
+//! - [`Grid`]: the sweep (`shapes/grid.toml`): batches, cache lengths, prefill lengths, dtypes.
+//! - [`Problem`]: one op at one site for one step (`phase`, `batch`, `q_len`, cache length),
+//!   with its [`Dims`], FLOPs, bytes and calls per decode step. [`derive`] makes every
+//!   problem of a step; [`Grid::problems`] every problem of a sweep.
+//!
+//! ```
+//! use shapes::{ModelConfig, OpKind, Step};
+//! let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
+//! let q = shapes::derive(&cfg, Step::decode(8, 1024))
+//!     .into_iter()
+//!     .find(|p| p.op == OpKind::Linear && p.site == "q_proj")
+//!     .unwrap();
+//! assert_eq!(q.dims.to_string(), "m=8 n=2048 k=1024");
+//! assert_eq!(q.flops(), 2 * 8 * 2048 * 1024);
+//! ```
+
+mod config;
+mod grid;
+mod problem;
+
+pub use config::{ModelConfig, ShapesError, builtin_models, shapes_dir};
+pub use grid::{DTypeName, Grid, Profile};
+pub use problem::{Dims, OpKind, Phase, Problem, Step, derive};

@@ -1,0 +1,429 @@
+//! Sites of a Qwen3 decoder step and their problems: dims, FLOPs, bytes, calls per step.
+//!
+//! Notation (DESIGN.md): E hidden, H query heads, Hkv kv heads, D head_dim, I intermediate,
+//! V vocab, B batch, q new tokens per sequence, L cache length before the step, T = B·q.
+
+use std::fmt;
+
+use crate::ModelConfig;
+
+/// The ops opbench measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum OpKind {
+    Linear,
+    RmsNorm,
+    Rope,
+    Sdpa,
+    KvCache,
+}
+
+impl OpKind {
+    pub const ALL: [OpKind; 5] = [
+        OpKind::Linear,
+        OpKind::RmsNorm,
+        OpKind::Rope,
+        OpKind::Sdpa,
+        OpKind::KvCache,
+    ];
+    /// The name used in CSV and as the crate name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OpKind::Linear => "linear",
+            OpKind::RmsNorm => "rmsnorm",
+            OpKind::Rope => "rope",
+            OpKind::Sdpa => "sdpa",
+            OpKind::KvCache => "kvcache",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+impl fmt::Display for OpKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Decode (one new token per sequence) or prefill (the whole prompt).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Phase {
+    Decode,
+    Prefill,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Decode => "decode",
+            Phase::Prefill => "prefill",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "decode" => Some(Phase::Decode),
+            "prefill" => Some(Phase::Prefill),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One forward call of the model: `batch` sequences, `q_len` new tokens each, `cache_len`
+/// tokens already cached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Step {
+    pub phase: Phase,
+    pub batch: usize,
+    pub q_len: usize,
+    pub cache_len: usize,
+}
+
+impl Step {
+    /// One new token per sequence on top of `cache_len` cached ones.
+    pub fn decode(batch: usize, cache_len: usize) -> Self {
+        Step {
+            phase: Phase::Decode,
+            batch,
+            q_len: 1,
+            cache_len,
+        }
+    }
+    /// A prompt of `len` tokens per sequence into an empty cache.
+    pub fn prefill(batch: usize, len: usize) -> Self {
+        Step {
+            phase: Phase::Prefill,
+            batch,
+            q_len: len,
+            cache_len: 0,
+        }
+    }
+    /// Tokens in the step, T = B·q.
+    pub fn tokens(&self) -> usize {
+        self.batch * self.q_len
+    }
+    /// Positions attended to after the step, L + q.
+    pub fn kv_len(&self) -> usize {
+        self.cache_len + self.q_len
+    }
+}
+
+/// The dims of one problem, written `key=value` in DESIGN.md's order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Dims {
+    /// `y[m,n] = x[m,k] · w[n,k]ᵀ`.
+    Linear { m: usize, n: usize, k: usize },
+    /// Normalise `rows` vectors of `width`.
+    Norm { rows: usize, width: usize },
+    /// Rotate `[batch, heads, seq, head_dim]`; `heads == 0` is the cos/sin cache build.
+    Rope {
+        batch: usize,
+        heads: usize,
+        seq: usize,
+        head_dim: usize,
+    },
+    Sdpa {
+        batch: usize,
+        q_heads: usize,
+        kv_heads: usize,
+        q_len: usize,
+        kv_len: usize,
+        head_dim: usize,
+        causal: bool,
+    },
+    KvCache {
+        batch: usize,
+        kv_heads: usize,
+        cache_len: usize,
+        new_len: usize,
+        head_dim: usize,
+    },
+}
+
+impl fmt::Display for Dims {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Dims::Linear { m, n, k } => write!(f, "m={m} n={n} k={k}"),
+            Dims::Norm { rows, width } => write!(f, "rows={rows} width={width}"),
+            Dims::Rope {
+                batch,
+                heads,
+                seq,
+                head_dim,
+            } => write!(
+                f,
+                "batch={batch} heads={heads} seq={seq} head_dim={head_dim}"
+            ),
+            Dims::Sdpa {
+                batch,
+                q_heads,
+                kv_heads,
+                q_len,
+                kv_len,
+                head_dim,
+                causal,
+            } => write!(
+                f,
+                "batch={batch} q_heads={q_heads} kv_heads={kv_heads} q_len={q_len} \
+                 kv_len={kv_len} head_dim={head_dim} causal={}",
+                u8::from(causal)
+            ),
+            Dims::KvCache {
+                batch,
+                kv_heads,
+                cache_len,
+                new_len,
+                head_dim,
+            } => write!(
+                f,
+                "batch={batch} kv_heads={kv_heads} cache_len={cache_len} new_len={new_len} \
+                 head_dim={head_dim}"
+            ),
+        }
+    }
+}
+
+/// One op at one site of one step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Problem {
+    pub op: OpKind,
+    pub site: &'static str,
+    pub model: String,
+    pub phase: Phase,
+    pub batch: usize,
+    pub q_len: usize,
+    /// Attention length L+q for ops whose cost depends on it (sdpa, kvcache); `None` for
+    /// ops that do not see the cache (linear, rmsnorm, rope).
+    pub kv_len: Option<usize>,
+    pub dims: Dims,
+    /// How many times one forward of the model calls this site.
+    pub calls_per_step: usize,
+    /// RoPE base, carried for the rope op (not part of the dims).
+    pub rope_theta: f64,
+    /// RMSNorm epsilon, carried for the rmsnorm op.
+    pub eps: f64,
+    /// Cache position of the first new token (L), for rope and kvcache.
+    pub cache_len: usize,
+}
+
+impl Problem {
+    /// Same measurement: equal apart from what does not change the cost (the cache length of
+    /// an op that does not read the cache).
+    pub fn same_case(&self, other: &Problem) -> bool {
+        self.op == other.op
+            && self.site == other.site
+            && self.model == other.model
+            && self.phase == other.phase
+            && self.batch == other.batch
+            && self.q_len == other.q_len
+            && self.kv_len == other.kv_len
+            && self.dims == other.dims
+    }
+
+    /// Floating-point operations per call (multiply and add counted separately).
+    ///
+    /// - linear: 2·m·n·k.
+    /// - rmsnorm: 4 per element (square, sum, scale by rsqrt, scale by weight).
+    /// - rope: 3 per rotated element (x·cos + rot(x)·sin); the cache build: 3 per cos/sin
+    ///   element pair (position × inverse frequency, cos, sin).
+    /// - sdpa: 4·D per attended (query, key) pair and head (QKᵀ and P·V, 2·D each); a causal
+    ///   call attends to q·L + q(q+1)/2 pairs per sequence, not q·(L+q).
+    /// - kvcache: 0 (pure data movement).
+    pub fn flops(&self) -> u64 {
+        let u = |x: usize| x as u64;
+        match self.dims {
+            Dims::Linear { m, n, k } => 2 * u(m) * u(n) * u(k),
+            Dims::Norm { rows, width } => 4 * u(rows) * u(width),
+            Dims::Rope {
+                batch,
+                heads,
+                seq,
+                head_dim,
+            } => 3 * u(batch) * u(heads.max(1)) * u(seq) * u(head_dim),
+            Dims::Sdpa {
+                batch,
+                q_heads,
+                q_len,
+                kv_len,
+                head_dim,
+                causal,
+                ..
+            } => 4 * u(batch) * u(q_heads) * u(head_dim) * attended_pairs(q_len, kv_len, causal),
+            Dims::KvCache { .. } => 0,
+        }
+    }
+
+    /// Bytes a call must move at the least, for elements of `elem` bytes.
+    ///
+    /// - linear: (m·k + k·n + m·n)·elem (read x and w, write y).
+    /// - rmsnorm: (2·rows·width + width)·elem (read x, write y, read weight).
+    /// - rope: 2·B·h·q·D·elem (read x, write y) + 2·B·q·D·elem (read cos and sin); the cache
+    ///   build writes cos and sin: 2·B·q·D·elem.
+    /// - sdpa: Q and O (B·H·q·D each) + K and V (B·Hkv·kv·D each), times elem; scores are not
+    ///   counted, so a kernel that materialises them shows a lower effective GB/s.
+    /// - kvcache: read the new rows and write them into the cache, 2·B·Hkv·q·D·elem; a
+    ///   variant that copies the whole cache (DynamicCache's `cat`) states its own count.
+    pub fn bytes(&self, elem: usize) -> u64 {
+        let u = |x: usize| x as u64;
+        let e = u(elem);
+        match self.dims {
+            Dims::Linear { m, n, k } => (u(m) * u(k) + u(k) * u(n) + u(m) * u(n)) * e,
+            Dims::Norm { rows, width } => (2 * u(rows) * u(width) + u(width)) * e,
+            Dims::Rope {
+                batch,
+                heads,
+                seq,
+                head_dim,
+            } => {
+                let table = 2 * u(batch) * u(seq) * u(head_dim) * e;
+                if heads == 0 {
+                    table
+                } else {
+                    2 * u(batch) * u(heads) * u(seq) * u(head_dim) * e + table
+                }
+            }
+            Dims::Sdpa {
+                batch,
+                q_heads,
+                kv_heads,
+                q_len,
+                kv_len,
+                head_dim,
+                ..
+            } => {
+                let qo = 2 * u(batch) * u(q_heads) * u(q_len) * u(head_dim);
+                let kv = 2 * u(batch) * u(kv_heads) * u(kv_len) * u(head_dim);
+                (qo + kv) * e
+            }
+            Dims::KvCache {
+                batch,
+                kv_heads,
+                new_len,
+                head_dim,
+                ..
+            } => 2 * u(batch) * u(kv_heads) * u(new_len) * u(head_dim) * e,
+        }
+    }
+}
+
+/// (query, key) pairs one head of one sequence attends to.
+pub(crate) fn attended_pairs(q_len: usize, kv_len: usize, causal: bool) -> u64 {
+    let (q, kv) = (q_len as u64, kv_len as u64);
+    if causal {
+        // query i (0-based) of q sees the L = kv - q cached keys and i + 1 new ones
+        let cached = kv.saturating_sub(q);
+        q * cached + q * (q + 1) / 2
+    } else {
+        q * kv
+    }
+}
+
+/// Every problem of one step of `cfg`, site by site (DESIGN.md's table).
+///
+/// MoE models get their attention and norm sites; their expert MLP sites are not derived yet.
+pub fn derive(cfg: &ModelConfig, step: Step) -> Vec<Problem> {
+    let (e, h, hkv, d, i, v) = (
+        cfg.hidden_size,
+        cfg.num_attention_heads,
+        cfg.num_key_value_heads,
+        cfg.head_dim,
+        cfg.intermediate_size,
+        cfg.vocab_size,
+    );
+    let layers = cfg.num_hidden_layers;
+    let (b, q, l) = (step.batch, step.q_len, step.cache_len);
+    let t = step.tokens();
+    let mk = |op, site, kv_len, dims, calls| Problem {
+        op,
+        site,
+        model: cfg.name.clone(),
+        phase: step.phase,
+        batch: b,
+        q_len: q,
+        kv_len,
+        dims,
+        calls_per_step: calls,
+        rope_theta: cfg.rope_theta,
+        eps: cfg.rms_norm_eps,
+        cache_len: l,
+    };
+    let lin = |site, m, n, k, calls| mk(OpKind::Linear, site, None, Dims::Linear { m, n, k }, calls);
+    let norm = |site, rows, width, calls| {
+        mk(OpKind::RmsNorm, site, None, Dims::Norm { rows, width }, calls)
+    };
+    let rope = |site, heads, calls| {
+        let dims = Dims::Rope {
+            batch: b,
+            heads,
+            seq: q,
+            head_dim: d,
+        };
+        mk(OpKind::Rope, site, None, dims, calls)
+    };
+
+    let mut out = vec![
+        lin("q_proj", t, h * d, e, layers),
+        lin("k_proj", t, hkv * d, e, layers),
+        lin("v_proj", t, hkv * d, e, layers),
+        lin("o_proj", t, e, h * d, layers),
+    ];
+    if !cfg.is_moe() {
+        out.push(lin("gate_proj", t, i, e, layers));
+        out.push(lin("up_proj", t, i, e, layers));
+        out.push(lin("down_proj", t, e, i, layers));
+    }
+    // logits of the last token of each sequence only
+    out.push(lin("lm_head", b, v, e, 1));
+    out.push(lin("qkv_proj", t, (h + 2 * hkv) * d, e, layers));
+    if !cfg.is_moe() {
+        out.push(lin("gate_up_proj", t, 2 * i, e, layers));
+    }
+
+    out.push(norm("input_norm", t, e, layers));
+    out.push(norm("post_norm", t, e, layers));
+    out.push(norm("final_norm", t, e, 1));
+    out.push(norm("q_norm", t * h, d, layers));
+    out.push(norm("k_norm", t * hkv, d, layers));
+
+    out.push(rope("q", h, layers));
+    out.push(rope("k", hkv, layers));
+    out.push(rope("cache", 0, 1));
+
+    out.push(mk(
+        OpKind::Sdpa,
+        "attn",
+        Some(step.kv_len()),
+        Dims::Sdpa {
+            batch: b,
+            q_heads: h,
+            kv_heads: hkv,
+            q_len: q,
+            kv_len: step.kv_len(),
+            head_dim: d,
+            causal: step.phase == Phase::Prefill,
+        },
+        layers,
+    ));
+    for site in ["k", "v"] {
+        out.push(mk(
+            OpKind::KvCache,
+            site,
+            Some(step.kv_len()),
+            Dims::KvCache {
+                batch: b,
+                kv_heads: hkv,
+                cache_len: l,
+                new_len: q,
+                head_dim: d,
+            },
+            layers,
+        ));
+    }
+    out
+}

@@ -1,0 +1,151 @@
+use std::path::Path;
+
+use shapes::{Dims, Grid, ModelConfig, OpKind, Phase, ShapesError, Step, builtin_models, derive};
+
+fn find<'a>(ps: &'a [shapes::Problem], op: OpKind, site: &str) -> &'a shapes::Problem {
+    ps.iter()
+        .find(|p| p.op == op && p.site == site)
+        .unwrap_or_else(|| panic!("no {op} {site}"))
+}
+
+#[test]
+fn every_shipped_model_parses_from_disk_and_embedded() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shapes");
+    for name in builtin_models() {
+        let disk = ModelConfig::load(&dir.join(format!("{name}.toml"))).unwrap();
+        let embedded = ModelConfig::builtin(name).unwrap();
+        assert_eq!(disk, embedded);
+        assert_eq!(disk.name, name);
+        assert!(disk.source.contains("huggingface.co/Qwen/"));
+    }
+    assert_eq!(builtin_models().len(), 8);
+}
+
+#[test]
+fn real_values_not_transformers_defaults() {
+    let m = ModelConfig::builtin("qwen3-0.6b").unwrap();
+    assert_eq!(
+        (m.hidden_size, m.intermediate_size, m.num_hidden_layers),
+        (1024, 3072, 28)
+    );
+    assert_eq!((m.num_attention_heads, m.num_key_value_heads, m.head_dim), (16, 8, 128));
+    assert!(m.tie_word_embeddings);
+    let moe = ModelConfig::builtin("qwen3-30b-a3b").unwrap();
+    assert!(moe.is_moe());
+    assert_eq!(moe.num_key_value_heads, 4);
+    assert_eq!(moe.moe_intermediate_size, Some(768));
+}
+
+#[test]
+fn qwen3_0_6b_decode_dims() {
+    let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
+    let ps = derive(&cfg, Step::decode(8, 1024));
+    // H·D = 2048 != E = 1024
+    assert_eq!(find(&ps, OpKind::Linear, "q_proj").dims.to_string(), "m=8 n=2048 k=1024");
+    assert_eq!(find(&ps, OpKind::Linear, "k_proj").dims.to_string(), "m=8 n=1024 k=1024");
+    assert_eq!(find(&ps, OpKind::Linear, "o_proj").dims.to_string(), "m=8 n=1024 k=2048");
+    assert_eq!(find(&ps, OpKind::Linear, "down_proj").dims.to_string(), "m=8 n=1024 k=3072");
+    assert_eq!(find(&ps, OpKind::Linear, "lm_head").dims.to_string(), "m=8 n=151936 k=1024");
+    assert_eq!(find(&ps, OpKind::Linear, "qkv_proj").dims.to_string(), "m=8 n=4096 k=1024");
+    assert_eq!(find(&ps, OpKind::Linear, "gate_up_proj").dims.to_string(), "m=8 n=6144 k=1024");
+    assert_eq!(find(&ps, OpKind::RmsNorm, "q_norm").dims.to_string(), "rows=128 width=128");
+    assert_eq!(find(&ps, OpKind::RmsNorm, "k_norm").dims.to_string(), "rows=64 width=128");
+    let sdpa = find(&ps, OpKind::Sdpa, "attn");
+    assert_eq!(sdpa.kv_len, Some(1025));
+    assert_eq!(
+        sdpa.dims.to_string(),
+        "batch=8 q_heads=16 kv_heads=8 q_len=1 kv_len=1025 head_dim=128 causal=0"
+    );
+    assert_eq!(
+        find(&ps, OpKind::KvCache, "v").dims.to_string(),
+        "batch=8 kv_heads=8 cache_len=1024 new_len=1 head_dim=128"
+    );
+    assert_eq!(find(&ps, OpKind::Linear, "q_proj").calls_per_step, 28);
+    assert_eq!(find(&ps, OpKind::Linear, "lm_head").calls_per_step, 1);
+}
+
+#[test]
+fn prefill_is_causal_and_lm_head_sees_last_token_only() {
+    let cfg = ModelConfig::builtin("qwen3-1.7b").unwrap();
+    let ps = derive(&cfg, Step::prefill(2, 512));
+    assert!(ps.iter().all(|p| p.phase == Phase::Prefill));
+    let q = find(&ps, OpKind::Linear, "q_proj");
+    assert_eq!(q.dims, Dims::Linear { m: 1024, n: 2048, k: 2048 });
+    assert_eq!(find(&ps, OpKind::Linear, "lm_head").dims, Dims::Linear { m: 2, n: 151936, k: 2048 });
+    match find(&ps, OpKind::Sdpa, "attn").dims {
+        Dims::Sdpa { causal, kv_len, q_len, .. } => {
+            assert!(causal);
+            assert_eq!((q_len, kv_len), (512, 512));
+        }
+        d => panic!("{d:?}"),
+    }
+}
+
+#[test]
+fn flop_and_byte_formulas() {
+    let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
+    let ps = derive(&cfg, Step::decode(4, 100));
+    let q = find(&ps, OpKind::Linear, "q_proj");
+    assert_eq!(q.flops(), 2 * 4 * 2048 * 1024);
+    assert_eq!(q.bytes(2), (4 * 1024 + 1024 * 2048 + 4 * 2048) * 2);
+    let n = find(&ps, OpKind::RmsNorm, "input_norm");
+    assert_eq!(n.bytes(4), (2 * 4 * 1024 + 1024) * 4);
+    // decode: every query sees all L+1 keys
+    let s = find(&ps, OpKind::Sdpa, "attn");
+    assert_eq!(s.flops(), 4 * 4 * 16 * 128 * 101);
+    assert_eq!(s.bytes(2), (2 * 4 * 16 * 128 + 2 * 4 * 8 * 101 * 128) * 2);
+    // causal prefill of 4 tokens: 1+2+3+4 = 10 pairs per head, not 16
+    let p = derive(&cfg, Step::prefill(1, 4));
+    assert_eq!(find(&p, OpKind::Sdpa, "attn").flops(), 4 * 16 * 128 * 10);
+    assert_eq!(find(&ps, OpKind::KvCache, "k").flops(), 0);
+    assert_eq!(find(&ps, OpKind::KvCache, "k").bytes(2), 2 * 4 * 8 * 128 * 2);
+}
+
+#[test]
+fn moe_models_have_no_dense_mlp_sites() {
+    let cfg = ModelConfig::builtin("qwen3-235b-a22b").unwrap();
+    let ps = derive(&cfg, Step::decode(1, 128));
+    assert!(ps.iter().all(|p| p.site != "gate_proj" && p.site != "gate_up_proj"));
+    assert!(ps.iter().any(|p| p.site == "q_proj"));
+}
+
+#[test]
+fn malformed_files_name_file_and_key() {
+    let path = Path::new("bad.toml");
+    let good = include_str!("../../../shapes/qwen3-0.6b.toml");
+    let unknown = format!("{good}\nhiden_size = 3\n");
+    let msg = ModelConfig::parse(&unknown, path).unwrap_err().to_string();
+    assert!(msg.starts_with("bad.toml:") && msg.contains("hiden_size"), "{msg}");
+    let missing = good.replace("vocab_size = 151936\n", "");
+    let msg = ModelConfig::parse(&missing, path).unwrap_err().to_string();
+    assert!(msg.contains("bad.toml") && msg.contains("vocab_size"), "{msg}");
+    let wrong_type = good.replace("head_dim = 128", "head_dim = \"128\"");
+    let msg = ModelConfig::parse(&wrong_type, path).unwrap_err().to_string();
+    assert!(msg.contains("bad.toml"), "{msg}");
+    let gqa = good.replace("num_key_value_heads = 8", "num_key_value_heads = 5");
+    let msg = ModelConfig::parse(&gqa, path).unwrap_err().to_string();
+    assert!(msg.contains("num_key_value_heads"), "{msg}");
+    match ModelConfig::builtin("qwen4") {
+        Err(ShapesError::UnknownModel { known, .. }) => assert!(known.contains("qwen3-0.6b")),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn grid_profiles_and_dedup() {
+    let grid = Grid::load_default().unwrap();
+    let full = grid.profile("default").unwrap();
+    assert_eq!(full.batches, vec![1, 2, 4, 8, 16, 32, 64]);
+    assert_eq!(full.decode_ctx, vec![128, 1024, 4096]);
+    assert_eq!(full.prefill_len, vec![128, 512, 2048]);
+    let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
+    // linear does not depend on L: 7 decode batches + 2×3 prefill, per site (10 sites)
+    assert_eq!(full.problems(&cfg, OpKind::Linear).len(), (7 + 6) * 10);
+    // sdpa does: 7×3 decode + 6 prefill
+    assert_eq!(full.problems(&cfg, OpKind::Sdpa).len(), 21 + 6);
+    assert!(grid.profile("quick").is_ok());
+    let err = grid.profile("huge").unwrap_err().to_string();
+    assert!(err.contains("huge") && err.contains("quick"), "{err}");
+    let bad = Grid::parse("[x]\nbatches = [1]\n", Path::new("g.toml")).unwrap_err().to_string();
+    assert!(bad.starts_with("g.toml:") && bad.contains("decode_ctx"), "{bad}");
+}
