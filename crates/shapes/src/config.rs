@@ -62,8 +62,14 @@ pub struct ModelConfig {
 
 /// The model files shipped in `shapes/`, embedded so a copied binary still knows them.
 const BUILTIN: &[(&str, &str)] = &[
-    ("qwen3-0.6b", include_str!("../../../shapes/qwen3-0.6b.toml")),
-    ("qwen3-1.7b", include_str!("../../../shapes/qwen3-1.7b.toml")),
+    (
+        "qwen3-0.6b",
+        include_str!("../../../shapes/qwen3-0.6b.toml"),
+    ),
+    (
+        "qwen3-1.7b",
+        include_str!("../../../shapes/qwen3-1.7b.toml"),
+    ),
     ("qwen3-4b", include_str!("../../../shapes/qwen3-4b.toml")),
     ("qwen3-8b", include_str!("../../../shapes/qwen3-8b.toml")),
     ("qwen3-14b", include_str!("../../../shapes/qwen3-14b.toml")),

@@ -5,9 +5,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::ModelConfig;
 use crate::config::{BUILTIN_GRID, ShapesError, shapes_dir};
 use crate::problem::{OpKind, Problem, Step, derive};
-use crate::ModelConfig;
 
 /// Element type names as written in grid files and CSV.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]

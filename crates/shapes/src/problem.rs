@@ -15,15 +15,18 @@ pub enum OpKind {
     Rope,
     Sdpa,
     KvCache,
+    /// The dispatch floor: the smallest op there is (a one-element add).
+    Floor,
 }
 
 impl OpKind {
-    pub const ALL: [OpKind; 5] = [
+    pub const ALL: [OpKind; 6] = [
         OpKind::Linear,
         OpKind::RmsNorm,
         OpKind::Rope,
         OpKind::Sdpa,
         OpKind::KvCache,
+        OpKind::Floor,
     ];
     /// The name used in CSV and as the crate name.
     pub fn as_str(self) -> &'static str {
@@ -33,6 +36,7 @@ impl OpKind {
             OpKind::Rope => "rope",
             OpKind::Sdpa => "sdpa",
             OpKind::KvCache => "kvcache",
+            OpKind::Floor => "floor",
         }
     }
     pub fn parse(s: &str) -> Option<Self> {
@@ -144,6 +148,8 @@ pub enum Dims {
         new_len: usize,
         head_dim: usize,
     },
+    /// An elementwise op over `numel` elements (the dispatch floor).
+    Elementwise { numel: usize },
 }
 
 impl fmt::Display for Dims {
@@ -185,6 +191,7 @@ impl fmt::Display for Dims {
                 "batch={batch} kv_heads={kv_heads} cache_len={cache_len} new_len={new_len} \
                  head_dim={head_dim}"
             ),
+            Dims::Elementwise { numel } => write!(f, "numel={numel}"),
         }
     }
 }
@@ -235,6 +242,7 @@ impl Problem {
     /// - sdpa: 4·D per attended (query, key) pair and head (QKᵀ and P·V, 2·D each); a causal
     ///   call attends to q·L + q(q+1)/2 pairs per sequence, not q·(L+q).
     /// - kvcache: 0 (pure data movement).
+    /// - elementwise: 1 per element.
     pub fn flops(&self) -> u64 {
         let u = |x: usize| x as u64;
         match self.dims {
@@ -256,6 +264,7 @@ impl Problem {
                 ..
             } => 4 * u(batch) * u(q_heads) * u(head_dim) * attended_pairs(q_len, kv_len, causal),
             Dims::KvCache { .. } => 0,
+            Dims::Elementwise { numel } => u(numel),
         }
     }
 
@@ -269,6 +278,7 @@ impl Problem {
     ///   counted, so a kernel that materialises them shows a lower effective GB/s.
     /// - kvcache: read the new rows and write them into the cache, 2·B·Hkv·q·D·elem; a
     ///   variant that copies the whole cache (DynamicCache's `cat`) states its own count.
+    /// - elementwise (binary): 3·numel·elem.
     pub fn bytes(&self, elem: usize) -> u64 {
         let u = |x: usize| x as u64;
         let e = u(elem);
@@ -308,6 +318,28 @@ impl Problem {
                 head_dim,
                 ..
             } => 2 * u(batch) * u(kv_heads) * u(new_len) * u(head_dim) * e,
+            // two inputs read, one output written
+            Dims::Elementwise { numel } => 3 * u(numel) * e,
+        }
+    }
+}
+
+impl Problem {
+    /// The dispatch floor: `a + b` on one element, the per-call cost every op pays.
+    pub fn floor() -> Self {
+        Problem {
+            op: OpKind::Floor,
+            site: "add1",
+            model: "none".into(),
+            phase: Phase::Decode,
+            batch: 1,
+            q_len: 1,
+            kv_len: None,
+            dims: Dims::Elementwise { numel: 1 },
+            calls_per_step: 1,
+            rope_theta: 0.0,
+            eps: 0.0,
+            cache_len: 0,
         }
     }
 }
@@ -353,9 +385,16 @@ pub fn derive(cfg: &ModelConfig, step: Step) -> Vec<Problem> {
         eps: cfg.rms_norm_eps,
         cache_len: l,
     };
-    let lin = |site, m, n, k, calls| mk(OpKind::Linear, site, None, Dims::Linear { m, n, k }, calls);
+    let lin =
+        |site, m, n, k, calls| mk(OpKind::Linear, site, None, Dims::Linear { m, n, k }, calls);
     let norm = |site, rows, width, calls| {
-        mk(OpKind::RmsNorm, site, None, Dims::Norm { rows, width }, calls)
+        mk(
+            OpKind::RmsNorm,
+            site,
+            None,
+            Dims::Norm { rows, width },
+            calls,
+        )
     };
     let rope = |site, heads, calls| {
         let dims = Dims::Rope {

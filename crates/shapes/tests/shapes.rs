@@ -28,7 +28,10 @@ fn real_values_not_transformers_defaults() {
         (m.hidden_size, m.intermediate_size, m.num_hidden_layers),
         (1024, 3072, 28)
     );
-    assert_eq!((m.num_attention_heads, m.num_key_value_heads, m.head_dim), (16, 8, 128));
+    assert_eq!(
+        (m.num_attention_heads, m.num_key_value_heads, m.head_dim),
+        (16, 8, 128)
+    );
     assert!(m.tie_word_embeddings);
     let moe = ModelConfig::builtin("qwen3-30b-a3b").unwrap();
     assert!(moe.is_moe());
@@ -41,15 +44,42 @@ fn qwen3_0_6b_decode_dims() {
     let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
     let ps = derive(&cfg, Step::decode(8, 1024));
     // H·D = 2048 != E = 1024
-    assert_eq!(find(&ps, OpKind::Linear, "q_proj").dims.to_string(), "m=8 n=2048 k=1024");
-    assert_eq!(find(&ps, OpKind::Linear, "k_proj").dims.to_string(), "m=8 n=1024 k=1024");
-    assert_eq!(find(&ps, OpKind::Linear, "o_proj").dims.to_string(), "m=8 n=1024 k=2048");
-    assert_eq!(find(&ps, OpKind::Linear, "down_proj").dims.to_string(), "m=8 n=1024 k=3072");
-    assert_eq!(find(&ps, OpKind::Linear, "lm_head").dims.to_string(), "m=8 n=151936 k=1024");
-    assert_eq!(find(&ps, OpKind::Linear, "qkv_proj").dims.to_string(), "m=8 n=4096 k=1024");
-    assert_eq!(find(&ps, OpKind::Linear, "gate_up_proj").dims.to_string(), "m=8 n=6144 k=1024");
-    assert_eq!(find(&ps, OpKind::RmsNorm, "q_norm").dims.to_string(), "rows=128 width=128");
-    assert_eq!(find(&ps, OpKind::RmsNorm, "k_norm").dims.to_string(), "rows=64 width=128");
+    assert_eq!(
+        find(&ps, OpKind::Linear, "q_proj").dims.to_string(),
+        "m=8 n=2048 k=1024"
+    );
+    assert_eq!(
+        find(&ps, OpKind::Linear, "k_proj").dims.to_string(),
+        "m=8 n=1024 k=1024"
+    );
+    assert_eq!(
+        find(&ps, OpKind::Linear, "o_proj").dims.to_string(),
+        "m=8 n=1024 k=2048"
+    );
+    assert_eq!(
+        find(&ps, OpKind::Linear, "down_proj").dims.to_string(),
+        "m=8 n=1024 k=3072"
+    );
+    assert_eq!(
+        find(&ps, OpKind::Linear, "lm_head").dims.to_string(),
+        "m=8 n=151936 k=1024"
+    );
+    assert_eq!(
+        find(&ps, OpKind::Linear, "qkv_proj").dims.to_string(),
+        "m=8 n=4096 k=1024"
+    );
+    assert_eq!(
+        find(&ps, OpKind::Linear, "gate_up_proj").dims.to_string(),
+        "m=8 n=6144 k=1024"
+    );
+    assert_eq!(
+        find(&ps, OpKind::RmsNorm, "q_norm").dims.to_string(),
+        "rows=128 width=128"
+    );
+    assert_eq!(
+        find(&ps, OpKind::RmsNorm, "k_norm").dims.to_string(),
+        "rows=64 width=128"
+    );
     let sdpa = find(&ps, OpKind::Sdpa, "attn");
     assert_eq!(sdpa.kv_len, Some(1025));
     assert_eq!(
@@ -70,10 +100,29 @@ fn prefill_is_causal_and_lm_head_sees_last_token_only() {
     let ps = derive(&cfg, Step::prefill(2, 512));
     assert!(ps.iter().all(|p| p.phase == Phase::Prefill));
     let q = find(&ps, OpKind::Linear, "q_proj");
-    assert_eq!(q.dims, Dims::Linear { m: 1024, n: 2048, k: 2048 });
-    assert_eq!(find(&ps, OpKind::Linear, "lm_head").dims, Dims::Linear { m: 2, n: 151936, k: 2048 });
+    assert_eq!(
+        q.dims,
+        Dims::Linear {
+            m: 1024,
+            n: 2048,
+            k: 2048
+        }
+    );
+    assert_eq!(
+        find(&ps, OpKind::Linear, "lm_head").dims,
+        Dims::Linear {
+            m: 2,
+            n: 151936,
+            k: 2048
+        }
+    );
     match find(&ps, OpKind::Sdpa, "attn").dims {
-        Dims::Sdpa { causal, kv_len, q_len, .. } => {
+        Dims::Sdpa {
+            causal,
+            kv_len,
+            q_len,
+            ..
+        } => {
             assert!(causal);
             assert_eq!((q_len, kv_len), (512, 512));
         }
@@ -98,14 +147,20 @@ fn flop_and_byte_formulas() {
     let p = derive(&cfg, Step::prefill(1, 4));
     assert_eq!(find(&p, OpKind::Sdpa, "attn").flops(), 4 * 16 * 128 * 10);
     assert_eq!(find(&ps, OpKind::KvCache, "k").flops(), 0);
-    assert_eq!(find(&ps, OpKind::KvCache, "k").bytes(2), 2 * 4 * 8 * 128 * 2);
+    assert_eq!(
+        find(&ps, OpKind::KvCache, "k").bytes(2),
+        2 * 4 * 8 * 128 * 2
+    );
 }
 
 #[test]
 fn moe_models_have_no_dense_mlp_sites() {
     let cfg = ModelConfig::builtin("qwen3-235b-a22b").unwrap();
     let ps = derive(&cfg, Step::decode(1, 128));
-    assert!(ps.iter().all(|p| p.site != "gate_proj" && p.site != "gate_up_proj"));
+    assert!(
+        ps.iter()
+            .all(|p| p.site != "gate_proj" && p.site != "gate_up_proj")
+    );
     assert!(ps.iter().any(|p| p.site == "q_proj"));
 }
 
@@ -115,12 +170,20 @@ fn malformed_files_name_file_and_key() {
     let good = include_str!("../../../shapes/qwen3-0.6b.toml");
     let unknown = format!("{good}\nhiden_size = 3\n");
     let msg = ModelConfig::parse(&unknown, path).unwrap_err().to_string();
-    assert!(msg.starts_with("bad.toml:") && msg.contains("hiden_size"), "{msg}");
+    assert!(
+        msg.starts_with("bad.toml:") && msg.contains("hiden_size"),
+        "{msg}"
+    );
     let missing = good.replace("vocab_size = 151936\n", "");
     let msg = ModelConfig::parse(&missing, path).unwrap_err().to_string();
-    assert!(msg.contains("bad.toml") && msg.contains("vocab_size"), "{msg}");
+    assert!(
+        msg.contains("bad.toml") && msg.contains("vocab_size"),
+        "{msg}"
+    );
     let wrong_type = good.replace("head_dim = 128", "head_dim = \"128\"");
-    let msg = ModelConfig::parse(&wrong_type, path).unwrap_err().to_string();
+    let msg = ModelConfig::parse(&wrong_type, path)
+        .unwrap_err()
+        .to_string();
     assert!(msg.contains("bad.toml"), "{msg}");
     let gqa = good.replace("num_key_value_heads = 8", "num_key_value_heads = 5");
     let msg = ModelConfig::parse(&gqa, path).unwrap_err().to_string();
@@ -146,6 +209,11 @@ fn grid_profiles_and_dedup() {
     assert!(grid.profile("quick").is_ok());
     let err = grid.profile("huge").unwrap_err().to_string();
     assert!(err.contains("huge") && err.contains("quick"), "{err}");
-    let bad = Grid::parse("[x]\nbatches = [1]\n", Path::new("g.toml")).unwrap_err().to_string();
-    assert!(bad.starts_with("g.toml:") && bad.contains("decode_ctx"), "{bad}");
+    let bad = Grid::parse("[x]\nbatches = [1]\n", Path::new("g.toml"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        bad.starts_with("g.toml:") && bad.contains("decode_ctx"),
+        "{bad}"
+    );
 }

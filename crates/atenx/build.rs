@@ -1,0 +1,50 @@
+//! Compile cpp/atenx.cpp against the libtorch headers torch-sys found.
+//!
+//! torch-sys (links = "tch") exports its lib dir to direct dependents as
+//! DEP_TCH_LIBTORCH_LIB; the headers live beside it in `../include`. Windows users point
+//! LIBTORCH_INCLUDE at the torch `include` folder (torch-sys does not export it there).
+use std::path::PathBuf;
+
+include!("../harness/rpath.in.rs");
+
+fn main() {
+    libtorch_rpath("DEP_TCH_LIBTORCH_LIB");
+    println!("cargo:rerun-if-changed=cpp/atenx.cpp");
+    println!("cargo:rerun-if-env-changed=LIBTORCH_INCLUDE");
+    println!("cargo:rerun-if-env-changed=LIBTORCH_CXX11_ABI");
+    let lib = std::env::var("DEP_TCH_LIBTORCH_LIB")
+        .ok()
+        .map(PathBuf::from);
+    let include = match std::env::var("LIBTORCH_INCLUDE") {
+        Ok(dir) => PathBuf::from(dir),
+        Err(_) => match &lib {
+            Some(lib) => lib.join("../include"),
+            None => panic!(
+                "atenx: torch-sys did not export its lib dir; set LIBTORCH_INCLUDE to libtorch's include folder"
+            ),
+        },
+    };
+    let msvc = std::env::var("CARGO_CFG_TARGET_ENV").as_deref() == Ok("msvc");
+    let mut build = cc::Build::new();
+    build
+        .cpp(true)
+        .pic(true)
+        .warnings(false)
+        .include(&include)
+        .include(include.join("torch/csrc/api/include"))
+        .file("cpp/atenx.cpp");
+    if msvc {
+        build.flag("/std:c++17").flag("/EHsc");
+    } else {
+        // torch 2.x wheels use the C++11 ABI; LIBTORCH_CXX11_ABI=0 for an old libtorch
+        let abi = std::env::var("LIBTORCH_CXX11_ABI").unwrap_or_else(|_| "1".into());
+        build
+            .flag("-std=c++17")
+            .flag(format!("-D_GLIBCXX_USE_CXX11_ABI={abi}"));
+    }
+    build.compile("atenx");
+    if let Some(lib) = lib {
+        // pass it on so crates below us can set an rpath
+        println!("cargo:libtorch_lib={}", lib.display());
+    }
+}

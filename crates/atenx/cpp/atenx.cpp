@@ -1,0 +1,153 @@
+// atenx: the few libtorch calls that tch 0.24 does not wrap.
+//
+// Only CPU-side ATen/c10 headers are included, so this compiles against CPU-only, CUDA and
+// ROCm libtorch alike; GPU work goes through ATen's dispatcher and c10's device-generic
+// interfaces, which ROCm builds register under the `cuda` device type.
+//
+// Conventions: tensors cross the boundary as `at::Tensor*` (what tch's C_tensor is);
+// functions return nullptr on success or a malloc'd error message the caller frees.
+#include <ATen/ATen.h>
+#include <ATen/Context.h>
+#include <ATen/Version.h>
+#include <ATen/detail/CUDAHooksInterface.h>
+#include <ATen/native/transformers/sdp_utils_cpp.h>
+#include <c10/core/Event.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/headeronly/version.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <string>
+
+namespace {
+char* dup(const std::string& s) {
+  char* p = static_cast<char*>(std::malloc(s.size() + 1));
+  if (p) std::memcpy(p, s.c_str(), s.size() + 1);
+  return p;
+}
+template <typename F>
+char* guard(F&& f) {
+  try {
+    f();
+    return nullptr;
+  } catch (const c10::Error& e) {
+    return dup(e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    return dup(e.what());
+  } catch (...) {
+    return dup("unknown C++ exception");
+  }
+}
+std::optional<double> opt_scale(double s) {
+  return s > 0 ? std::optional<double>(s) : std::nullopt;
+}
+}  // namespace
+
+extern "C" {
+
+void atx_free(char* p) { std::free(p); }
+
+// Flash attention forward (CUDA / ROCm): returns the output tensor only.
+char* atx_sdpa_flash(at::Tensor** out, const at::Tensor* q, const at::Tensor* k,
+                     const at::Tensor* v, int is_causal, double scale) {
+  return guard([&] {
+    auto r = at::_scaled_dot_product_flash_attention(*q, *k, *v, 0.0, is_causal != 0, false,
+                                                     opt_scale(scale));
+    *out = new at::Tensor(std::get<0>(r));
+  });
+}
+
+// cuDNN attention forward: returns the output tensor only.
+char* atx_sdpa_cudnn(at::Tensor** out, const at::Tensor* q, const at::Tensor* k,
+                     const at::Tensor* v, int is_causal, double scale) {
+  return guard([&] {
+    auto r = at::_scaled_dot_product_cudnn_attention(*q, *k, *v, std::nullopt, false, 0.0,
+                                                     is_causal != 0, false, opt_scale(scale));
+    *out = new at::Tensor(std::get<0>(r));
+  });
+}
+
+// The name ATen uses for an SDPBackend value (as returned by _fused_sdp_choice).
+const char* atx_sdp_backend_name(int64_t b) {
+  switch (static_cast<at::SDPBackend>(b)) {
+    case at::SDPBackend::math: return "math";
+    case at::SDPBackend::flash_attention: return "flash";
+    case at::SDPBackend::efficient_attention: return "efficient";
+    case at::SDPBackend::cudnn_attention: return "cudnn";
+    case at::SDPBackend::overrideable: return "overrideable";
+    case at::SDPBackend::error: return "error";
+  }
+  return "unknown";
+}
+
+// Global SDP switches: bit 0 math, 1 flash, 2 efficient, 3 cudnn, 4 overrideable.
+int atx_sdp_enabled_mask() {
+  auto& c = at::globalContext();
+  return (c.userEnabledMathSDP() ? 1 : 0) | (c.userEnabledFlashSDP() ? 2 : 0) |
+         (c.userEnabledMemEfficientSDP() ? 4 : 0) | (c.userEnabledCuDNNSDP() ? 8 : 0) |
+         (c.userEnabledOverrideableSDP() ? 16 : 0);
+}
+
+// Version and build facts. Strings are malloc'd; free with atx_free.
+char* atx_torch_version() { return dup(TORCH_VERSION); }
+char* atx_show_config() {
+  std::string s;
+  try { s = at::show_config(); } catch (...) {}
+  return dup(s);
+}
+int atx_has_rocm() {
+  try { return at::detail::getCUDAHooks().hasROCM() ? 1 : 0; } catch (...) { return 0; }
+}
+// CUDA runtime version (e.g. 13000) or, on ROCm builds, the HIP runtime version; -1 unknown.
+long atx_runtime_version() {
+  try { return at::detail::getCUDAHooks().versionCUDART(); } catch (...) { return -1; }
+}
+long atx_cudnn_version() {
+  try { return at::detail::getCUDAHooks().versionCuDNN(); } catch (...) { return -1; }
+}
+long atx_miopen_version() {
+  try { return at::detail::getCUDAHooks().versionMIOpen(); } catch (...) { return -1; }
+}
+long atx_hipblaslt_version() {
+  try { return at::detail::getCUDAHooks().versionHipBLASLt(); } catch (...) { return -1; }
+}
+int atx_gpu_count() {
+  try { return at::detail::getCUDAHooks().getNumGPUs(); } catch (...) { return 0; }
+}
+
+// Device-side timing with c10's device-generic events on the stream PyTorch uses for
+// `device` (type CUDA: also what ROCm builds register). BACKEND_DEFAULT events keep timing.
+struct AtxTimer {
+  c10::Event start{c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT};
+  c10::Event stop{c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT};
+  c10::Device device{c10::DeviceType::CUDA, 0};
+};
+
+char* atx_timer_new(AtxTimer** out, int device) {
+  return guard([&] {
+    auto* t = new AtxTimer();
+    t->device = c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device));
+    *out = t;
+  });
+}
+void atx_timer_free(AtxTimer* t) { delete t; }
+
+static c10::Stream current_stream(const AtxTimer* t) {
+  return c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(t->device);
+}
+char* atx_timer_start(AtxTimer* t) {
+  return guard([&] { t->start.record(current_stream(t)); });
+}
+char* atx_timer_stop(AtxTimer* t) {
+  return guard([&] { t->stop.record(current_stream(t)); });
+}
+// Waits for the stop event; elapsed milliseconds between the two records.
+char* atx_timer_elapsed_ms(AtxTimer* t, double* ms) {
+  return guard([&] {
+    t->stop.synchronize();
+    *ms = t->start.elapsedTime(t->stop);
+  });
+}
+
+}  // extern "C"

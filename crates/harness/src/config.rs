@@ -1,0 +1,167 @@
+//! Configuration from `OPBENCH_*` variables, so criterion's own arguments (filters,
+//! `--save-baseline`, `--sample-size`) keep working on the command line.
+//!
+//! | variable | default | meaning |
+//! |---|---|---|
+//! | `OPBENCH_MODEL` | `qwen3-0.6b` | model name(s), comma-separated, or `all` (every dense size) |
+//! | `OPBENCH_DEVICE` | `all` | `cpu`, `gpu` or `all` visible devices |
+//! | `OPBENCH_GPU` | `0` | which GPU index `gpu`/`all` means |
+//! | `OPBENCH_DTYPE` | grid's per device | restrict to these dtypes (`f32,f16,bf16`) |
+//! | `OPBENCH_PROFILE` | `default` | grid profile in `shapes/grid.toml` (`quick` for CI) |
+//! | `OPBENCH_MODES` | `pipelined,synced` | timing modes to run |
+//! | `OPBENCH_OUT` | `<workspace>/target/opbench` | where `runs/<run_id>/` goes |
+//! | `OPBENCH_RUN` | a UTC timestamp | run id; one `cargo bench` lands in one run |
+//! | `OPBENCH_SAMPLES` | 20 | samples per case (criterion's sample size) |
+//! | `OPBENCH_WARMUP_MS` | 100 | warm-up per case |
+//! | `OPBENCH_MEASURE_MS` | 400 | measurement time per case |
+//! | `OPBENCH_THREADS` | libtorch's default | CPU threads (`torch.set_num_threads`) |
+//! | `OPBENCH_SHAPES` | `shapes/` found upward | folder with model files and `grid.toml` |
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use shapes::{Grid, ModelConfig, Profile};
+
+use crate::DType;
+use crate::device::DeviceChoice;
+use crate::timing::Mode;
+
+/// Everything a bench run is told from the environment.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub models: Vec<ModelConfig>,
+    pub device: DeviceChoice,
+    pub gpu_index: usize,
+    pub dtypes: Option<Vec<DType>>,
+    pub profile_name: String,
+    pub profile: Profile,
+    pub modes: Vec<Mode>,
+    pub out: PathBuf,
+    pub run_id: Option<String>,
+    pub samples: usize,
+    pub warmup: Duration,
+    pub measure: Duration,
+    pub threads: Option<usize>,
+}
+
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+fn number<T: std::str::FromStr>(name: &str, default: T) -> Result<T, String> {
+    match var(name) {
+        None => Ok(default),
+        Some(v) => v
+            .trim()
+            .parse()
+            .map_err(|_| format!("{name}={v}: not a number")),
+    }
+}
+
+impl Config {
+    /// Read the `OPBENCH_*` variables. Any bad value is a one-line error naming it.
+    pub fn from_env() -> Result<Self, String> {
+        let models =
+            ModelConfig::resolve_list(&var("OPBENCH_MODEL").unwrap_or("qwen3-0.6b".into()))
+                .map_err(|e| format!("OPBENCH_MODEL: {e}"))?;
+        let device = match var("OPBENCH_DEVICE") {
+            None => DeviceChoice::All,
+            Some(v) => DeviceChoice::parse(v.trim())
+                .ok_or_else(|| format!("OPBENCH_DEVICE={v}: expected cpu, gpu or all"))?,
+        };
+        let dtypes = match var("OPBENCH_DTYPE") {
+            None => None,
+            Some(v) => Some(
+                v.split(',')
+                    .map(|d| {
+                        DType::parse(d.trim()).ok_or_else(|| {
+                            format!("OPBENCH_DTYPE: unknown dtype `{d}` (f32, f16, bf16)")
+                        })
+                    })
+                    .collect::<Result<Vec<_>, _>>()?,
+            ),
+        };
+        let profile_name = var("OPBENCH_PROFILE").unwrap_or("default".into());
+        let grid = Grid::load_default().map_err(|e| e.to_string())?;
+        let profile = grid
+            .profile(&profile_name)
+            .map_err(|e| e.to_string())?
+            .clone();
+        let modes = match var("OPBENCH_MODES") {
+            None => vec![Mode::Pipelined, Mode::Synced],
+            Some(v) => v
+                .split(',')
+                .map(|m| {
+                    Mode::parse(m.trim()).ok_or_else(|| {
+                        format!("OPBENCH_MODES: unknown mode `{m}` (pipelined, synced, device)")
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+        };
+        let out = var("OPBENCH_OUT")
+            .map(PathBuf::from)
+            .unwrap_or_else(default_out);
+        let samples: usize = number("OPBENCH_SAMPLES", 20)?;
+        if samples < 10 {
+            return Err(format!(
+                "OPBENCH_SAMPLES={samples}: criterion needs at least 10"
+            ));
+        }
+        Ok(Config {
+            models,
+            device,
+            gpu_index: number("OPBENCH_GPU", 0)?,
+            dtypes,
+            profile_name,
+            profile,
+            modes,
+            out,
+            run_id: var("OPBENCH_RUN"),
+            samples,
+            warmup: Duration::from_millis(number("OPBENCH_WARMUP_MS", 100)?),
+            measure: Duration::from_millis(number("OPBENCH_MEASURE_MS", 400)?),
+            threads: var("OPBENCH_THREADS")
+                .map(|_| number("OPBENCH_THREADS", 0usize))
+                .transpose()?,
+        })
+    }
+
+    /// The dtypes to run on `device`: the grid's for that kind of device, narrowed by
+    /// `OPBENCH_DTYPE` when set.
+    pub fn dtypes_for(&self, gpu: bool) -> Vec<DType> {
+        let grid = if gpu {
+            &self.profile.dtypes_gpu
+        } else {
+            &self.profile.dtypes_cpu
+        };
+        match &self.dtypes {
+            None => grid.clone(),
+            Some(only) => only.clone(),
+        }
+    }
+}
+
+/// `<workspace>/target/opbench`: cargo runs benches from the package folder, so walk up to
+/// the workspace root (CARGO_TARGET_DIR wins when set).
+fn default_out() -> PathBuf {
+    if let Some(t) = var("CARGO_TARGET_DIR") {
+        return PathBuf::from(t).join("opbench");
+    }
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    workspace_root(&cwd)
+        .unwrap_or(cwd)
+        .join("target")
+        .join("opbench")
+}
+
+/// The nearest folder at or above `start` whose Cargo.toml declares a `[workspace]`.
+pub fn workspace_root(start: &Path) -> Option<PathBuf> {
+    start
+        .ancestors()
+        .find(|d| {
+            std::fs::read_to_string(d.join("Cargo.toml"))
+                .map(|t| t.lines().any(|l| l.trim() == "[workspace]"))
+                .unwrap_or(false)
+        })
+        .map(Path::to_path_buf)
+}

@@ -1,0 +1,43 @@
+//! The harness every op crate stands on.
+//!
+//! - [`Device`] / [`Backend`]: `cpu`, `cuda:i` or `hip:i`, one [`Device::sync`];
+//!   [`load_gpu_library`] keeps libtorch's GPU library from being dropped by the linker.
+//! - [`Op`] / [`Prepared`]: the one trait every op implements: variants, prepare inputs,
+//!   one call, a float64 CPU reference.
+//! - [`bench_op`]: the criterion glue: preflight every case against its reference, time it
+//!   in each [`Mode`], and append rows to the run directory ([`RunDir`]) as it goes.
+//! - [`EnvInfo`]: the environment fingerprint (`env.json`, `opbench env`).
+//! - [`Config`]: the `OPBENCH_*` variables.
+//! - [`Floor`]: the dispatch floor, a one-element add.
+//!
+//! A bench target is three lines:
+//!
+//! ```ignore
+//! fn bench(c: &mut criterion::Criterion) { harness::bench_op(c, &linear::Linear) }
+//! criterion::criterion_group! { name = benches; config = harness::criterion_config(); targets = bench }
+//! criterion::criterion_main!(benches);
+//! ```
+//!
+//! Boundary: this crate knows devices, tch and criterion; it knows no op in particular
+//! (beyond the floor). It depends on `shapes` for problems, `stats` for per-case estimates
+//! and `atenx` for what tch does not wrap.
+
+pub mod config;
+pub mod device;
+pub mod dtype;
+pub mod env;
+pub mod floor;
+pub mod gpu_facts;
+pub mod op;
+pub mod record;
+pub mod select;
+pub mod timing;
+
+pub use config::Config;
+pub use device::{Backend, Device, DeviceChoice, gpu_count, load_gpu_library, select_devices};
+pub use dtype::DType;
+pub use env::EnvInfo;
+pub use floor::Floor;
+pub use op::{Check, Failure, Op, Prepared, Status, classify, rel_err};
+pub use record::{CaseKey, ResultRow, RunDir, SampleRow};
+pub use timing::{Mode, bench_op, criterion_config, time_calls};

@@ -1,0 +1,218 @@
+//! The [`Op`] trait every op crate implements, and what a case can end as.
+
+use std::fmt;
+
+use shapes::{OpKind, Problem};
+use tch::{TchError, Tensor};
+
+use crate::{Config, DType, Device};
+
+/// How a case ended (`status` column).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Status {
+    Ok,
+    /// The backend, build or dtype does not provide this variant or shape.
+    Unsupported,
+    /// The device ran out of memory.
+    Oom,
+    /// It ran but its answer is off the float64 reference by more than the tolerance.
+    Mismatch,
+    /// Anything else went wrong.
+    Error,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Unsupported => "unsupported",
+            Status::Oom => "oom",
+            Status::Mismatch => "mismatch",
+            Status::Error => "error",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        [
+            Status::Ok,
+            Status::Unsupported,
+            Status::Oom,
+            Status::Mismatch,
+            Status::Error,
+        ]
+        .into_iter()
+        .find(|x| x.as_str() == s)
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A case that cannot be timed, and why. Becomes a row with an empty timing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Failure {
+    pub status: Status,
+    pub reason: String,
+}
+
+impl Failure {
+    pub fn unsupported(reason: impl Into<String>) -> Self {
+        Failure {
+            status: Status::Unsupported,
+            reason: reason.into(),
+        }
+    }
+    pub fn error(reason: impl Into<String>) -> Self {
+        Failure {
+            status: Status::Error,
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Classify a libtorch error by its message: out of memory, not provided, or other.
+pub fn classify(err: &TchError) -> Failure {
+    let reason = first_line(&err.to_string());
+    let lower = reason.to_lowercase();
+    let status = if lower.contains("out of memory") || lower.contains("outofmemory") {
+        Status::Oom
+    } else if [
+        "not implemented",
+        "notimplemented",
+        "not supported",
+        "unsupported",
+        "no available kernel",
+        "could not run",
+        "is not compiled",
+        "not compiled with",
+        "only supports",
+        "not available",
+        "torch not compiled",
+    ]
+    .iter()
+    .any(|m| lower.contains(m))
+    {
+        Status::Unsupported
+    } else {
+        Status::Error
+    };
+    Failure { status, reason }
+}
+
+/// The first meaningful line of a libtorch message (they carry C++ backtraces), trimmed to
+/// something that fits a CSV cell.
+pub fn first_line(msg: &str) -> String {
+    let line = msg
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with("Exception raised from"))
+        .unwrap_or("")
+        .to_string();
+    let line = line.strip_prefix("Torch(\"").unwrap_or(&line).to_string();
+    if line.chars().count() > 300 {
+        let cut: String = line.chars().take(300).collect();
+        format!("{cut}…")
+    } else {
+        line
+    }
+}
+
+impl From<TchError> for Failure {
+    fn from(e: TchError) -> Self {
+        classify(&e)
+    }
+}
+
+/// One output of a case beside its float64 CPU reference (same shape, both float64 on CPU).
+/// An op may check a documented slice of its output (e.g. the first batch element) to keep
+/// the reference affordable at large shapes.
+#[derive(Debug)]
+pub struct Check {
+    pub output: Tensor,
+    pub reference: Tensor,
+}
+
+/// What `prepare` returns: inputs and buffers built, ready to be called many times.
+pub trait Prepared {
+    /// One call of the op: exactly what is timed. Inputs are prepared already; the output is
+    /// allocated as eager PyTorch allocates it (through the caching allocator on GPUs).
+    fn run(&mut self) -> Result<(), TchError>;
+
+    /// Run once and return the output beside the float64 CPU reference on the same inputs.
+    fn check(&mut self) -> Result<Check, TchError>;
+
+    /// What actually ran, where it can be known (SDPA: the backend chosen).
+    fn kernel(&self) -> Option<String> {
+        None
+    }
+
+    /// Something the reader of the row must know (e.g. K/V expanded to H heads).
+    fn note(&self) -> Option<String> {
+        None
+    }
+
+    /// Bytes one call moves, where the variant moves more than the problem's minimum
+    /// (DynamicCache's `cat` copies the whole cache).
+    fn bytes(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// One op: its variants and how to prepare a case.
+pub trait Op {
+    fn kind(&self) -> OpKind;
+
+    /// Variant names, in the order they run.
+    fn variants(&self) -> Vec<&'static str>;
+
+    /// The problems to measure: by default every problem of this op over the configured
+    /// models and grid profile.
+    fn problems(&self, config: &Config) -> Vec<Problem> {
+        config
+            .models
+            .iter()
+            .flat_map(|m| config.profile.problems(m, self.kind()))
+            .collect()
+    }
+
+    /// Whether `variant` is a case at this problem's site (e.g. `fused_qkv` only at
+    /// `qkv_proj`). Combinations that do not apply get no row at all.
+    fn applies(&self, _variant: &str, _problem: &Problem) -> bool {
+        true
+    }
+
+    /// Build inputs and buffers on `device`. A variant the build or device does not provide
+    /// is a [`Failure`] with status `unsupported` and the reason, never a panic.
+    fn prepare(
+        &self,
+        variant: &str,
+        problem: &Problem,
+        dtype: DType,
+        device: Device,
+    ) -> Result<Box<dyn Prepared>, Failure>;
+}
+
+/// ‖out − ref‖ / ‖ref‖ in float64 (‖·‖ the Frobenius norm). A zero reference compares the
+/// absolute norm instead; a NaN anywhere gives NaN.
+pub fn rel_err(check: &Check) -> Result<f64, TchError> {
+    let out = check
+        .output
+        .f_to_kind(tch::Kind::Double)?
+        .f_to_device(tch::Device::Cpu)?;
+    let reference = check
+        .reference
+        .f_to_kind(tch::Kind::Double)?
+        .f_to_device(tch::Device::Cpu)?;
+    if out.size() != reference.size() {
+        return Err(TchError::Shape(format!(
+            "output shape {:?} != reference shape {:?}",
+            out.size(),
+            reference.size()
+        )));
+    }
+    let diff = out.f_sub(&reference)?.f_norm()?.f_double_value(&[])?;
+    let norm = reference.f_norm()?.f_double_value(&[])?;
+    Ok(if norm > 0.0 { diff / norm } else { diff })
+}

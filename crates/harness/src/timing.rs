@@ -1,0 +1,451 @@
+//! Timing modes and the criterion glue that runs an [`Op`]'s grid.
+//!
+//! Each case is prepared and checked against its float64 reference once (preflight), then
+//! timed in every configured mode with criterion's `iter_custom`: criterion picks the
+//! iteration counts (flat sampling, budgets from [`Config`]), we time the calls and keep
+//! the raw `(iters, total_ns)` of every sample for `samples.csv`. A case that fails at any
+//! point becomes a row with its status and reason; the sweep goes on.
+
+use std::cell::RefCell;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, SamplingMode, Throughput};
+use shapes::Problem;
+use tch::TchError;
+
+use crate::op::{Failure, Op, Prepared, Status, first_line, rel_err};
+use crate::record::{CaseKey, ResultRow, RunDir, SampleRow, default_run_id};
+use crate::select::{RunMode, Selection};
+use crate::{Config, DType, Device, EnvInfo, dtype, select_devices};
+
+/// How calls are timed (DESIGN.md, "Timing modes").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// n calls back to back, one synchronize after them: what an eager decode loop sees,
+    /// max(host dispatch + launch, device time) per call.
+    Pipelined,
+    /// Synchronize after every call: launch + execution + round trip.
+    Synced,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Pipelined => "pipelined",
+            Mode::Synced => "synced",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "pipelined" => Some(Mode::Pipelined),
+            "synced" => Some(Mode::Synced),
+            _ => None,
+        }
+    }
+}
+
+/// Criterion settings for op benches: flat sampling and the per-case budget from the
+/// `OPBENCH_*` variables (criterion's own 3 s + 5 s per case would make a full sweep take
+/// hours). Command-line options such as `--sample-size` still override these.
+pub fn criterion_config() -> Criterion {
+    let (samples, warmup, measure) = match Config::from_env() {
+        Ok(c) => (c.samples, c.warmup, c.measure),
+        // bench_op reports the error and exits; keep criterion's defaults meanwhile
+        Err(_) => (20, Duration::from_millis(100), Duration::from_millis(400)),
+    };
+    Criterion::default()
+        .sample_size(samples)
+        .warm_up_time(warmup)
+        .measurement_time(measure)
+        .nresamples(10_000)
+        .without_plots()
+}
+
+/// Time `iters` calls of `p` on `device` in `mode`.
+///
+/// The synchronize calls sit inside the timed region on purpose: without them a GPU bench
+/// measures how fast the host can queue work, not the work.
+pub fn time_calls(
+    p: &mut dyn Prepared,
+    device: Device,
+    mode: Mode,
+    iters: u64,
+) -> Result<Duration, TchError> {
+    device.sync();
+    let t0 = Instant::now();
+    match mode {
+        Mode::Pipelined => {
+            for _ in 0..iters {
+                p.run()?;
+            }
+            device.sync();
+        }
+        Mode::Synced => {
+            for _ in 0..iters {
+                p.run()?;
+                device.sync();
+            }
+        }
+    }
+    Ok(t0.elapsed())
+}
+
+/// Why preflight refused a case, with the reference error where one was measured.
+struct Refused {
+    failure: Failure,
+    rel_err: Option<f64>,
+}
+
+/// Prepare one case and check one call against the float64 reference.
+fn preflight(
+    op: &dyn Op,
+    variant: &str,
+    problem: &Problem,
+    dt: DType,
+    device: Device,
+) -> Result<(Box<dyn Prepared>, f64), Refused> {
+    let refuse = |failure: Failure| Refused {
+        failure,
+        rel_err: None,
+    };
+    let mut p = op.prepare(variant, problem, dt, device).map_err(refuse)?;
+    let check = p.check().map_err(|e| refuse(e.into()))?;
+    let err = rel_err(&check).map_err(|e| refuse(e.into()))?;
+    drop(check);
+    let tol = dtype::tolerance(dt);
+    if !(err <= tol) {
+        return Err(Refused {
+            failure: Failure {
+                status: Status::Mismatch,
+                reason: format!(
+                    "relative error {err:.3e} against the float64 reference exceeds {tol:e}"
+                ),
+            },
+            rel_err: Some(err),
+        });
+    }
+    device.sync();
+    Ok((p, err))
+}
+
+/// A row with the case's identity, work counts and status, timing left empty.
+fn base_row(
+    run_id: &str,
+    key: &CaseKey,
+    problem: &Problem,
+    dt: DType,
+    status: Status,
+) -> ResultRow {
+    ResultRow {
+        run_id: run_id.to_string(),
+        op: key.op.clone(),
+        variant: key.variant.clone(),
+        site: key.site.clone(),
+        model: key.model.clone(),
+        phase: key.phase.clone(),
+        batch: key.batch,
+        q_len: key.q_len,
+        kv_len: key.kv_len,
+        dtype: key.dtype.clone(),
+        dims: problem.dims.to_string(),
+        device: key.device.clone(),
+        mode: key.mode.clone(),
+        status: status.as_str().to_string(),
+        samples: None,
+        median_ns: None,
+        mean_ns: None,
+        ci_low_ns: None,
+        ci_high_ns: None,
+        mad_ns: None,
+        flops: problem.flops(),
+        bytes: problem.bytes(dt.size()),
+        gflops: None,
+        gbps: None,
+        kernel: None,
+        max_rel_err: None,
+        note: None,
+    }
+}
+
+fn key_for(
+    op: &dyn Op,
+    variant: &str,
+    p: &Problem,
+    dt: DType,
+    device: Device,
+    mode: Mode,
+) -> CaseKey {
+    CaseKey {
+        op: op.kind().as_str().to_string(),
+        variant: variant.to_string(),
+        site: p.site.to_string(),
+        model: p.model.clone(),
+        phase: p.phase.as_str().to_string(),
+        batch: p.batch,
+        q_len: p.q_len,
+        kv_len: p.kv_len,
+        dtype: dt.as_str().to_string(),
+        device: device.to_string(),
+        mode: mode.as_str().to_string(),
+    }
+}
+
+/// Fail the bench binary with a one-line message (bad configuration), exit code 2.
+fn die(msg: &str) -> ! {
+    eprintln!("opbench: {msg}");
+    std::process::exit(2)
+}
+
+/// Where rows go: nowhere in test/list mode, else the run directory (opened on first use).
+struct Sink {
+    mode: RunMode,
+    config: Config,
+    devices: Vec<Device>,
+    run: Option<RunDir>,
+    run_id: String,
+    written: usize,
+}
+
+impl Sink {
+    fn write(&mut self, row: &ResultRow, samples: &[SampleRow]) {
+        let summary = match row.median_ns {
+            Some(m) => format!("{:.0} ns", m),
+            None => format!("{} ({})", row.status, row.note.as_deref().unwrap_or("")),
+        };
+        if self.mode != RunMode::Bench {
+            if row.status != "ok" {
+                eprintln!(
+                    "opbench: {} {} {}: {}",
+                    row.op, row.variant, row.site, summary
+                );
+            }
+            return;
+        }
+        if self.run.is_none() {
+            let mut env = EnvInfo::collect(&self.run_id, &self.devices);
+            let c = &self.config;
+            for (k, v) in [
+                ("profile", c.profile_name.clone()),
+                ("samples", c.samples.to_string()),
+                ("warmup_ms", c.warmup.as_millis().to_string()),
+                ("measure_ms", c.measure.as_millis().to_string()),
+                (
+                    "models",
+                    c.models
+                        .iter()
+                        .map(|m| m.name.clone())
+                        .collect::<Vec<_>>()
+                        .join(","),
+                ),
+            ] {
+                env.settings.insert(k.to_string(), v);
+            }
+            match RunDir::open(&c.out, &self.run_id, &env.to_json()) {
+                Ok(r) => self.run = Some(r),
+                Err(e) => die(&format!("{}: {e}", c.out.display())),
+            }
+        }
+        if let Some(run) = self.run.as_mut() {
+            if let Err(e) = run.write_case(row, samples) {
+                die(&format!("{}: {e}", run.path.display()));
+            }
+        }
+        self.written += 1;
+    }
+}
+
+/// Run every case of `op` over the configured models, devices, dtypes and modes.
+///
+/// Call this from a criterion target; see `benches/` of any op crate.
+pub fn bench_op(c: &mut Criterion, op: &dyn Op) {
+    let selection = Selection::from_args().unwrap_or_else(|e| die(&e));
+    let config = Config::from_env().unwrap_or_else(|e| die(&e));
+    if let Some(t) = config.threads {
+        tch::set_num_threads(t as i32);
+    }
+    let devices = select_devices(config.device, config.gpu_index).unwrap_or_else(|e| die(&e));
+    let samples_per_case = selection.sample_size.unwrap_or(config.samples);
+    let run_id = config.run_id.clone().unwrap_or_else(default_run_id);
+    let mut sink = Sink {
+        mode: selection.mode,
+        config: config.clone(),
+        devices: devices.clone(),
+        run: None,
+        run_id: run_id.clone(),
+        written: 0,
+    };
+
+    let mut group = c.benchmark_group(op.kind().as_str());
+    group.sampling_mode(SamplingMode::Flat);
+    let problems = op.problems(&config);
+    for &device in &devices {
+        for dt in config.dtypes_for(device.is_gpu()) {
+            for problem in &problems {
+                for variant in op.variants() {
+                    if !op.applies(variant, problem) {
+                        continue;
+                    }
+                    let keys: Vec<(Mode, CaseKey)> = config
+                        .modes
+                        .iter()
+                        .map(|&m| (m, key_for(op, variant, problem, dt, device, m)))
+                        .filter(|(_, k)| selection.matches(&k.to_string()))
+                        .collect();
+                    if keys.is_empty() {
+                        continue;
+                    }
+                    if selection.mode == RunMode::List {
+                        for (_, k) in &keys {
+                            group.bench_function(id_in_group(k), |b| b.iter(|| ()));
+                        }
+                        continue;
+                    }
+                    let pre = catch_unwind(AssertUnwindSafe(|| {
+                        preflight(op, variant, problem, dt, device)
+                    }))
+                    .unwrap_or_else(|panic| {
+                        Err(Refused {
+                            failure: Failure::error(format!("panicked: {}", panic_message(&panic))),
+                            rel_err: None,
+                        })
+                    });
+                    let (mut prepared, err) = match pre {
+                        Ok(x) => x,
+                        Err(refused) => {
+                            for (_, key) in &keys {
+                                let mut row =
+                                    base_row(&run_id, key, problem, dt, refused.failure.status);
+                                row.max_rel_err = refused.rel_err;
+                                row.note = Some(refused.failure.reason.clone());
+                                sink.write(&row, &[]);
+                            }
+                            continue;
+                        }
+                    };
+                    for (mode, key) in &keys {
+                        let row = time_case(
+                            &mut group,
+                            prepared.as_mut(),
+                            (problem, dt, device, *mode),
+                            key,
+                            &run_id,
+                            samples_per_case,
+                        );
+                        let (mut row, samples) = row;
+                        row.max_rel_err = Some(err);
+                        sink.write(&row, &samples);
+                    }
+                }
+            }
+        }
+    }
+    group.finish();
+    if let Some(run) = &sink.run {
+        println!(
+            "opbench: {} rows for {} in {}",
+            sink.written,
+            op.kind(),
+            run.path.display()
+        );
+    }
+}
+
+/// The id inside the op's criterion group: the case key without its leading op name.
+fn id_in_group(key: &CaseKey) -> String {
+    let full = key.to_string();
+    full.split_once('/')
+        .map_or(full.clone(), |(_, rest)| rest.to_string())
+}
+
+/// Time one case in one mode through criterion; returns its row and raw samples.
+fn time_case(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    prepared: &mut dyn Prepared,
+    (problem, dt, device, mode): (&Problem, DType, Device, Mode),
+    key: &CaseKey,
+    run_id: &str,
+    samples_per_case: usize,
+) -> (ResultRow, Vec<SampleRow>) {
+    let bytes = prepared.bytes().unwrap_or_else(|| problem.bytes(dt.size()));
+    group.throughput(Throughput::ElementsAndBytes {
+        elements: problem.flops(),
+        bytes,
+    });
+    let record: Rc<RefCell<Vec<(u64, f64)>>> = Rc::default();
+    let failed: Rc<RefCell<Option<TchError>>> = Rc::default();
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        group.bench_function(id_in_group(key), |b| {
+            b.iter_custom(|iters| {
+                if failed.borrow().is_some() {
+                    return Duration::from_nanos(iters);
+                }
+                match time_calls(prepared, device, mode, iters) {
+                    Ok(d) => {
+                        record.borrow_mut().push((iters, d.as_nanos() as f64));
+                        d
+                    }
+                    Err(e) => {
+                        *failed.borrow_mut() = Some(e);
+                        Duration::from_nanos(iters)
+                    }
+                }
+            })
+        });
+    }));
+
+    let mut row = base_row(run_id, key, problem, dt, Status::Ok);
+    row.bytes = bytes;
+    row.kernel = prepared.kernel();
+    row.note = prepared.note();
+    if let Err(panic) = outcome {
+        row.status = Status::Error.as_str().into();
+        row.note = Some(format!("panicked while timing: {}", panic_message(&panic)));
+        return (row, Vec::new());
+    }
+    if let Some(e) = failed.borrow_mut().take() {
+        let f = Failure::from(e);
+        row.status = f.status.as_str().into();
+        row.note = Some(f.reason);
+        return (row, Vec::new());
+    }
+    // criterion calls us once per warm-up round, then once per sample: the samples are the
+    // last `samples_per_case` calls (in test mode, the single call)
+    let all = record.borrow();
+    let tail = &all[all.len().saturating_sub(samples_per_case)..];
+    let samples: Vec<SampleRow> = tail
+        .iter()
+        .map(|&(i, t)| SampleRow::new(key, i, t))
+        .collect();
+    let est = stats::per_call(tail).and_then(|times| stats::estimate(&times, 0.95, 2000));
+    match est {
+        Ok(e) => {
+            row.samples = Some(e.n);
+            row.median_ns = Some(e.median);
+            row.mean_ns = Some(e.mean);
+            row.ci_low_ns = Some(e.ci_low);
+            row.ci_high_ns = Some(e.ci_high);
+            row.mad_ns = Some(e.mad);
+            if e.median > 0.0 {
+                // per nanosecond = giga per second
+                row.gflops = Some(problem.flops() as f64 / e.median);
+                row.gbps = Some(bytes as f64 / e.median);
+            }
+        }
+        Err(e) => {
+            row.status = Status::Error.as_str().into();
+            row.note = Some(format!("no usable samples: {e}"));
+        }
+    }
+    (row, samples)
+}
+
+fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
+    let msg = p
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "unknown panic".into());
+    first_line(&msg)
+}
