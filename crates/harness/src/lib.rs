@@ -31,6 +31,7 @@ pub mod gpu_facts;
 pub mod op;
 pub mod record;
 pub mod select;
+pub mod tensors;
 pub mod timing;
 
 pub use config::Config;

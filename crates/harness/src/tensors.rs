@@ -1,0 +1,33 @@
+//! Small tensor helpers shared by the op crates: seeded inputs and float64 copies.
+
+use tch::{Kind, TchError, Tensor};
+
+use crate::{DType, Device, dtype};
+
+/// Standard-normal values of `shape`, made on `device` from a fixed `seed` in float32 and
+/// rounded to `dt`. The reference is always built from the rounded values, so the check
+/// measures the op, not the rounding of its inputs.
+pub fn randn(shape: &[i64], dt: DType, device: Device, seed: i64) -> Result<Tensor, TchError> {
+    tch::manual_seed(seed);
+    Tensor::f_randn(shape, (Kind::Float, device.tch()))?.f_to_kind(dtype::kind(dt))
+}
+
+/// `1 + scale·N(0,1)`: weights of a norm layer (Qwen3 initialises them to one; the noise
+/// makes a wrong broadcast visible).
+pub fn near_one(shape: &[i64], scale: f64, dt: DType, device: Device, seed: i64) -> Result<Tensor, TchError> {
+    tch::manual_seed(seed);
+    Tensor::f_randn(shape, (Kind::Float, device.tch()))?
+        .f_mul_scalar(scale)?
+        .f_add_scalar(1.0)?
+        .f_to_kind(dtype::kind(dt))
+}
+
+/// A float64 copy on the CPU, for references.
+pub fn f64_cpu(t: &Tensor) -> Result<Tensor, TchError> {
+    t.f_to_device(tch::Device::Cpu)?.f_to_kind(Kind::Double)
+}
+
+/// Shape as `i64`s, the way tch wants it.
+pub fn dims<const N: usize>(d: [usize; N]) -> [i64; N] {
+    d.map(|x| x as i64)
+}

@@ -1,0 +1,131 @@
+//! Appending one step's keys or values to a layer's KV cache.
+//!
+//! Variants (sites `k` and `v`, per layer):
+//! - `cat`: transformers' DynamicCache: `cat([cache, new], dim=-2)`, a fresh allocation
+//!   that grows with L every step. Each timed call appends to the same L-long cache (the
+//!   cache is not re-grown across iterations), so a row is the cost of the step at L. Its
+//!   `bytes` count the whole copy: read L + q rows, write L + q rows.
+//! - `index_copy`: StaticCache: a preallocated `[B, Hkv, Lmax, D]` buffer (Lmax = L + q) and
+//!   `index_copy_(2, positions, new)` at the step's positions.
+//! - `slice_copy`: `narrow(2, L, q).copy_(new)` into the same kind of buffer.
+//!
+//! The cost of `cat` grows with L; the other two do not. Reference: the float64 `cat` of
+//! the first sequence's cache and new rows (appends are exact copies, so any error is a
+//! wrong position or a wrong layout).
+
+use harness::tensors::{f64_cpu, randn};
+use harness::{Check, DType, Device, Failure, Op, Prepared};
+use shapes::{Dims, OpKind, Problem};
+use tch::{Kind, TchError, Tensor};
+
+/// The KV-cache append op.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct KvCache;
+
+enum Prep {
+    Cat,
+    IndexCopy { buf: Tensor, pos: Tensor },
+    SliceCopy { buf: Tensor, window: Tensor },
+}
+
+struct PreparedAppend {
+    cache: Tensor,
+    new: Tensor,
+    prep: Prep,
+    bytes: Option<u64>,
+}
+
+impl PreparedAppend {
+    fn forward(&mut self) -> Result<Tensor, TchError> {
+        match &mut self.prep {
+            Prep::Cat => Tensor::f_cat(&[&self.cache, &self.new], -2),
+            Prep::IndexCopy { buf, pos } => buf.f_index_copy_(2, pos, &self.new),
+            Prep::SliceCopy { buf, window } => {
+                window.f_copy_(&self.new)?;
+                Ok(buf.shallow_clone())
+            }
+        }
+    }
+}
+
+impl Prepared for PreparedAppend {
+    fn run(&mut self) -> Result<(), TchError> {
+        self.forward().map(drop)
+    }
+    fn check(&mut self) -> Result<Check, TchError> {
+        let output = self.forward()?.f_narrow(0, 0, 1)?;
+        let cache = f64_cpu(&self.cache.f_narrow(0, 0, 1)?)?;
+        let new = f64_cpu(&self.new.f_narrow(0, 0, 1)?)?;
+        let reference = Tensor::f_cat(&[&cache, &new], -2)?;
+        Ok(Check { output, reference })
+    }
+    fn bytes(&self) -> Option<u64> {
+        self.bytes
+    }
+}
+
+impl Op for KvCache {
+    fn kind(&self) -> OpKind {
+        OpKind::KvCache
+    }
+
+    fn variants(&self) -> Vec<&'static str> {
+        vec!["cat", "index_copy", "slice_copy"]
+    }
+
+    fn prepare(
+        &self,
+        variant: &str,
+        problem: &Problem,
+        dt: DType,
+        device: Device,
+    ) -> Result<Box<dyn Prepared>, Failure> {
+        let Dims::KvCache {
+            batch,
+            kv_heads,
+            cache_len,
+            new_len,
+            head_dim,
+        } = problem.dims
+        else {
+            return Err(Failure::error(format!("kvcache got dims {}", problem.dims)));
+        };
+        let (b, h, l, q, d) = (
+            batch as i64,
+            kv_heads as i64,
+            cache_len as i64,
+            new_len as i64,
+            head_dim as i64,
+        );
+        let cache = randn(&[b, h, l, d], dt, device, 6)?;
+        let new = randn(&[b, h, q, d], dt, device, 7)?;
+        let buffer = || -> Result<Tensor, TchError> {
+            let buf = Tensor::f_empty([b, h, l + q, d], (cache.kind(), device.tch()))?;
+            buf.f_narrow(2, 0, l)?.f_copy_(&cache)?;
+            Ok(buf)
+        };
+        let (prep, bytes) = match variant {
+            "cat" => {
+                let rows = (b * h * d) as u64;
+                let moved = rows * (2 * (l + q) as u64) * dt.size() as u64;
+                (Prep::Cat, Some(moved))
+            }
+            "index_copy" => {
+                let pos = Tensor::f_arange_start(l, l + q, (Kind::Int64, device.tch()))?;
+                (Prep::IndexCopy { buf: buffer()?, pos }, None)
+            }
+            "slice_copy" => {
+                let buf = buffer()?;
+                let window = buf.f_narrow(2, l, q)?;
+                (Prep::SliceCopy { buf, window }, None)
+            }
+            other => return Err(Failure::error(format!("unknown kvcache variant `{other}`"))),
+        };
+        Ok(Box::new(PreparedAppend {
+            cache,
+            new,
+            prep,
+            bytes,
+        }))
+    }
+}

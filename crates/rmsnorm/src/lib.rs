@@ -1,0 +1,105 @@
+//! RMSNorm of a Qwen3 decoder step: the input and post-attention norms over E, the final
+//! norm, and q_norm / k_norm over each head's D.
+//!
+//! Variants:
+//! - `hf`: transformers' `Qwen3RMSNorm.forward`, op for op: upcast to float32,
+//!   `pow(2).mean(-1, keepdim)`, `+ eps`, `rsqrt`, multiply, cast back, multiply by the
+//!   weight. Several kernels, as users run it today.
+//! - `aten`: `rms_norm(x, [width], weight, eps)`.
+//! - `fused`: `_fused_rms_norm(x, [width], weight, eps)` where the build has it; an
+//!   `unsupported` row with PyTorch's message where it does not.
+//!
+//! Reference: float64 on the CPU over the whole tensor, `x · rsqrt(mean(x²) + eps) · w`.
+
+use harness::tensors::{f64_cpu, near_one, randn};
+use harness::{Check, DType, Device, Failure, Op, Prepared};
+use shapes::{Dims, OpKind, Problem};
+use tch::{Kind, TchError, Tensor};
+
+/// The RMSNorm op.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RmsNorm;
+
+#[derive(Clone, Copy)]
+enum Variant {
+    Hf,
+    Aten,
+    Fused,
+}
+
+struct PreparedNorm {
+    x: Tensor,
+    w: Tensor,
+    eps: f64,
+    variant: Variant,
+}
+
+impl PreparedNorm {
+    fn forward(&self) -> Result<Tensor, TchError> {
+        let width = *self.x.size().last().unwrap_or(&1);
+        match self.variant {
+            Variant::Hf => {
+                let input_kind = self.x.kind();
+                let h = self.x.f_to_kind(Kind::Float)?;
+                let var = h.f_pow_tensor_scalar(2)?.f_mean_dim(-1, true, None::<Kind>)?;
+                let h = h.f_mul(&var.f_add_scalar(self.eps)?.f_rsqrt()?)?;
+                self.w.f_mul(&h.f_to_kind(input_kind)?)
+            }
+            Variant::Aten => self.x.f_rms_norm(&[width], Some(&self.w), self.eps),
+            Variant::Fused => Ok(self
+                .x
+                .f_internal_fused_rms_norm(&[width], Some(&self.w), self.eps)?
+                .0),
+        }
+    }
+}
+
+impl Prepared for PreparedNorm {
+    fn run(&mut self) -> Result<(), TchError> {
+        self.forward().map(drop)
+    }
+    fn check(&mut self) -> Result<Check, TchError> {
+        let output = self.forward()?;
+        let x = f64_cpu(&self.x)?;
+        let w = f64_cpu(&self.w)?;
+        let ms = x.f_pow_tensor_scalar(2)?.f_mean_dim(-1, true, None::<Kind>)?;
+        let reference = x.f_mul(&ms.f_add_scalar(self.eps)?.f_rsqrt()?)?.f_mul(&w)?;
+        Ok(Check { output, reference })
+    }
+}
+
+impl Op for RmsNorm {
+    fn kind(&self) -> OpKind {
+        OpKind::RmsNorm
+    }
+
+    fn variants(&self) -> Vec<&'static str> {
+        vec!["hf", "aten", "fused"]
+    }
+
+    fn prepare(
+        &self,
+        variant: &str,
+        problem: &Problem,
+        dt: DType,
+        device: Device,
+    ) -> Result<Box<dyn Prepared>, Failure> {
+        let Dims::Norm { rows, width } = problem.dims else {
+            return Err(Failure::error(format!("rmsnorm got dims {}", problem.dims)));
+        };
+        let variant = match variant {
+            "hf" => Variant::Hf,
+            "aten" => Variant::Aten,
+            "fused" => Variant::Fused,
+            other => return Err(Failure::error(format!("unknown rmsnorm variant `{other}`"))),
+        };
+        let x = randn(&[rows as i64, width as i64], dt, device, 3)?;
+        let w = near_one(&[width as i64], 0.1, dt, device, 4)?;
+        Ok(Box::new(PreparedNorm {
+            x,
+            w,
+            eps: problem.eps,
+            variant,
+        }))
+    }
+}
