@@ -171,6 +171,8 @@ pub fn has_rocm() -> bool {
     unsafe { atx_has_rocm() != 0 }
 }
 
+// c_long is 32 bits on Windows, 64 elsewhere
+#[allow(clippy::useless_conversion)]
 fn positive(v: c_long) -> Option<i64> {
     (v > 0).then_some(i64::from(v))
 }

@@ -12,7 +12,7 @@
 //!
 //! A bench target is three lines:
 //!
-//! ```ignore
+//! ```text
 //! fn bench(c: &mut criterion::Criterion) { harness::bench_op(c, &linear::Linear) }
 //! criterion::criterion_group! { name = benches; config = harness::criterion_config(); targets = bench }
 //! criterion::criterion_main!(benches);
@@ -41,4 +41,4 @@ pub use env::EnvInfo;
 pub use floor::Floor;
 pub use op::{Check, Failure, Op, Prepared, Status, classify, rel_err};
 pub use record::{CaseKey, ResultRow, RunDir, SampleRow};
-pub use timing::{Mode, bench_op, criterion_config, time_calls};
+pub use timing::{Mode, Refused, bench_op, criterion_config, preflight, time_calls};

@@ -14,7 +14,13 @@ pub fn randn(shape: &[i64], dt: DType, device: Device, seed: i64) -> Result<Tens
 
 /// `1 + scale·N(0,1)`: weights of a norm layer (Qwen3 initialises them to one; the noise
 /// makes a wrong broadcast visible).
-pub fn near_one(shape: &[i64], scale: f64, dt: DType, device: Device, seed: i64) -> Result<Tensor, TchError> {
+pub fn near_one(
+    shape: &[i64],
+    scale: f64,
+    dt: DType,
+    device: Device,
+    seed: i64,
+) -> Result<Tensor, TchError> {
     tch::manual_seed(seed);
     Tensor::f_randn(shape, (Kind::Float, device.tch()))?
         .f_mul_scalar(scale)?

@@ -93,13 +93,34 @@ pub fn time_calls(
 }
 
 /// Why preflight refused a case, with the reference error where one was measured.
-struct Refused {
-    failure: Failure,
-    rel_err: Option<f64>,
+#[derive(Debug)]
+pub struct Refused {
+    pub failure: Failure,
+    pub rel_err: Option<f64>,
 }
 
-/// Prepare one case and check one call against the float64 reference.
-fn preflight(
+/// Prepare one case and check one call against the float64 reference: the prepared case
+/// and its relative error, or why it cannot be timed. A panic inside the op is caught and
+/// becomes an `error`.
+pub fn preflight(
+    op: &dyn Op,
+    variant: &str,
+    problem: &Problem,
+    dt: DType,
+    device: Device,
+) -> Result<(Box<dyn Prepared>, f64), Refused> {
+    catch_unwind(AssertUnwindSafe(|| {
+        preflight_inner(op, variant, problem, dt, device)
+    }))
+    .unwrap_or_else(|panic| {
+        Err(Refused {
+            failure: Failure::error(format!("panicked: {}", panic_message(&panic))),
+            rel_err: None,
+        })
+    })
+}
+
+fn preflight_inner(
     op: &dyn Op,
     variant: &str,
     problem: &Problem,
@@ -115,7 +136,8 @@ fn preflight(
     let err = rel_err(&check).map_err(|e| refuse(e.into()))?;
     drop(check);
     let tol = dtype::tolerance(dt);
-    if !(err <= tol) {
+    // NaN (a kernel that produced NaN) is a mismatch too
+    if err.is_nan() || err > tol {
         return Err(Refused {
             failure: Failure {
                 status: Status::Mismatch,
@@ -302,16 +324,7 @@ pub fn bench_op(c: &mut Criterion, op: &dyn Op) {
                         }
                         continue;
                     }
-                    let pre = catch_unwind(AssertUnwindSafe(|| {
-                        preflight(op, variant, problem, dt, device)
-                    }))
-                    .unwrap_or_else(|panic| {
-                        Err(Refused {
-                            failure: Failure::error(format!("panicked: {}", panic_message(&panic))),
-                            rel_err: None,
-                        })
-                    });
-                    let (mut prepared, err) = match pre {
+                    let (mut prepared, err) = match preflight(op, variant, problem, dt, device) {
                         Ok(x) => x,
                         Err(refused) => {
                             for (_, key) in &keys {

@@ -112,7 +112,13 @@ impl Op for KvCache {
             }
             "index_copy" => {
                 let pos = Tensor::f_arange_start(l, l + q, (Kind::Int64, device.tch()))?;
-                (Prep::IndexCopy { buf: buffer()?, pos }, None)
+                (
+                    Prep::IndexCopy {
+                        buf: buffer()?,
+                        pos,
+                    },
+                    None,
+                )
             }
             "slice_copy" => {
                 let buf = buffer()?;

@@ -1,5 +1,7 @@
 //! Every variant against the float64 reference, and the byte counts that show `cat` copying
 //! the whole cache.
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+
 use harness::{DType, Device, Op, rel_err};
 use shapes::{ModelConfig, OpKind, Step};
 
@@ -8,7 +10,10 @@ fn every_variant_appends_exactly() {
     let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
     let op = kvcache::KvCache;
     for step in [Step::decode(2, 100), Step::prefill(1, 16)] {
-        for p in shapes::derive(&cfg, step).iter().filter(|p| p.op == OpKind::KvCache) {
+        for p in shapes::derive(&cfg, step)
+            .iter()
+            .filter(|p| p.op == OpKind::KvCache)
+        {
             for v in op.variants() {
                 for dt in [DType::F32, DType::BF16] {
                     let mut prepared = op.prepare(v, p, dt, Device::CPU).unwrap();

@@ -106,11 +106,17 @@ impl Op for Linear {
 
 /// q, k, v column counts of a fused QKV output: H·D, Hkv·D, Hkv·D with n = (H + 2·Hkv)·D.
 fn qkv_split(problem: &Problem, n: i64) -> Result<Vec<i64>, Failure> {
-    let cfg = shapes::ModelConfig::by_name(&problem.model).map_err(|e| Failure::error(e.to_string()))?;
+    let cfg =
+        shapes::ModelConfig::by_name(&problem.model).map_err(|e| Failure::error(e.to_string()))?;
     let d = cfg.head_dim as i64;
-    let (h, hkv) = (cfg.num_attention_heads as i64, cfg.num_key_value_heads as i64);
+    let (h, hkv) = (
+        cfg.num_attention_heads as i64,
+        cfg.num_key_value_heads as i64,
+    );
     if (h + 2 * hkv) * d != n {
-        return Err(Failure::error(format!("qkv_proj n={n} does not match the model's heads")));
+        return Err(Failure::error(format!(
+            "qkv_proj n={n} does not match the model's heads"
+        )));
     }
     Ok(vec![h * d, hkv * d, hkv * d])
 }

@@ -41,14 +41,16 @@ impl PreparedNorm {
             Variant::Hf => {
                 let input_kind = self.x.kind();
                 let h = self.x.f_to_kind(Kind::Float)?;
-                let var = h.f_pow_tensor_scalar(2)?.f_mean_dim(-1, true, None::<Kind>)?;
+                let var = h
+                    .f_pow_tensor_scalar(2)?
+                    .f_mean_dim(-1, true, None::<Kind>)?;
                 let h = h.f_mul(&var.f_add_scalar(self.eps)?.f_rsqrt()?)?;
                 self.w.f_mul(&h.f_to_kind(input_kind)?)
             }
-            Variant::Aten => self.x.f_rms_norm(&[width], Some(&self.w), self.eps),
+            Variant::Aten => self.x.f_rms_norm([width], Some(&self.w), self.eps),
             Variant::Fused => Ok(self
                 .x
-                .f_internal_fused_rms_norm(&[width], Some(&self.w), self.eps)?
+                .f_internal_fused_rms_norm([width], Some(&self.w), self.eps)?
                 .0),
         }
     }
@@ -62,7 +64,9 @@ impl Prepared for PreparedNorm {
         let output = self.forward()?;
         let x = f64_cpu(&self.x)?;
         let w = f64_cpu(&self.w)?;
-        let ms = x.f_pow_tensor_scalar(2)?.f_mean_dim(-1, true, None::<Kind>)?;
+        let ms = x
+            .f_pow_tensor_scalar(2)?
+            .f_mean_dim(-1, true, None::<Kind>)?;
         let reference = x.f_mul(&ms.f_add_scalar(self.eps)?.f_rsqrt()?)?.f_mul(&w)?;
         Ok(Check { output, reference })
     }

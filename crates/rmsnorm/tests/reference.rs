@@ -1,4 +1,6 @@
 //! Every variant against the float64 reference at Qwen3 norm sites.
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+
 use harness::{DType, Device, Op, Status, rel_err};
 use shapes::{ModelConfig, OpKind, Step};
 
@@ -37,7 +39,12 @@ fn hf_in_half_precision_stays_within_tolerance() {
         .into_iter()
         .find(|p| p.op == OpKind::RmsNorm && p.site == "q_norm")
         .unwrap();
-    let mut prepared = rmsnorm::RmsNorm.prepare("hf", &p, DType::BF16, Device::CPU).unwrap();
+    let mut prepared = rmsnorm::RmsNorm
+        .prepare("hf", &p, DType::BF16, Device::CPU)
+        .unwrap();
     let err = rel_err(&prepared.check().unwrap()).unwrap();
-    assert!(err > 0.0 && err < harness::dtype::tolerance(DType::BF16), "{err}");
+    assert!(
+        err > 0.0 && err < harness::dtype::tolerance(DType::BF16),
+        "{err}"
+    );
 }

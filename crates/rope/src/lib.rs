@@ -26,7 +26,8 @@ pub struct Rope;
 
 /// `1 / θ^(2i/D)` for i in 0..D/2, in float32 as transformers keeps `inv_freq`.
 fn inv_freq(theta: f64, d: i64, device: tch::Device) -> Result<Tensor, TchError> {
-    let exps = Tensor::f_arange_start_step(0, d, 2, (Kind::Float, device))?.f_div_scalar(d as f64)?;
+    let exps =
+        Tensor::f_arange_start_step(0, d, 2, (Kind::Float, device))?.f_div_scalar(d as f64)?;
     Tensor::f_full([d / 2], theta, (Kind::Float, device))?
         .f_pow(&exps)?
         .f_reciprocal()
@@ -42,7 +43,10 @@ fn positions(b: i64, q: i64, l: i64, device: tch::Device) -> Result<Tensor, TchE
 /// cos and sin `[B, q, D]` as `Qwen3RotaryEmbedding.forward` computes them.
 fn hf_table(inv: &Tensor, pos: &Tensor, kind: Kind) -> Result<(Tensor, Tensor), TchError> {
     let b = pos.size()[0];
-    let inv_e = inv.f_unsqueeze(0)?.f_unsqueeze(-1)?.f_expand([b, -1, 1], false)?;
+    let inv_e = inv
+        .f_unsqueeze(0)?
+        .f_unsqueeze(-1)?
+        .f_expand([b, -1, 1], false)?;
     let pos_e = pos.f_unsqueeze(1)?.f_to_kind(Kind::Float)?;
     let freqs = inv_e.f_matmul(&pos_e)?.f_transpose(1, 2)?;
     let emb = Tensor::f_cat(&[&freqs, &freqs], -1)?;
@@ -53,10 +57,14 @@ fn hf_table(inv: &Tensor, pos: &Tensor, kind: Kind) -> Result<(Tensor, Tensor), 
 fn ref_table(theta: f64, d: i64, b: i64, q: i64, l: i64) -> Result<(Tensor, Tensor), TchError> {
     let cpu = tch::Device::Cpu;
     let exps = Tensor::f_arange_start_step(0, d, 2, (Kind::Double, cpu))?.f_div_scalar(d as f64)?;
-    let inv = Tensor::f_full([d / 2], theta, (Kind::Double, cpu))?.f_pow(&exps)?.f_reciprocal()?;
+    let inv = Tensor::f_full([d / 2], theta, (Kind::Double, cpu))?
+        .f_pow(&exps)?
+        .f_reciprocal()?;
     let pos = Tensor::f_arange_start(l, l + q, (Kind::Double, cpu))?;
     let freqs = pos.f_outer(&inv)?;
-    let emb = Tensor::f_cat(&[&freqs, &freqs], -1)?.f_unsqueeze(0)?.f_expand([b, q, d], false)?;
+    let emb = Tensor::f_cat(&[&freqs, &freqs], -1)?
+        .f_unsqueeze(0)?
+        .f_expand([b, q, d], false)?;
     Ok((emb.f_cos()?, emb.f_sin()?))
 }
 

@@ -56,30 +56,43 @@ struct PreparedSdpa {
     note: Option<String>,
 }
 
-fn call(variant: Variant, q: &Tensor, k: &Tensor, v: &Tensor, causal: bool) -> Result<Tensor, TchError> {
+fn call(
+    variant: Variant,
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    causal: bool,
+) -> Result<Tensor, TchError> {
     match variant {
-        Variant::Math => Ok(Tensor::f_internal_scaled_dot_product_attention_math::<Tensor>(
-            q, k, v, None, 0.0, causal, None, None, true,
-        )?
-        .0),
-        Variant::Efficient => Ok(Tensor::f_internal_scaled_dot_product_efficient_attention::<Tensor>(
-            q, k, v, None, false, 0.0, causal, None,
-        )?
+        Variant::Math => Ok(
+            Tensor::f_internal_scaled_dot_product_attention_math::<Tensor>(
+                q, k, v, None, 0.0, causal, None, None, true,
+            )?
+            .0,
+        ),
+        Variant::Efficient => Ok(Tensor::f_internal_scaled_dot_product_efficient_attention::<
+            Tensor,
+        >(q, k, v, None, false, 0.0, causal, None)?
         .0),
         Variant::Flash => atenx::sdpa_flash(q, k, v, causal, None),
         Variant::Cudnn => atenx::sdpa_cudnn(q, k, v, causal, None),
-        Variant::CpuFlash => Ok(Tensor::f_internal_scaled_dot_product_flash_attention_for_cpu::<Tensor>(
-            q, k, v, 0.0, causal, None, None,
-        )?
-        .0),
-        Variant::Auto => Tensor::f_scaled_dot_product_attention::<Tensor>(q, k, v, None, 0.0, causal, None, true),
+        Variant::CpuFlash => Ok(
+            Tensor::f_internal_scaled_dot_product_flash_attention_for_cpu::<Tensor>(
+                q, k, v, 0.0, causal, None, None,
+            )?
+            .0,
+        ),
+        Variant::Auto => {
+            Tensor::f_scaled_dot_product_attention::<Tensor>(q, k, v, None, 0.0, causal, None, true)
+        }
     }
 }
 
 /// K or V `[B, Hkv, S, D]` repeated to `[B, H, S, D]` (what `repeat_kv` does).
 fn expand_heads(t: &Tensor, heads: i64) -> Result<Tensor, TchError> {
     let groups = heads / t.size()[1];
-    t.f_repeat_interleave_self_int(groups, 1, None)?.f_contiguous()
+    t.f_repeat_interleave_self_int(groups, 1, None)?
+        .f_contiguous()
 }
 
 impl PreparedSdpa {
@@ -106,7 +119,8 @@ impl Prepared for PreparedSdpa {
         let mut scores = q.f_matmul(&k.f_transpose(2, 3)?)?.f_div_scalar(d.sqrt())?;
         if self.causal {
             // query i of the last n sits at position kv - n + i and sees keys 0..=that
-            let qi = Tensor::f_arange_start(kv - n, kv, (Kind::Int64, tch::Device::Cpu))?.f_unsqueeze(1)?;
+            let qi = Tensor::f_arange_start(kv - n, kv, (Kind::Int64, tch::Device::Cpu))?
+                .f_unsqueeze(1)?;
             let kj = Tensor::f_arange(kv, (Kind::Int64, tch::Device::Cpu))?.f_unsqueeze(0)?;
             let masked = kj.f_gt_tensor(&qi)?;
             scores = scores.f_masked_fill(&masked, f64::NEG_INFINITY)?;
@@ -167,16 +181,24 @@ impl Op for Sdpa {
         let k = randn(&[b, hkv, kv, d], dt, device, 9)?;
         let v = randn(&[b, hkv, kv, d], dt, device, 10)?;
         let expanded = |note: &str| -> Result<(Tensor, Tensor, Option<String>), TchError> {
-            Ok((expand_heads(&k, h)?, expand_heads(&v, h)?, Some(note.to_string())))
+            Ok((
+                expand_heads(&k, h)?,
+                expand_heads(&v, h)?,
+                Some(note.to_string()),
+            ))
         };
         let (k_in, v_in, note) = match variant {
-            Variant::Efficient => expanded("K/V expanded to H heads in prepare (no GQA in this kernel)")?,
+            Variant::Efficient => {
+                expanded("K/V expanded to H heads in prepare (no GQA in this kernel)")?
+            }
             // flash, cudnn and cpu_flash take GQA shapes on some builds: try those first
             Variant::Flash | Variant::Cudnn | Variant::CpuFlash => {
                 match call(variant, &q, &k, &v, causal) {
                     Ok(_) => (k.shallow_clone(), v.shallow_clone(), None),
                     Err(gqa_err) => {
-                        let (ke, ve, note) = expanded("K/V expanded to H heads in prepare (kernel refused GQA shapes)")?;
+                        let (ke, ve, note) = expanded(
+                            "K/V expanded to H heads in prepare (kernel refused GQA shapes)",
+                        )?;
                         // a backend that is missing altogether fails the same way again:
                         // report its own reason for the expanded call
                         match call(variant, &q, &ke, &ve, causal) {
@@ -196,7 +218,9 @@ impl Op for Sdpa {
         };
         let kernel = match variant {
             Variant::Auto => {
-                let choice = Tensor::f_internal_fused_sdp_choice::<Tensor>(&q, &k, &v, None, 0.0, causal, None, true)?;
+                let choice = Tensor::f_internal_fused_sdp_choice::<Tensor>(
+                    &q, &k, &v, None, 0.0, causal, None, true,
+                )?;
                 Some(atenx::sdp_backend_name(choice).to_string())
             }
             Variant::Math => Some("math".into()),

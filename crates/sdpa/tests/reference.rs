@@ -1,11 +1,16 @@
 //! Every variant against the float64 reference on random inputs, GQA (H=16, Hkv=8) decode
 //! and causal prefill; GPU-only variants must refuse the CPU with a reason.
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+
 use harness::{DType, Device, Op, Status, rel_err};
 use shapes::{ModelConfig, OpKind, Problem, Step};
 
 fn attn(step: Step) -> Problem {
     let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
-    shapes::derive(&cfg, step).into_iter().find(|p| p.op == OpKind::Sdpa).unwrap()
+    shapes::derive(&cfg, step)
+        .into_iter()
+        .find(|p| p.op == OpKind::Sdpa)
+        .unwrap()
 }
 
 #[test]
@@ -39,7 +44,9 @@ fn cpu_variants_match_float64_and_gpu_variants_say_unsupported() {
 #[test]
 fn auto_reports_the_kernel_the_dispatcher_picks() {
     let p = attn(Step::decode(1, 64));
-    let prepared = sdpa::Sdpa.prepare("auto", &p, DType::F32, Device::CPU).unwrap();
+    let prepared = sdpa::Sdpa
+        .prepare("auto", &p, DType::F32, Device::CPU)
+        .unwrap();
     let k = prepared.kernel().unwrap();
     assert!(["math", "flash"].contains(&k.as_str()), "{k}");
 }
@@ -48,12 +55,16 @@ fn auto_reports_the_kernel_the_dispatcher_picks() {
 fn the_causal_reference_is_not_the_non_causal_one() {
     // a prefill output checked against a non-causal reference must fail: the mask matters
     let p = attn(Step::prefill(1, 32));
-    let mut causal = sdpa::Sdpa.prepare("math", &p, DType::F32, Device::CPU).unwrap();
+    let mut causal = sdpa::Sdpa
+        .prepare("math", &p, DType::F32, Device::CPU)
+        .unwrap();
     let mut q = p.clone();
     if let shapes::Dims::Sdpa { ref mut causal, .. } = q.dims {
         *causal = false;
     }
-    let mut open = sdpa::Sdpa.prepare("math", &q, DType::F32, Device::CPU).unwrap();
+    let mut open = sdpa::Sdpa
+        .prepare("math", &q, DType::F32, Device::CPU)
+        .unwrap();
     let wrong = harness::Check {
         output: causal.check().unwrap().output,
         reference: open.check().unwrap().reference,

@@ -6,8 +6,8 @@
 //! - [`ModelConfig`]: one `shapes/<model>.toml`, the values of the model's `config.json`.
 //! - [`Grid`]: the sweep (`shapes/grid.toml`): batches, cache lengths, prefill lengths, dtypes.
 //! - [`Problem`]: one op at one site for one step (`phase`, `batch`, `q_len`, cache length),
-//!   with its [`Dims`], FLOPs, bytes and calls per decode step. [`derive`] makes every
-//!   problem of a step; [`Grid::problems`] every problem of a sweep.
+//!   with its [`Dims`], FLOPs, bytes and calls per decode step. [`derive()`] makes every
+//!   problem of a step; [`Profile::problems`] every problem of a sweep.
 //!
 //! ```
 //! use shapes::{ModelConfig, OpKind, Step};

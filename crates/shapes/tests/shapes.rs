@@ -1,3 +1,5 @@
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+
 use std::path::Path;
 
 use shapes::{Dims, Grid, ModelConfig, OpKind, Phase, ShapesError, Step, builtin_models, derive};

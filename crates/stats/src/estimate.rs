@@ -113,7 +113,7 @@ pub fn bootstrap_ci(
         let s = stat(xs);
         return (s, s);
     }
-    let mut rng = StdRng::seed_from_u64(0x6f70_6265_6e63_68);
+    let mut rng = StdRng::seed_from_u64(0x006f_7062_656e_6368);
     let mut buf = vec![0.0; n];
     let mut stats: Vec<f64> = (0..resamples)
         .map(|_| {

@@ -1,6 +1,6 @@
 //! Statistics for benchmark samples, with no tch and no I/O: numbers in, numbers out.
 //!
-//! - [`estimate`]: per-case median, bootstrap CI of the median, MAD, from raw
+//! - [`estimate()`]: per-case median, bootstrap CI of the median, MAD, from raw
 //!   `(iters, total_ns)` samples.
 //!
 //! Degenerate input (no samples, NaN, negative times) is a [`StatsError`], never a panic

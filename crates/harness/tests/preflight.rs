@@ -1,0 +1,104 @@
+//! Preflight turns wrong answers, missing kernels and panics into rows, never crashes.
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+
+use harness::{Check, DType, Device, Failure, Floor, Op, Prepared, Status, preflight};
+use shapes::{OpKind, Problem};
+use tch::{TchError, Tensor};
+
+/// An op that adds one too many, fails like a missing kernel, or panics, on request.
+struct Wrong(&'static str);
+
+struct WrongPrepared {
+    x: Tensor,
+    how: &'static str,
+}
+
+impl Prepared for WrongPrepared {
+    fn run(&mut self) -> Result<(), TchError> {
+        Ok(())
+    }
+    fn check(&mut self) -> Result<Check, TchError> {
+        match self.how {
+            "off" => Ok(Check {
+                output: self.x.f_add_scalar(1e-2)?,
+                reference: self.x.f_to_kind(tch::Kind::Double)?,
+            }),
+            "missing" => Err(TchError::Torch(
+                "Could not run 'aten::foo' with arguments from the 'CPU' backend.\nException raised from x".into(),
+            )),
+            "oom" => Err(TchError::Torch("CUDA out of memory. Tried to allocate 2.00 GiB".into())),
+            _ => panic!("boom"),
+        }
+    }
+}
+
+impl Op for Wrong {
+    fn kind(&self) -> OpKind {
+        OpKind::Floor
+    }
+    fn variants(&self) -> Vec<&'static str> {
+        vec!["x"]
+    }
+    fn prepare(
+        &self,
+        _: &str,
+        _: &Problem,
+        _: DType,
+        _: Device,
+    ) -> Result<Box<dyn Prepared>, Failure> {
+        let x = Tensor::f_ones([4], (tch::Kind::Float, tch::Device::Cpu))?;
+        Ok(Box::new(WrongPrepared { x, how: self.0 }))
+    }
+}
+
+fn refused(how: &'static str) -> harness::Refused {
+    match preflight(&Wrong(how), "x", &Problem::floor(), DType::F32, Device::CPU) {
+        Ok(_) => panic!("{how} was accepted"),
+        Err(r) => r,
+    }
+}
+
+#[test]
+fn a_wrong_answer_is_a_mismatch_with_its_error() {
+    let r = refused("off");
+    assert_eq!(r.failure.status, Status::Mismatch);
+    let err = r.rel_err.unwrap();
+    assert!((err - 1e-2).abs() < 1e-6, "{err}");
+    assert!(r.failure.reason.contains("exceeds"));
+}
+
+#[test]
+fn missing_kernels_oom_and_panics_become_statuses() {
+    let r = refused("missing");
+    assert_eq!(r.failure.status, Status::Unsupported);
+    assert!(
+        !r.failure.reason.contains("Exception raised from"),
+        "{}",
+        r.failure.reason
+    );
+    assert_eq!(refused("oom").failure.status, Status::Oom);
+    let p = refused("panic");
+    assert_eq!(p.failure.status, Status::Error);
+    assert!(p.failure.reason.contains("boom"));
+}
+
+#[test]
+fn the_floor_passes_preflight_on_cpu() {
+    let (mut p, err) =
+        preflight(&Floor, "add", &Problem::floor(), DType::F32, Device::CPU).unwrap();
+    assert_eq!(err, 0.0);
+    let d = harness::time_calls(p.as_mut(), Device::CPU, harness::Mode::Synced, 100).unwrap();
+    assert!(d.as_nanos() > 0);
+}
+
+#[test]
+fn asking_for_a_gpu_that_is_not_there_is_an_error() {
+    if harness::gpu_count() > 0 {
+        return;
+    }
+    let err = harness::select_devices(harness::DeviceChoice::Gpu, 0).unwrap_err();
+    assert!(err.contains("not visible"), "{err}");
+    let all = harness::select_devices(harness::DeviceChoice::All, 0).unwrap();
+    assert_eq!(all, vec![Device::CPU]);
+    assert_eq!(Device::CPU.to_string(), "cpu");
+}

@@ -1,0 +1,73 @@
+//! `opbench`: the command line over the run directories the op benches write.
+//!
+//! Verbs (DESIGN.md "CLI contract"): `shapes`, `env`, `fit`, `predict`, `compare`,
+//! `report`, `publish`. Bad input (an unknown model, a missing file or column) is a
+//! one-line error naming what is wrong and exit code 2; nothing panics.
+
+mod shapes_cmd;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Where a Qwen3 decode step's time goes on this PyTorch build: shapes, environment,
+/// fits and predictions from opbench runs.
+#[derive(Debug, Parser)]
+#[command(name = "opbench", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    verb: Verb,
+}
+
+#[derive(Debug, Subcommand)]
+enum Verb {
+    /// The per-op problems of a model's decoder step: dims, FLOPs, bytes, calls per step.
+    Shapes(shapes_cmd::Args),
+    /// This machine's environment fingerprint (libtorch, backend, device facts) as JSON.
+    Env {
+        /// Devices to describe: cpu, gpu or all visible.
+        #[arg(long, default_value = "all")]
+        device: String,
+    },
+}
+
+/// A failure of a verb: exit code and one line for stderr.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: u8,
+    pub message: String,
+}
+
+impl Failure {
+    /// Bad input: exit code 2.
+    pub fn input(message: impl Into<String>) -> Self {
+        Failure {
+            code: 2,
+            message: message.into(),
+        }
+    }
+}
+
+fn env_verb(device: &str) -> Result<u8, Failure> {
+    let choice = harness::DeviceChoice::parse(device)
+        .ok_or_else(|| Failure::input(format!("--device {device}: expected cpu, gpu or all")))?;
+    let devices = harness::select_devices(choice, 0).map_err(Failure::input)?;
+    let env = harness::EnvInfo::collect("none", &devices);
+    println!("{}", env.to_json());
+    Ok(0)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.verb {
+        Verb::Shapes(args) => shapes_cmd::run(&args),
+        Verb::Env { device } => env_verb(&device),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(f) => {
+            eprintln!("opbench: {}", f.message);
+            ExitCode::from(f.code)
+        }
+    }
+}
