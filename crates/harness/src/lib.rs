@@ -24,6 +24,7 @@
 
 pub mod config;
 pub mod device;
+pub mod devtime;
 pub mod dtype;
 pub mod env;
 pub mod floor;
@@ -36,6 +37,7 @@ pub mod timing;
 
 pub use config::Config;
 pub use device::{Backend, Device, DeviceChoice, gpu_count, load_gpu_library, select_devices};
+pub use devtime::DeviceClock;
 pub use dtype::DType;
 pub use env::EnvInfo;
 pub use floor::Floor;

@@ -153,6 +153,12 @@ pub trait Prepared {
         None
     }
 
+    /// The relative error this case may show, where it is not the dtype's single-op
+    /// tolerance ([`crate::dtype::tolerance`]): a whole forward accumulates more.
+    fn tolerance(&self) -> Option<f64> {
+        None
+    }
+
     /// Bytes one call moves, where the variant moves more than the problem's minimum
     /// (DynamicCache's `cat` copies the whole cache).
     fn bytes(&self) -> Option<u64> {

@@ -15,6 +15,7 @@ use criterion::{Criterion, SamplingMode, Throughput};
 use shapes::Problem;
 use tch::TchError;
 
+use crate::devtime::DeviceClock;
 use crate::op::{Failure, Op, Prepared, Status, first_line, rel_err};
 use crate::record::{CaseKey, ResultRow, RunDir, SampleRow, default_run_id};
 use crate::select::{RunMode, Selection};
@@ -28,6 +29,11 @@ pub enum Mode {
     Pipelined,
     /// Synchronize after every call: launch + execution + round trip.
     Synced,
+    /// GPU events around n back-to-back calls queued behind a lead, so only kernel time
+    /// counts (warm: same buffers). GPU only.
+    Device,
+    /// GPU events around each call after an L2 flush. GPU only.
+    DeviceCold,
 }
 
 impl Mode {
@@ -35,14 +41,22 @@ impl Mode {
         match self {
             Mode::Pipelined => "pipelined",
             Mode::Synced => "synced",
+            Mode::Device => "device",
+            Mode::DeviceCold => "device_cold",
         }
     }
     pub fn parse(s: &str) -> Option<Self> {
         match s {
             "pipelined" => Some(Mode::Pipelined),
             "synced" => Some(Mode::Synced),
+            "device" => Some(Mode::Device),
+            "device_cold" => Some(Mode::DeviceCold),
             _ => None,
         }
+    }
+    /// Needs GPU events (a [`DeviceClock`]).
+    pub fn is_device(self) -> bool {
+        matches!(self, Mode::Device | Mode::DeviceCold)
     }
 }
 
@@ -72,10 +86,20 @@ pub fn time_calls(
     device: Device,
     mode: Mode,
     iters: u64,
+    clock: Option<&mut DeviceClock>,
 ) -> Result<Duration, TchError> {
+    if mode.is_device() {
+        let clock = clock.ok_or_else(|| TchError::Kind("device-side timing needs a GPU".into()))?;
+        return if mode == Mode::Device {
+            clock.time(p, iters)
+        } else {
+            clock.time_cold(p, iters)
+        };
+    }
     device.sync();
     let t0 = Instant::now();
     match mode {
+        Mode::Device | Mode::DeviceCold => unreachable!("handled above"),
         Mode::Pipelined => {
             for _ in 0..iters {
                 p.run()?;
@@ -135,7 +159,7 @@ fn preflight_inner(
     let check = p.check().map_err(|e| refuse(e.into()))?;
     let err = rel_err(&check).map_err(|e| refuse(e.into()))?;
     drop(check);
-    let tol = dtype::tolerance(dt);
+    let tol = p.tolerance().unwrap_or_else(|| dtype::tolerance(dt));
     // NaN (a kernel that produced NaN) is a mismatch too
     if err.is_nan() || err > tol {
         return Err(Refused {
@@ -302,7 +326,14 @@ pub fn bench_op(c: &mut Criterion, op: &dyn Op) {
     let mut group = c.benchmark_group(op.kind().as_str());
     group.sampling_mode(SamplingMode::Flat);
     let problems = op.problems(&config);
+    let wants_clock = config.modes.iter().any(|m| m.is_device()) && selection.mode != RunMode::List;
     for &device in &devices {
+        // one clock per GPU, made only when a device mode is asked for
+        let mut clock: Result<DeviceClock, String> = if wants_clock {
+            DeviceClock::new(device).map_err(|e| first_line(&e.to_string()))
+        } else {
+            Err("no device mode asked for".into())
+        };
         for dt in config.dtypes_for(device.is_gpu()) {
             for problem in &problems {
                 for variant in op.variants() {
@@ -338,6 +369,15 @@ pub fn bench_op(c: &mut Criterion, op: &dyn Op) {
                         }
                     };
                     for (mode, key) in &keys {
+                        if mode.is_device() {
+                            if let Err(why) = &clock {
+                                let mut row =
+                                    base_row(&run_id, key, problem, dt, Status::Unsupported);
+                                row.note = Some(why.clone());
+                                sink.write(&row, &[]);
+                                continue;
+                            }
+                        }
                         let row = time_case(
                             &mut group,
                             prepared.as_mut(),
@@ -345,6 +385,7 @@ pub fn bench_op(c: &mut Criterion, op: &dyn Op) {
                             key,
                             &run_id,
                             samples_per_case,
+                            clock.as_mut().ok(),
                         );
                         let (mut row, samples) = row;
                         row.max_rel_err = Some(err);
@@ -380,6 +421,7 @@ fn time_case(
     key: &CaseKey,
     run_id: &str,
     samples_per_case: usize,
+    mut clock: Option<&mut DeviceClock>,
 ) -> (ResultRow, Vec<SampleRow>) {
     let bytes = prepared.bytes().unwrap_or_else(|| problem.bytes(dt.size()));
     group.throughput(Throughput::ElementsAndBytes {
@@ -394,7 +436,7 @@ fn time_case(
                 if failed.borrow().is_some() {
                     return Duration::from_nanos(iters);
                 }
-                match time_calls(prepared, device, mode, iters) {
+                match time_calls(prepared, device, mode, iters, clock.as_deref_mut()) {
                     Ok(d) => {
                         record.borrow_mut().push((iters, d.as_nanos() as f64));
                         d

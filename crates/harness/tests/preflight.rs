@@ -87,7 +87,9 @@ fn the_floor_passes_preflight_on_cpu() {
     let (mut p, err) =
         preflight(&Floor, "add", &Problem::floor(), DType::F32, Device::CPU).unwrap();
     assert_eq!(err, 0.0);
-    let d = harness::time_calls(p.as_mut(), Device::CPU, harness::Mode::Synced, 100).unwrap();
+    let d = harness::time_calls(p.as_mut(), Device::CPU, harness::Mode::Synced, 100, None).unwrap();
+    assert!(harness::time_calls(p.as_mut(), Device::CPU, harness::Mode::Device, 1, None).is_err());
+    assert!(harness::DeviceClock::new(Device::CPU).is_err());
     assert!(d.as_nanos() > 0);
 }
 

@@ -4,6 +4,9 @@
 //! `report`, `publish`. Bad input (an unknown model, a missing file or column) is a
 //! one-line error naming what is wrong and exit code 2; nothing panics.
 
+mod fit_cmd;
+mod predict_cmd;
+mod run;
 mod shapes_cmd;
 
 use std::process::ExitCode;
@@ -29,6 +32,13 @@ enum Verb {
         #[arg(long, default_value = "all")]
         device: String,
     },
+    /// Fit overhead + work/rate per series of a run; writes RUN/fits.csv.
+    Fit {
+        /// The run directory (target/opbench/runs/<id>).
+        run: std::path::PathBuf,
+    },
+    /// Compose a decode step from a run's measurements and fits: ms/step, tokens/s, breakdown.
+    Predict(predict_cmd::Args),
 }
 
 /// A failure of a verb: exit code and one line for stderr.
@@ -58,10 +68,18 @@ fn env_verb(device: &str) -> Result<u8, Failure> {
 }
 
 fn main() -> ExitCode {
+    // `opbench fit RUN | head` should end quietly, as other command-line tools do
+    #[cfg(unix)]
+    // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     let result = match cli.verb {
         Verb::Shapes(args) => shapes_cmd::run(&args),
         Verb::Env { device } => env_verb(&device),
+        Verb::Fit { run } => fit_cmd::run(&run),
+        Verb::Predict(args) => predict_cmd::run(&args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -26,4 +26,4 @@ mod problem;
 
 pub use config::{ModelConfig, ShapesError, builtin_models, shapes_dir};
 pub use grid::{DTypeName, Grid, Profile};
-pub use problem::{Dims, OpKind, Phase, Problem, Step, derive};
+pub use problem::{Dims, OpKind, Phase, Problem, Step, StepWork, derive, step_work};

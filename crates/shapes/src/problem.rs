@@ -17,16 +17,19 @@ pub enum OpKind {
     KvCache,
     /// The dispatch floor: the smallest op there is (a one-element add).
     Floor,
+    /// A whole decoder forward (site `step`): what the ops add up to.
+    Decode,
 }
 
 impl OpKind {
-    pub const ALL: [OpKind; 6] = [
+    pub const ALL: [OpKind; 7] = [
         OpKind::Linear,
         OpKind::RmsNorm,
         OpKind::Rope,
         OpKind::Sdpa,
         OpKind::KvCache,
         OpKind::Floor,
+        OpKind::Decode,
     ];
     /// The name used in CSV and as the crate name.
     pub fn as_str(self) -> &'static str {
@@ -37,6 +40,7 @@ impl OpKind {
             OpKind::Sdpa => "sdpa",
             OpKind::KvCache => "kvcache",
             OpKind::Floor => "floor",
+            OpKind::Decode => "decode",
         }
     }
     pub fn parse(s: &str) -> Option<Self> {
@@ -150,6 +154,14 @@ pub enum Dims {
     },
     /// An elementwise op over `numel` elements (the dispatch floor).
     Elementwise { numel: usize },
+    /// A whole forward of a dense model: `batch` sequences, `q_len` new tokens on
+    /// `cache_len` cached ones.
+    Step {
+        batch: usize,
+        q_len: usize,
+        cache_len: usize,
+        layers: usize,
+    },
 }
 
 impl fmt::Display for Dims {
@@ -192,6 +204,15 @@ impl fmt::Display for Dims {
                  head_dim={head_dim}"
             ),
             Dims::Elementwise { numel } => write!(f, "numel={numel}"),
+            Dims::Step {
+                batch,
+                q_len,
+                cache_len,
+                layers,
+            } => write!(
+                f,
+                "batch={batch} q_len={q_len} cache_len={cache_len} layers={layers}"
+            ),
         }
     }
 }
@@ -217,6 +238,28 @@ pub struct Problem {
     pub eps: f64,
     /// Cache position of the first new token (L), for rope and kvcache.
     pub cache_len: usize,
+    /// What a whole forward reads and computes (op `decode` only).
+    pub step_work: Option<StepWork>,
+}
+
+/// The work of one whole forward of a dense model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepWork {
+    /// FLOPs: 2 per multiply-add of every projection (lm_head on the last token of each
+    /// sequence only) plus attention as the sdpa site counts it.
+    pub flops: u64,
+    /// Weight elements read once per forward: every layer's projections and norms, the
+    /// final norm, lm_head, and the B embedding rows looked up.
+    pub weight_elems: u64,
+    /// KV-cache elements read by attention: 2 · layers · B · Hkv · (L+q) · D.
+    pub kv_elems: u64,
+}
+
+impl StepWork {
+    /// Bytes of KV cache the step holds after it (for the footprint note).
+    pub fn kv_bytes(&self, elem: usize) -> u64 {
+        self.kv_elems * elem as u64
+    }
 }
 
 impl Problem {
@@ -265,6 +308,7 @@ impl Problem {
             } => 4 * u(batch) * u(q_heads) * u(head_dim) * attended_pairs(q_len, kv_len, causal),
             Dims::KvCache { .. } => 0,
             Dims::Elementwise { numel } => u(numel),
+            Dims::Step { .. } => self.step_work.map_or(0, |w| w.flops),
         }
     }
 
@@ -320,6 +364,9 @@ impl Problem {
             } => 2 * u(batch) * u(kv_heads) * u(new_len) * u(head_dim) * e,
             // two inputs read, one output written
             Dims::Elementwise { numel } => 3 * u(numel) * e,
+            Dims::Step { .. } => self
+                .step_work
+                .map_or(0, |w| (w.weight_elems + w.kv_elems) * e),
         }
     }
 }
@@ -340,7 +387,31 @@ impl Problem {
             rope_theta: 0.0,
             eps: 0.0,
             cache_len: 0,
+            step_work: None,
         }
+    }
+}
+
+/// The work of a whole forward of a dense model (see [`StepWork`]).
+pub fn step_work(cfg: &ModelConfig, step: Step) -> StepWork {
+    let u = |x: usize| x as u64;
+    let (e, h, hkv, d, i, v) = (
+        u(cfg.hidden_size),
+        u(cfg.num_attention_heads),
+        u(cfg.num_key_value_heads),
+        u(cfg.head_dim),
+        u(cfg.intermediate_size),
+        u(cfg.vocab_size),
+    );
+    let layers = u(cfg.num_hidden_layers);
+    let (b, t) = (u(step.batch), u(step.tokens()));
+    let proj = h * d * e + 2 * hkv * d * e + e * h * d + 3 * e * i;
+    let norms = 2 * e + 2 * d;
+    let pairs = attended_pairs(step.q_len, step.kv_len(), step.phase == Phase::Prefill);
+    StepWork {
+        flops: layers * (2 * t * proj + 4 * b * h * d * pairs) + 2 * b * v * e,
+        weight_elems: layers * (proj + norms) + e + v * e + b * e,
+        kv_elems: 2 * layers * b * hkv * u(step.kv_len()) * d,
     }
 }
 
@@ -384,6 +455,7 @@ pub fn derive(cfg: &ModelConfig, step: Step) -> Vec<Problem> {
         rope_theta: cfg.rope_theta,
         eps: cfg.rms_norm_eps,
         cache_len: l,
+        step_work: None,
     };
     let lin =
         |site, m, n, k, calls| mk(OpKind::Linear, site, None, Dims::Linear { m, n, k }, calls);
@@ -449,6 +521,22 @@ pub fn derive(cfg: &ModelConfig, step: Step) -> Vec<Problem> {
         },
         layers,
     ));
+    if !cfg.is_moe() {
+        let mut step_problem = mk(
+            OpKind::Decode,
+            "step",
+            Some(step.kv_len()),
+            Dims::Step {
+                batch: b,
+                q_len: q,
+                cache_len: l,
+                layers,
+            },
+            1,
+        );
+        step_problem.step_work = Some(step_work(cfg, step));
+        out.push(step_problem);
+    }
     for site in ["k", "v"] {
         out.push(mk(
             OpKind::KvCache,

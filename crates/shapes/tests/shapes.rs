@@ -219,3 +219,25 @@ fn grid_profiles_and_dedup() {
         "{bad}"
     );
 }
+
+#[test]
+fn a_whole_step_reads_every_weight_once() {
+    let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
+    let ps = derive(&cfg, Step::decode(1, 1024));
+    let step = find(&ps, OpKind::Decode, "step");
+    let w = step.step_work.unwrap();
+    // Qwen3-0.6B: ~0.44B non-embedding parameters + 0.156B tied embedding (lm_head)
+    let params = w.weight_elems as f64;
+    assert!((0.59e9..0.61e9).contains(&params), "{params}");
+    // KV read: 2 · 28 layers · 8 heads · 1025 · 128
+    assert_eq!(w.kv_elems, 2 * 28 * 8 * 1025 * 128);
+    assert_eq!(step.bytes(2), (w.weight_elems + w.kv_elems) * 2);
+    // the step's FLOPs are the projections' and attention's of the per-site problems
+    let per_site: u64 = ps
+        .iter()
+        .filter(|p| p.op == OpKind::Linear && !["qkv_proj", "gate_up_proj"].contains(&p.site))
+        .map(|p| p.flops() * p.calls_per_step as u64)
+        .sum::<u64>()
+        + find(&ps, OpKind::Sdpa, "attn").flops() * 28;
+    assert_eq!(step.flops(), per_site);
+}

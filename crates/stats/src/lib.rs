@@ -2,13 +2,18 @@
 //!
 //! - [`estimate()`]: per-case median, bootstrap CI of the median, MAD, from raw
 //!   `(iters, total_ns)` samples.
+//! - [`fit`]: per series, `t = overhead + work / rate` and `t = max(overhead, work / rate)`
+//!   by weighted least squares with Student-t intervals, the better one by AIC, the
+//!   crossover batch and the overhead share.
 //!
 //! Degenerate input (no samples, NaN, negative times) is a [`StatsError`], never a panic
 //! and never a NaN in a result.
 
 pub mod estimate;
+pub mod fit;
 
 pub use estimate::{Estimate, bootstrap_ci, estimate, mad, median, per_call};
+pub use fit::{Fit, ModelKind, Point, crossover_batch, fit_affine, fit_best, fit_floor};
 
 /// What these functions refuse.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -1,0 +1,270 @@
+//! A whole Qwen3 decode step, measured end to end, so the per-op model can be checked
+//! against the real thing.
+//!
+//! [`model::forward`] is a Qwen3 decoder written with tch at the real shapes of any dense
+//! model file — embedding; per layer input RMSNorm, q/k/v projections, q_norm/k_norm,
+//! RoPE, cache update, SDPA with GQA, o_proj, residual, post RMSNorm, SwiGLU MLP,
+//! residual; final norm; lm_head on the last token; greedy argmax. Weights are random from
+//! a fixed seed: nothing is downloaded, and timing does not depend on the values.
+//!
+//! Variants (op `decode`, site `step`) are the profiles `opbench predict` composes:
+//! - `hf-eager`: transformers' modeling_qwen3 op for op (composed RMSNorm, separate
+//!   projections, rotate_half RoPE, DynamicCache `cat`, `sdpa(enable_gqa=True)`).
+//! - `fused`: aten `rms_norm`, fused QKV and gate-up projections, a static cache written
+//!   with `index_copy_` (attention over its filled prefix).
+//!
+//! A decode case is one step of B sequences at cache length L (every timed call starts from
+//! the same L-long cache); a prefill case is the whole prompt of S tokens into an empty
+//! cache (time to first token). Each row's note gives the weight and KV-cache footprint; a
+//! case that does not fit is an `oom` row.
+//!
+//! Reference: the float64 CPU forward of the same weights, inputs and cache for the first
+//! sequence; its logits are compared with the case's.
+
+pub mod model;
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use harness::{Check, DType, Device, Failure, Op, Prepared, dtype};
+use model::{Cache, Flavor, Weights, forward, fuse, random_weights};
+use shapes::{Dims, ModelConfig, OpKind, Phase, Problem};
+use tch::{Kind, TchError, Tensor};
+
+/// The whole-step op.
+#[derive(Debug, Default)]
+pub struct Decode {
+    /// The last model built, reused across the cases of one model, dtype and device.
+    weights: RefCell<Option<(String, Rc<RefCell<Weights>>)>>,
+    /// Its float64 CPU copy, made on the first check.
+    reference: RefCell<Option<(String, Rc<Weights>)>>,
+}
+
+/// Largest relative logit error a whole forward may show against float64: every layer adds
+/// its rounding to the residual stream, so the bound is wider than a single op's. Seen on
+/// Qwen3-0.6B on the CPU: f16 ≈ 3e-3, bf16 ≈ 2.5e-2; the bounds leave room for GPU kernels
+/// that reduce in lower precision.
+pub fn tolerance(dt: DType) -> f64 {
+    match dt {
+        DType::F32 => 1e-3,
+        DType::F16 => 1.5e-2,
+        DType::BF16 => 1e-1,
+    }
+}
+
+struct PreparedStep {
+    weights: Rc<RefCell<Weights>>,
+    reference: Rc<Weights>,
+    ids: Tensor,
+    caches: Vec<Cache>,
+    /// The cache contents at L (before any step), to rebuild the reference's cache.
+    cache_init: Vec<(Tensor, Tensor)>,
+    pos0: i64,
+    flavor: Flavor,
+    note: String,
+    tol: f64,
+}
+
+impl Prepared for PreparedStep {
+    fn run(&mut self) -> Result<(), TchError> {
+        let w = self.weights.borrow();
+        let logits = forward(
+            &w,
+            &self.ids,
+            self.pos0,
+            &mut self.caches,
+            self.flavor,
+            false,
+        )?;
+        // greedy choice of the next token, as generate() makes it
+        drop(logits.f_argmax(-1, false)?);
+        Ok(())
+    }
+
+    fn check(&mut self) -> Result<Check, TchError> {
+        let w = self.weights.borrow();
+        let output = forward(
+            &w,
+            &self.ids,
+            self.pos0,
+            &mut self.caches,
+            self.flavor,
+            false,
+        )?
+        .f_narrow(0, 0, 1)?;
+        let ids = self.ids.f_narrow(0, 0, 1)?.f_to_device(tch::Device::Cpu)?;
+        let mut caches = self
+            .cache_init
+            .iter()
+            .map(|(k, v)| {
+                let c = |t: &Tensor| {
+                    t.f_narrow(0, 0, 1)?
+                        .f_to_device(tch::Device::Cpu)?
+                        .f_to_kind(Kind::Double)
+                };
+                Ok(if self.pos0 == 0 {
+                    Cache::Dynamic { k: None, v: None }
+                } else {
+                    Cache::Dynamic {
+                        k: Some(c(k)?),
+                        v: Some(c(v)?),
+                    }
+                })
+            })
+            .collect::<Result<Vec<_>, TchError>>()?;
+        let reference = forward(
+            &self.reference,
+            &ids,
+            self.pos0,
+            &mut caches,
+            Flavor::Reference,
+            false,
+        )?;
+        Ok(Check { output, reference })
+    }
+
+    fn note(&self) -> Option<String> {
+        Some(self.note.clone())
+    }
+
+    fn tolerance(&self) -> Option<f64> {
+        Some(self.tol)
+    }
+}
+
+impl Decode {
+    fn weights_for(
+        &self,
+        cfg: &ModelConfig,
+        dt: DType,
+        device: Device,
+    ) -> Result<Rc<RefCell<Weights>>, TchError> {
+        let key = format!("{}/{dt}/{device}", cfg.name);
+        let mut slot = self.weights.borrow_mut();
+        if let Some((k, w)) = slot.as_ref() {
+            if *k == key {
+                return Ok(w.clone());
+            }
+        }
+        // free the previous model before making the next
+        *slot = None;
+        *self.reference.borrow_mut() = None;
+        let w = Rc::new(RefCell::new(random_weights(
+            cfg,
+            dtype::kind(dt),
+            device.tch(),
+            false,
+        )?));
+        *slot = Some((key, w.clone()));
+        Ok(w)
+    }
+
+    fn reference_for(&self, w: &Rc<RefCell<Weights>>, key: &str) -> Result<Rc<Weights>, TchError> {
+        let mut slot = self.reference.borrow_mut();
+        if let Some((k, r)) = slot.as_ref() {
+            if k == key {
+                return Ok(r.clone());
+            }
+        }
+        let r = Rc::new(w.borrow().to_reference()?);
+        *slot = Some((key.to_string(), r.clone()));
+        Ok(r)
+    }
+}
+
+impl Op for Decode {
+    fn kind(&self) -> OpKind {
+        OpKind::Decode
+    }
+
+    fn variants(&self) -> Vec<&'static str> {
+        vec!["hf-eager", "fused"]
+    }
+
+    fn prepare(
+        &self,
+        variant: &str,
+        problem: &Problem,
+        dt: DType,
+        device: Device,
+    ) -> Result<Box<dyn Prepared>, Failure> {
+        let Dims::Step {
+            batch,
+            q_len,
+            cache_len,
+            ..
+        } = problem.dims
+        else {
+            return Err(Failure::error(format!("decode got dims {}", problem.dims)));
+        };
+        let flavor = match variant {
+            "hf-eager" => Flavor::HfEager,
+            "fused" => Flavor::Fused,
+            other => return Err(Failure::error(format!("unknown decode profile `{other}`"))),
+        };
+        let cfg =
+            ModelConfig::by_name(&problem.model).map_err(|e| Failure::error(e.to_string()))?;
+        let weights = self.weights_for(&cfg, dt, device)?;
+        if flavor == Flavor::Fused {
+            for l in weights.borrow_mut().layers.iter_mut() {
+                fuse(l)?;
+            }
+        }
+        let reference = self.reference_for(&weights, &format!("{}/{dt}/{device}", cfg.name))?;
+        let (b, q, l) = (batch as i64, q_len as i64, cache_len as i64);
+        let (hkv, d) = (cfg.num_key_value_heads as i64, cfg.head_dim as i64);
+        let kind = dtype::kind(dt);
+        let dev = device.tch();
+        tch::manual_seed(99);
+        let ids = Tensor::f_randint(cfg.vocab_size as i64, [b, q], (Kind::Int64, dev))?;
+        let mut caches = Vec::with_capacity(cfg.num_hidden_layers);
+        let mut cache_init = Vec::with_capacity(cfg.num_hidden_layers);
+        for _ in 0..cfg.num_hidden_layers {
+            let k = Tensor::f_randn([b, hkv, l, d], (Kind::Float, dev))?.f_to_kind(kind)?;
+            let v = Tensor::f_randn([b, hkv, l, d], (Kind::Float, dev))?.f_to_kind(kind)?;
+            caches.push(match flavor {
+                Flavor::Fused => {
+                    let buf = |t: &Tensor| -> Result<Tensor, TchError> {
+                        let out = Tensor::f_zeros([b, hkv, l + q, d], (kind, dev))?;
+                        out.f_narrow(2, 0, l)?.f_copy_(t)?;
+                        Ok(out)
+                    };
+                    Cache::Static {
+                        k: buf(&k)?,
+                        v: buf(&v)?,
+                    }
+                }
+                _ if l == 0 => Cache::Dynamic { k: None, v: None },
+                _ => Cache::Dynamic {
+                    k: Some(k.shallow_clone()),
+                    v: Some(v.shallow_clone()),
+                },
+            });
+            cache_init.push((k, v));
+        }
+        let weight_bytes = weights.borrow().bytes();
+        let kv_bytes =
+            2 * cfg.num_hidden_layers as u64 * (b * hkv * (l + q) * d) as u64 * dt.size() as u64;
+        let phase = if problem.phase == Phase::Prefill {
+            "prefill (time to first token)"
+        } else {
+            "one decode step"
+        };
+        let note = format!(
+            "{phase}; weights {:.0} MiB, KV cache {:.0} MiB; random weights, fixed seed",
+            weight_bytes as f64 / 1048576.0,
+            kv_bytes as f64 / 1048576.0
+        );
+        Ok(Box::new(PreparedStep {
+            weights,
+            reference,
+            ids,
+            caches,
+            cache_init,
+            pos0: l,
+            flavor,
+            note,
+            tol: tolerance(dt),
+        }))
+    }
+}

@@ -1,0 +1,206 @@
+//! Device-side timing: what the kernels take, without the host's dispatch and launch.
+//!
+//! GPU events bracket n back-to-back calls on the stream PyTorch uses ([`atenx::DeviceTimer`],
+//! c10's device-generic event, so one binary serves CUDA and ROCm). Events alone are not
+//! enough: when the host launches more slowly than the GPU runs (the usual decode case), the
+//! GPU idles between kernels and the events would time the host again. So before each chunk
+//! of calls the stream is given a *lead*: a delay kernel long enough for the host to queue
+//! the whole chunk behind it. The calls then run back to back, and the events see only
+//! device time. The delay is `at::cuda::sleep` (a spin kernel in libtorch's GPU library)
+//! where it can be found, else a chain of matrix products; its length is set from the
+//! host's measured enqueue time, and a chunk whose enqueue outlasted its lead is redone with
+//! a longer one.
+//!
+//! These are *warm* figures: the same buffers every call, so a decode-sized case may be
+//! served from L2. [`DeviceClock::time_cold`] flushes L2 (writes a buffer twice its size)
+//! before every call and times each call with its own events.
+
+use std::time::{Duration, Instant};
+
+use tch::{Kind, TchError, Tensor};
+
+use crate::Device;
+use crate::device::load_gpu_library;
+use crate::op::Prepared;
+
+/// Calls per chunk: well inside the launch queue's depth, so the host never blocks on a
+/// full queue while the lead runs.
+const CHUNK: u64 = 256;
+
+type SleepFn = unsafe extern "C" fn(i64);
+
+enum Delay {
+    /// `at::cuda::sleep(cycles)`, with the cycles per ns measured at start.
+    Sleep { f: SleepFn, cycles_per_ns: f64 },
+    /// Matrix products of a square matrix, with the time of one measured at start.
+    Matmul { a: Tensor, ns_per_op: f64 },
+}
+
+/// Events, a delay kernel and the host's enqueue rate for one GPU.
+pub struct DeviceClock {
+    device: Device,
+    timer: atenx::DeviceTimer,
+    delay: Delay,
+    host_ns_per_call: f64,
+    flush: Option<Tensor>,
+    l2_bytes: u64,
+}
+
+impl std::fmt::Debug for DeviceClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceClock")
+            .field("device", &self.device)
+            .field("delay", &self.delay_name())
+            .finish()
+    }
+}
+
+/// `at::cuda::sleep` from the loaded GPU library (the HIP build keeps the `at::cuda`
+/// namespace), by its mangled name.
+fn find_sleep() -> Option<SleepFn> {
+    let lib = load_gpu_library()?;
+    // SAFETY: the library is already loaded (this only takes another reference); the symbol
+    // is `void at::cuda::sleep(int64_t)`, whose calling convention on x86-64 SysV and
+    // Windows x64 is the C one for one integer argument.
+    unsafe {
+        let lib = libloading::Library::new(&lib).ok()?;
+        let names: [&[u8]; 2] = [b"_ZN2at4cuda5sleepEl\0", b"?sleep@cuda@at@@YAX_J@Z\0"];
+        let f = names
+            .iter()
+            .find_map(|n| lib.get::<SleepFn>(n).ok().map(|s| *s))?;
+        std::mem::forget(lib);
+        Some(f)
+    }
+}
+
+impl DeviceClock {
+    /// Set up events and calibrate the delay on `device` (a GPU).
+    pub fn new(device: Device) -> Result<Self, TchError> {
+        if !device.is_gpu() {
+            return Err(TchError::Kind(
+                "device-side timing needs a GPU (CPU calls complete before they return)".into(),
+            ));
+        }
+        let mut timer = atenx::DeviceTimer::new(device.index)?;
+        let delay = match find_sleep() {
+            Some(f) => {
+                let cycles = 2_000_000i64;
+                device.sync();
+                // first call loads the kernel; time the second
+                unsafe { f(1000) };
+                timer.start()?;
+                unsafe { f(cycles) };
+                timer.stop()?;
+                let ns = timer.elapsed_ms()? * 1e6;
+                Delay::Sleep {
+                    f,
+                    cycles_per_ns: cycles as f64 / ns.max(1.0),
+                }
+            }
+            None => {
+                let a = Tensor::f_randn([2048, 2048], (Kind::Float, device.tch()))?;
+                drop(a.f_matmul(&a)?);
+                timer.start()?;
+                for _ in 0..4 {
+                    drop(a.f_matmul(&a)?);
+                }
+                timer.stop()?;
+                let ns = timer.elapsed_ms()? * 1e6 / 4.0;
+                Delay::Matmul {
+                    a,
+                    ns_per_op: ns.max(1.0),
+                }
+            }
+        };
+        let facts = match device.backend {
+            crate::Backend::Hip => crate::gpu_facts::hip(device.index),
+            _ => crate::gpu_facts::cuda(device.index),
+        };
+        Ok(DeviceClock {
+            device,
+            timer,
+            delay,
+            host_ns_per_call: 20_000.0,
+            flush: None,
+            // unknown L2 (HIP): assume 128 MiB, larger than any current GPU's last level
+            l2_bytes: facts.l2_cache_bytes.unwrap_or(128 << 20),
+        })
+    }
+
+    pub fn delay_name(&self) -> &'static str {
+        match self.delay {
+            Delay::Sleep { .. } => "at::cuda::sleep",
+            Delay::Matmul { .. } => "matmul chain",
+        }
+    }
+
+    fn lead(&self, ns: f64) -> Result<(), TchError> {
+        match &self.delay {
+            Delay::Sleep { f, cycles_per_ns } => {
+                // SAFETY: see find_sleep; enqueues one spin kernel on the current stream.
+                unsafe { f((ns * cycles_per_ns) as i64) };
+            }
+            Delay::Matmul { a, ns_per_op } => {
+                for _ in 0..(ns / ns_per_op).ceil() as usize {
+                    drop(a.f_matmul(a)?);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Device time of `iters` back-to-back calls of `p` (warm: same buffers).
+    pub fn time(&mut self, p: &mut dyn Prepared, iters: u64) -> Result<Duration, TchError> {
+        let mut total_ns = 0.0;
+        let mut left = iters;
+        while left > 0 {
+            let chunk = left.min(CHUNK);
+            let mut lead = (1.25 * self.host_ns_per_call * chunk as f64).max(50_000.0);
+            let mut tries = 0;
+            loop {
+                self.device.sync();
+                self.lead(lead)?;
+                let t0 = Instant::now();
+                self.timer.start()?;
+                for _ in 0..chunk {
+                    p.run()?;
+                }
+                self.timer.stop()?;
+                let host = t0.elapsed().as_nanos() as f64;
+                let device_ns = self.timer.elapsed_ms()? * 1e6;
+                self.host_ns_per_call = host / chunk as f64;
+                tries += 1;
+                // the lead covered the host's enqueue: the calls ran back to back
+                if host < lead || tries >= 4 {
+                    total_ns += device_ns;
+                    break;
+                }
+                lead = 1.5 * host;
+            }
+            left -= chunk;
+        }
+        Ok(Duration::from_nanos(total_ns.round() as u64))
+    }
+
+    /// Device time of `iters` calls, each after an L2 flush (cold): a buffer of twice the
+    /// L2 size is overwritten before every call, and each call is timed by its own pair of
+    /// events.
+    pub fn time_cold(&mut self, p: &mut dyn Prepared, iters: u64) -> Result<Duration, TchError> {
+        if self.flush.is_none() {
+            let n = (2 * self.l2_bytes.max(1 << 20) / 4) as i64;
+            self.flush = Some(Tensor::f_zeros([n], (Kind::Float, self.device.tch()))?);
+        }
+        let mut total_ns = 0.0;
+        for _ in 0..iters {
+            if let Some(buf) = self.flush.as_mut() {
+                drop(buf.f_fill_(1.0)?);
+            }
+            self.lead(50_000.0)?;
+            self.timer.start()?;
+            p.run()?;
+            self.timer.stop()?;
+            total_ns += self.timer.elapsed_ms()? * 1e6;
+        }
+        Ok(Duration::from_nanos(total_ns.round() as u64))
+    }
+}
