@@ -181,8 +181,9 @@ impl Weights {
         })
     }
 
-    /// Bytes the weights take on their device (tied lm_head counted once).
-    pub fn bytes(&self) -> u64 {
+    /// Bytes the weights a flavor uses take on their device (tied lm_head counted once;
+    /// the fused QKV and gate-up copies only for the fused flavor).
+    pub fn bytes(&self, flavor: Flavor) -> u64 {
         let size = |t: &Tensor| (t.numel() * t.kind().elt_size_in_bytes()) as u64;
         let mut total = size(&self.embed) + size(&self.final_norm);
         if !self.cfg.tie_word_embeddings {
@@ -204,8 +205,10 @@ impl Weights {
             ] {
                 total += size(t);
             }
-            for t in [&l.qkv, &l.gate_up].into_iter().flatten() {
-                total += size(t);
+            if flavor == Flavor::Fused {
+                for t in [&l.qkv, &l.gate_up].into_iter().flatten() {
+                    total += size(t);
+                }
             }
         }
         total
@@ -306,6 +309,15 @@ pub fn forward(
     let rope = |x: &Tensor| -> Result<Tensor, TchError> {
         x.f_mul(&cos)?.f_add(&rotate_half(x)?.f_mul(&sin)?)
     };
+    // StaticCache's cache_position: made once per forward
+    let at = match caches.first() {
+        Some(Cache::Static { .. }) => Some(Tensor::f_arange_start(
+            pos0,
+            pos0 + q,
+            (Kind::Int64, device),
+        )?),
+        _ => None,
+    };
 
     for (layer, cache) in w.layers.iter().zip(caches.iter_mut()) {
         let residual = hs.shallow_clone();
@@ -350,9 +362,11 @@ pub fn forward(
                 (k_all, v_all)
             }
             Cache::Static { k, v } => {
-                let at = Tensor::f_arange_start(pos0, pos0 + q, (Kind::Int64, device))?;
-                let k = k.f_index_copy_(2, &at, &ks)?;
-                let v = v.f_index_copy_(2, &at, &vs)?;
+                let at = at
+                    .as_ref()
+                    .ok_or_else(|| TchError::Kind("static cache without positions".into()))?;
+                let k = k.f_index_copy_(2, at, &ks)?;
+                let v = v.f_index_copy_(2, at, &vs)?;
                 (k.f_narrow(2, 0, pos0 + q)?, v.f_narrow(2, 0, pos0 + q)?)
             }
         };

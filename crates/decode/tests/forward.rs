@@ -34,7 +34,10 @@ fn caches(n: usize, flavor: Flavor, kv: Option<(&Tensor, &Tensor)>, lmax: i64) -
             (Flavor::Fused, _) => {
                 let s = kv.map(|(k, _)| k.size()).unwrap_or(vec![2, 2, 0, 32]);
                 let mk = |t: Option<&Tensor>| {
-                    let buf = Tensor::zeros([s[0], s[1], lmax, s[3]], (t.map_or(Kind::Float, |t| t.kind()), tch::Device::Cpu));
+                    let buf = Tensor::zeros(
+                        [s[0], s[1], lmax, s[3]],
+                        (t.map_or(Kind::Float, |t| t.kind()), tch::Device::Cpu),
+                    );
                     if let Some(t) = t {
                         buf.narrow(2, 0, t.size()[2]).copy_(t);
                     }
@@ -73,10 +76,24 @@ fn tiny_model_matches_float64_and_profiles_agree() {
         let second = forward(weights, &next, 5, &mut c, flavor, true).unwrap();
         out.push((first.to_kind(Kind::Double), second.to_kind(Kind::Double)));
     }
-    let err = |a: &Tensor, b: &Tensor| rel_err(&harness::Check { output: a.shallow_clone(), reference: b.shallow_clone() }).unwrap();
+    let err = |a: &Tensor, b: &Tensor| {
+        rel_err(&harness::Check {
+            output: a.shallow_clone(),
+            reference: b.shallow_clone(),
+        })
+        .unwrap()
+    };
     for (i, name) in ["hf-eager", "fused"].iter().enumerate() {
-        assert!(err(&out[i].0, &out[2].0) < 1e-5, "{name} prefill {}", err(&out[i].0, &out[2].0));
-        assert!(err(&out[i].1, &out[2].1) < 1e-5, "{name} decode {}", err(&out[i].1, &out[2].1));
+        assert!(
+            err(&out[i].0, &out[2].0) < 1e-5,
+            "{name} prefill {}",
+            err(&out[i].0, &out[2].0)
+        );
+        assert!(
+            err(&out[i].1, &out[2].1) < 1e-5,
+            "{name} decode {}",
+            err(&out[i].1, &out[2].1)
+        );
     }
     assert!(err(&out[0].1, &out[1].1) < 1e-5);
     // the decode step really used the cache: a fresh forward of the new token alone differs
@@ -91,7 +108,10 @@ fn the_op_checks_both_profiles_at_real_shapes() {
     let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
     let op = decode::Decode::default();
     for step in [Step::decode(2, 16), Step::prefill(1, 8)] {
-        let p = shapes::derive(&cfg, step).into_iter().find(|p| p.op == OpKind::Decode).unwrap();
+        let p = shapes::derive(&cfg, step)
+            .into_iter()
+            .find(|p| p.op == OpKind::Decode)
+            .unwrap();
         for v in op.variants() {
             let (mut prepared, err) = harness::preflight(&op, v, &p, DType::F32, Device::CPU)
                 .unwrap_or_else(|r| panic!("{v}: {:?}", r.failure));

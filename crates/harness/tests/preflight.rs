@@ -94,6 +94,14 @@ fn the_floor_passes_preflight_on_cpu() {
 }
 
 #[test]
+fn the_view_floor_launches_nothing_and_checks() {
+    let (mut p, err) =
+        preflight(&Floor, "view", &Problem::floor(), DType::F32, Device::CPU).unwrap();
+    assert_eq!(err, 0.0);
+    p.run().unwrap();
+}
+
+#[test]
 fn asking_for_a_gpu_that_is_not_there_is_an_error() {
     if harness::gpu_count() > 0 {
         return;

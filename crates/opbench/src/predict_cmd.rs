@@ -3,8 +3,12 @@
 //!
 //! Every site of the step × its calls per step, for the variants the profile uses. A site
 //! measured at exactly this batch (and cache length) is priced at its median; otherwise at
-//! its series' fit evaluated at this case's work. Kernels of a step that no op crate
-//! measures ([`UNMEASURED`]) are priced at the run's dispatch floor and marked as such.
+//! its series' fit evaluated at this case's work. Calls of a step that no op crate
+//! measures ([`UNMEASURED`]) are priced at the run's dispatch floors and marked as such.
+//!
+//! Each part gets a host cost (dispatch + launch) and a device cost (kernel time); on a GPU
+//! the step is max(Σ host, Σ device), because eager PyTorch queues kernels ahead of the
+//! device: adding up per-op times would count the overlap twice. See [`predict`].
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -63,36 +67,80 @@ pub fn profile_variant(profile: &str, op: OpKind, site: &str) -> Option<&'static
 
 pub const PROFILES: [&str; 2] = ["hf-eager", "fused"];
 
-/// Kernels of a Qwen3 decode step that no op crate measures, with their count per layer and
-/// per step, priced at the dispatch floor. The same list serves both profiles: neither fuses
-/// the SwiGLU activation or the residual adds.
-pub const UNMEASURED: &[(&str, usize, usize, &str)] = &[
+/// What a call that no op crate measures is: a kernel launch or a view (dispatch only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unmeasured {
+    Kernel,
+    View,
+}
+
+/// Calls of a Qwen3 decode step that no op crate measures, as the decode crate's forward
+/// (which mirrors transformers' modeling_qwen3) makes them: name, kind, count per layer
+/// for hf-eager and for fused, count per step (hf-eager, fused), what it is. Kernels are
+/// priced at the `add` dispatch floor, views at the `view` floor. generate()'s own
+/// bookkeeping (logits copy, appending the token, stopping checks) is not part of the model
+/// forward and is not counted.
+pub const UNMEASURED: &[(&str, Unmeasured, [usize; 2], [usize; 2], &str)] = &[
     (
         "residual_add",
-        2,
-        0,
+        Unmeasured::Kernel,
+        [2, 2],
+        [0, 0],
         "hidden + attention output, hidden + MLP output",
     ),
-    ("silu", 1, 0, "act_fn(gate_proj(x))"),
-    ("swiglu_mul", 1, 0, "act_fn(gate) * up"),
     (
-        "attn_transpose",
-        1,
-        0,
-        "attn_output.transpose(1, 2).contiguous() after SDPA",
+        "silu",
+        Unmeasured::Kernel,
+        [1, 1],
+        [0, 0],
+        "act_fn(gate_proj(x))",
     ),
-    ("embedding", 0, 1, "embed_tokens(input_ids)"),
     (
-        "logits_copy",
-        0,
-        1,
-        "generate: logits[:, -1, :] copied to float32",
+        "swiglu_mul",
+        Unmeasured::Kernel,
+        [1, 1],
+        [0, 0],
+        "act_fn(gate) * up",
     ),
-    ("argmax", 0, 1, "greedy choice of the next token"),
-    ("append_token", 0, 1, "cat(input_ids, next_tokens)"),
+    (
+        "attn_contiguous",
+        Unmeasured::Kernel,
+        [1, 1],
+        [0, 0],
+        "attn_output.transpose(1, 2).contiguous()",
+    ),
+    (
+        "embedding",
+        Unmeasured::Kernel,
+        [0, 0],
+        [1, 1],
+        "embed_tokens(input_ids)",
+    ),
+    (
+        "positions",
+        Unmeasured::Kernel,
+        [0, 0],
+        [1, 2],
+        "position ids (fused: and the static cache's positions)",
+    ),
+    (
+        "argmax",
+        Unmeasured::Kernel,
+        [0, 0],
+        [1, 1],
+        "greedy choice of the next token",
+    ),
+    (
+        "views",
+        Unmeasured::View,
+        [8, 12],
+        [6, 6],
+        "view/transpose/reshape of q, k, v and the attention output (fused: also split, chunk \
+         and the cache narrows); per step: position and cos/sin unsqueezes, last-token narrow, squeeze",
+    ),
 ];
 
-/// Where a component's price came from.
+/// Where a component's pipelined price came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Source {
     Measured,
@@ -110,39 +158,71 @@ impl Source {
     }
 }
 
-/// One line of the breakdown.
+/// Where a component's device time came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceSource {
+    /// A `device`-mode row (GPU events) at this very case.
+    Events,
+    /// The case is device-bound: its pipelined time is its device time.
+    Pipelined,
+    /// work / rate of its series' fit.
+    Fit,
+    /// The dispatch floor's device time (one small kernel).
+    Floor,
+    /// Nothing better: the pipelined time, an upper bound.
+    Bound,
+    /// No kernel.
+    None,
+}
+
+impl DeviceSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeviceSource::Events => "events",
+            DeviceSource::Pipelined => "pipelined",
+            DeviceSource::Fit => "fit",
+            DeviceSource::Floor => "floor",
+            DeviceSource::Bound => "bound",
+            DeviceSource::None => "-",
+        }
+    }
+}
+
+/// One line of the breakdown; times per call in ns.
 #[derive(Debug, Clone)]
 pub struct Component {
     pub op: String,
     pub variant: String,
     pub site: String,
     pub calls: usize,
+    /// What one call costs alone, back to back: max(host, device).
     pub per_call_ns: f64,
-    /// Fixed per-call share of `per_call_ns`, where a fit can tell.
-    pub overhead_ns: Option<f64>,
+    /// Host dispatch + launch per call: the least its series costs at any batch.
+    pub host_ns: f64,
+    /// Kernel time per call.
+    pub device_ns: f64,
     pub source: Source,
+    pub device_source: DeviceSource,
 }
 
 /// A composed step.
 #[derive(Debug, Clone)]
 pub struct Prediction {
     pub components: Vec<Component>,
+    /// Σ calls × host, Σ calls × device, Σ calls × per call.
+    pub host_ns: f64,
+    pub device_ns: f64,
+    pub serial_ns: f64,
+    /// The predicted step: max(host, device) on a GPU, where the host queues kernels ahead
+    /// of the device; the plain sum on the CPU, where every call runs as it is made.
     pub step_ns: f64,
     pub batch: usize,
+    pub gpu: bool,
 }
 
 impl Prediction {
     pub fn tokens_per_s(&self) -> f64 {
         self.batch as f64 / (self.step_ns * 1e-9)
-    }
-    /// (overhead ns, ns of components whose split is known).
-    pub fn overhead(&self) -> (f64, f64) {
-        self.components
-            .iter()
-            .fold((0.0, 0.0), |(o, k), c| match c.overhead_ns {
-                Some(ov) => (o + ov * c.calls as f64, k + c.per_call_ns * c.calls as f64),
-                None => (o, k),
-            })
     }
 }
 
@@ -158,30 +238,57 @@ pub struct Query<'a> {
     pub mode: &'a str,
 }
 
-/// Compose a decode step from a run. Missing measurements are a bad-input failure naming
-/// the case.
+/// Compose a decode step from a run.
+///
+/// Per site: its pipelined time at this batch (measured, else from its series' fit, never
+/// below the dispatch floor), its host cost (its series' pipelined time at the smallest
+/// batch: dispatch and launch do not grow with the batch) and its device time (GPU events
+/// where measured at this case; else the fit's work / rate; else the pipelined time when it
+/// is more than twice the host cost, since the device is then what the call waits for; else
+/// the pipelined time as an upper bound). On a GPU the step is max(Σ host, Σ device); on
+/// the CPU it is the plain sum. Missing measurements are a bad-input failure naming the
+/// case.
 pub fn predict(run: &Run, q: &Query) -> Result<Prediction, Failure> {
     let fits: BTreeMap<SeriesKey, (stats::Fit, Work)> = fit_run(run)
         .into_iter()
         .map(|(k, _, f, w)| (k, (f, w)))
         .collect();
-    let find = |op: &str, variant: &str, p: &Problem| {
-        run.ok_rows().find(|r| {
-            r.op == op
-                && r.variant == variant
-                && r.site == p.site
-                && r.model == p.model
-                && r.phase == "decode"
-                && r.batch == p.batch
-                && r.kv_len == p.kv_len
-                && r.dtype == q.dtype
-                && r.device == q.device
-                && r.mode == q.mode
-        })
-    };
+    let gpu = q.device != "cpu";
+    let rows: Vec<&harness::ResultRow> = run
+        .ok_rows()
+        .filter(|r| r.dtype == q.dtype && r.device == q.device && r.phase == "decode")
+        .collect();
+    let find =
+        |op: &str, variant: &str, site: &str, batch: usize, kv: Option<usize>, mode: &str| {
+            rows.iter()
+                .find(|r| {
+                    r.op == op
+                        && r.variant == variant
+                        && r.site == site
+                        && (r.model == q.model.name || r.op == "floor")
+                        && r.batch == batch
+                        && r.kv_len == kv
+                        && r.mode == mode
+                })
+                .and_then(|r| r.median_ns)
+        };
     let elem = shapes::DTypeName::parse(q.dtype)
         .ok_or_else(|| Failure::input(format!("--dtype {}: expected f32, f16 or bf16", q.dtype)))?
         .size();
+    let floor = |variant: &str, mode: &str| find("floor", variant, "add1", 1, None, mode);
+    let floor_kernel = floor("add", q.mode).ok_or_else(|| {
+        Failure::input(format!(
+            "{}: no dispatch floor for {} {} {} (run `cargo bench -p harness` into the same run)",
+            run.dir.display(),
+            q.device,
+            q.dtype,
+            q.mode
+        ))
+    })?;
+    // a run without the view floor prices a view as a kernel's dispatch: an upper bound
+    let floor_view = floor("view", q.mode).unwrap_or(floor_kernel);
+    let floor_device = floor("add", "device");
+
     let mut components = Vec::new();
     for p in shapes::derive(q.model, Step::decode(q.batch, q.ctx)) {
         let Some(variant) = profile_variant(q.profile, p.op, p.site) else {
@@ -201,20 +308,13 @@ pub fn predict(run: &Run, q: &Query) -> Result<Prediction, Failure> {
             mode: q.mode.into(),
         };
         let fit = fits.get(&series);
-        let (per_call, work, source) = match (find(op, variant, &p), fit) {
-            (Some(r), _) => {
-                let work = fit.map_or(0.0, |(_, w)| w.of(r));
-                (r.median_ns.unwrap_or(0.0), work, Source::Measured)
-            }
-            (None, Some((f, w))) => {
-                // the variant's own byte count where it differs (kvcache cat) is only known
-                // from its rows; the fit's work unit was measured on the same definition
-                let work = match w {
-                    Work::Bytes => cat_bytes(op, variant, &p, elem).unwrap_or(p.bytes(elem)) as f64,
-                    Work::Flops => p.flops() as f64,
-                };
-                (f.predict(work), work, Source::Fit)
-            }
+        let work = match fit {
+            Some((_, Work::Flops)) => p.flops() as f64,
+            _ => cat_bytes(op, variant, &p, elem).unwrap_or(p.bytes(elem)) as f64,
+        };
+        let (per_call, source) = match (find(op, variant, p.site, p.batch, p.kv_len, q.mode), fit) {
+            (Some(t), _) => (t, Source::Measured),
+            (None, Some((f, _))) => (f.predict(work).max(floor_kernel), Source::Fit),
             (None, None) => {
                 return Err(Failure::input(format!(
                     "{}: no measurement or fit for {op}/{variant}/{} {} B={} kv_len={} {} {} {} \
@@ -230,50 +330,87 @@ pub fn predict(run: &Run, q: &Query) -> Result<Prediction, Failure> {
                 )));
             }
         };
-        let overhead_ns = fit.map(|(f, _)| f.overhead_share(work) * per_call);
+        // host cost: the series at its smallest batch, where dispatch dominates (noise on a
+        // shared host makes a minimum over batches biased low)
+        let host = rows
+            .iter()
+            .filter(|r| SeriesKey::of(r) == series)
+            .min_by_key(|r| r.batch)
+            .and_then(|r| r.median_ns)
+            .map_or(per_call, |h| h.min(per_call));
+        let (device, device_source) = if !gpu {
+            (per_call, DeviceSource::Pipelined)
+        } else if let Some(t) = find(op, variant, p.site, p.batch, p.kv_len, "device") {
+            (t, DeviceSource::Events)
+        } else if let Some(rate) = fit.and_then(|(f, _)| f.rate()) {
+            let t = (work / rate).max(floor_device.unwrap_or(0.0)).min(per_call);
+            (t, DeviceSource::Fit)
+        } else if per_call > 2.0 * host {
+            (per_call, DeviceSource::Pipelined)
+        } else {
+            (per_call, DeviceSource::Bound)
+        };
         components.push(Component {
             op: op.into(),
             variant: variant.into(),
             site: p.site.into(),
             calls: p.calls_per_step,
             per_call_ns: per_call,
-            overhead_ns,
+            host_ns: host,
+            device_ns: device,
             source,
+            device_source,
         });
     }
-    let floor = run
-        .ok_rows()
-        .find(|r| r.op == "floor" && r.device == q.device && r.dtype == q.dtype && r.mode == q.mode)
-        .and_then(|r| r.median_ns)
-        .ok_or_else(|| {
-            Failure::input(format!(
-                "{}: no dispatch floor for {} {} {} (run `cargo bench -p harness` into the same run)",
-                run.dir.display(),
-                q.device,
-                q.dtype,
-                q.mode
-            ))
-        })?;
     let layers = q.model.num_hidden_layers;
-    for &(name, per_layer, per_step, _) in UNMEASURED {
+    let which = usize::from(q.profile == "fused");
+    for &(name, kind, per_layer, per_step, _) in UNMEASURED {
+        let calls = per_layer[which] * layers + per_step[which];
+        if calls == 0 {
+            continue;
+        }
+        let (host, device, device_source) = match (kind, floor_device) {
+            (Unmeasured::View, _) => (floor_view, 0.0, DeviceSource::None),
+            (Unmeasured::Kernel, _) if !gpu => {
+                (floor_kernel, floor_kernel, DeviceSource::Pipelined)
+            }
+            (Unmeasured::Kernel, Some(d)) => (floor_kernel, d, DeviceSource::Floor),
+            (Unmeasured::Kernel, None) => (floor_kernel, floor_kernel, DeviceSource::Bound),
+        };
         components.push(Component {
             op: "unmeasured".into(),
             variant: "-".into(),
             site: name.into(),
-            calls: per_layer * layers + per_step,
-            per_call_ns: floor,
-            overhead_ns: Some(floor),
+            calls,
+            per_call_ns: host,
+            host_ns: host,
+            device_ns: device,
             source: Source::Floor,
+            device_source,
         });
     }
-    let step_ns = components
-        .iter()
-        .map(|c| c.per_call_ns * c.calls as f64)
-        .sum();
+    let sum = |f: fn(&Component) -> f64| {
+        components
+            .iter()
+            .map(|c| f(c) * c.calls as f64)
+            .sum::<f64>()
+    };
+    let host_ns = sum(|c| c.host_ns);
+    let device_ns = sum(|c| c.device_ns);
+    let serial_ns = sum(|c| c.per_call_ns);
+    let step_ns = if gpu {
+        host_ns.max(device_ns)
+    } else {
+        serial_ns
+    };
     Ok(Prediction {
         components,
+        host_ns,
+        device_ns,
+        serial_ns,
         step_ns,
         batch: q.batch,
+        gpu,
     })
 }
 
@@ -307,39 +444,62 @@ pub fn default_device(run: &Run) -> String {
 
 pub fn print(pred: &Prediction, title: &str) {
     println!("{title}");
-    let (ov, known) = pred.overhead();
     println!(
-        "predicted: {:.3} ms/step, {:.1} tokens/s; fixed per-call overhead {:.0}% of the {:.0}% of the step whose split is known",
+        "predicted: {:.3} ms/step, {:.1} tokens/s",
         pred.step_ns / 1e6,
-        pred.tokens_per_s(),
-        if known > 0.0 { 100.0 * ov / known } else { 0.0 },
-        100.0 * known / pred.step_ns
+        pred.tokens_per_s()
     );
+    if pred.gpu {
+        let bound = if pred.host_ns >= pred.device_ns {
+            "host-bound: launch overhead sets the pace"
+        } else {
+            "device-bound: the kernels set the pace"
+        };
+        println!(
+            "  host dispatch+launch {:.3} ms, kernels {:.3} ms per step ({bound}); the GPU is busy ~{:.0}% of the step",
+            pred.host_ns / 1e6,
+            pred.device_ns / 1e6,
+            100.0 * pred.device_ns / pred.step_ns
+        );
+        println!(
+            "  (each op alone, back to back, would add up to {:.3} ms)",
+            pred.serial_ns / 1e6
+        );
+    }
     println!(
-        "{:<10} {:<13} {:<14} {:>6} {:>10} {:>9} {:>6} {:>9}  {:<8}",
-        "op", "variant", "site", "calls", "µs/call", "ms/step", "share", "overhead", "source"
+        "{:<10} {:<13} {:<15} {:>6} {:>9} {:>9} {:>9} {:>8} {:>6}  {:<8} {:<9}",
+        "op",
+        "variant",
+        "site",
+        "calls",
+        "µs/call",
+        "host µs",
+        "dev µs",
+        "ms/step",
+        "share",
+        "source",
+        "device"
     );
     for c in &pred.components {
         let total = c.per_call_ns * c.calls as f64;
         println!(
-            "{:<10} {:<13} {:<14} {:>6} {:>10.2} {:>9.3} {:>5.1}% {:>9}  {}",
+            "{:<10} {:<13} {:<15} {:>6} {:>9.2} {:>9.2} {:>9.2} {:>8.3} {:>5.1}%  {:<8} {:<9}",
             c.op,
             c.variant,
             c.site,
             c.calls,
             c.per_call_ns / 1e3,
+            c.host_ns / 1e3,
+            c.device_ns / 1e3,
             total / 1e6,
-            100.0 * total / pred.step_ns,
-            c.overhead_ns.map_or("?".into(), |o| format!(
-                "{:.0}%",
-                100.0 * o / c.per_call_ns.max(1e-9)
-            )),
-            c.source.as_str()
+            100.0 * total / pred.serial_ns,
+            c.source.as_str(),
+            c.device_source.as_str()
         );
     }
     let count = |s: Source| pred.components.iter().filter(|c| c.source == s).count();
     println!(
-        "sources: {} measured at this batch, {} from fits, {} unmeasured kernels at the dispatch floor ({})",
+        "sources: {} sites measured at this batch, {} from fits, {} kinds of unmeasured call at the dispatch floors ({})",
         count(Source::Measured),
         count(Source::Fit),
         count(Source::Floor),
@@ -349,6 +509,24 @@ pub fn print(pred: &Prediction, title: &str) {
             .collect::<Vec<_>>()
             .join(", ")
     );
+}
+
+/// The measured whole step for the query (median, CI low, CI high), if the run has the
+/// decode crate's row.
+pub fn measured_step(run: &Run, q: &Query) -> Option<(f64, f64, f64)> {
+    run.ok_rows()
+        .find(|r| {
+            r.op == "decode"
+                && r.variant == q.profile
+                && r.model == q.model.name
+                && r.phase == "decode"
+                && r.batch == q.batch
+                && r.kv_len == Some(q.ctx + 1)
+                && r.dtype == q.dtype
+                && r.device == q.device
+                && r.mode == q.mode
+        })
+        .and_then(|r| Some((r.median_ns?, r.ci_low_ns?, r.ci_high_ns?)))
 }
 
 pub fn run(args: &Args) -> Result<u8, Failure> {
@@ -395,5 +573,16 @@ pub fn run(args: &Args) -> Result<u8, Failure> {
             run.dir.display()
         ),
     );
+    if let Some((m, lo, hi)) = measured_step(&run, &q) {
+        println!(
+            "measured (decode crate): {:.3} ms/step [{:.3}, {:.3}], {:.1} tokens/s; predicted / measured = {:.3} ({:+.1}%)",
+            m / 1e6,
+            lo / 1e6,
+            hi / 1e6,
+            q.batch as f64 / (m * 1e-9),
+            pred.step_ns / m,
+            100.0 * (pred.step_ns / m - 1.0)
+        );
+    }
     Ok(0)
 }
