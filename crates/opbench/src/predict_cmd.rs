@@ -76,68 +76,80 @@ pub enum Unmeasured {
 
 /// Calls of a Qwen3 decode step that no op crate measures, as the decode crate's forward
 /// (which mirrors transformers' modeling_qwen3) makes them: name, kind, count per layer
-/// for hf-eager and for fused, count per step (hf-eager, fused), what it is. Kernels are
+/// for hf-eager and for fused, count per step, what it is. Kernels are
 /// priced at the `add` dispatch floor, views at the `view` floor. generate()'s own
 /// bookkeeping (logits copy, appending the token, stopping checks) is not part of the model
 /// forward and is not counted.
-pub const UNMEASURED: &[(&str, Unmeasured, [usize; 2], [usize; 2], &str)] = &[
-    (
-        "residual_add",
-        Unmeasured::Kernel,
-        [2, 2],
-        [0, 0],
-        "hidden + attention output, hidden + MLP output",
-    ),
-    (
-        "silu",
-        Unmeasured::Kernel,
-        [1, 1],
-        [0, 0],
-        "act_fn(gate_proj(x))",
-    ),
-    (
-        "swiglu_mul",
-        Unmeasured::Kernel,
-        [1, 1],
-        [0, 0],
-        "act_fn(gate) * up",
-    ),
-    (
-        "attn_contiguous",
-        Unmeasured::Kernel,
-        [1, 1],
-        [0, 0],
-        "attn_output.transpose(1, 2).contiguous()",
-    ),
-    (
-        "embedding",
-        Unmeasured::Kernel,
-        [0, 0],
-        [1, 1],
-        "embed_tokens(input_ids)",
-    ),
-    (
-        "positions",
-        Unmeasured::Kernel,
-        [0, 0],
-        [1, 2],
-        "position ids (fused: and the static cache's positions)",
-    ),
-    (
-        "argmax",
-        Unmeasured::Kernel,
-        [0, 0],
-        [1, 1],
-        "greedy choice of the next token",
-    ),
-    (
-        "views",
-        Unmeasured::View,
-        [8, 12],
-        [6, 6],
-        "view/transpose/reshape of q, k, v and the attention output (fused: also split, chunk \
+/// One kind of call that no op crate measures.
+#[derive(Debug, Clone, Copy)]
+pub struct UnmeasuredCall {
+    pub name: &'static str,
+    pub kind: Unmeasured,
+    /// Calls per layer: [hf-eager, fused].
+    pub per_layer: [usize; 2],
+    /// Calls per step outside the layers: [hf-eager, fused].
+    pub per_step: [usize; 2],
+    pub what: &'static str,
+}
+
+pub const UNMEASURED: &[UnmeasuredCall] = &[
+    UnmeasuredCall {
+        name: "residual_add",
+        kind: Unmeasured::Kernel,
+        per_layer: [2, 2],
+        per_step: [0, 0],
+        what: "hidden + attention output, hidden + MLP output",
+    },
+    UnmeasuredCall {
+        name: "silu",
+        kind: Unmeasured::Kernel,
+        per_layer: [1, 1],
+        per_step: [0, 0],
+        what: "act_fn(gate_proj(x))",
+    },
+    UnmeasuredCall {
+        name: "swiglu_mul",
+        kind: Unmeasured::Kernel,
+        per_layer: [1, 1],
+        per_step: [0, 0],
+        what: "act_fn(gate) * up",
+    },
+    UnmeasuredCall {
+        name: "attn_contiguous",
+        kind: Unmeasured::Kernel,
+        per_layer: [1, 1],
+        per_step: [0, 0],
+        what: "attn_output.transpose(1, 2).contiguous()",
+    },
+    UnmeasuredCall {
+        name: "embedding",
+        kind: Unmeasured::Kernel,
+        per_layer: [0, 0],
+        per_step: [1, 1],
+        what: "embed_tokens(input_ids)",
+    },
+    UnmeasuredCall {
+        name: "positions",
+        kind: Unmeasured::Kernel,
+        per_layer: [0, 0],
+        per_step: [1, 2],
+        what: "position ids (fused: and the static cache's positions)",
+    },
+    UnmeasuredCall {
+        name: "argmax",
+        kind: Unmeasured::Kernel,
+        per_layer: [0, 0],
+        per_step: [1, 1],
+        what: "greedy choice of the next token",
+    },
+    UnmeasuredCall {
+        name: "views",
+        kind: Unmeasured::View,
+        per_layer: [8, 12],
+        per_step: [6, 6],
+        what: "view/transpose/reshape of q, k, v and the attention output (fused: also split, chunk \
          and the cache narrows); per step: position and cos/sin unsqueezes, last-token narrow, squeeze",
-    ),
+    },
 ];
 
 /// Where a component's pipelined price came from.
@@ -364,8 +376,9 @@ pub fn predict(run: &Run, q: &Query) -> Result<Prediction, Failure> {
     }
     let layers = q.model.num_hidden_layers;
     let which = usize::from(q.profile == "fused");
-    for &(name, kind, per_layer, per_step, _) in UNMEASURED {
-        let calls = per_layer[which] * layers + per_step[which];
+    for u in UNMEASURED {
+        let (name, kind) = (u.name, u.kind);
+        let calls = u.per_layer[which] * layers + u.per_step[which];
         if calls == 0 {
             continue;
         }
@@ -505,7 +518,7 @@ pub fn print(pred: &Prediction, title: &str) {
         count(Source::Floor),
         UNMEASURED
             .iter()
-            .map(|u| u.0)
+            .map(|u| u.name)
             .collect::<Vec<_>>()
             .join(", ")
     );
