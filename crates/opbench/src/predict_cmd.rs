@@ -512,16 +512,14 @@ pub fn print(pred: &Prediction, title: &str) {
     }
     let count = |s: Source| pred.components.iter().filter(|c| c.source == s).count();
     println!(
-        "sources: {} sites measured at this batch, {} from fits, {} kinds of unmeasured call at the dispatch floors ({})",
+        "sources: {} sites measured at this batch, {} from fits, {} kinds of call no op crate measures, priced at the dispatch floors:",
         count(Source::Measured),
         count(Source::Fit),
         count(Source::Floor),
-        UNMEASURED
-            .iter()
-            .map(|u| u.name)
-            .collect::<Vec<_>>()
-            .join(", ")
     );
+    for u in UNMEASURED {
+        println!("  {:<16} {}", u.name, u.what);
+    }
 }
 
 /// The measured whole step for the query (median, CI low, CI high), if the run has the
