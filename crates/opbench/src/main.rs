@@ -4,6 +4,7 @@
 //! `report`, `publish`. Bad input (an unknown model, a missing file or column) is a
 //! one-line error naming what is wrong and exit code 2; nothing panics.
 
+mod compare_cmd;
 mod fit_cmd;
 mod predict_cmd;
 mod run;
@@ -39,6 +40,9 @@ enum Verb {
     },
     /// Compose a decode step from a run's measurements and fits: ms/step, tokens/s, breakdown.
     Predict(predict_cmd::Args),
+    /// Compare two runs case by case: faster, slower, same or ambiguous, and what changed
+    /// kernel or status. Exit 1 on a regression.
+    Compare(compare_cmd::Args),
 }
 
 /// A failure of a verb: exit code and one line for stderr.
@@ -80,6 +84,7 @@ fn main() -> ExitCode {
         Verb::Env { device } => env_verb(&device),
         Verb::Fit { run } => fit_cmd::run(&run),
         Verb::Predict(args) => predict_cmd::run(&args),
+        Verb::Compare(args) => compare_cmd::run(&args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -2,8 +2,10 @@
 
 use std::path::{Path, PathBuf};
 
-use harness::ResultRow;
-use harness::record::{RESULTS_HEADER, read_csv};
+use std::collections::BTreeMap;
+
+use harness::record::{RESULTS_HEADER, SAMPLES_HEADER, read_csv};
+use harness::{ResultRow, SampleRow};
 use serde::{Deserialize, Serialize};
 
 use crate::Failure;
@@ -33,6 +35,28 @@ impl Run {
             dir: dir.to_path_buf(),
             results,
         })
+    }
+
+    /// `samples.csv`, grouped by case key.
+    pub fn samples(&self) -> Result<BTreeMap<harness::CaseKey, Vec<SampleRow>>, Failure> {
+        let path = self.dir.join("samples.csv");
+        if !path.is_file() {
+            return Err(Failure::input(format!("{}: missing", path.display())));
+        }
+        let rows: Vec<SampleRow> = read_csv(&path, &SAMPLES_HEADER).map_err(Failure::input)?;
+        let mut out: BTreeMap<_, Vec<_>> = BTreeMap::new();
+        for r in rows {
+            out.entry(r.key()).or_default().push(r);
+        }
+        Ok(out)
+    }
+
+    /// `env.json` as loose JSON.
+    pub fn env(&self) -> Result<serde_json::Value, Failure> {
+        let path = self.dir.join("env.json");
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| Failure::input(format!("{}: {e}", path.display())))?;
+        serde_json::from_str(&text).map_err(|e| Failure::input(format!("{}: {e}", path.display())))
     }
 
     pub fn ok_rows(&self) -> impl Iterator<Item = &ResultRow> {
