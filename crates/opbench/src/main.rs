@@ -7,6 +7,8 @@
 mod compare_cmd;
 mod fit_cmd;
 mod predict_cmd;
+mod publish_cmd;
+mod report_cmd;
 mod run;
 mod shapes_cmd;
 
@@ -43,6 +45,15 @@ enum Verb {
     /// Compare two runs case by case: faster, slower, same or ambiguous, and what changed
     /// kernel or status. Exit 1 on a regression.
     Compare(compare_cmd::Args),
+    /// Write RUN/report.md with SVG plots: time vs batch with fits and the floor, bandwidth,
+    /// host vs device, GPU over CPU, the predicted decode step.
+    Report {
+        /// The run directory.
+        run: std::path::PathBuf,
+    },
+    /// Copy a run to results/<date>-<device>-<backend>-torch<ver>/ with a README, fits and
+    /// report. Never overwrites.
+    Publish(publish_cmd::Args),
 }
 
 /// A failure of a verb: exit code and one line for stderr.
@@ -85,6 +96,8 @@ fn main() -> ExitCode {
         Verb::Fit { run } => fit_cmd::run(&run),
         Verb::Predict(args) => predict_cmd::run(&args),
         Verb::Compare(args) => compare_cmd::run(&args),
+        Verb::Report { run } => report_cmd::run(&run),
+        Verb::Publish(args) => publish_cmd::run(&args),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -268,7 +268,10 @@ fn compare_of_a_run_with_itself_is_all_same_and_exits_zero() {
     ]);
     assert_eq!(code, 0);
     let v = verdicts(&out);
-    assert!(v.iter().all(|(_, v, _)| v == "same" || v == "ambiguous"), "{v:?}");
+    assert!(
+        v.iter().all(|(_, v, _)| v == "same" || v == "ambiguous"),
+        "{v:?}"
+    );
     assert!(v.iter().filter(|(_, v, _)| v == "same").count() >= 10);
 }
 
@@ -423,4 +426,67 @@ fn predict_composes_a_hand_made_run() {
     ]);
     assert_eq!(code, 2);
     assert!(err.contains("no measurement or fit for"), "{err}");
+}
+
+#[test]
+fn report_and_publish_a_run_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let mut rng = StdRng::seed_from_u64(9);
+    let mut cases: Vec<Case> = [1usize, 2, 4, 8]
+        .iter()
+        .map(|&b| {
+            let mut c = case(
+                "linear",
+                "aten",
+                "q_proj",
+                b,
+                noisy(&mut rng, 1e4 * b as f64, 0.01, 10),
+            );
+            c.flops = 1_000_000 * b as u64;
+            c.bytes = 4_000_000;
+            c
+        })
+        .collect();
+    cases.push(case("floor", "add", "add1", 1, vec![5_000.0; 10]));
+    write_run(&run, &cases);
+    std::fs::write(
+        run.join("env.json"),
+        r#"{"run_id": "r1", "started_at": "2026-11-29T10:00:00Z", "backend": "cuda", "device_name": "NVIDIA H200",
+            "libtorch_version": "2.11.0", "settings": {"profile": "quick"}}"#,
+    )
+    .unwrap();
+    let results = dir.path().join("results");
+    let args = [
+        "publish",
+        run.to_str().unwrap(),
+        "--results",
+        results.to_str().unwrap(),
+    ];
+    let (code, out, err) = opbench(&args);
+    assert_eq!(code, 0, "{err}");
+    let dest = results.join("2026-11-29-nvidia-h200-cuda-torch2.11.0");
+    assert!(out.contains("published"), "{out}");
+    for f in [
+        "README.md",
+        "results.csv",
+        "samples.csv",
+        "env.json",
+        "fits.csv",
+        "report.md",
+        "cuda-0-linear.svg",
+    ] {
+        assert!(dest.join(f).is_file(), "{f} missing");
+    }
+    let readme = std::fs::read_to_string(dest.join("README.md")).unwrap();
+    assert!(
+        readme.contains("OPBENCH_PROFILE=quick") && readme.contains("NVIDIA H200"),
+        "{readme}"
+    );
+    let svg = std::fs::read_to_string(dest.join("cuda-0-linear.svg")).unwrap();
+    assert!(svg.contains("batch") && svg.contains("dispatch floor"));
+    // never rewritten
+    let (code, _, err) = opbench(&args);
+    assert_eq!(code, 2);
+    assert!(err.contains("already published"), "{err}");
 }
