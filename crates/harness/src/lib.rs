@@ -8,7 +8,8 @@
 //!   in each [`Mode`], and append rows to the run directory ([`RunDir`]) as it goes.
 //! - [`EnvInfo`]: the environment fingerprint (`env.json`, `opbench env`).
 //! - [`Config`]: the `OPBENCH_*` variables.
-//! - [`Floor`]: the dispatch floor, a one-element add.
+//! - [`Floor`]: the dispatch floor (a one-element add, a view); [`Ceiling`]: a large copy
+//!   and a large GEMM, what the device really does.
 //!
 //! A bench target is three lines:
 //!
@@ -22,6 +23,7 @@
 //! (beyond the floor). It depends on `shapes` for problems, `stats` for per-case estimates
 //! and `atenx` for what tch does not wrap.
 
+pub mod ceiling;
 pub mod config;
 pub mod device;
 pub mod devtime;
@@ -35,6 +37,7 @@ pub mod select;
 pub mod tensors;
 pub mod timing;
 
+pub use ceiling::Ceiling;
 pub use config::Config;
 pub use device::{Backend, Device, DeviceChoice, gpu_count, load_gpu_library, select_devices};
 pub use devtime::DeviceClock;

@@ -61,7 +61,7 @@ pub fn profile_variant(profile: &str, op: OpKind, site: &str) -> Option<&'static
         OpKind::Rope => Some(if site == "cache" { "hf" } else { "rotate_half" }),
         OpKind::Sdpa => Some("auto"),
         OpKind::KvCache => Some(if fused { "index_copy" } else { "cat" }),
-        OpKind::Floor | OpKind::Decode => None,
+        OpKind::Floor | OpKind::Decode | OpKind::Ceiling => None,
     }
 }
 

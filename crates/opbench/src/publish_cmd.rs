@@ -72,7 +72,6 @@ pub fn run(args: &Args) -> Result<u8, Failure> {
     if !args.run.join("fits.csv").exists() {
         crate::fit_cmd::run(&args.run)?;
     }
-    crate::report_cmd::run(&args.run)?;
     std::fs::create_dir_all(&dest).map_err(|e| Failure {
         code: 1,
         message: format!("{}: {e}", dest.display()),
@@ -87,6 +86,14 @@ pub fn run(args: &Args) -> Result<u8, Failure> {
             let file = entry.file_name();
             copy(&path, &dest.join(&file))?;
             files.push(file.to_string_lossy().into_owned());
+        }
+    }
+    // the report names the folder it lives in, so make it there
+    crate::report_cmd::run(&dest)?;
+    for f in std::fs::read_dir(&dest).into_iter().flatten().flatten() {
+        let name = f.file_name().to_string_lossy().into_owned();
+        if !files.contains(&name) && name != "README.md" {
+            files.push(name);
         }
     }
     files.sort();

@@ -102,6 +102,10 @@ fn plot(
         .configure_mesh()
         .x_desc(x_desc)
         .y_desc(y_desc)
+        .x_labels(8)
+        .y_labels(8)
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&|y| if *y < 10.0 { format!("{y:.1}") } else { format!("{y:.0}") })
         .label_style(("sans-serif", 13))
         .draw()
         .map_err(|e| draw_err(path, e))?;
@@ -344,12 +348,40 @@ pub fn run(dir: &Path) -> Result<u8, Failure> {
                     .join(", ")
             );
         }
+        let ceiling = |site: &str| {
+            ok.iter()
+                .filter(|r| {
+                    r.op == "ceiling"
+                        && r.site == site
+                        && r.device == device
+                        && r.dtype == dtype
+                        && r.mode == "pipelined"
+                })
+                .find_map(|r| if site == "copy" { r.gbps } else { r.gflops })
+        };
+        let (copy_ceiling, gemm_ceiling) = (ceiling("copy"), ceiling("gemm"));
+        if copy_ceiling.is_some() || gemm_ceiling.is_some() {
+            let _ = writeln!(
+                md,
+                "Ceilings measured in this run: copy {} GB/s (bytes read + written){}; 4096³ GEMM {} TFLOP/s in {dtype}.\n",
+                copy_ceiling.map_or("-".into(), |g| format!("{g:.0}")),
+                match (copy_ceiling, peak.filter(|_| device != "cpu")) {
+                    (Some(c), Some(p)) =>
+                        format!(", {:.0}% of the {p:.0} GB/s DRAM peak", 100.0 * c / p),
+                    _ => String::new(),
+                },
+                gemm_ceiling.map_or("-".into(), |g| format!("{:.1}", g / 1e3)),
+            );
+        }
         if !bw.is_empty() {
             for pts in bw.values_mut() {
                 pts.sort_by(|a, b| a.0.total_cmp(&b.0));
             }
             let file = format!("{}-bandwidth.svg", slug(device));
-            let peak_line = peak.filter(|_| device != "cpu").map(|p| (p, "DRAM peak"));
+            let peak_line = match copy_ceiling {
+                Some(c) => Some((c, "copy ceiling (measured)")),
+                None => peak.filter(|_| device != "cpu").map(|p| (p, "DRAM peak")),
+            };
             plot(
                 &dir.join(&file),
                 &format!("Achieved bandwidth on {device}, {dtype}"),
@@ -363,6 +395,8 @@ pub fn run(dir: &Path) -> Result<u8, Failure> {
                 md,
                 "### Achieved bandwidth\n\n![bandwidth]({file})\n\nBytes a call must move (DESIGN.md) over its median; {}.\n",
                 match peak_line {
+                    Some((p, label)) if label.starts_with("copy") =>
+                        format!("the line is this run's measured copy ceiling, {p:.0} GB/s"),
                     Some((p, _)) => format!(
                         "the line is the DRAM peak from memory clock and bus width, {p:.0} GB/s"
                     ),

@@ -19,10 +19,12 @@ pub enum OpKind {
     Floor,
     /// A whole decoder forward (site `step`): what the ops add up to.
     Decode,
+    /// What the device really does: a large copy (bandwidth) and a large GEMM (matrix rate).
+    Ceiling,
 }
 
 impl OpKind {
-    pub const ALL: [OpKind; 7] = [
+    pub const ALL: [OpKind; 8] = [
         OpKind::Linear,
         OpKind::RmsNorm,
         OpKind::Rope,
@@ -30,6 +32,7 @@ impl OpKind {
         OpKind::KvCache,
         OpKind::Floor,
         OpKind::Decode,
+        OpKind::Ceiling,
     ];
     /// The name used in CSV and as the crate name.
     pub fn as_str(self) -> &'static str {
@@ -41,6 +44,7 @@ impl OpKind {
             OpKind::KvCache => "kvcache",
             OpKind::Floor => "floor",
             OpKind::Decode => "decode",
+            OpKind::Ceiling => "ceiling",
         }
     }
     pub fn parse(s: &str) -> Option<Self> {
@@ -154,6 +158,8 @@ pub enum Dims {
     },
     /// An elementwise op over `numel` elements (the dispatch floor).
     Elementwise { numel: usize },
+    /// A device-to-device copy of `numel` elements.
+    Copy { numel: usize },
     /// A whole forward of a dense model: `batch` sequences, `q_len` new tokens on
     /// `cache_len` cached ones.
     Step {
@@ -204,6 +210,7 @@ impl fmt::Display for Dims {
                  head_dim={head_dim}"
             ),
             Dims::Elementwise { numel } => write!(f, "numel={numel}"),
+            Dims::Copy { numel } => write!(f, "numel={numel}"),
             Dims::Step {
                 batch,
                 q_len,
@@ -308,6 +315,7 @@ impl Problem {
             } => 4 * u(batch) * u(q_heads) * u(head_dim) * attended_pairs(q_len, kv_len, causal),
             Dims::KvCache { .. } => 0,
             Dims::Elementwise { numel } => u(numel),
+            Dims::Copy { .. } => 0,
             Dims::Step { .. } => self.step_work.map_or(0, |w| w.flops),
         }
     }
@@ -364,6 +372,8 @@ impl Problem {
             } => 2 * u(batch) * u(kv_heads) * u(new_len) * u(head_dim) * e,
             // two inputs read, one output written
             Dims::Elementwise { numel } => 3 * u(numel) * e,
+            // read once, written once
+            Dims::Copy { numel } => 2 * u(numel) * e,
             Dims::Step { .. } => self
                 .step_work
                 .map_or(0, |w| (w.weight_elems + w.kv_elems) * e),
@@ -412,6 +422,32 @@ pub fn step_work(cfg: &ModelConfig, step: Step) -> StepWork {
         flops: layers * (2 * t * proj + 4 * b * h * d * pairs) + 2 * b * v * e,
         weight_elems: layers * (proj + norms) + e + v * e + b * e,
         kv_elems: 2 * layers * b * hkv * u(step.kv_len()) * d,
+    }
+}
+
+impl Problem {
+    /// The ceiling probes: a 64 Mi-element copy (site `copy`, bytes read + written) and a
+    /// 4096³ GEMM (site `gemm`).
+    pub fn ceilings() -> Vec<Self> {
+        let floor = Problem::floor();
+        vec![
+            Problem {
+                op: OpKind::Ceiling,
+                site: "copy",
+                dims: Dims::Copy { numel: 64 << 20 },
+                ..floor.clone()
+            },
+            Problem {
+                op: OpKind::Ceiling,
+                site: "gemm",
+                dims: Dims::Linear {
+                    m: 4096,
+                    n: 4096,
+                    k: 4096,
+                },
+                ..floor
+            },
+        ]
     }
 }
 
