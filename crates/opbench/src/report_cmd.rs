@@ -105,7 +105,13 @@ fn plot(
         .x_labels(8)
         .y_labels(8)
         .x_label_formatter(&|x| format!("{x:.0}"))
-        .y_label_formatter(&|y| if *y < 10.0 { format!("{y:.1}") } else { format!("{y:.0}") })
+        .y_label_formatter(&|y| {
+            if *y < 10.0 {
+                format!("{y:.1}")
+            } else {
+                format!("{y:.0}")
+            }
+        })
         .label_style(("sans-serif", 13))
         .draw()
         .map_err(|e| draw_err(path, e))?;
