@@ -37,7 +37,7 @@ enum Verb {
     },
     /// Fit overhead + work/rate per series of a run; writes RUN/fits.csv.
     Fit {
-        /// The run directory (target/opbench/runs/<id>).
+        /// The run directory (target/opbench/runs/RUN_ID).
         run: std::path::PathBuf,
     },
     /// Compose a decode step from a run's measurements and fits: ms/step, tokens/s, breakdown.
@@ -51,7 +51,7 @@ enum Verb {
         /// The run directory.
         run: std::path::PathBuf,
     },
-    /// Copy a run to results/<date>-<device>-<backend>-torch<ver>/ with a README, fits and
+    /// Copy a run to results/DATE-DEVICE-BACKEND-torchVERSION/ with a README, fits and
     /// report. Never overwrites.
     Publish(publish_cmd::Args),
 }

@@ -21,7 +21,7 @@ use crate::run::{Run, SeriesKey};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The run directory (target/opbench/runs/<id>).
+    /// The run directory (target/opbench/runs/RUN_ID).
     run: PathBuf,
     /// Model name.
     #[arg(long)]
