@@ -158,6 +158,9 @@ pub enum Source {
     Measured,
     Fit,
     Floor,
+    /// Its bytes over the run's measured copy ceiling exceed what it cost alone (its
+    /// buffers were cached when measured alone; in a step they stream from memory).
+    Ceiling,
 }
 
 impl Source {
@@ -166,6 +169,7 @@ impl Source {
             Source::Measured => "measured",
             Source::Fit => "fit",
             Source::Floor => "floor",
+            Source::Ceiling => "ceiling",
         }
     }
 }
@@ -183,6 +187,8 @@ pub enum DeviceSource {
     Floor,
     /// Nothing better: the pipelined time, an upper bound.
     Bound,
+    /// Its bytes over the run's measured copy ceiling.
+    Ceiling,
     /// No kernel.
     None,
 }
@@ -195,6 +201,7 @@ impl DeviceSource {
             DeviceSource::Fit => "fit",
             DeviceSource::Floor => "floor",
             DeviceSource::Bound => "bound",
+            DeviceSource::Ceiling => "ceiling",
             DeviceSource::None => "-",
         }
     }
@@ -257,9 +264,11 @@ pub struct Query<'a> {
 /// batch: dispatch and launch do not grow with the batch) and its device time (GPU events
 /// where measured at this case; else the fit's work / rate; else the pipelined time when it
 /// is more than twice the host cost, since the device is then what the call waits for; else
-/// the pipelined time as an upper bound). On a GPU the step is max(Σ host, Σ device); on
-/// the CPU it is the plain sum. Missing measurements are a bad-input failure naming the
-/// case.
+/// the pipelined time as an upper bound). Where the run has the copy ceiling, no part moves
+/// its bytes faster than that: an op measured alone re-reads buffers that may sit in cache,
+/// while a step streams every weight and the KV cache from memory. On a GPU the step is
+/// max(Σ host, Σ device); on the CPU it is the plain sum. Missing measurements are a
+/// bad-input failure naming the case.
 pub fn predict(run: &Run, q: &Query) -> Result<Prediction, Failure> {
     let fits: BTreeMap<SeriesKey, (stats::Fit, Work)> = fit_run(run)
         .into_iter()
@@ -277,7 +286,7 @@ pub fn predict(run: &Run, q: &Query) -> Result<Prediction, Failure> {
                     r.op == op
                         && r.variant == variant
                         && r.site == site
-                        && (r.model == q.model.name || r.op == "floor")
+                        && (r.model == q.model.name || r.model == "none")
                         && r.batch == batch
                         && r.kv_len == kv
                         && r.mode == mode
@@ -300,6 +309,14 @@ pub fn predict(run: &Run, q: &Query) -> Result<Prediction, Failure> {
     // a run without the view floor prices a view as a kernel's dispatch: an upper bound
     let floor_view = floor("view", q.mode).unwrap_or(floor_kernel);
     let floor_device = floor("add", "device");
+    // the measured copy ceiling (bytes/ns): a step streams every weight and the KV cache
+    // from memory, while an op benchmarked alone re-reads the same buffers and may be
+    // served from cache; no call can move its bytes faster than the ceiling
+    let copy_gbps = rows
+        .iter()
+        .find(|r| r.op == "ceiling" && r.site == "copy" && r.mode == q.mode)
+        .and_then(|r| r.gbps)
+        .filter(|g| *g > 0.0);
 
     let mut components = Vec::new();
     for p in shapes::derive(q.model, Step::decode(q.batch, q.ctx)) {
@@ -350,8 +367,17 @@ pub fn predict(run: &Run, q: &Query) -> Result<Prediction, Failure> {
             .min_by_key(|r| r.batch)
             .and_then(|r| r.median_ns)
             .map_or(per_call, |h| h.min(per_call));
+        let bytes = cat_bytes(op, variant, &p, elem).unwrap_or(p.bytes(elem)) as f64;
+        let cold = copy_gbps.map_or(0.0, |g| bytes / g);
+        let (per_call, source) = if cold > per_call {
+            (cold, Source::Ceiling)
+        } else {
+            (per_call, source)
+        };
         let (device, device_source) = if !gpu {
             (per_call, DeviceSource::Pipelined)
+        } else if cold > 0.0 && source == Source::Ceiling {
+            (cold, DeviceSource::Ceiling)
         } else if let Some(t) = find(op, variant, p.site, p.batch, p.kv_len, "device") {
             (t, DeviceSource::Events)
         } else if let Some(rate) = fit.and_then(|(f, _)| f.rate()) {
@@ -361,6 +387,11 @@ pub fn predict(run: &Run, q: &Query) -> Result<Prediction, Failure> {
             (per_call, DeviceSource::Pipelined)
         } else {
             (per_call, DeviceSource::Bound)
+        };
+        let (device, device_source) = if gpu && cold > device {
+            (cold, DeviceSource::Ceiling)
+        } else {
+            (device, device_source)
         };
         components.push(Component {
             op: op.into(),

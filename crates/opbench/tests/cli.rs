@@ -68,8 +68,10 @@ fn write_run(dir: &Path, cases: &[Case]) {
         } else {
             "qwen3-0.6b"
         };
+        let mut rates = String::from(",");
         let timing = if c.status == "ok" {
             let m = stats::median(&c.times);
+            rates = format!("{},{}", c.flops as f64 / m, c.bytes as f64 / m);
             for t in &c.times {
                 writeln!(
                     s,
@@ -89,7 +91,7 @@ fn write_run(dir: &Path, cases: &[Case]) {
         };
         writeln!(
             r,
-            "t,{},{},{},{model},decode,{},1,{kv},f16,x,cuda:0,{},{},{timing},{},{},,,{},,",
+            "t,{},{},{},{model},decode,{},1,{kv},f16,x,cuda:0,{},{},{timing},{},{},{rates},{},,",
             c.op, c.variant, c.site, c.batch, c.mode, c.status, c.flops, c.bytes, c.kernel
         )
         .unwrap();
@@ -413,6 +415,34 @@ fn predict_composes_a_hand_made_run() {
         "{out}"
     );
     assert!(out.contains("host-bound"));
+    // with a measured copy ceiling of 1 GB/s, a site whose bytes take longer than its
+    // (cache-warm) time alone is priced at its bytes over the ceiling
+    let mut copy = case("ceiling", "copy", "copy", 1, vec![268_435_456.0; 5]);
+    copy.bytes = 268_435_456;
+    cases.push(copy);
+    write_run(&run, &cases);
+    let (code, out, err) = opbench(&[
+        "predict",
+        run.to_str().unwrap(),
+        "--model",
+        "qwen3-0.6b",
+        "--batch",
+        "1",
+        "--ctx",
+        "128",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let lm_head = out.lines().find(|l| l.contains("lm_head")).unwrap();
+    assert!(lm_head.contains("ceiling"), "{lm_head}");
+    // lm_head alone: 151936 x 1024 halves read from memory at 1 GB/s
+    let step: f64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("predicted: "))
+        .and_then(|l| l.split(' ').next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(step > 151936.0 * 1024.0 * 2.0 / 1e6, "{step} ms");
     // a site without a measurement or fit is named
     let (code, _, err) = opbench(&[
         "predict",
