@@ -41,7 +41,7 @@ fn representative_site(op: &str) -> &'static str {
     }
 }
 
-const COLORS: [RGBColor; 7] = [
+const COLORS: [RGBColor; 10] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -49,6 +49,9 @@ const COLORS: [RGBColor; 7] = [
     RGBColor(148, 103, 189),
     RGBColor(140, 86, 75),
     RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
 ];
 
 type Series = BTreeMap<String, Vec<(f64, f64)>>;
@@ -58,6 +61,22 @@ fn draw_err(path: &Path, e: impl std::fmt::Display) -> Failure {
         code: 1,
         message: format!("{}: {e}", path.display()),
     }
+}
+
+/// Tick values 1, 2, 5 × 10^k inside `lo..hi`, so every log axis has several labels.
+fn ticks(lo: f64, hi: f64) -> Vec<f64> {
+    let mut out = Vec::new();
+    let mut decade = 10f64.powf(lo.log10().floor());
+    while decade <= hi {
+        for m in [1.0, 2.0, 5.0] {
+            let t = decade * m;
+            if t >= lo && t <= hi {
+                out.push(t);
+            }
+        }
+        decade *= 10.0;
+    }
+    out
 }
 
 /// A log-log plot of `series` (name -> points), with optional dashed model lines and a
@@ -86,6 +105,13 @@ fn plot(
     if !(x0.is_finite() && y0.is_finite() && x0 > 0.0 && y0 > 0.0) {
         return Ok(());
     }
+    // a range under a decade keeps its intermediate tick labels; wider ones get headroom
+    // above for the legend
+    let y_range = if y1 / y0 < 5.0 {
+        y0 / 1.1..y1 * 1.5
+    } else {
+        y0 / 1.5..y1 * 2.5
+    };
     let root = SVGBackend::new(path, (760, 460)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| draw_err(path, e))?;
     let mut chart = ChartBuilder::on(&root)
@@ -95,7 +121,10 @@ fn plot(
         .y_label_area_size(70)
         .build_cartesian_2d(
             (x0 / 1.3..x1 * 1.3).log_scale(),
-            (y0 / 1.5..y1 * 2.5).log_scale(),
+            y_range
+                .clone()
+                .log_scale()
+                .with_key_points(ticks(y_range.start, y_range.end)),
         )
         .map_err(|e| draw_err(path, e))?;
     chart
@@ -115,18 +144,39 @@ fn plot(
         .label_style(("sans-serif", 13))
         .draw()
         .map_err(|e| draw_err(path, e))?;
-    for (i, (name, points)) in series.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
+    // one color per variant; its GPU-event series in the same color, thin, with triangles
+    let mut bases: Vec<&str> = Vec::new();
+    for name in series.keys() {
+        let base = name.split(" (").next().unwrap_or(name);
+        if !bases.contains(&base) {
+            bases.push(base);
+        }
+    }
+    for (name, points) in series {
+        let base = name.split(" (").next().unwrap_or(name);
+        let color = COLORS[bases.iter().position(|b| *b == base).unwrap_or(0) % COLORS.len()];
+        let events = name.ends_with("(GPU events)");
+        let width = if events { 1 } else { 2 };
         chart
-            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
+            .draw_series(LineSeries::new(points.clone(), color.stroke_width(width)))
             .map_err(|e| draw_err(path, e))?
             .label(name.clone())
             .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(width))
             });
-        chart
-            .draw_series(points.iter().map(|&p| Circle::new(p, 3, color.filled())))
-            .map_err(|e| draw_err(path, e))?;
+        if events {
+            chart
+                .draw_series(
+                    points
+                        .iter()
+                        .map(|&p| TriangleMarker::new(p, 4, color.filled())),
+                )
+                .map_err(|e| draw_err(path, e))?;
+        } else {
+            chart
+                .draw_series(points.iter().map(|&p| Circle::new(p, 3, color.filled())))
+                .map_err(|e| draw_err(path, e))?;
+        }
         if let Some(m) = models.get(name) {
             chart
                 .draw_series(DashedLineSeries::new(
