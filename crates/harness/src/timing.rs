@@ -329,7 +329,13 @@ pub fn bench_op(c: &mut Criterion, op: &dyn Op) {
     let wants_clock = config.modes.iter().any(|m| m.is_device()) && selection.mode != RunMode::List;
     for &device in &devices {
         // one clock per GPU, made only when a device mode is asked for
-        let mut clock: Result<DeviceClock, String> = if wants_clock {
+        let mut clock: Result<DeviceClock, String> = if !device.is_gpu() {
+            Err(
+                "device-side timing needs a GPU: CPU calls complete before they return \
+                 (the pipelined time is the device time)"
+                    .into(),
+            )
+        } else if wants_clock {
             DeviceClock::new(device).map_err(|e| first_line(&e.to_string()))
         } else {
             Err("no device mode asked for".into())
