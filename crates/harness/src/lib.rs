@@ -46,4 +46,6 @@ pub use env::EnvInfo;
 pub use floor::Floor;
 pub use op::{Check, Failure, Op, Prepared, Status, classify, rel_err};
 pub use record::{CaseKey, ResultRow, RunDir, SampleRow};
-pub use timing::{Mode, Refused, bench_op, criterion_config, preflight, time_calls};
+pub use timing::{
+    Mode, Refused, RunSummary, bench_op, criterion_config, preflight, run_op, time_calls,
+};

@@ -312,12 +312,41 @@ pub fn bench_op(c: &mut Criterion, op: &dyn Op) {
         tch::set_num_threads(t as i32);
     }
     let devices = select_devices(config.device, config.gpu_index).unwrap_or_else(|e| die(&e));
+    let summary = run_op(c, op, &selection, &config, &devices);
+    if let Some(path) = &summary.path {
+        println!(
+            "opbench: {} rows for {} in {}",
+            summary.rows,
+            op.kind(),
+            path.display()
+        );
+    }
+}
+
+/// What [`run_op`] wrote.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunSummary {
+    /// Rows appended to results.csv.
+    pub rows: usize,
+    /// The run directory; `None` in criterion's test and list modes, which write nothing.
+    pub path: Option<std::path::PathBuf>,
+}
+
+/// [`bench_op`] with the selection, configuration and devices given rather than read from
+/// the command line and the environment.
+pub fn run_op(
+    c: &mut Criterion,
+    op: &dyn Op,
+    selection: &Selection,
+    config: &Config,
+    devices: &[Device],
+) -> RunSummary {
     let samples_per_case = selection.sample_size.unwrap_or(config.samples);
     let run_id = config.run_id.clone().unwrap_or_else(default_run_id);
     let mut sink = Sink {
         mode: selection.mode,
         config: config.clone(),
-        devices: devices.clone(),
+        devices: devices.to_vec(),
         run: None,
         run_id: run_id.clone(),
         written: 0,
@@ -325,9 +354,9 @@ pub fn bench_op(c: &mut Criterion, op: &dyn Op) {
 
     let mut group = c.benchmark_group(op.kind().as_str());
     group.sampling_mode(SamplingMode::Flat);
-    let problems = op.problems(&config);
+    let problems = op.problems(config);
     let wants_clock = config.modes.iter().any(|m| m.is_device()) && selection.mode != RunMode::List;
-    for &device in &devices {
+    for &device in devices {
         // one clock per GPU, made only when a device mode is asked for
         let mut clock: Result<DeviceClock, String> = if !device.is_gpu() {
             Err(
@@ -402,13 +431,9 @@ pub fn bench_op(c: &mut Criterion, op: &dyn Op) {
         }
     }
     group.finish();
-    if let Some(run) = &sink.run {
-        println!(
-            "opbench: {} rows for {} in {}",
-            sink.written,
-            op.kind(),
-            run.path.display()
-        );
+    RunSummary {
+        rows: sink.written,
+        path: sink.run.as_ref().map(|r| r.path.clone()),
     }
 }
 
