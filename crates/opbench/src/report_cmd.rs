@@ -579,7 +579,9 @@ pub fn run(dir: &Path) -> Result<u8, Failure> {
             .unwrap_or("cpu");
         let _ = writeln!(
             md,
-            "## {gpu} over cpu\n\n| op | variant | site | batch | cpu µs | {gpu} µs | speedup |\n|---|---|---|---|---|---|---|"
+            "## {gpu} over cpu\n\nPipelined decode medians of the same case on both devices, each in the dtype the run \
+             gave it (the CPU usually f32, the GPU f16 or bf16): the speed-up a user sees by moving the op.\n\n\
+             | op | variant | site | batch | cpu µs | {gpu} µs | speedup |\n|---|---|---|---|---|---|---|"
         );
         for r in ok.iter().filter(|r| {
             r.device == gpu
