@@ -112,21 +112,28 @@ impl std::fmt::Display for CaseKey {
     }
 }
 
+/// The [`CaseKey`] of any row type that carries the key's fields under their names.
+macro_rules! case_key {
+    ($row:expr) => {
+        CaseKey {
+            op: $row.op.clone(),
+            variant: $row.variant.clone(),
+            site: $row.site.clone(),
+            model: $row.model.clone(),
+            phase: $row.phase.clone(),
+            batch: $row.batch,
+            q_len: $row.q_len,
+            kv_len: $row.kv_len,
+            dtype: $row.dtype.clone(),
+            device: $row.device.clone(),
+            mode: $row.mode.clone(),
+        }
+    };
+}
+
 impl ResultRow {
     pub fn key(&self) -> CaseKey {
-        CaseKey {
-            op: self.op.clone(),
-            variant: self.variant.clone(),
-            site: self.site.clone(),
-            model: self.model.clone(),
-            phase: self.phase.clone(),
-            batch: self.batch,
-            q_len: self.q_len,
-            kv_len: self.kv_len,
-            dtype: self.dtype.clone(),
-            device: self.device.clone(),
-            mode: self.mode.clone(),
-        }
+        case_key!(self)
     }
 }
 
@@ -167,19 +174,7 @@ impl SampleRow {
         }
     }
     pub fn key(&self) -> CaseKey {
-        CaseKey {
-            op: self.op.clone(),
-            variant: self.variant.clone(),
-            site: self.site.clone(),
-            model: self.model.clone(),
-            phase: self.phase.clone(),
-            batch: self.batch,
-            q_len: self.q_len,
-            kv_len: self.kv_len,
-            dtype: self.dtype.clone(),
-            device: self.device.clone(),
-            mode: self.mode.clone(),
-        }
+        case_key!(self)
     }
 }
 

@@ -36,14 +36,22 @@ struct PreparedAppend {
 }
 
 impl PreparedAppend {
-    fn forward(&mut self) -> Result<Tensor, TchError> {
+    /// One append: the tensor the call returns, or `None` for `copy_`, which returns
+    /// nothing (so the timed call allocates no extra handle).
+    fn forward(&mut self) -> Result<Option<Tensor>, TchError> {
         match &mut self.prep {
-            Prep::Cat => Tensor::f_cat(&[&self.cache, &self.new], -2),
-            Prep::IndexCopy { buf, pos } => buf.f_index_copy_(2, pos, &self.new),
-            Prep::SliceCopy { buf, window } => {
-                window.f_copy_(&self.new)?;
-                Ok(buf.shallow_clone())
-            }
+            Prep::Cat => Tensor::f_cat(&[&self.cache, &self.new], -2).map(Some),
+            Prep::IndexCopy { buf, pos } => buf.f_index_copy_(2, pos, &self.new).map(Some),
+            Prep::SliceCopy { window, .. } => window.f_copy_(&self.new).map(|()| None),
+        }
+    }
+
+    /// The cache after one append, for the check.
+    fn output(&mut self) -> Result<Tensor, TchError> {
+        match (self.forward()?, &self.prep) {
+            (Some(t), _) => Ok(t),
+            (None, Prep::SliceCopy { buf, .. }) => Ok(buf.shallow_clone()),
+            (None, _) => Err(TchError::Kind("kvcache: no output".into())),
         }
     }
 }
@@ -53,7 +61,7 @@ impl Prepared for PreparedAppend {
         self.forward().map(drop)
     }
     fn check(&mut self) -> Result<Check, TchError> {
-        let output = self.forward()?.f_narrow(0, 0, 1)?;
+        let output = self.output()?.f_narrow(0, 0, 1)?;
         let cache = f64_cpu(&self.cache.f_narrow(0, 0, 1)?)?;
         let new = f64_cpu(&self.new.f_narrow(0, 0, 1)?)?;
         let reference = Tensor::f_cat(&[&cache, &new], -2)?;

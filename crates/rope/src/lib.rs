@@ -108,9 +108,13 @@ struct PreparedRope {
 }
 
 impl PreparedRope {
-    fn forward(&mut self) -> Result<Tensor, TchError> {
+    /// One call: the new tensor it returns, or `None` when the result is written into the
+    /// preallocated `out` (so the timed call allocates no extra handle).
+    fn forward(&mut self) -> Result<Option<Tensor>, TchError> {
         match &mut self.prep {
-            Prep::RotateHalf { x, cos, sin } => x.f_mul(cos)?.f_add(&rotate_half(x)?.f_mul(sin)?),
+            Prep::RotateHalf { x, cos, sin } => {
+                x.f_mul(cos)?.f_add(&rotate_half(x)?.f_mul(sin)?).map(Some)
+            }
             Prep::Halves {
                 x1,
                 x2,
@@ -118,22 +122,31 @@ impl PreparedRope {
                 c2,
                 s1_neg,
                 s2,
-                out,
                 o1,
                 o2,
+                ..
             } => {
                 // the returned handles alias o1 / o2; dropping them frees no storage
                 drop(x1.f_mul_out(o1, c1)?);
                 drop(o1.f_addcmul_(x2, s1_neg)?);
                 drop(x2.f_mul_out(o2, c2)?);
                 drop(o2.f_addcmul_(x1, s2)?);
-                Ok(out.shallow_clone())
+                Ok(None)
             }
             Prep::Table { inv, pos, kind } => {
                 let (cos, sin) = hf_table(inv, pos, *kind)?;
                 // one tensor out, so the check can compare both
-                Tensor::f_cat(&[&cos, &sin], -1)
+                Tensor::f_cat(&[&cos, &sin], -1).map(Some)
             }
+        }
+    }
+
+    /// One call's result as a tensor, for the check.
+    fn output(&mut self) -> Result<Tensor, TchError> {
+        match (self.forward()?, &self.prep) {
+            (Some(t), _) => Ok(t),
+            (None, Prep::Halves { out, .. }) => Ok(out.shallow_clone()),
+            (None, _) => Err(TchError::Kind("rope: no output".into())),
         }
     }
 }
@@ -144,7 +157,7 @@ impl Prepared for PreparedRope {
     }
 
     fn check(&mut self) -> Result<Check, TchError> {
-        let output = self.forward()?;
+        let output = self.output()?;
         let reference = match &self.x {
             Some(x) => {
                 let s = x.size();
