@@ -1,5 +1,6 @@
 //! `opbench publish RUN`: copy a run into `results/<date>-<device>-<backend>-torch<ver>/`
-//! with a README of the command, versions and device, its CSVs, fits and report.
+//! (with `-<tag>` appended when `--tag` is given: a second run of the same build on the
+//! same day) with a README of the command, versions and device, its CSVs, fits and report.
 //! Published runs are never rewritten: publishing to an existing name is an error.
 
 use std::fmt::Write as _;
@@ -21,6 +22,10 @@ pub struct Args {
     /// Notes for the README (what a reader must know about this run).
     #[arg(long)]
     notes: Option<String>,
+    /// Appended to the published name as `-<tag>`: tells apart two runs of one build, device
+    /// and day (letters, digits, `.` and `-`).
+    #[arg(long)]
+    tag: Option<String>,
 }
 
 fn slug(s: &str) -> String {
@@ -60,7 +65,19 @@ fn copy(from: &Path, to: &Path) -> Result<(), Failure> {
 pub fn run(args: &Args) -> Result<u8, Failure> {
     let run = Run::load(&args.run)?;
     let env = run.env()?;
-    let name = published_name(&env);
+    let mut name = published_name(&env);
+    if let Some(tag) = &args.tag {
+        let ok = !tag.is_empty()
+            && tag
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-');
+        if !ok {
+            return Err(Failure::input(format!(
+                "--tag `{tag}`: use letters, digits, `.` and `-` only"
+            )));
+        }
+        name = format!("{name}-{tag}");
+    }
     let dest = args.results.join(&name);
     if dest.exists() {
         return Err(Failure::input(format!(

@@ -389,7 +389,7 @@ pub fn run(dir: &Path) -> Result<u8, Failure> {
             )?;
             let _ = writeln!(
                 md,
-                "### {op}\n\n![{op}]({file})\n\nSolid: measured, pipelined (and, where the run has them, GPU events: kernel time alone); dashed: the fitted model ({}).\n",
+                "### {op}\n\n![{op}]({file})\n\nSolid: measured, pipelined (and, where the run has them, GPU events: device time, kernels and the gaps between them, no host time); dashed: the fitted model ({}).\n",
                 series
                     .keys()
                     .filter_map(|v| {

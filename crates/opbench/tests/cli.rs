@@ -519,4 +519,19 @@ fn report_and_publish_a_run_once() {
     let (code, _, err) = opbench(&args);
     assert_eq!(code, 2);
     assert!(err.contains("already published"), "{err}");
+    // a second run of the same build and day goes under a tag
+    let mut tagged = args.to_vec();
+    tagged.extend(["--tag", "second"]);
+    let (code, _, err) = opbench(&tagged);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        results
+            .join("2026-11-29-nvidia-h200-cuda-torch2.11.0-second/results.csv")
+            .is_file()
+    );
+    let last = tagged.len() - 1;
+    tagged[last] = "../x";
+    let (code, _, err) = opbench(&tagged);
+    assert_eq!(code, 2);
+    assert!(err.contains("--tag `../x`"), "{err}");
 }
