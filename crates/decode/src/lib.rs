@@ -242,7 +242,7 @@ impl Op for Decode {
             });
             cache_init.push((k, v));
         }
-        let weight_bytes = weights.borrow().bytes(flavor);
+        let weight_bytes = weights.borrow().bytes();
         let kv_bytes =
             2 * cfg.num_hidden_layers as u64 * (b * hkv * (l + q) * d) as u64 * dt.size() as u64;
         let phase = if problem.phase == Phase::Prefill {

@@ -120,11 +120,22 @@ pub fn random_weights(
     })
 }
 
-/// Add the concatenated QKV and gate-up weights a fused forward uses.
+/// Give a layer the concatenated QKV and gate-up weights a fused forward uses. The separate
+/// q, k, v, gate and up become row slices of them (contiguous views, same values), so both
+/// flavors run from one copy of the weights: fusing adds no device memory.
 pub fn fuse(l: &mut Layer) -> Result<(), TchError> {
     if l.qkv.is_none() {
-        l.qkv = Some(Tensor::f_cat(&[&l.q, &l.k, &l.v], 0)?);
-        l.gate_up = Some(Tensor::f_cat(&[&l.gate, &l.up], 0)?);
+        let qkv = Tensor::f_cat(&[&l.q, &l.k, &l.v], 0)?;
+        let (nq, nk, nv) = (l.q.size()[0], l.k.size()[0], l.v.size()[0]);
+        l.q = qkv.f_narrow(0, 0, nq)?;
+        l.k = qkv.f_narrow(0, nq, nk)?;
+        l.v = qkv.f_narrow(0, nq + nk, nv)?;
+        l.qkv = Some(qkv);
+        let gate_up = Tensor::f_cat(&[&l.gate, &l.up], 0)?;
+        let (ng, nu) = (l.gate.size()[0], l.up.size()[0]);
+        l.gate = gate_up.f_narrow(0, 0, ng)?;
+        l.up = gate_up.f_narrow(0, ng, nu)?;
+        l.gate_up = Some(gate_up);
     }
     Ok(())
 }
@@ -181,9 +192,9 @@ impl Weights {
         })
     }
 
-    /// Bytes the weights a flavor uses take on their device (tied lm_head counted once;
-    /// the fused QKV and gate-up copies only for the fused flavor).
-    pub fn bytes(&self, flavor: Flavor) -> u64 {
+    /// Bytes the weights take on their device (tied lm_head counted once). The same for
+    /// every flavor: fused QKV and gate-up share storage with the separate projections.
+    pub fn bytes(&self) -> u64 {
         let size = |t: &Tensor| (t.numel() * t.kind().elt_size_in_bytes()) as u64;
         let mut total = size(&self.embed) + size(&self.final_norm);
         if !self.cfg.tie_word_embeddings {
@@ -204,11 +215,6 @@ impl Weights {
                 &l.down,
             ] {
                 total += size(t);
-            }
-            if flavor == Flavor::Fused {
-                for t in [&l.qkv, &l.gate_up].into_iter().flatten() {
-                    total += size(t);
-                }
             }
         }
         total

@@ -61,9 +61,17 @@ fn caches(n: usize, flavor: Flavor, kv: Option<(&Tensor, &Tensor)>, lmax: i64) -
 fn tiny_model_matches_float64_and_profiles_agree() {
     let cfg = tiny();
     let mut w = random_weights(&cfg, Kind::Float, tch::Device::Cpu, false).unwrap();
+    let (q_before, bytes_before) = (w.layers[0].q.copy(), w.bytes());
     for l in w.layers.iter_mut() {
         fuse(l).unwrap();
     }
+    // fusing keeps the values and adds no memory: q is a view into qkv
+    let l0 = &w.layers[0];
+    assert!(l0.q.equal(&q_before));
+    assert_eq!(w.bytes(), bytes_before);
+    let qkv = l0.qkv.as_ref().unwrap();
+    assert_eq!(l0.q.data_ptr(), qkv.data_ptr());
+    assert!(l0.v.is_contiguous() && l0.up.is_contiguous());
     let r = w.to_reference().unwrap();
     // prefill 5 tokens, then decode one, through each flavor
     let ids = Tensor::from_slice(&[3i64, 17, 250, 9, 0, 1, 2, 3, 4, 5]).view([2, 5]);
