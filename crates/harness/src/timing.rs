@@ -461,6 +461,9 @@ fn time_case(
     });
     let record: Rc<RefCell<Vec<(u64, f64)>>> = Rc::default();
     let failed: Rc<RefCell<Option<TchError>>> = Rc::default();
+    if let Some(c) = clock.as_deref_mut() {
+        c.take_coverage();
+    }
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         group.bench_function(id_in_group(key), |b| {
             b.iter_custom(|iters| {
@@ -485,6 +488,15 @@ fn time_case(
     row.bytes = bytes;
     row.kernel = prepared.kernel();
     row.note = prepared.note();
+    if let Some(gaps) = clock
+        .filter(|_| mode.is_device())
+        .and_then(|c| c.take_coverage().note())
+    {
+        row.note = Some(match row.note.take() {
+            Some(n) => format!("{n}; {gaps}"),
+            None => gaps,
+        });
+    }
     if let Err(panic) = outcome {
         row.status = Status::Error.as_str().into();
         row.note = Some(format!("panicked while timing: {}", panic_message(&panic)));

@@ -556,19 +556,22 @@ pub fn print(pred: &Prediction, title: &str) {
 /// The measured whole step for the query (median, CI low, CI high), if the run has the
 /// decode crate's row.
 pub fn measured_step(run: &Run, q: &Query) -> Option<(f64, f64, f64)> {
-    run.ok_rows()
-        .find(|r| {
-            r.op == "decode"
-                && r.variant == q.profile
-                && r.model == q.model.name
-                && r.phase == "decode"
-                && r.batch == q.batch
-                && r.kv_len == Some(q.ctx + 1)
-                && r.dtype == q.dtype
-                && r.device == q.device
-                && r.mode == q.mode
-        })
-        .and_then(|r| Some((r.median_ns?, r.ci_low_ns?, r.ci_high_ns?)))
+    step_row(run, q).and_then(|r| Some((r.median_ns?, r.ci_low_ns?, r.ci_high_ns?)))
+}
+
+/// The decode crate's ok row for the query.
+pub fn step_row<'r>(run: &'r Run, q: &Query) -> Option<&'r harness::ResultRow> {
+    run.ok_rows().find(|r| {
+        r.op == "decode"
+            && r.variant == q.profile
+            && r.model == q.model.name
+            && r.phase == "decode"
+            && r.batch == q.batch
+            && r.kv_len == Some(q.ctx + 1)
+            && r.dtype == q.dtype
+            && r.device == q.device
+            && r.mode == q.mode
+    })
 }
 
 pub fn run(args: &Args) -> Result<u8, Failure> {
@@ -625,6 +628,26 @@ pub fn run(args: &Args) -> Result<u8, Failure> {
             pred.step_ns / m,
             100.0 * (pred.step_ns / m - 1.0)
         );
+    }
+    if pred.gpu {
+        let dq = Query {
+            mode: "device",
+            ..q.clone()
+        };
+        if let Some((m, lo, hi)) = measured_step(&run, &dq) {
+            println!(
+                "measured device time of the step (GPU events, decode crate): {:.3} ms [{:.3}, {:.3}]; predicted kernels / measured = {:.3} ({:+.1}%)",
+                m / 1e6,
+                lo / 1e6,
+                hi / 1e6,
+                pred.device_ns / m,
+                100.0 * (pred.device_ns / m - 1.0)
+            );
+            let note = step_row(&run, &dq).and_then(|r| r.note.as_deref());
+            if let Some(i) = note.and_then(|n| n.find("upper bound")) {
+                println!("  {}", &note.unwrap_or_default()[i..]);
+            }
+        }
     }
     Ok(0)
 }

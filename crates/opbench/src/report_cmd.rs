@@ -519,9 +519,9 @@ pub fn run(dir: &Path) -> Result<u8, Failure> {
             let _ = writeln!(md, "### Predicted decode step: {model}, L = {ctx}\n");
             let _ = writeln!(
                 md,
-                "| profile | B | ms/step | tokens/s | host ms | kernels ms | bound | measured ms/step |"
+                "| profile | B | ms/step | tokens/s | host ms | kernels ms | bound | measured ms/step | measured device ms |"
             );
-            let _ = writeln!(md, "|---|---|---|---|---|---|---|---|");
+            let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|");
             for profile in ["hf-eager", "fused"] {
                 for b in [1usize, 8, 64] {
                     let q = Query {
@@ -537,9 +537,23 @@ pub fn run(dir: &Path) -> Result<u8, Failure> {
                         Ok(p) => {
                             let measured = crate::predict_cmd::measured_step(&run, &q)
                                 .map_or("-".into(), |(m, _, _)| format!("{:.2}", m / 1e6));
+                            let dq = Query {
+                                mode: "device",
+                                ..q.clone()
+                            };
+                            let measured_device = crate::predict_cmd::step_row(&run, &dq)
+                                .and_then(|r| {
+                                    let m = r.median_ns? / 1e6;
+                                    let bound = r
+                                        .note
+                                        .as_deref()
+                                        .is_some_and(|n| n.contains("upper bound"));
+                                    Some(format!("{}{m:.2}", if bound { "≤ " } else { "" }))
+                                })
+                                .unwrap_or_else(|| "-".into());
                             let _ = writeln!(
                                 md,
-                                "| {profile} | {b} | {:.2} | {:.0} | {:.2} | {:.2} | {} | {measured} |",
+                                "| {profile} | {b} | {:.2} | {:.0} | {:.2} | {:.2} | {} | {measured} | {measured_device} |",
                                 p.step_ns / 1e6,
                                 p.tokens_per_s(),
                                 p.host_ns / 1e6,
@@ -556,7 +570,7 @@ pub fn run(dir: &Path) -> Result<u8, Failure> {
                         Err(e) => {
                             let _ = writeln!(
                                 md,
-                                "| {profile} | {b} | n/a: {} | | | | | |",
+                                "| {profile} | {b} | n/a: {} | | | | | | |",
                                 e.message.replace('|', "/")
                             );
                         }
@@ -565,7 +579,7 @@ pub fn run(dir: &Path) -> Result<u8, Failure> {
             }
             let _ = writeln!(
                 md,
-                "\n`opbench predict {} --model {model} --batch B --ctx {ctx}` prints the per-op breakdown.\n",
+                "\nKernels ms: the predicted device time of the step (Σ GPU-event times of its parts); measured device ms: the decode crate's own `device` row (≤: an upper bound, see its note).\n\n`opbench predict {} --model {model} --batch B --ctx {ctx}` prints the per-op breakdown.\n",
                 dir.display()
             );
         }

@@ -23,6 +23,8 @@ struct Case {
     mode: &'static str,
     status: &'static str,
     kernel: &'static str,
+    /// No commas (written unquoted).
+    note: &'static str,
     flops: u64,
     bytes: u64,
     times: Vec<f64>,
@@ -44,6 +46,7 @@ fn case(
         mode: "pipelined",
         status: "ok",
         kernel: "",
+        note: "",
         flops: 0,
         bytes: 0,
         times,
@@ -91,8 +94,8 @@ fn write_run(dir: &Path, cases: &[Case]) {
         };
         writeln!(
             r,
-            "t,{},{},{},{model},decode,{},1,{kv},f16,x,cuda:0,{},{},{timing},{},{},{rates},{},,",
-            c.op, c.variant, c.site, c.batch, c.mode, c.status, c.flops, c.bytes, c.kernel
+            "t,{},{},{},{model},decode,{},1,{kv},f16,x,cuda:0,{},{},{timing},{},{},{rates},{},,{}",
+            c.op, c.variant, c.site, c.batch, c.mode, c.status, c.flops, c.bytes, c.kernel, c.note
         )
         .unwrap();
     }
@@ -384,12 +387,21 @@ fn predict_composes_a_hand_made_run() {
     cases.push(floor("add", "pipelined", 4_000.0));
     cases.push(floor("view", "pipelined", 1_000.0));
     cases.push(floor("add", "device", 2_000.0));
-    write_run(&run, &cases);
     // unmeasured calls of hf-eager: 5 kernels per layer + 3 per step; 8 views per layer + 6
     let kernels = (5 * 28 + 3) as f64;
     let views = (8 * 28 + 6) as f64;
     host_total += kernels * 4_000.0 + views * 1_000.0;
     device_total += kernels * 2_000.0;
+    // the decode crate's measured step: pipelined, and its device time by GPU events
+    let mut step = case("decode", "hf-eager", "step", 1, vec![2.0 * host_total; 5]);
+    step.kv = Some(129);
+    let mut step_device = case("decode", "hf-eager", "step", 1, vec![device_total / 0.8; 5]);
+    step_device.kv = Some(129);
+    step_device.mode = "device";
+    step_device.note =
+        "one decode step; upper bound: in 3 of 12 chunks the host outlasted the lead";
+    cases.extend([step, step_device]);
+    write_run(&run, &cases);
     let (code, out, err) = opbench(&[
         "predict",
         run.to_str().unwrap(),
@@ -415,6 +427,19 @@ fn predict_composes_a_hand_made_run() {
         "{out}"
     );
     assert!(out.contains("host-bound"));
+    assert!(
+        out.contains("predicted / measured = 0.500 (-50.0%)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("measured device time of the step")
+            && out.contains("predicted kernels / measured = 0.800 (-20.0%)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("\n  upper bound: in 3 of 12 chunks the host outlasted the lead"),
+        "{out}"
+    );
     // with a measured copy ceiling of 1 GB/s, a site whose bytes take longer than its
     // (cache-warm) time alone is priced at its bytes over the ceiling
     let mut copy = case("ceiling", "copy", "copy", 1, vec![268_435_456.0; 5]);
