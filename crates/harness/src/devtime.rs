@@ -11,7 +11,7 @@
 //! host's measured enqueue time, and a chunk whose enqueue outlasted its lead is redone with
 //! a longer one.
 //!
-//! A chunk whose enqueue still outlasts its lead after [`RETRIES`] tries is taken as it is
+//! A chunk whose enqueue still outlasts its lead after 4 ever longer leads is taken as it is
 //! and counted ([`Coverage`]): its events include GPU time spent waiting for the host, and
 //! the row says so. That happens when one call launches more kernels than the GPU's launch
 //! queue holds (a whole eager decode step): the host blocks on the full queue until the
