@@ -13,9 +13,9 @@
 //!
 //! A chunk whose enqueue still outlasts its lead after 4 ever longer leads is taken as it is
 //! and counted ([`Coverage`]): its events include GPU time spent waiting for the host, and
-//! the row says so. That happens when one call launches more kernels than the GPU's launch
-//! queue holds (a whole eager decode step): the host blocks on the full queue until the
-//! lead ends, then the GPU catches up with it.
+//! the row says so. The likely cause is a call that launches more kernels than the GPU's
+//! launch queue holds (a whole eager decode step): the host blocks on the full queue until
+//! the lead ends, then the GPU catches up with it.
 //!
 //! These are *warm* figures: the same buffers every call, so a decode-sized case may be
 //! served from L2. [`DeviceClock::time_cold`] flushes L2 (writes a buffer twice its size)
