@@ -67,7 +67,7 @@ impl Coverage {
     pub fn note(&self) -> Option<String> {
         (self.uncovered > 0).then(|| {
             format!(
-                "upper bound: in {} of {} chunks (warm-up included) the host's enqueue outlasted the lead \
+                "{UPPER_BOUND} in {} of {} chunks (warm-up included) the host's enqueue outlasted the lead \
                  even after {RETRIES} tries, so GPU idle time waiting for the host is included \
                  (a call that launches more kernels than the launch queue holds blocks the host \
                  until the GPU drains it; or the host stalled)",
@@ -75,6 +75,14 @@ impl Coverage {
             )
         })
     }
+}
+
+/// How a row's note begins the part that says its device time is an upper bound.
+const UPPER_BOUND: &str = "upper bound:";
+
+/// The upper-bound part of a row's note ([`Coverage::note`]), if it has one.
+pub fn upper_bound_in(note: &str) -> Option<&str> {
+    note.find(UPPER_BOUND).map(|i| &note[i..])
 }
 
 /// Leads tried per chunk before it is taken as it is (and counted as uncovered).
@@ -274,5 +282,10 @@ mod tests {
         .unwrap();
         assert!(note.starts_with("upper bound: in 5 of 12 chunks"), "{note}");
         assert!(note.contains("after 4 tries"), "{note}");
+        assert_eq!(
+            super::upper_bound_in(&format!("one decode step; {note}")),
+            Some(note.as_str())
+        );
+        assert_eq!(super::upper_bound_in("one decode step"), None);
     }
 }

@@ -488,10 +488,8 @@ fn time_case(
     row.bytes = bytes;
     row.kernel = prepared.kernel();
     row.note = prepared.note();
-    if let Some(gaps) = clock
-        .filter(|_| mode.is_device())
-        .and_then(|c| c.take_coverage().note())
-    {
+    // only the device modes use the clock, so only their rows can get this note
+    if let Some(gaps) = clock.and_then(|c| c.take_coverage().note()) {
         row.note = Some(match row.note.take() {
             Some(n) => format!("{n}; {gaps}"),
             None => gaps,

@@ -634,18 +634,23 @@ pub fn run(args: &Args) -> Result<u8, Failure> {
             mode: "device",
             ..q.clone()
         };
-        if let Some((m, lo, hi)) = measured_step(&run, &dq) {
-            println!(
-                "measured device time of the step (GPU events, decode crate): {:.3} ms [{:.3}, {:.3}]; predicted kernels / measured = {:.3} ({:+.1}%)",
-                m / 1e6,
-                lo / 1e6,
-                hi / 1e6,
-                pred.device_ns / m,
-                100.0 * (pred.device_ns / m - 1.0)
-            );
-            let note = step_row(&run, &dq).and_then(|r| r.note.as_deref());
-            if let Some(i) = note.and_then(|n| n.find("upper bound")) {
-                println!("  {}", &note.unwrap_or_default()[i..]);
+        if let Some(row) = step_row(&run, &dq) {
+            if let (Some(m), Some(lo), Some(hi)) = (row.median_ns, row.ci_low_ns, row.ci_high_ns) {
+                println!(
+                    "measured device time of the step (GPU events, decode crate): {:.3} ms [{:.3}, {:.3}]; predicted kernels / measured = {:.3} ({:+.1}%)",
+                    m / 1e6,
+                    lo / 1e6,
+                    hi / 1e6,
+                    pred.device_ns / m,
+                    100.0 * (pred.device_ns / m - 1.0)
+                );
+                if let Some(gaps) = row
+                    .note
+                    .as_deref()
+                    .and_then(harness::devtime::upper_bound_in)
+                {
+                    println!("  {gaps}");
+                }
             }
         }
     }

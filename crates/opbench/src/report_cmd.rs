@@ -547,7 +547,8 @@ pub fn run(dir: &Path) -> Result<u8, Failure> {
                                     let bound = r
                                         .note
                                         .as_deref()
-                                        .is_some_and(|n| n.contains("upper bound"));
+                                        .and_then(harness::devtime::upper_bound_in)
+                                        .is_some();
                                     Some(format!("{}{m:.2}", if bound { "≤ " } else { "" }))
                                 })
                                 .unwrap_or_else(|| "-".into());
