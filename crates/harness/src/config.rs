@@ -92,9 +92,9 @@ impl Config {
             Some(v) => v
                 .split(',')
                 .map(|m| {
-                    Mode::parse(m.trim()).ok_or_else(|| {
-                        format!("OPBENCH_MODES: unknown mode `{m}` (pipelined, synced, device, device_cold)")
-                    })
+                    m.trim()
+                        .parse::<Mode>()
+                        .map_err(|e| format!("OPBENCH_MODES: {e}"))
                 })
                 .collect::<Result<Vec<_>, _>>()?,
         };

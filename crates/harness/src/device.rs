@@ -6,24 +6,7 @@
 use std::fmt;
 use std::sync::OnceLock;
 
-/// What a device runs on. ROCm builds of PyTorch run HIP through the `cuda` device API, so a
-/// HIP GPU is a `tch::Device::Cuda(i)` labelled `hip`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Backend {
-    Cpu,
-    Cuda,
-    Hip,
-}
-
-impl Backend {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Backend::Cpu => "cpu",
-            Backend::Cuda => "cuda",
-            Backend::Hip => "hip",
-        }
-    }
-}
+pub use rundir::Backend;
 
 /// The GPU backend of this libtorch: `Hip` on ROCm builds, `Cuda` otherwise.
 pub fn gpu_backend() -> Backend {
@@ -58,6 +41,14 @@ impl Device {
         self.backend != Backend::Cpu
     }
 
+    /// Its label in the run directory.
+    pub fn id(&self) -> rundir::DeviceId {
+        rundir::DeviceId {
+            backend: self.backend,
+            index: self.index,
+        }
+    }
+
     /// The tch device: HIP GPUs are `Cuda(i)` in PyTorch's API.
     pub fn tch(&self) -> tch::Device {
         match self.backend {
@@ -78,10 +69,7 @@ impl Device {
 impl fmt::Display for Device {
     /// `cpu`, `cuda:0`, `hip:0`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.backend {
-            Backend::Cpu => f.write_str("cpu"),
-            b => write!(f, "{}:{}", b.as_str(), self.index),
-        }
+        self.id().fmt(f)
     }
 }
 

@@ -2,7 +2,6 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
 
 use crate::device::{Backend, Device, gpu_backend, gpu_count, load_gpu_library};
 use crate::gpu_facts::{self, GpuFacts};
@@ -27,50 +26,11 @@ const KERNEL_VARS: &[&str] = &[
 ];
 const KERNEL_VAR_PREFIXES: &[&str] = &["MIOPEN_", "HIPBLASLT_LOG_"];
 
-/// Everything a reader needs to judge a run.
-#[derive(Debug, Clone, Serialize)]
-pub struct EnvInfo {
-    pub run_id: String,
-    pub started_at: String,
-    pub git_revision: String,
-    pub opbench_version: String,
-    pub tch_version: String,
-    pub libtorch_version: String,
-    /// `cpu`, `cuda` or `hip`: the GPU backend when the run has a GPU device.
-    pub backend: String,
-    /// Devices this run measures (`cpu`, `cuda:0`).
-    pub devices: Vec<String>,
-    /// CUDA runtime (`13.0`) or HIP runtime version of libtorch's GPU library.
-    pub runtime_version: Option<String>,
-    pub device_name: Option<String>,
-    pub arch: Option<String>,
-    pub device_memory_bytes: Option<u64>,
-    pub sm_count: Option<u32>,
-    pub l2_cache_bytes: Option<u64>,
-    pub peak_dram_gbps: Option<f64>,
-    pub driver_version: Option<String>,
-    pub gpu_library: Option<String>,
-    pub visible_gpus: usize,
-    pub cudnn_version: Option<i64>,
-    pub miopen_version: Option<i64>,
-    pub hipblaslt_version: Option<i64>,
-    /// Global SDP switches of the ATen context.
-    pub sdp_enabled: BTreeMap<String, bool>,
-    pub cpu_model: String,
-    /// libtorch's intra-op CPU threads.
-    pub threads: i32,
-    pub os: String,
-    /// Kernel-changing variables that are set.
-    pub env: BTreeMap<String, String>,
-    /// The grid profile and timing budget of the run (empty for `opbench env`).
-    pub settings: BTreeMap<String, String>,
-    /// `at::show_config()`: how libtorch was built.
-    pub build_config: String,
-}
+/// The fingerprint's type: `env.json` as the `rundir` crate defines it.
+pub use rundir::Env as EnvInfo;
 
-impl EnvInfo {
-    /// Collect the fingerprint for a run over `devices`.
-    pub fn collect(run_id: &str, devices: &[Device]) -> Self {
+/// Collect the fingerprint for a run over `devices`.
+pub fn collect(run_id: &str, devices: &[Device]) -> EnvInfo {
         load_gpu_library();
         let gpu = devices.iter().find(|d| d.is_gpu()).copied();
         let facts = match gpu {
@@ -95,6 +55,7 @@ impl EnvInfo {
                 }
             });
         EnvInfo {
+            schema_version: rundir::SCHEMA_VERSION,
             run_id: run_id.to_string(),
             started_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
             git_revision: std::env::var("OPBENCH_GIT_REV")
@@ -128,12 +89,8 @@ impl EnvInfo {
             settings: BTreeMap::new(),
             build_config: atenx::show_config(),
         }
-    }
-
-    pub fn to_json(&self) -> String {
-        serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
-    }
 }
+
 
 fn kernel_vars() -> BTreeMap<String, String> {
     std::env::vars()

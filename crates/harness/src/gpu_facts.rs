@@ -5,10 +5,10 @@
 
 use std::ffi::{CStr, c_char, c_int};
 
-use serde::Serialize;
+
 
 /// What could be read; missing fields stay `None` rather than guessed.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct GpuFacts {
     pub name: Option<String>,
     /// `sm_90` on CUDA; the gcnArchName (`gfx1032`, `gfx90a:sramecc+:xnack-`) on ROCm.

@@ -5,19 +5,13 @@
 //! - [`Op`] / [`Prepared`]: the one trait every op implements: variants, prepare inputs,
 //!   one call, a float64 CPU reference.
 //! - [`bench_op`]: the criterion glue: preflight every case against its reference, time it
-//!   in each [`Mode`], and append rows to the run directory ([`RunDir`]) as it goes.
+//!   in each [`Mode`], and append rows to the run directory ([`RunWriter`]) as it goes.
 //! - [`EnvInfo`]: the environment fingerprint (`env.json`, `opbench env`).
 //! - [`Config`]: the `OPBENCH_*` variables.
 //! - [`Floor`]: the dispatch floor (a one-element add, a view); [`Ceiling`]: a large copy
 //!   and a large GEMM, what the device really does.
 //!
-//! A bench target is three lines:
-//!
-//! ```text
-//! fn bench(c: &mut criterion::Criterion) { harness::bench_op(c, &linear::Linear) }
-//! criterion::criterion_group! { name = benches; config = harness::criterion_config(); targets = bench }
-//! criterion::criterion_main!(benches);
-//! ```
+//! A bench target is one line: `harness::opbench_bench!(linear::Linear);`.
 //!
 //! Boundary: this crate knows devices, tch and criterion; it knows no op in particular
 //! (beyond the floor). It depends on `shapes` for problems, `stats` for per-case estimates
@@ -42,10 +36,38 @@ pub use config::Config;
 pub use device::{Backend, Device, DeviceChoice, gpu_count, load_gpu_library, select_devices};
 pub use devtime::DeviceClock;
 pub use dtype::DType;
-pub use env::EnvInfo;
+pub use env::{EnvInfo, collect as collect_env};
 pub use floor::Floor;
 pub use op::{Check, Failure, Op, Prepared, Status, classify, rel_err};
-pub use record::{CaseKey, ResultRow, RunDir, SampleRow};
+pub use record::{CaseKey, ResultRow, RunWriter, Sample, SeriesKey};
 pub use timing::{
-    Mode, Refused, RunSummary, bench_op, criterion_config, preflight, run_op, time_calls,
+    BenchError, Mode, Refused, RunSummary, bench_op, criterion_config, preflight, run_op,
+    time_calls,
 };
+
+/// A bench target's `main`: runs each op through [`bench_op`] under criterion and ends
+/// the process with a one-line message and exit code 2 when a bench cannot run (bad
+/// `OPBENCH_*` settings, no such device, an unwritable run directory).
+///
+/// ```text
+/// harness::opbench_bench!(linear::Linear);
+/// ```
+#[macro_export]
+macro_rules! opbench_bench {
+    ($($op:expr),+ $(,)?) => {
+        fn bench(c: &mut criterion::Criterion) {
+            $(
+                if let Err(e) = $crate::bench_op(c, &$op) {
+                    eprintln!("opbench: {e}");
+                    std::process::exit(2);
+                }
+            )+
+        }
+        criterion::criterion_group! {
+            name = benches;
+            config = $crate::criterion_config();
+            targets = bench
+        }
+        criterion::criterion_main!(benches);
+    };
+}

@@ -1,54 +1,11 @@
 //! The [`Op`] trait every op crate implements, and what a case can end as.
 
-use std::fmt;
-
 use shapes::{OpKind, Problem};
 use tch::{TchError, Tensor};
 
 use crate::{Config, DType, Device};
 
-/// How a case ended (`status` column).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Status {
-    Ok,
-    /// The backend, build or dtype does not provide this variant or shape.
-    Unsupported,
-    /// The device ran out of memory.
-    Oom,
-    /// It ran but its answer is off the float64 reference by more than the tolerance.
-    Mismatch,
-    /// Anything else went wrong.
-    Error,
-}
-
-impl Status {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Ok => "ok",
-            Status::Unsupported => "unsupported",
-            Status::Oom => "oom",
-            Status::Mismatch => "mismatch",
-            Status::Error => "error",
-        }
-    }
-    pub fn parse(s: &str) -> Option<Self> {
-        [
-            Status::Ok,
-            Status::Unsupported,
-            Status::Oom,
-            Status::Mismatch,
-            Status::Error,
-        ]
-        .into_iter()
-        .find(|x| x.as_str() == s)
-    }
-}
-
-impl fmt::Display for Status {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use rundir::Status;
 
 /// A case that cannot be timed, and why. Becomes a row with an empty timing.
 #[derive(Debug, Clone, PartialEq)]

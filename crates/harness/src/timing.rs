@@ -17,48 +17,11 @@ use tch::TchError;
 
 use crate::devtime::DeviceClock;
 use crate::op::{Failure, Op, Prepared, Status, first_line, rel_err};
-use crate::record::{CaseKey, ResultRow, RunDir, SampleRow, default_run_id};
+use crate::record::{CaseKey, ResultRow, RunWriter, Sample, SeriesKey, default_run_id};
 use crate::select::{RunMode, Selection};
-use crate::{Config, DType, Device, EnvInfo, dtype, select_devices};
+use crate::{Config, DType, Device, dtype, select_devices};
 
-/// How calls are timed (DESIGN.md, "Timing modes").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Mode {
-    /// n calls back to back, one synchronize after them: what an eager decode loop sees,
-    /// max(host dispatch + launch, device time) per call.
-    Pipelined,
-    /// Synchronize after every call: launch + execution + round trip.
-    Synced,
-    /// GPU events around n back-to-back calls queued behind a lead, so only kernel time
-    /// counts (warm: same buffers). GPU only.
-    Device,
-    /// GPU events around each call after an L2 flush. GPU only.
-    DeviceCold,
-}
-
-impl Mode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::Pipelined => "pipelined",
-            Mode::Synced => "synced",
-            Mode::Device => "device",
-            Mode::DeviceCold => "device_cold",
-        }
-    }
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "pipelined" => Some(Mode::Pipelined),
-            "synced" => Some(Mode::Synced),
-            "device" => Some(Mode::Device),
-            "device_cold" => Some(Mode::DeviceCold),
-            _ => None,
-        }
-    }
-    /// Needs GPU events (a [`DeviceClock`]).
-    pub fn is_device(self) -> bool {
-        matches!(self, Mode::Device | Mode::DeviceCold)
-    }
-}
+pub use rundir::Mode;
 
 /// Criterion settings for op benches: flat sampling and the per-case budget from the
 /// `OPBENCH_*` variables (criterion's own 3 s + 5 s per case would make a full sweep take
@@ -184,35 +147,10 @@ fn base_row(
     dt: DType,
     status: Status,
 ) -> ResultRow {
-    ResultRow {
-        run_id: run_id.to_string(),
-        op: key.op.clone(),
-        variant: key.variant.clone(),
-        site: key.site.clone(),
-        model: key.model.clone(),
-        phase: key.phase.clone(),
-        batch: key.batch,
-        q_len: key.q_len,
-        kv_len: key.kv_len,
-        dtype: key.dtype.clone(),
-        dims: problem.dims.to_string(),
-        device: key.device.clone(),
-        mode: key.mode.clone(),
-        status: status.as_str().to_string(),
-        samples: None,
-        median_ns: None,
-        mean_ns: None,
-        ci_low_ns: None,
-        ci_high_ns: None,
-        mad_ns: None,
-        flops: problem.flops(),
-        bytes: problem.bytes(dt.size()),
-        gflops: None,
-        gbps: None,
-        kernel: None,
-        max_rel_err: None,
-        note: None,
-    }
+    let mut row = ResultRow::new(run_id, key.clone(), problem.dims.to_string(), status);
+    row.flops = problem.flops();
+    row.bytes = problem.bytes(dt.size());
+    row
 }
 
 fn key_for(
@@ -223,25 +161,33 @@ fn key_for(
     device: Device,
     mode: Mode,
 ) -> CaseKey {
-    CaseKey {
-        op: op.kind().as_str().to_string(),
+    SeriesKey {
+        op: op.kind(),
         variant: variant.to_string(),
         site: p.site.to_string(),
         model: p.model.clone(),
-        phase: p.phase.as_str().to_string(),
-        batch: p.batch,
+        phase: p.phase,
         q_len: p.q_len,
         kv_len: p.kv_len,
-        dtype: dt.as_str().to_string(),
-        device: device.to_string(),
-        mode: mode.as_str().to_string(),
+        dtype: dt,
+        device: device.id(),
+        mode,
     }
+    .at(p.batch)
 }
 
-/// Fail the bench binary with a one-line message (bad configuration), exit code 2.
-fn die(msg: &str) -> ! {
-    eprintln!("opbench: {msg}");
-    std::process::exit(2)
+/// Why a bench could not run at all (a case that fails is a row, never this).
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// An `OPBENCH_*` variable or a bench argument is off.
+    #[error("{0}")]
+    Config(String),
+    /// The device asked for is not there.
+    #[error("{0}")]
+    Device(String),
+    /// The run directory could not be written.
+    #[error(transparent)]
+    Run(#[from] rundir::RunError),
 }
 
 /// Where rows go: nowhere in test/list mode, else the run directory (opened on first use).
@@ -249,70 +195,80 @@ struct Sink {
     mode: RunMode,
     config: Config,
     devices: Vec<Device>,
-    run: Option<RunDir>,
+    run: Option<RunWriter>,
     run_id: String,
     written: usize,
 }
 
 impl Sink {
-    fn write(&mut self, row: &ResultRow, samples: &[SampleRow]) {
-        let summary = match row.median_ns {
-            Some(m) => format!("{:.0} ns", m),
-            None => format!("{} ({})", row.status, row.note.as_deref().unwrap_or("")),
-        };
+    /// Open the run directory (bench mode only), describing the run if it is new.
+    fn open(&mut self) -> Result<(), BenchError> {
+        if self.mode != RunMode::Bench || self.run.is_some() {
+            return Ok(());
+        }
+        let mut env = crate::env::collect(&self.run_id, &self.devices);
+        let c = &self.config;
+        for (k, v) in [
+            ("profile", c.profile_name.clone()),
+            ("samples", c.samples.to_string()),
+            ("warmup_ms", c.warmup.as_millis().to_string()),
+            ("measure_ms", c.measure.as_millis().to_string()),
+            (
+                "models",
+                c.models
+                    .iter()
+                    .map(|m| m.name.clone())
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ),
+        ] {
+            env.settings.insert(k.to_string(), v);
+        }
+        self.run = Some(RunWriter::open(&c.out, &self.run_id, &env)?);
+        Ok(())
+    }
+
+    /// The run already holds this case (a resumed run): it is not measured again.
+    fn has(&self, key: &CaseKey) -> bool {
+        self.run.as_ref().is_some_and(|r| r.contains(key))
+    }
+
+    fn write(&mut self, row: &ResultRow, samples: &[Sample]) -> Result<(), BenchError> {
         if self.mode != RunMode::Bench {
-            if row.status != "ok" {
+            if row.status != Status::Ok {
                 eprintln!(
-                    "opbench: {} {} {}: {}",
-                    row.op, row.variant, row.site, summary
+                    "opbench: {} {} {}: {} ({})",
+                    row.op,
+                    row.variant,
+                    row.site,
+                    row.status,
+                    row.note.as_deref().unwrap_or("")
                 );
             }
-            return;
+            return Ok(());
         }
-        if self.run.is_none() {
-            let mut env = EnvInfo::collect(&self.run_id, &self.devices);
-            let c = &self.config;
-            for (k, v) in [
-                ("profile", c.profile_name.clone()),
-                ("samples", c.samples.to_string()),
-                ("warmup_ms", c.warmup.as_millis().to_string()),
-                ("measure_ms", c.measure.as_millis().to_string()),
-                (
-                    "models",
-                    c.models
-                        .iter()
-                        .map(|m| m.name.clone())
-                        .collect::<Vec<_>>()
-                        .join(","),
-                ),
-            ] {
-                env.settings.insert(k.to_string(), v);
-            }
-            match RunDir::open(&c.out, &self.run_id, &env.to_json()) {
-                Ok(r) => self.run = Some(r),
-                Err(e) => die(&format!("{}: {e}", c.out.display())),
-            }
-        }
+        self.open()?;
         if let Some(run) = self.run.as_mut() {
-            if let Err(e) = run.write_case(row, samples) {
-                die(&format!("{}: {e}", run.path.display()));
-            }
+            run.write_case(row, samples)?;
         }
         self.written += 1;
+        Ok(())
     }
 }
 
 /// Run every case of `op` over the configured models, devices, dtypes and modes.
 ///
-/// Call this from a criterion target; see `benches/` of any op crate.
-pub fn bench_op(c: &mut Criterion, op: &dyn Op) {
-    let selection = Selection::from_args().unwrap_or_else(|e| die(&e));
-    let config = Config::from_env().unwrap_or_else(|e| die(&e));
+/// Call this from a criterion target through [`opbench_bench!`](crate::opbench_bench),
+/// which turns an error into a one-line message and exit code 2 in the bench's `main`.
+pub fn bench_op(c: &mut Criterion, op: &dyn Op) -> Result<RunSummary, BenchError> {
+    let selection = Selection::from_args().map_err(BenchError::Config)?;
+    let config = Config::from_env().map_err(BenchError::Config)?;
     if let Some(t) = config.threads {
         tch::set_num_threads(t as i32);
     }
-    let devices = select_devices(config.device, config.gpu_index).unwrap_or_else(|e| die(&e));
-    let summary = run_op(c, op, &selection, &config, &devices);
+    let devices =
+        select_devices(config.device, config.gpu_index).map_err(BenchError::Device)?;
+    let summary = run_op(c, op, &selection, &config, &devices)?;
     if let Some(path) = &summary.path {
         println!(
             "opbench: {} rows for {} in {}",
@@ -321,6 +277,7 @@ pub fn bench_op(c: &mut Criterion, op: &dyn Op) {
             path.display()
         );
     }
+    Ok(summary)
 }
 
 /// What [`run_op`] wrote.
@@ -340,7 +297,7 @@ pub fn run_op(
     selection: &Selection,
     config: &Config,
     devices: &[Device],
-) -> RunSummary {
+) -> Result<RunSummary, BenchError> {
     let samples_per_case = selection.sample_size.unwrap_or(config.samples);
     let run_id = config.run_id.clone().unwrap_or_else(default_run_id);
     let mut sink = Sink {
@@ -352,6 +309,8 @@ pub fn run_op(
         written: 0,
     };
 
+    sink.open()?;
+    let mut skipped = 0usize;
     let mut group = c.benchmark_group(op.kind().as_str());
     group.sampling_mode(SamplingMode::Flat);
     let problems = op.problems(config);
@@ -380,6 +339,11 @@ pub fn run_op(
                         .iter()
                         .map(|&m| (m, key_for(op, variant, problem, dt, device, m)))
                         .filter(|(_, k)| selection.matches(&k.to_string()))
+                        .filter(|(_, k)| {
+                            let had = sink.has(k);
+                            skipped += usize::from(had);
+                            !had
+                        })
                         .collect();
                     if keys.is_empty() {
                         continue;
@@ -398,7 +362,7 @@ pub fn run_op(
                                     base_row(&run_id, key, problem, dt, refused.failure.status);
                                 row.max_rel_err = refused.rel_err;
                                 row.note = Some(refused.failure.reason.clone());
-                                sink.write(&row, &[]);
+                                sink.write(&row, &[])?;
                             }
                             continue;
                         }
@@ -409,7 +373,7 @@ pub fn run_op(
                                 let mut row =
                                     base_row(&run_id, key, problem, dt, Status::Unsupported);
                                 row.note = Some(why.clone());
-                                sink.write(&row, &[]);
+                                sink.write(&row, &[])?;
                                 continue;
                             }
                         }
@@ -424,17 +388,23 @@ pub fn run_op(
                         );
                         let (mut row, samples) = row;
                         row.max_rel_err = Some(err);
-                        sink.write(&row, &samples);
+                        sink.write(&row, &samples)?;
                     }
                 }
             }
         }
     }
     group.finish();
-    RunSummary {
+    if skipped > 0 {
+        eprintln!(
+            "opbench: {skipped} {} cases were already in run {run_id} and were kept, not measured again",
+            op.kind()
+        );
+    }
+    Ok(RunSummary {
         rows: sink.written,
         path: sink.run.as_ref().map(|r| r.path.clone()),
-    }
+    })
 }
 
 /// The id inside the op's criterion group: the case key without its leading op name.
@@ -453,7 +423,7 @@ fn time_case(
     run_id: &str,
     samples_per_case: usize,
     mut clock: Option<&mut DeviceClock>,
-) -> (ResultRow, Vec<SampleRow>) {
+) -> (ResultRow, Vec<Sample>) {
     let bytes = prepared.bytes().unwrap_or_else(|| problem.bytes(dt.size()));
     group.throughput(Throughput::ElementsAndBytes {
         elements: problem.flops(),
@@ -488,21 +458,24 @@ fn time_case(
     row.bytes = bytes;
     row.kernel = prepared.kernel();
     row.note = prepared.note();
-    // only the device modes use the clock, so only their rows can get this note
-    if let Some(gaps) = clock.and_then(|c| c.take_coverage().note()) {
-        row.note = Some(match row.note.take() {
-            Some(n) => format!("{n}; {gaps}"),
-            None => gaps,
-        });
+    // only the device modes use the clock, so only their rows get a coverage count
+    if let Some(coverage) = clock.filter(|_| mode.is_device()).map(|c| c.take_coverage()) {
+        row.uncovered_chunks = Some(coverage.uncovered);
+        if let Some(gaps) = coverage.note() {
+            row.note = Some(match row.note.take() {
+                Some(n) => format!("{n}; {gaps}"),
+                None => gaps,
+            });
+        }
     }
     if let Err(panic) = outcome {
-        row.status = Status::Error.as_str().into();
+        row.status = Status::Error;
         row.note = Some(format!("panicked while timing: {}", panic_message(&panic)));
         return (row, Vec::new());
     }
     if let Some(e) = failed.borrow_mut().take() {
         let f = Failure::from(e);
-        row.status = f.status.as_str().into();
+        row.status = f.status;
         row.note = Some(f.reason);
         return (row, Vec::new());
     }
@@ -510,9 +483,13 @@ fn time_case(
     // last `samples_per_case` calls (in test mode, the single call)
     let all = record.borrow();
     let tail = &all[all.len().saturating_sub(samples_per_case)..];
-    let samples: Vec<SampleRow> = tail
+    let samples: Vec<Sample> = tail
         .iter()
-        .map(|&(i, t)| SampleRow::new(key, i, t))
+        .map(|&(iters, total_ns)| Sample {
+            key: key.clone(),
+            iters,
+            total_ns,
+        })
         .collect();
     let est = stats::per_call(tail).and_then(|times| stats::estimate(&times, 0.95, 2000));
     match est {
@@ -530,7 +507,7 @@ fn time_case(
             }
         }
         Err(e) => {
-            row.status = Status::Error.as_str().into();
+            row.status = Status::Error;
             row.note = Some(format!("no usable samples: {e}"));
         }
     }

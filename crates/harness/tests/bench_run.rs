@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use harness::record::{RESULTS_HEADER, SAMPLES_HEADER, read_csv};
 use harness::select::Selection;
-use harness::{Check, Config, DType, Device, Failure, Mode, Op, Prepared, ResultRow, SampleRow};
+use harness::{Check, Config, DType, Device, Failure, Mode, Op, Prepared, Status};
+use rundir::Run;
 use shapes::{OpKind, Problem};
 use tch::{TchError, Tensor};
 
@@ -86,57 +86,62 @@ fn every_case_ends_as_a_row_with_its_samples_or_its_reason() {
         .measurement_time(cfg.measure)
         .without_plots();
     let selection = Selection::parse(["--bench".to_string()]).unwrap();
-    let summary = harness::run_op(&mut c, &Mixed, &selection, &cfg, &[Device::CPU]);
+    let summary = harness::run_op(&mut c, &Mixed, &selection, &cfg, &[Device::CPU]).unwrap();
     // 4 variants x 3 modes
     assert_eq!(summary.rows, 12);
     let run = summary.path.unwrap();
     assert!(run.join("env.json").is_file());
-    let rows: Vec<ResultRow> = read_csv(&run.join("results.csv"), &RESULTS_HEADER).unwrap();
+    let loaded = Run::load(&run).unwrap();
+    let rows = &loaded.results;
     assert_eq!(rows.len(), 12);
-    let status = |variant: &str, mode: &str| {
+    let status = |variant: &str, mode: Mode| {
         rows.iter()
             .find(|r| r.variant == variant && r.mode == mode)
             .unwrap()
             .clone()
     };
-    for mode in ["pipelined", "synced"] {
+    for mode in [Mode::Pipelined, Mode::Synced] {
         let ok = status("right", mode);
-        assert_eq!(ok.status, "ok");
+        assert_eq!(ok.status, Status::Ok);
         assert_eq!(ok.samples, Some(10));
-        assert!(
-            ok.median_ns.unwrap() > 0.0
-                && ok.ci_low_ns <= ok.median_ns
-                && ok.median_ns <= ok.ci_high_ns
+        let (lo, med, hi) = (
+            ok.ci_low_ns.unwrap(),
+            ok.median_ns.unwrap(),
+            ok.ci_high_ns.unwrap(),
         );
+        assert!(med > 0.0 && lo <= med && med <= hi, "{lo} {med} {hi}");
         assert_eq!(ok.max_rel_err, Some(0.0));
         let wrong = status("wrong", mode);
-        assert_eq!(wrong.status, "mismatch");
+        assert_eq!(wrong.status, Status::Mismatch);
         assert!(wrong.median_ns.is_none() && wrong.max_rel_err.unwrap() > 0.1);
         let missing = status("missing", mode);
         assert_eq!(
-            (missing.status.as_str(), missing.note.as_deref()),
-            ("unsupported", Some("not in this build"))
+            (missing.status, missing.note.as_deref()),
+            (Status::Unsupported, Some("not in this build"))
         );
         let boom = status("boom", mode);
-        assert_eq!(boom.status, "error");
+        assert_eq!(boom.status, Status::Error);
         assert!(boom.note.unwrap().contains("prepare blew up"));
     }
     // device mode on the CPU is refused with a reason, never faked
-    let dev = status("right", "device");
-    assert_eq!(dev.status, "unsupported");
+    let dev = status("right", Mode::Device);
+    assert_eq!(dev.status, Status::Unsupported);
     assert!(dev.note.unwrap().contains("needs a GPU"));
-    let samples: Vec<SampleRow> = read_csv(&run.join("samples.csv"), &SAMPLES_HEADER).unwrap();
-    assert_eq!(samples.len(), 20, "10 samples for each ok row");
-    assert!(
-        samples
-            .iter()
-            .all(|s| s.variant == "right" && s.iters > 0 && s.total_ns > 0.0)
-    );
+    let samples = loaded.samples().unwrap();
+    assert_eq!(samples.len(), 2, "the two ok rows have samples");
+    assert!(samples.iter().all(|(k, s)| k.variant == "right" && s.len() == 10));
 
-    // a filtered second run appends only what the filter selects
+    // a second run into the same run id resumes it: the cases it has are not measured
+    // again, and nothing is written twice
+    let again = harness::run_op(&mut c, &Mixed, &selection, &cfg, &[Device::CPU]).unwrap();
+    assert_eq!(again.rows, 0);
+    assert_eq!(Run::load(&run).unwrap().results.len(), 12);
+    // a filtered run into a fresh run id writes only what the filter selects
     let only = Selection::parse(["--bench".to_string(), "right/.*/synced".to_string()]).unwrap();
-    let again = harness::run_op(&mut c, &Mixed, &only, &cfg, &[Device::CPU]);
-    assert_eq!(again.rows, 1);
-    let rows: Vec<ResultRow> = read_csv(&run.join("results.csv"), &RESULTS_HEADER).unwrap();
-    assert_eq!(rows.len(), 13);
+    let fresh = Config {
+        run_id: Some("t2".into()),
+        ..cfg.clone()
+    };
+    let filtered = harness::run_op(&mut c, &Mixed, &only, &fresh, &[Device::CPU]).unwrap();
+    assert_eq!(filtered.rows, 1);
 }

@@ -102,13 +102,20 @@ fn the_view_floor_launches_nothing_and_checks() {
 }
 
 #[test]
-fn asking_for_a_gpu_that_is_not_there_is_an_error() {
-    if harness::gpu_count() > 0 {
-        return;
-    }
-    let err = harness::select_devices(harness::DeviceChoice::Gpu, 0).unwrap_err();
+fn a_gpu_is_selected_exactly_when_it_is_visible() {
+    use harness::DeviceChoice;
+    let n = harness::gpu_count();
+    // one past the last visible GPU is never there
+    let err = harness::select_devices(DeviceChoice::Gpu, n).unwrap_err();
     assert!(err.contains("not visible"), "{err}");
-    let all = harness::select_devices(harness::DeviceChoice::All, 0).unwrap();
-    assert_eq!(all, vec![Device::CPU]);
+    let all = harness::select_devices(DeviceChoice::All, 0).unwrap();
+    if n == 0 {
+        assert_eq!(all, vec![Device::CPU]);
+    } else {
+        let gpu = harness::select_devices(DeviceChoice::Gpu, 0).unwrap();
+        assert_eq!(gpu, vec![Device::gpu(0)]);
+        assert_eq!(all, vec![Device::CPU, Device::gpu(0)]);
+        assert!(["cuda:0", "hip:0"].contains(&gpu[0].to_string().as_str()));
+    }
     assert_eq!(Device::CPU.to_string(), "cpu");
 }

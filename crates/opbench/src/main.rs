@@ -1,20 +1,22 @@
 //! `opbench`: the command line over the run directories the op benches write.
 //!
-//! Verbs (DESIGN.md "CLI contract"): `shapes`, `env`, `fit`, `predict`, `compare`,
-//! `report`, `publish`. Bad input (an unknown model, a missing file or column) is a
-//! one-line error naming what is wrong and exit code 2; nothing panics.
+//! Verbs: `shapes`, `env`, `fit`, `predict`, `compare`, `report`, `publish`. Everything but
+//! `env` is the `analysis` crate's and needs no libtorch; `env` describes this machine
+//! through libtorch and exists only in builds with the `torch` feature (scripts/bench
+//! builds it so). Bad input (an unknown model, a missing file or column, a value out of
+//! range) is a one-line error naming what is wrong and exit code 2; nothing panics.
 
-mod compare_cmd;
-mod fit_cmd;
-mod predict_cmd;
-mod publish_cmd;
-mod report_cmd;
-mod run;
+mod print;
 mod shapes_cmd;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use analysis::AnalysisError;
+use clap::builder::{PossibleValuesParser, TypedValueParser};
+use clap::{Parser, Subcommand, ValueEnum};
+use rundir::{DType, DeviceId, Mode, Run};
+use shapes::{ModelConfig, StepProfile};
 
 /// Where a Qwen3 decode step's time goes on this PyTorch build: shapes, environment,
 /// fits and predictions from opbench runs.
@@ -25,61 +27,223 @@ struct Cli {
     verb: Verb,
 }
 
+/// Output formats of the table verbs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Md,
+    Csv,
+}
+
+/// A clap parser for a closed set that lists its values in `--help`.
+macro_rules! choice {
+    ($t:ty) => {
+        PossibleValuesParser::new(<$t>::ALL.iter().map(|v| v.as_str()))
+            .try_map(|s| s.parse::<$t>())
+    };
+}
+
 #[derive(Debug, Subcommand)]
 enum Verb {
     /// The per-op problems of a model's decoder step: dims, FLOPs, bytes, calls per step.
     Shapes(shapes_cmd::Args),
     /// This machine's environment fingerprint (libtorch, backend, device facts) as JSON.
+    /// Needs a build with the `torch` feature.
     Env {
         /// Devices to describe: cpu, gpu or all visible.
-        #[arg(long, default_value = "all")]
+        #[arg(long, default_value = "all", value_parser = ["cpu", "gpu", "all"])]
         device: String,
     },
     /// Fit overhead + work/rate per series of a run; writes RUN/fits.csv.
     Fit {
         /// The run directory (target/opbench/runs/RUN_ID).
-        run: std::path::PathBuf,
+        run: PathBuf,
     },
     /// Compose a decode step from a run's measurements and fits: ms/step, tokens/s, breakdown.
-    Predict(predict_cmd::Args),
+    Predict(PredictArgs),
     /// Compare two runs case by case: faster, slower, same or ambiguous, and what changed
     /// kernel or status. Exit 1 on a regression.
-    Compare(compare_cmd::Args),
+    Compare(CompareArgs),
     /// Write RUN/report.md with SVG plots: time vs batch with fits and the floor, bandwidth,
     /// host vs device, GPU over CPU, the predicted decode step.
     Report {
         /// The run directory.
-        run: std::path::PathBuf,
+        run: PathBuf,
     },
     /// Copy a run to results/DATE-DEVICE-BACKEND-torchVERSION/ with a README, fits and
-    /// report. Never overwrites.
-    Publish(publish_cmd::Args),
+    /// report. Never overwrites; refuses incomplete runs; writes nothing on failure.
+    Publish(PublishArgs),
 }
 
-/// A failure of a verb: exit code and one line for stderr.
+#[derive(Debug, clap::Args)]
+pub struct PredictArgs {
+    /// The run directory (target/opbench/runs/RUN_ID).
+    run: PathBuf,
+    /// Model name.
+    #[arg(long)]
+    model: String,
+    /// Batch size B.
+    #[arg(long)]
+    batch: usize,
+    /// Cache length L before the step.
+    #[arg(long)]
+    ctx: usize,
+    /// How the step is written: transformers as it runs eagerly, or fused.
+    #[arg(long, default_value = "hf-eager", value_parser = choice!(StepProfile))]
+    profile: StepProfile,
+    /// Device label in the run, e.g. cuda:0 (default: its GPU if it has one, else cpu).
+    #[arg(long)]
+    device: Option<DeviceId>,
+    /// dtype (default: f16 on a GPU, f32 on the CPU).
+    #[arg(long, value_parser = PossibleValuesParser::new(["f32", "f16", "bf16"]).try_map(|s| s.parse::<DType>()))]
+    dtype: Option<DType>,
+    /// Timing mode to compose (pipelined is what an eager decode loop sees).
+    #[arg(long, default_value = "pipelined", value_parser = choice!(Mode))]
+    mode: Mode,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CompareArgs {
+    /// The base run directory.
+    base: PathBuf,
+    /// The candidate run directory.
+    cand: PathBuf,
+    /// Smallest change that counts, in percent.
+    #[arg(long, default_value_t = 5.0)]
+    threshold: f64,
+    /// Significance level of the test (and 1 − level of the ratio's interval).
+    #[arg(long, default_value_t = 0.01)]
+    alpha: f64,
+    #[arg(long, value_enum, default_value = "md")]
+    format: Format,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct PublishArgs {
+    /// The run directory.
+    run: PathBuf,
+    /// Where published runs live.
+    #[arg(long, default_value = "results")]
+    results: PathBuf,
+    /// The exact command(s) that made the run, for the README (default: rebuilt from env.json).
+    #[arg(long)]
+    command: Option<String>,
+    /// Notes for the README (what a reader must know about this run).
+    #[arg(long)]
+    notes: Option<String>,
+    /// Appended to the published name as `-<tag>`: tells apart two runs of one build, device
+    /// and day (letters, digits, `.` and `-`).
+    #[arg(long)]
+    tag: Option<String>,
+}
+
+/// Why a verb failed: its exit code and one line for stderr.
 #[derive(Debug)]
-pub struct Failure {
+pub struct CliError {
     pub code: u8,
     pub message: String,
 }
 
-impl Failure {
+impl CliError {
     /// Bad input: exit code 2.
     pub fn input(message: impl Into<String>) -> Self {
-        Failure {
+        CliError {
             code: 2,
             message: message.into(),
         }
     }
 }
 
-fn env_verb(device: &str) -> Result<u8, Failure> {
+impl From<AnalysisError> for CliError {
+    fn from(e: AnalysisError) -> Self {
+        CliError {
+            code: if e.is_input() { 2 } else { 1 },
+            message: e.to_string(),
+        }
+    }
+}
+
+impl From<rundir::RunError> for CliError {
+    fn from(e: rundir::RunError) -> Self {
+        AnalysisError::from(e).into()
+    }
+}
+
+#[cfg(feature = "torch")]
+fn env_verb(device: &str) -> Result<u8, CliError> {
     let choice = harness::DeviceChoice::parse(device)
-        .ok_or_else(|| Failure::input(format!("--device {device}: expected cpu, gpu or all")))?;
-    let devices = harness::select_devices(choice, 0).map_err(Failure::input)?;
-    let env = harness::EnvInfo::collect("none", &devices);
-    println!("{}", env.to_json());
+        .ok_or_else(|| CliError::input(format!("--device {device}: expected cpu, gpu or all")))?;
+    let devices = harness::select_devices(choice, 0).map_err(CliError::input)?;
+    println!("{}", harness::collect_env("none", &devices).to_json());
     Ok(0)
+}
+
+#[cfg(not(feature = "torch"))]
+fn env_verb(_device: &str) -> Result<u8, CliError> {
+    Err(CliError::input(
+        "env: this opbench was built without libtorch; build it with `--features torch` \
+         (scripts/bench does) to describe this machine",
+    ))
+}
+
+fn fit_verb(dir: &std::path::Path) -> Result<u8, CliError> {
+    let run = Run::load(dir)?;
+    let fits = analysis::fit::fit_run(&run);
+    for (k, e) in &fits.unfitted {
+        eprintln!(
+            "opbench: no fit for {}/{}/{} {} {}: {e}",
+            k.op, k.variant, k.site, k.device, k.mode
+        );
+    }
+    let rows: Vec<_> = fits.fitted.iter().map(|f| f.row()).collect();
+    let path = dir.join("fits.csv");
+    rundir::write_fits(&path, &rows).map_err(|e| CliError {
+        code: 1,
+        message: e.to_string(),
+    })?;
+    print::fits(&rows);
+    println!("opbench: {} fits written to {}", rows.len(), path.display());
+    Ok(0)
+}
+
+fn predict_verb(args: &PredictArgs) -> Result<u8, CliError> {
+    let run = Run::load(&args.run)?;
+    let model = ModelConfig::by_name(&args.model).map_err(|e| CliError::input(e.to_string()))?;
+    if args.batch == 0 {
+        return Err(CliError::input("--batch: must be positive"));
+    }
+    let device = args
+        .device
+        .unwrap_or_else(|| analysis::predict::default_device(&run));
+    let dtype = args
+        .dtype
+        .unwrap_or(if device.is_gpu() { DType::F16 } else { DType::F32 });
+    let q = analysis::predict::Query {
+        model: &model,
+        batch: args.batch,
+        ctx: args.ctx,
+        profile: args.profile,
+        device,
+        dtype,
+        mode: args.mode,
+    };
+    let pred = analysis::predict::predict(&run, &q)?;
+    print::prediction(&run, &q, &pred);
+    Ok(0)
+}
+
+fn compare_verb(args: &CompareArgs) -> Result<u8, CliError> {
+    let settings = analysis::compare::Settings::new(args.threshold / 100.0, args.alpha)?;
+    let base = Run::load(&args.base)?;
+    let cand = Run::load(&args.cand)?;
+    let cmp = analysis::compare::compare(&base, &cand, settings)?;
+    match args.format {
+        Format::Csv => print::comparison_csv(&cmp).map_err(|e| CliError {
+            code: 1,
+            message: format!("stdout: {e}"),
+        })?,
+        Format::Md => print::comparison_md(&base, &cand, &cmp, args.threshold, args.alpha),
+    }
+    Ok(u8::from(cmp.fails() > 0))
 }
 
 fn main() -> ExitCode {
@@ -93,11 +257,27 @@ fn main() -> ExitCode {
     let result = match cli.verb {
         Verb::Shapes(args) => shapes_cmd::run(&args),
         Verb::Env { device } => env_verb(&device),
-        Verb::Fit { run } => fit_cmd::run(&run),
-        Verb::Predict(args) => predict_cmd::run(&args),
-        Verb::Compare(args) => compare_cmd::run(&args),
-        Verb::Report { run } => report_cmd::run(&run),
-        Verb::Publish(args) => publish_cmd::run(&args),
+        Verb::Fit { run } => fit_verb(&run),
+        Verb::Predict(args) => predict_verb(&args),
+        Verb::Compare(args) => compare_verb(&args),
+        Verb::Report { run } => analysis::report::write_report(&run)
+            .map(|p| {
+                println!("opbench: wrote {}", p.display());
+                0
+            })
+            .map_err(CliError::from),
+        Verb::Publish(args) => analysis::publish::publish(&analysis::publish::Publication {
+            run: args.run,
+            results: args.results,
+            command: args.command,
+            notes: args.notes,
+            tag: args.tag,
+        })
+        .map(|p| {
+            println!("opbench: published {}", p.display());
+            0
+        })
+        .map_err(CliError::from),
     };
     match result {
         Ok(code) => ExitCode::from(code),

@@ -2,7 +2,7 @@
 
 use shapes::{Grid, ModelConfig, OpKind, Phase, Step, derive};
 
-use crate::Failure;
+use crate::CliError as Failure;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {

@@ -10,7 +10,7 @@ use crate::config::{BUILTIN_GRID, ShapesError, shapes_dir};
 use crate::problem::{OpKind, Problem, Step, derive};
 
 /// Element type names as written in grid files and CSV.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize, serde::Serialize)]
 pub enum DTypeName {
     #[serde(rename = "f32")]
     F32,
@@ -42,6 +42,13 @@ impl DTypeName {
             "bf16" => Some(DTypeName::BF16),
             _ => None,
         }
+    }
+}
+
+impl std::str::FromStr for DTypeName {
+    type Err = crate::UnknownValue;
+    fn from_str(s: &str) -> Result<Self, crate::UnknownValue> {
+        Self::parse(s).ok_or_else(|| crate::UnknownValue::new(s, &["f32", "f16", "bf16"]))
     }
 }
 

@@ -8,6 +8,8 @@
 //! - [`Problem`]: one op at one site for one step (`phase`, `batch`, `q_len`, cache length),
 //!   with its [`Dims`], FLOPs, bytes and calls per decode step. [`derive()`] makes every
 //!   problem of a step; [`Profile::problems`] every problem of a sweep.
+//! - [`StepPlan`]: every call of one step under a [`StepProfile`] (hf-eager or fused),
+//!   with the variant each site runs and the calls no op crate measures.
 //!
 //! ```
 //! use shapes::{ModelConfig, OpKind, Step};
@@ -22,8 +24,12 @@
 
 mod config;
 mod grid;
+mod plan;
 mod problem;
 
 pub use config::{ModelConfig, ShapesError, builtin_models, shapes_dir};
 pub use grid::{DTypeName, Grid, Profile};
-pub use problem::{Dims, OpKind, Phase, Problem, Step, StepWork, derive, step_work};
+pub use plan::{CallKind, OtherCall, PlannedCall, StepPlan, StepProfile};
+pub use problem::{
+    Dims, OpKind, Phase, Problem, Step, StepWork, UnknownValue, derive, step_work,
+};

@@ -8,7 +8,10 @@ use std::fmt;
 use crate::ModelConfig;
 
 /// The ops opbench measures.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum OpKind {
     Linear,
     RmsNorm,
@@ -52,14 +55,42 @@ impl OpKind {
     }
 }
 
+impl std::str::FromStr for OpKind {
+    type Err = UnknownValue;
+    fn from_str(s: &str) -> Result<Self, UnknownValue> {
+        Self::parse(s).ok_or_else(|| UnknownValue::new(s, &Self::ALL.map(Self::as_str)))
+    }
+}
+
 impl fmt::Display for OpKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
 }
 
+/// A name that is not one of a closed set's: the value and what was expected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown value `{value}` (expected {expected})")]
+pub struct UnknownValue {
+    pub value: String,
+    /// The accepted names, comma-separated.
+    pub expected: String,
+}
+
+impl UnknownValue {
+    pub fn new(value: &str, expected: &[&str]) -> Self {
+        UnknownValue {
+            value: value.to_string(),
+            expected: expected.join(", "),
+        }
+    }
+}
+
 /// Decode (one new token per sequence) or prefill (the whole prompt).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum Phase {
     Decode,
     Prefill,
@@ -78,6 +109,13 @@ impl Phase {
             "prefill" => Some(Phase::Prefill),
             _ => None,
         }
+    }
+}
+
+impl std::str::FromStr for Phase {
+    type Err = UnknownValue;
+    fn from_str(s: &str) -> Result<Self, UnknownValue> {
+        Self::parse(s).ok_or_else(|| UnknownValue::new(s, &["decode", "prefill"]))
     }
 }
 

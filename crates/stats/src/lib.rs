@@ -5,15 +5,19 @@
 //! - [`fit`]: per series, `t = overhead + work / rate` and `t = max(overhead, work / rate)`
 //!   by weighted least squares with Student-t intervals, the better one by AIC, the
 //!   crossover batch and the overhead share.
+//! - [`twosample`]: the Mann-Whitney U test and a bootstrap interval of the ratio of
+//!   medians, for comparing two runs' samples of a case.
 //!
 //! Degenerate input (no samples, NaN, negative times) is a [`StatsError`], never a panic
 //! and never a NaN in a result.
 
 pub mod estimate;
 pub mod fit;
+pub mod twosample;
 
 pub use estimate::{Estimate, bootstrap_ci, estimate, mad, median, per_call};
 pub use fit::{Fit, ModelKind, Point, crossover_batch, fit_affine, fit_best, fit_floor};
+pub use twosample::{mann_whitney, ratio_ci};
 
 /// What these functions refuse.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

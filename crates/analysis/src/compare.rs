@@ -1,0 +1,270 @@
+//! A verdict per shared case between two runs (`opbench compare BASE CAND`).
+//!
+//! For each case key in both runs, both `ok`: the ratio of medians (candidate / base) with a
+//! bootstrap confidence interval at level 1 − alpha, and a two-sided Mann-Whitney U test on
+//! the per-call times of the raw samples (samples.csv). A change counts only when it is
+//! larger than the threshold *and* significant:
+//!
+//! - `slower`: ratio > 1 + threshold, p < alpha, and the interval lies above 1;
+//! - `faster`: ratio < 1 − threshold, p < alpha, and the interval lies below 1;
+//! - `same`: the whole interval lies within 1 ± threshold;
+//! - `ambiguous`: anything else — the data cannot tell (too noisy, too few samples).
+//!
+//! Flags: `kernel-changed` (the `kernel` column differs), `status-changed` (ok became
+//! unsupported/oom/mismatch/error, or back), `new`, `gone`. A line `fails` (the CLI's exit
+//! code 1) when a case is `slower`, fell back to the `math` kernel from another, or lost
+//! its `ok` status.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use rundir::{CaseKey, Env, ResultRow, Run, Status};
+
+use crate::AnalysisError;
+
+/// The verdict on one case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Verdict {
+    Slower,
+    Faster,
+    Ambiguous,
+    Same,
+    /// Not both ok: no speed verdict (see the flags).
+    None,
+}
+
+impl Verdict {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Slower => "slower",
+            Verdict::Faster => "faster",
+            Verdict::Ambiguous => "ambiguous",
+            Verdict::Same => "same",
+            Verdict::None => "-",
+        }
+    }
+}
+
+/// What changed about a case besides its speed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Flag {
+    New,
+    Gone,
+    StatusChanged(Status, Status),
+    KernelChanged(String, String),
+    /// Both ok, but a side has fewer than two samples.
+    NoSamples,
+}
+
+impl std::fmt::Display for Flag {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Flag::New => f.write_str("new"),
+            Flag::Gone => f.write_str("gone"),
+            Flag::StatusChanged(a, b) => write!(f, "status-changed ({a} -> {b})"),
+            Flag::KernelChanged(a, b) => write!(f, "kernel-changed ({a} -> {b})"),
+            Flag::NoSamples => f.write_str("no samples"),
+        }
+    }
+}
+
+/// One line of the comparison.
+#[derive(Debug, Clone)]
+pub struct Line {
+    pub key: CaseKey,
+    pub base: Option<f64>,
+    pub cand: Option<f64>,
+    pub ratio: Option<f64>,
+    pub ratio_ci: Option<(f64, f64)>,
+    pub p: Option<f64>,
+    pub verdict: Verdict,
+    pub flags: Vec<Flag>,
+    /// A regression the exit code reports.
+    pub fails: bool,
+}
+
+/// The settings of a comparison.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    /// Smallest change that counts, as a fraction (0.05 = 5%).
+    pub threshold: f64,
+    /// Significance level of the test (and 1 − level of the ratio's interval).
+    pub alpha: f64,
+}
+
+impl Settings {
+    /// Checked settings: threshold in [0, 1), alpha in (0, 1).
+    pub fn new(threshold: f64, alpha: f64) -> Result<Self, AnalysisError> {
+        if !(0.0..1.0).contains(&threshold) {
+            return Err(AnalysisError::Input(format!(
+                "--threshold {}: expected a percentage in [0, 100)",
+                threshold * 100.0
+            )));
+        }
+        if !(alpha > 0.0 && alpha < 1.0) {
+            return Err(AnalysisError::Input(format!(
+                "--alpha {alpha}: expected a level in (0, 1)"
+            )));
+        }
+        Ok(Settings { threshold, alpha })
+    }
+}
+
+/// The verdict from per-call times of both runs: (verdict, ratio, interval, p).
+pub fn verdict(base: &[f64], cand: &[f64], s: Settings) -> (Verdict, f64, (f64, f64), f64) {
+    let ratio = stats::median(cand) / stats::median(base);
+    let ci = stats::ratio_ci(base, cand, 1.0 - s.alpha, 2000);
+    let p = stats::mann_whitney(base, cand);
+    let t = s.threshold;
+    let v = if ratio > 1.0 + t && p < s.alpha && ci.0 > 1.0 {
+        Verdict::Slower
+    } else if ratio < 1.0 - t && p < s.alpha && ci.1 < 1.0 {
+        Verdict::Faster
+    } else if ci.0 >= 1.0 - t && ci.1 <= 1.0 + t {
+        Verdict::Same
+    } else {
+        Verdict::Ambiguous
+    };
+    (v, ratio, ci, p)
+}
+
+/// Per-call times of each case from a run's samples.csv.
+fn per_call(run: &Run) -> Result<BTreeMap<CaseKey, Vec<f64>>, AnalysisError> {
+    Ok(run
+        .samples()?
+        .into_iter()
+        .map(|(k, rows)| (k, rows.iter().map(rundir::Sample::per_call_ns).collect()))
+        .collect())
+}
+
+/// The comparison of two runs.
+#[derive(Debug, Clone)]
+pub struct Comparison {
+    /// One line per case in either run, in case order.
+    pub lines: Vec<Line>,
+    /// env.json fields that differ and can change kernels or timings.
+    pub env_diff: Vec<String>,
+}
+
+impl Comparison {
+    pub fn count(&self, v: Verdict) -> usize {
+        self.lines.iter().filter(|l| l.verdict == v).count()
+    }
+    /// Lines with a flag `pred` accepts.
+    pub fn flagged(&self, pred: impl Fn(&Flag) -> bool) -> usize {
+        self.lines
+            .iter()
+            .filter(|l| l.flags.iter().any(&pred))
+            .count()
+    }
+    pub fn fails(&self) -> usize {
+        self.lines.iter().filter(|l| l.fails).count()
+    }
+}
+
+/// Compare two runs case by case.
+pub fn compare(base: &Run, cand: &Run, s: Settings) -> Result<Comparison, AnalysisError> {
+    let bs = per_call(base)?;
+    let cs = per_call(cand)?;
+    let index = |run: &Run| -> BTreeMap<CaseKey, ResultRow> {
+        run.results.iter().map(|r| (r.key.clone(), r.clone())).collect()
+    };
+    let (bi, ci) = (index(base), index(cand));
+    let keys: BTreeSet<&CaseKey> = bi.keys().chain(ci.keys()).collect();
+    let mut lines = Vec::new();
+    for key in keys {
+        let (b, c) = (bi.get(key), ci.get(key));
+        let mut line = Line {
+            key: key.clone(),
+            base: b.and_then(|r| r.median_ns),
+            cand: c.and_then(|r| r.median_ns),
+            ratio: None,
+            ratio_ci: None,
+            p: None,
+            verdict: Verdict::None,
+            flags: Vec::new(),
+            fails: false,
+        };
+        match (b, c) {
+            (Some(_), None) => line.flags.push(Flag::Gone),
+            (None, Some(_)) => line.flags.push(Flag::New),
+            (Some(b), Some(c)) => {
+                if b.status != c.status {
+                    line.flags.push(Flag::StatusChanged(b.status, c.status));
+                    line.fails |= b.status == Status::Ok;
+                }
+                if b.kernel != c.kernel {
+                    let (bk, ck) = (
+                        b.kernel.clone().unwrap_or_default(),
+                        c.kernel.clone().unwrap_or_default(),
+                    );
+                    // falling back to the composite kernel is the regression users must see
+                    line.fails |= ck == "math" && bk != "math";
+                    line.flags.push(Flag::KernelChanged(bk, ck));
+                }
+                if b.status == Status::Ok && c.status == Status::Ok {
+                    match (bs.get(key), cs.get(key)) {
+                        (Some(x), Some(y)) if x.len() >= 2 && y.len() >= 2 => {
+                            let (v, ratio, ci, p) = verdict(x, y, s);
+                            line.verdict = v;
+                            line.ratio = Some(ratio);
+                            line.ratio_ci = Some(ci);
+                            line.p = Some(p);
+                            line.fails |= v == Verdict::Slower;
+                        }
+                        _ => {
+                            line.verdict = Verdict::Ambiguous;
+                            line.ratio = line.cand.zip(line.base).map(|(c, b)| c / b);
+                            line.flags.push(Flag::NoSamples);
+                        }
+                    }
+                }
+            }
+            (None, None) => {}
+        }
+        lines.push(line);
+    }
+    Ok(Comparison {
+        lines,
+        env_diff: env_diff(base.env.as_ref(), cand.env.as_ref()),
+    })
+}
+
+/// env.json fields whose difference can change kernels or timings, as `field: a -> b`.
+pub fn env_diff(base: Option<&Env>, cand: Option<&Env>) -> Vec<String> {
+    let (Some(b), Some(c)) = (base, cand) else {
+        return vec!["env.json missing in one run: environments not compared".into()];
+    };
+    let json = |e: &Env| serde_json::to_value(e).unwrap_or_default();
+    let (b, c) = (json(b), json(c));
+    let mut out = Vec::new();
+    for f in ENV_FIELDS {
+        let (x, y) = (&b[*f], &c[*f]);
+        if x != y {
+            out.push(format!("{f}: {x} -> {y}"));
+        }
+    }
+    if b["build_config"] != c["build_config"] {
+        out.push("build_config: differs (see env.json of each run)".into());
+    }
+    out
+}
+
+/// env.json fields whose difference can change kernels or timings.
+const ENV_FIELDS: &[&str] = &[
+    "libtorch_version",
+    "tch_version",
+    "backend",
+    "runtime_version",
+    "device_name",
+    "arch",
+    "driver_version",
+    "cudnn_version",
+    "miopen_version",
+    "hipblaslt_version",
+    "sdp_enabled",
+    "env",
+    "threads",
+    "cpu_model",
+    "os",
+    "git_revision",
+];

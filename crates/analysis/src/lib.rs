@@ -1,0 +1,62 @@
+//! What opbench concludes from run directories: fits, predicted steps, build comparisons,
+//! reports and published runs. No tch, no criterion, no C++: `opbench compare` of two
+//! published ROCm runs works on a laptop with no libtorch.
+//!
+//! Each verb is a function from loaded runs ([`rundir::Run`]) to a struct; the `opbench`
+//! binary parses arguments and prints. docs/method.md explains the models behind them.
+//!
+//! - [`fit::fit_run`]: overhead + work/rate per series.
+//! - [`predict::predict`]: one decode step composed from a run, per [`shapes::StepPlan`].
+//! - [`compare::compare`]: a verdict per case between two runs.
+//! - [`report::write_report`]: report.md and its SVG plots.
+//! - [`publish::publish`]: a run copied into `results/`, with its fits and report.
+
+pub mod compare;
+pub mod fit;
+pub mod predict;
+pub mod publish;
+pub mod report;
+
+use std::path::PathBuf;
+
+/// Why an analysis could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum AnalysisError {
+    /// A run directory that cannot be read or trusted.
+    #[error(transparent)]
+    Run(#[from] rundir::RunError),
+    /// The question does not fit the data: a case the run lacks, an option out of range.
+    #[error("{0}")]
+    Input(String),
+    /// Writing an output failed.
+    #[error("{}: {message}", path.display())]
+    Output { path: PathBuf, message: String },
+}
+
+impl AnalysisError {
+    /// Bad input (exit code 2) rather than a failure to write (exit code 1).
+    pub fn is_input(&self) -> bool {
+        !matches!(self, AnalysisError::Output { .. })
+    }
+
+    pub(crate) fn output(path: &std::path::Path, e: impl std::fmt::Display) -> Self {
+        AnalysisError::Output {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        }
+    }
+}
+
+/// A file-name-safe form of a label: lowercase ASCII letters, digits and `.`, every other
+/// run of characters one `-`, none at either end.
+pub fn slug(s: &str) -> String {
+    let mut out = String::new();
+    for c in s.chars() {
+        if c.is_ascii_alphanumeric() || c == '.' {
+            out.push(c.to_ascii_lowercase());
+        } else if !out.ends_with('-') {
+            out.push('-');
+        }
+    }
+    out.trim_matches('-').to_string()
+}

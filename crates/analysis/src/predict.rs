@@ -1,0 +1,381 @@
+//! One decode step composed from a run's measurements and fits (`opbench predict`).
+//!
+//! Every call of the step's [`StepPlan`] × its calls per step. A site measured at exactly
+//! this batch (and cache length) is priced at its median; otherwise at its series' fit
+//! evaluated at this case's work. Calls no op crate measures ([`StepPlan::other`]) are
+//! priced at the run's dispatch floors and marked as such.
+//!
+//! Each part gets a host cost (dispatch + launch) and a device cost (kernel time); on a GPU
+//! the step is max(Σ host, Σ device), because eager PyTorch queues kernels ahead of the
+//! device: adding up per-op times would count the overlap twice. See [`predict`].
+
+use rundir::{
+    CaseKey, DType, DeviceId, Mode, OpKind, Phase, ResultRow, Run, SeriesKey, Work,
+};
+use shapes::{CallKind, Dims, ModelConfig, Problem, Step, StepPlan, StepProfile};
+
+use crate::AnalysisError;
+use crate::fit::{Fits, fit_run};
+
+/// Where a component's pipelined price came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    Measured,
+    Fit,
+    Floor,
+    /// Its bytes over the run's measured copy ceiling exceed what it cost alone (its
+    /// buffers were cached when measured alone; in a step they stream from memory).
+    Ceiling,
+}
+
+impl Source {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Measured => "measured",
+            Source::Fit => "fit",
+            Source::Floor => "floor",
+            Source::Ceiling => "ceiling",
+        }
+    }
+}
+
+/// Where a component's device time came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceSource {
+    /// A `device`-mode row (GPU events) at this very case.
+    Events,
+    /// The case is device-bound: its pipelined time is its device time.
+    Pipelined,
+    /// work / rate of its series' fit.
+    Fit,
+    /// The dispatch floor's device time (one small kernel).
+    Floor,
+    /// Nothing better: the pipelined time, an upper bound.
+    Bound,
+    /// Its bytes over the run's measured copy ceiling.
+    Ceiling,
+    /// No kernel.
+    None,
+}
+
+impl DeviceSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeviceSource::Events => "events",
+            DeviceSource::Pipelined => "pipelined",
+            DeviceSource::Fit => "fit",
+            DeviceSource::Floor => "floor",
+            DeviceSource::Bound => "bound",
+            DeviceSource::Ceiling => "ceiling",
+            DeviceSource::None => "-",
+        }
+    }
+}
+
+/// One line of the breakdown; times per call in ns.
+#[derive(Debug, Clone)]
+pub struct Component {
+    /// The op, or `None` for a call no op crate measures.
+    pub op: Option<OpKind>,
+    pub variant: &'static str,
+    pub site: &'static str,
+    pub calls: usize,
+    /// What one call costs alone, back to back: max(host, device).
+    pub per_call_ns: f64,
+    /// Host dispatch + launch per call: its series at the smallest batch.
+    pub host_ns: f64,
+    /// Kernel time per call.
+    pub device_ns: f64,
+    pub source: Source,
+    pub device_source: DeviceSource,
+}
+
+/// A composed step.
+#[derive(Debug, Clone)]
+pub struct Prediction {
+    pub plan: StepPlan,
+    pub components: Vec<Component>,
+    /// Σ calls × host, Σ calls × device, Σ calls × per call.
+    pub host_ns: f64,
+    pub device_ns: f64,
+    pub serial_ns: f64,
+    /// The predicted step: max(host, device) on a GPU, where the host queues kernels ahead
+    /// of the device; the plain sum on the CPU, where every call runs as it is made.
+    pub step_ns: f64,
+    pub batch: usize,
+    pub gpu: bool,
+}
+
+impl Prediction {
+    pub fn tokens_per_s(&self) -> f64 {
+        self.batch as f64 / (self.step_ns * 1e-9)
+    }
+    /// The host sets the pace (on a GPU).
+    pub fn host_bound(&self) -> bool {
+        self.host_ns >= self.device_ns
+    }
+}
+
+/// What to compose.
+#[derive(Debug, Clone)]
+pub struct Query<'a> {
+    pub model: &'a ModelConfig,
+    pub batch: usize,
+    pub ctx: usize,
+    pub profile: StepProfile,
+    pub device: DeviceId,
+    pub dtype: DType,
+    pub mode: Mode,
+}
+
+impl Query<'_> {
+    /// The decode crate's whole-step case for this query, in `mode`.
+    pub fn step_key(&self, mode: Mode) -> CaseKey {
+        SeriesKey {
+            op: OpKind::Decode,
+            variant: self.profile.as_str().into(),
+            site: "step".into(),
+            model: self.model.name.clone(),
+            phase: Phase::Decode,
+            q_len: 1,
+            kv_len: Some(self.ctx + 1),
+            dtype: self.dtype,
+            device: self.device,
+            mode,
+        }
+        .at(self.batch)
+    }
+}
+
+/// Bytes DynamicCache's `cat` moves (the whole cache), as the kvcache crate counts them.
+pub fn cat_bytes(p: &Problem, elem: usize) -> Option<u64> {
+    match p.dims {
+        Dims::KvCache {
+            batch,
+            kv_heads,
+            cache_len,
+            new_len,
+            head_dim,
+        } => Some((batch * kv_heads * head_dim * 2 * (cache_len + new_len) * elem) as u64),
+        _ => None,
+    }
+}
+
+/// Bytes a planned call moves as its crate counts them.
+fn call_bytes(p: &Problem, variant: &str, elem: usize) -> u64 {
+    match (p.op, variant) {
+        (OpKind::KvCache, "cat") => cat_bytes(p, elem).unwrap_or(p.bytes(elem)),
+        _ => p.bytes(elem),
+    }
+}
+
+/// Compose a decode step from a run.
+///
+/// Per site: its pipelined time at this batch (measured, else from its series' fit, never
+/// below the dispatch floor), its host cost (its series' pipelined time at the smallest
+/// batch: dispatch and launch do not grow with the batch) and its device time (GPU events
+/// where measured at this case; else the fit's work / rate; else the pipelined time when it
+/// is more than twice the host cost, since the device is then what the call waits for; else
+/// the pipelined time as an upper bound). Where the run has the copy ceiling, no part moves
+/// its bytes faster than that: an op measured alone re-reads buffers that may sit in cache,
+/// while a step streams every weight and the KV cache from memory. On a GPU the step is
+/// max(Σ host, Σ device); on the CPU it is the plain sum. Missing measurements are an
+/// [`AnalysisError::Input`] naming the case.
+pub fn predict(run: &Run, q: &Query) -> Result<Prediction, AnalysisError> {
+    predict_with(run, &fit_run(run), q)
+}
+
+/// [`predict`] with the run's fits already made.
+pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, AnalysisError> {
+    let gpu = q.device.is_gpu();
+    let rows: Vec<&ResultRow> = run
+        .ok_rows()
+        .filter(|r| r.dtype == q.dtype && r.device == q.device && r.phase == Phase::Decode)
+        .collect();
+    let find = |op: OpKind,
+                variant: &str,
+                site: &str,
+                batch: usize,
+                kv: Option<usize>,
+                mode: Mode| {
+        rows.iter()
+            .find(|r| {
+                r.op == op
+                    && r.variant == variant
+                    && r.site == site
+                    && (r.model == q.model.name || r.model == "none")
+                    && r.batch == batch
+                    && r.kv_len == kv
+                    && r.mode == mode
+            })
+            .and_then(|r| r.median_ns)
+    };
+    let elem = q.dtype.size();
+    let floor = |variant: &str, mode: Mode| find(OpKind::Floor, variant, "add1", 1, None, mode);
+    let floor_kernel = floor("add", q.mode).ok_or_else(|| {
+        AnalysisError::Input(format!(
+            "{}: no dispatch floor for {} {} {} (run `cargo bench -p harness` into the same run)",
+            run.dir.display(),
+            q.device,
+            q.dtype,
+            q.mode
+        ))
+    })?;
+    // a run without the view floor prices a view as a kernel's dispatch: an upper bound
+    let floor_view = floor("view", q.mode).unwrap_or(floor_kernel);
+    let floor_device = floor("add", Mode::Device);
+    // the measured copy ceiling (bytes/ns): a step streams every weight and the KV cache
+    // from memory, while an op benchmarked alone re-reads the same buffers and may be
+    // served from cache; no call can move its bytes faster than the ceiling
+    let copy_gbps = rows
+        .iter()
+        .find(|r| r.op == OpKind::Ceiling && r.site == "copy" && r.mode == q.mode)
+        .and_then(|r| r.gbps)
+        .filter(|g| *g > 0.0);
+
+    let plan = StepPlan::new(q.model, q.profile, Step::decode(q.batch, q.ctx));
+    let mut components = Vec::new();
+    for call in &plan.measured {
+        let (p, variant) = (&call.problem, call.variant);
+        let series = SeriesKey {
+            op: p.op,
+            variant: variant.into(),
+            site: p.site.into(),
+            model: p.model.clone(),
+            phase: Phase::Decode,
+            q_len: 1,
+            kv_len: p.kv_len,
+            dtype: q.dtype,
+            device: q.device,
+            mode: q.mode,
+        };
+        let fit = fits.get(&series);
+        let bytes = call_bytes(p, variant, elem) as f64;
+        let work = match fit {
+            Some(f) if f.work == Work::Flops => p.flops() as f64,
+            _ => bytes,
+        };
+        let (per_call, source) = match (find(p.op, variant, p.site, p.batch, p.kv_len, q.mode), fit)
+        {
+            (Some(t), _) => (t, Source::Measured),
+            (None, Some(f)) => (f.fit.predict(work).max(floor_kernel), Source::Fit),
+            (None, None) => {
+                return Err(AnalysisError::Input(format!(
+                    "{}: no measurement or fit for {}/{variant}/{} {} B={} kv_len={} {} {} {} \
+                     (measured decode lengths are the grid's; fits need 3 batches)",
+                    run.dir.display(),
+                    p.op,
+                    p.site,
+                    p.model,
+                    p.batch,
+                    p.kv_len.map_or("-".into(), |k| k.to_string()),
+                    q.dtype,
+                    q.device,
+                    q.mode
+                )));
+            }
+        };
+        // host cost: the series at its smallest batch, where dispatch dominates (noise on a
+        // shared host makes a minimum over batches biased low)
+        let host = rows
+            .iter()
+            .filter(|r| r.key.series == series)
+            .min_by_key(|r| r.batch)
+            .and_then(|r| r.median_ns)
+            .map_or(per_call, |h| h.min(per_call));
+        let cold = copy_gbps.map_or(0.0, |g| bytes / g);
+        let (per_call, source) = if cold > per_call {
+            (cold, Source::Ceiling)
+        } else {
+            (per_call, source)
+        };
+        let (device, device_source) = if !gpu {
+            (per_call, DeviceSource::Pipelined)
+        } else if cold > 0.0 && source == Source::Ceiling {
+            (cold, DeviceSource::Ceiling)
+        } else if let Some(t) = find(p.op, variant, p.site, p.batch, p.kv_len, Mode::Device) {
+            (t, DeviceSource::Events)
+        } else if let Some(rate) = fit.and_then(|f| f.fit.rate()) {
+            let t = (work / rate).max(floor_device.unwrap_or(0.0)).min(per_call);
+            (t, DeviceSource::Fit)
+        } else if per_call > 2.0 * host {
+            (per_call, DeviceSource::Pipelined)
+        } else {
+            (per_call, DeviceSource::Bound)
+        };
+        let (device, device_source) = if gpu && cold > device {
+            (cold, DeviceSource::Ceiling)
+        } else {
+            (device, device_source)
+        };
+        components.push(Component {
+            op: Some(p.op),
+            variant,
+            site: p.site,
+            calls: p.calls_per_step,
+            per_call_ns: per_call,
+            host_ns: host,
+            device_ns: device,
+            source,
+            device_source,
+        });
+    }
+    for u in &plan.other {
+        let (host, device, device_source) = match (u.kind, floor_device) {
+            (CallKind::View, _) => (floor_view, 0.0, DeviceSource::None),
+            (CallKind::Kernel, _) if !gpu => (floor_kernel, floor_kernel, DeviceSource::Pipelined),
+            (CallKind::Kernel, Some(d)) => (floor_kernel, d, DeviceSource::Floor),
+            (CallKind::Kernel, None) => (floor_kernel, floor_kernel, DeviceSource::Bound),
+        };
+        components.push(Component {
+            op: None,
+            variant: "-",
+            site: u.name,
+            calls: u.calls,
+            per_call_ns: host,
+            host_ns: host,
+            device_ns: device,
+            source: Source::Floor,
+            device_source,
+        });
+    }
+    let sum = |f: fn(&Component) -> f64| {
+        components
+            .iter()
+            .map(|c| f(c) * c.calls as f64)
+            .sum::<f64>()
+    };
+    let host_ns = sum(|c| c.host_ns);
+    let device_ns = sum(|c| c.device_ns);
+    let serial_ns = sum(|c| c.per_call_ns);
+    let step_ns = if gpu {
+        host_ns.max(device_ns)
+    } else {
+        serial_ns
+    };
+    Ok(Prediction {
+        plan,
+        components,
+        host_ns,
+        device_ns,
+        serial_ns,
+        step_ns,
+        batch: q.batch,
+        gpu,
+    })
+}
+
+/// The default device of a run: its GPU when it has one.
+pub fn default_device(run: &Run) -> DeviceId {
+    run.results
+        .iter()
+        .map(|r| r.device)
+        .find(|d| d.is_gpu())
+        .unwrap_or(DeviceId::CPU)
+}
+
+/// The decode crate's ok row for the query's step in `mode`, if the run has it.
+pub fn step_row<'r>(run: &'r Run, q: &Query, mode: Mode) -> Option<&'r ResultRow> {
+    let key = q.step_key(mode);
+    run.row(&key).filter(|r| r.is_ok())
+}

@@ -1,0 +1,708 @@
+//! RUN/report.md with SVG plots (`opbench report`).
+//!
+//! Per device: per op, time per call against batch on log axes for each variant at a
+//! representative site, with the fitted model and the dispatch floor drawn in; achieved
+//! GB/s against the measured copy ceiling (or the DRAM peak); host versus device time per
+//! call at B=1 where the run has device-mode rows; the predicted decode step per profile
+//! and batch next to the measured one. Then GPU-over-CPU speedup per op and batch when the
+//! run holds both devices.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use plotters::prelude::*;
+use rundir::{DType, DeviceId, Mode, OpKind, Phase, ResultRow, Run};
+use shapes::{ModelConfig, StepProfile};
+
+use crate::fit::{Fits, fit_run};
+use crate::predict::{Query, predict_with, step_row};
+use crate::{AnalysisError, slug};
+
+/// The variants drawn on the bandwidth plot: one per op, as the hf-eager profile runs it
+/// (rmsnorm and rope: the single-kernel forms, whose GB/s mean something).
+const BANDWIDTH_SERIES: &[(OpKind, &str)] = &[
+    (OpKind::Linear, "aten"),
+    (OpKind::RmsNorm, "fused"),
+    (OpKind::Rope, "halves"),
+    (OpKind::Sdpa, "auto"),
+    (OpKind::KvCache, "cat"),
+];
+
+/// The ops plotted per device, in order.
+const PLOTTED: [OpKind; 6] = [
+    OpKind::Linear,
+    OpKind::RmsNorm,
+    OpKind::Rope,
+    OpKind::Sdpa,
+    OpKind::KvCache,
+    OpKind::Decode,
+];
+
+/// The site each op is plotted at (the others behave alike or are in the CSV).
+fn representative_site(op: OpKind) -> &'static str {
+    match op {
+        OpKind::Linear => "q_proj",
+        OpKind::RmsNorm => "input_norm",
+        OpKind::Rope => "q",
+        OpKind::Sdpa => "attn",
+        OpKind::KvCache => "k",
+        OpKind::Decode => "step",
+        OpKind::Floor | OpKind::Ceiling => "",
+    }
+}
+
+const COLORS: [RGBColor; 10] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
+];
+
+type Series = BTreeMap<String, Vec<(f64, f64)>>;
+
+fn draw_err(path: &Path, e: impl std::fmt::Display) -> AnalysisError {
+    AnalysisError::output(path, e)
+}
+
+/// Tick values 1, 2, 5 × 10^k inside `lo..hi`, so every log axis has several labels.
+fn ticks(lo: f64, hi: f64) -> Vec<f64> {
+    let mut out = Vec::new();
+    let mut decade = 10f64.powf(lo.log10().floor());
+    while decade <= hi {
+        for m in [1.0, 2.0, 5.0] {
+            let t = decade * m;
+            if t >= lo && t <= hi {
+                out.push(t);
+            }
+        }
+        decade *= 10.0;
+    }
+    out
+}
+
+/// A log-log plot of `series` (name -> points), with optional dashed model lines and a
+/// horizontal reference line.
+fn plot(
+    path: &Path,
+    title: &str,
+    (x_desc, y_desc): (&str, &str),
+    series: &Series,
+    models: &Series,
+    hline: Option<(f64, &str)>,
+    legend: SeriesLabelPosition,
+) -> Result<(), AnalysisError> {
+    let pts = series.values().flatten().chain(models.values().flatten());
+    let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
+    for &(x, y) in pts {
+        x0 = x0.min(x);
+        x1 = x1.max(x);
+        y0 = y0.min(y);
+        y1 = y1.max(y);
+    }
+    if let Some((h, _)) = hline {
+        y0 = y0.min(h);
+        y1 = y1.max(h);
+    }
+    if !(x0.is_finite() && y0.is_finite() && x0 > 0.0 && y0 > 0.0) {
+        return Ok(());
+    }
+    // a range under a decade keeps its intermediate tick labels; wider ones get headroom
+    // above for the legend
+    let y_range = if y1 / y0 < 5.0 {
+        y0 / 1.1..y1 * 1.5
+    } else {
+        y0 / 1.5..y1 * 2.5
+    };
+    let root = SVGBackend::new(path, (760, 460)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| draw_err(path, e))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(45)
+        .y_label_area_size(70)
+        .build_cartesian_2d(
+            (x0 / 1.3..x1 * 1.3).log_scale(),
+            y_range
+                .clone()
+                .log_scale()
+                .with_key_points(ticks(y_range.start, y_range.end)),
+        )
+        .map_err(|e| draw_err(path, e))?;
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .x_labels(8)
+        .y_labels(8)
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&|y| {
+            if *y < 10.0 {
+                format!("{y:.1}")
+            } else {
+                format!("{y:.0}")
+            }
+        })
+        .label_style(("sans-serif", 13))
+        .draw()
+        .map_err(|e| draw_err(path, e))?;
+    // one color per variant; its GPU-event series in the same color, thin, with triangles
+    let mut bases: Vec<&str> = Vec::new();
+    for name in series.keys() {
+        let base = name.split(" (").next().unwrap_or(name);
+        if !bases.contains(&base) {
+            bases.push(base);
+        }
+    }
+    for (name, points) in series {
+        let base = name.split(" (").next().unwrap_or(name);
+        let color = COLORS[bases.iter().position(|b| *b == base).unwrap_or(0) % COLORS.len()];
+        let events = name.ends_with("(GPU events)");
+        let width = if events { 1 } else { 2 };
+        chart
+            .draw_series(LineSeries::new(points.clone(), color.stroke_width(width)))
+            .map_err(|e| draw_err(path, e))?
+            .label(name.clone())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(width))
+            });
+        if events {
+            chart
+                .draw_series(
+                    points
+                        .iter()
+                        .map(|&p| TriangleMarker::new(p, 4, color.filled())),
+                )
+                .map_err(|e| draw_err(path, e))?;
+        } else {
+            chart
+                .draw_series(points.iter().map(|&p| Circle::new(p, 3, color.filled())))
+                .map_err(|e| draw_err(path, e))?;
+        }
+        if let Some(m) = models.get(name) {
+            chart
+                .draw_series(DashedLineSeries::new(
+                    m.clone(),
+                    4,
+                    4,
+                    color.mix(0.7).stroke_width(1),
+                ))
+                .map_err(|e| draw_err(path, e))?;
+        }
+    }
+    if let Some((h, label)) = hline {
+        let label = label.to_string();
+        chart
+            .draw_series(LineSeries::new(
+                vec![(x0 / 1.3, h), (x1 * 1.3, h)],
+                BLACK.mix(0.6).stroke_width(1),
+            ))
+            .map_err(|e| draw_err(path, e))?
+            .label(label)
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], BLACK.mix(0.6)));
+    }
+    chart
+        .configure_series_labels()
+        .position(legend)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.4))
+        .label_font(("sans-serif", 13))
+        .draw()
+        .map_err(|e| draw_err(path, e))?;
+    root.present().map_err(|e| draw_err(path, e))
+}
+
+
+/// The cache length to plot for sdpa / kvcache / decode: the measured one closest to 1025.
+fn plotted_kv(rows: &[&ResultRow], op: OpKind) -> Option<usize> {
+    rows.iter()
+        .filter(|r| r.op == op && r.phase == Phase::Decode)
+        .filter_map(|r| r.kv_len)
+        .min_by_key(|k| (*k as i64 - 1025).abs())
+}
+
+/// A run and what every section reads from it.
+struct Ctx<'a> {
+    run: &'a Run,
+    dir: &'a Path,
+    fits: Fits,
+    ok: Vec<&'a ResultRow>,
+}
+
+/// One device's rows in one dtype.
+#[derive(Clone, Copy)]
+struct On {
+    device: DeviceId,
+    dtype: DType,
+}
+
+fn text(v: Option<impl ToString>) -> String {
+    v.map_or("-".into(), |x| x.to_string())
+}
+
+/// Write `dir`/report.md and its SVGs; returns the report's path.
+pub fn write_report(dir: &Path) -> Result<PathBuf, AnalysisError> {
+    let run = Run::load(dir)?;
+    let ctx = Ctx {
+        fits: fit_run(&run),
+        ok: run.ok_rows().collect(),
+        run: &run,
+        dir,
+    };
+    let mut md = header(&ctx);
+    let devices: BTreeSet<DeviceId> = ctx.ok.iter().map(|r| r.device).collect();
+    for &device in &devices {
+        let dtype = ctx
+            .ok
+            .iter()
+            .filter(|r| r.device == device && r.op != OpKind::Floor)
+            .map(|r| r.dtype)
+            .next()
+            .unwrap_or(DType::F32);
+        let on = On { device, dtype };
+        let _ = writeln!(md, "## {device} ({dtype})\n");
+        let floor = ctx
+            .ok
+            .iter()
+            .find(|r| {
+                r.op == OpKind::Floor
+                    && r.variant == "add"
+                    && r.device == device
+                    && r.mode == Mode::Pipelined
+                    && r.dtype == dtype
+            })
+            .and_then(|r| r.median_ns)
+            .map(|t| t / 1e3);
+        if let Some(f) = floor {
+            let _ = writeln!(
+                md,
+                "Dispatch floor (one-element add, pipelined): {f:.2} µs per call.\n"
+            );
+        }
+        md += &op_plots(&ctx, on, floor)?;
+        md += &bandwidth(&ctx, on)?;
+        md += &host_vs_device(&ctx, on);
+        md += &predicted_steps(&ctx, on);
+    }
+    md += &gpu_over_cpu(&ctx, &devices);
+    let path = dir.join("report.md");
+    std::fs::write(&path, md).map_err(|e| AnalysisError::output(&path, e))?;
+    Ok(path)
+}
+
+fn header(ctx: &Ctx) -> String {
+    let mut md = String::new();
+    let env = ctx.run.env.clone().unwrap_or_default();
+    let _ = writeln!(md, "# opbench report: {}\n", env.run_id);
+    let _ = writeln!(
+        md,
+        "Device **{}** ({}, {}), backend `{}`, runtime {}, driver {}; libtorch {}, tch {}, opbench {} (git {}); CPU {}, {} threads; {}.\n",
+        text(env.device_name.as_ref()),
+        text(env.arch.as_ref()),
+        env.device_memory_bytes
+            .map_or("-".into(), |b| format!("{:.0} GiB", b as f64 / 1073741824.0)),
+        env.backend,
+        text(env.runtime_version.as_ref()),
+        text(env.driver_version.as_ref()),
+        env.libtorch_version,
+        env.tch_version,
+        env.opbench_version,
+        env.git_revision,
+        env.cpu_model,
+        env.threads,
+        env.os,
+    );
+    let statuses: BTreeMap<&str, usize> =
+        ctx.run.results.iter().fold(BTreeMap::new(), |mut m, r| {
+            *m.entry(r.status.as_str()).or_default() += 1;
+            m
+        });
+    let _ = writeln!(
+        md,
+        "{} rows: {}. Times are medians per call; `pipelined` = back to back with one synchronize, as an eager decode loop runs.\n",
+        ctx.run.results.len(),
+        statuses
+            .iter()
+            .map(|(k, v)| format!("{v} {k}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    md
+}
+
+/// Per op: time per call against batch, measured and fitted, with the floor.
+fn op_plots(ctx: &Ctx, on: On, floor: Option<f64>) -> Result<String, AnalysisError> {
+    let mut md = String::new();
+    for op in PLOTTED {
+        let site = representative_site(op);
+        let kv = if matches!(op, OpKind::Sdpa | OpKind::KvCache | OpKind::Decode) {
+            plotted_kv(&ctx.ok, op)
+        } else {
+            None
+        };
+        let rows: Vec<&ResultRow> = ctx
+            .ok
+            .iter()
+            .copied()
+            .filter(|r| {
+                r.op == op
+                    && r.site == site
+                    && r.device == on.device
+                    && r.dtype == on.dtype
+                    && r.phase == Phase::Decode
+                    && matches!(r.mode, Mode::Pipelined | Mode::Device)
+                    && r.kv_len == kv
+            })
+            .collect();
+        if rows.is_empty() {
+            continue;
+        }
+        let (mut series, mut models) = (Series::new(), Series::new());
+        let mut kinds = Vec::new();
+        for r in &rows {
+            let name = if r.mode == Mode::Device {
+                format!("{} (GPU events)", r.variant)
+            } else {
+                r.variant.clone()
+            };
+            series
+                .entry(name)
+                .or_default()
+                .push((r.batch as f64, r.median_ns.unwrap_or(0.0) / 1e3));
+        }
+        for (name, pts) in series.iter_mut() {
+            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let Some(r) = rows
+                .iter()
+                .find(|r| &r.variant == name && r.mode == Mode::Pipelined)
+            else {
+                continue;
+            };
+            if let Some(f) = ctx.fits.get(&r.key.series) {
+                let mut line: Vec<(f64, f64)> = rows
+                    .iter()
+                    .filter(|x| x.key.series == r.key.series)
+                    .map(|x| (x.batch as f64, f.fit.predict(f.work.of(x)) / 1e3))
+                    .filter(|p| p.1 > 0.0)
+                    .collect();
+                line.sort_by(|a, b| a.0.total_cmp(&b.0));
+                models.insert(name.clone(), line);
+                kinds.push(format!("{name}: {}", f.fit.kind.as_str()));
+            }
+        }
+        let file = format!("{}-{}.svg", slug(&on.device.to_string()), op);
+        let title = match kv {
+            Some(k) => format!("{op} ({site}, L+1 = {k}) on {}, {}: time per call", on.device, on.dtype),
+            None => format!("{op} ({site}) on {}, {}: time per call", on.device, on.dtype),
+        };
+        plot(
+            &ctx.dir.join(&file),
+            &title,
+            ("batch", "µs per call (pipelined)"),
+            &series,
+            &models,
+            floor
+                .filter(|_| op != OpKind::Decode)
+                .map(|f| (f, "dispatch floor")),
+            SeriesLabelPosition::UpperLeft,
+        )?;
+        let _ = writeln!(
+            md,
+            "### {op}\n\n![{op}]({file})\n\nSolid: measured, pipelined (and, where the run has them, GPU events: device time, kernels and the gaps between them, no host time); dashed: the fitted model ({}).\n",
+            kinds.join(", ")
+        );
+    }
+    Ok(md)
+}
+
+/// The run's measured copy (GB/s) and GEMM (GFLOP/s) ceilings on a device.
+fn ceilings(ctx: &Ctx, on: On) -> (Option<f64>, Option<f64>) {
+    let find = |site: &str| {
+        ctx.ok
+            .iter()
+            .filter(|r| {
+                r.op == OpKind::Ceiling
+                    && r.site == site
+                    && r.device == on.device
+                    && r.dtype == on.dtype
+                    && r.mode == Mode::Pipelined
+            })
+            .find_map(|r| if site == "copy" { r.gbps } else { r.gflops })
+    };
+    (find("copy"), find("gemm"))
+}
+
+/// Ceilings and achieved bandwidth per op against batch.
+fn bandwidth(ctx: &Ctx, on: On) -> Result<String, AnalysisError> {
+    let mut md = String::new();
+    let peak = ctx
+        .run
+        .env
+        .as_ref()
+        .and_then(|e| e.peak_dram_gbps)
+        .filter(|_| on.device.is_gpu());
+    let (copy_ceiling, gemm_ceiling) = ceilings(ctx, on);
+    if copy_ceiling.is_some() || gemm_ceiling.is_some() {
+        let _ = writeln!(
+            md,
+            "Ceilings measured in this run: copy {} GB/s (bytes read + written){}; 4096³ GEMM {} TFLOP/s in {}.\n",
+            copy_ceiling.map_or("-".into(), |g| format!("{g:.0}")),
+            match (copy_ceiling, peak) {
+                (Some(c), Some(p)) => format!(", {:.0}% of the {p:.0} GB/s DRAM peak", 100.0 * c / p),
+                _ => String::new(),
+            },
+            gemm_ceiling.map_or("-".into(), |g| format!("{:.1}", g / 1e3)),
+            on.dtype,
+        );
+    }
+    let mut bw = Series::new();
+    for r in ctx.ok.iter().filter(|r| {
+        r.device == on.device
+            && r.dtype == on.dtype
+            && r.phase == Phase::Decode
+            && r.mode == Mode::Pipelined
+            && r.site == representative_site(r.op)
+            && BANDWIDTH_SERIES.contains(&(r.op, r.variant.as_str()))
+            && (!matches!(r.op, OpKind::Sdpa | OpKind::KvCache) || r.kv_len == plotted_kv(&ctx.ok, r.op))
+    }) {
+        if let Some(g) = r.gbps {
+            bw.entry(format!("{} {}", r.op, r.variant))
+                .or_default()
+                .push((r.batch as f64, g));
+        }
+    }
+    if bw.is_empty() {
+        return Ok(md);
+    }
+    for pts in bw.values_mut() {
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    }
+    let file = format!("{}-bandwidth.svg", slug(&on.device.to_string()));
+    let peak_line = match copy_ceiling {
+        Some(c) => Some((c, "copy ceiling (measured)")),
+        None => peak.map(|p| (p, "DRAM peak")),
+    };
+    plot(
+        &ctx.dir.join(&file),
+        &format!("Achieved bandwidth on {}, {}", on.device, on.dtype),
+        ("batch", "GB/s"),
+        &bw,
+        &Series::new(),
+        peak_line,
+        SeriesLabelPosition::LowerRight,
+    )?;
+    let _ = writeln!(
+        md,
+        "### Achieved bandwidth\n\n![bandwidth]({file})\n\nBytes a call must move (docs/schema.md) over its median; {}.\n",
+        match (copy_ceiling, peak_line) {
+            (Some(c), _) => format!("the line is this run's measured copy ceiling, {c:.0} GB/s"),
+            (None, Some((p, _))) =>
+                format!("the line is the DRAM peak from memory clock and bus width, {p:.0} GB/s"),
+            (None, None) => "no peak is known for this device".into(),
+        }
+    );
+    Ok(md)
+}
+
+/// Pipelined against GPU-event time per call at B=1.
+fn host_vs_device(ctx: &Ctx, on: On) -> String {
+    let mut md = String::new();
+    let dev_rows: Vec<&&ResultRow> = ctx
+        .ok
+        .iter()
+        .filter(|r| {
+            r.device == on.device
+                && r.mode == Mode::Device
+                && r.batch == 1
+                && r.phase == Phase::Decode
+        })
+        .collect();
+    if dev_rows.is_empty() {
+        return md;
+    }
+    let _ = writeln!(md, "### Host versus device per call, B=1\n");
+    let _ = writeln!(
+        md,
+        "| op | variant | site | L+1 | pipelined µs | device µs | host share |"
+    );
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|");
+    for d in dev_rows {
+        let pipelined = in_mode(&d.key, Mode::Pipelined);
+        let p = ctx.run.row(&pipelined).filter(|r| r.is_ok());
+        if let (Some(p), Some(dv)) = (p.and_then(|p| p.median_ns), d.median_ns) {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {:.2} | {}{:.2} | {:.0}% |",
+                d.op,
+                d.variant,
+                d.site,
+                d.kv_len.map_or("-".into(), |k| k.to_string()),
+                p / 1e3,
+                if d.is_upper_bound() { "≤ " } else { "" },
+                dv / 1e3,
+                100.0 * (1.0 - dv / p).max(0.0)
+            );
+        }
+    }
+    let _ = writeln!(
+        md,
+        "\nHost share = (pipelined − device) / pipelined: the part of a call the GPU spends waiting for the host. ≤: an upper bound (the row's `uncovered_chunks`).\n"
+    );
+    md
+}
+
+/// The same case in another mode.
+fn in_mode(key: &rundir::CaseKey, mode: Mode) -> rundir::CaseKey {
+    let mut k = key.clone();
+    k.series.mode = mode;
+    k
+}
+
+/// The batches a device's decode ops were measured at.
+fn batches(ctx: &Ctx, on: On) -> Vec<usize> {
+    let set: BTreeSet<usize> = ctx
+        .ok
+        .iter()
+        .filter(|r| {
+            r.device == on.device
+                && r.dtype == on.dtype
+                && r.op == OpKind::Sdpa
+                && r.phase == Phase::Decode
+        })
+        .map(|r| r.batch)
+        .collect();
+    set.into_iter().collect()
+}
+
+/// The predicted step per profile and measured batch, beside the decode crate's rows.
+fn predicted_steps(ctx: &Ctx, on: On) -> String {
+    let mut md = String::new();
+    let models: BTreeSet<&str> = ctx
+        .ok
+        .iter()
+        .filter(|r| r.device == on.device && r.op == OpKind::Sdpa)
+        .map(|r| r.model.as_str())
+        .collect();
+    for model in models {
+        let Ok(cfg) = ModelConfig::by_name(model) else {
+            continue;
+        };
+        let ctx_len = plotted_kv(&ctx.ok, OpKind::Sdpa).map_or(1024, |k| k - 1);
+        let _ = writeln!(md, "### Predicted decode step: {model}, L = {ctx_len}\n");
+        let _ = writeln!(
+            md,
+            "| profile | B | ms/step | tokens/s | host ms | kernels ms | bound | measured ms/step | measured device ms |"
+        );
+        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|");
+        for profile in StepProfile::ALL {
+            for b in batches(ctx, on) {
+                let q = Query {
+                    model: &cfg,
+                    batch: b,
+                    ctx: ctx_len,
+                    profile,
+                    device: on.device,
+                    dtype: on.dtype,
+                    mode: Mode::Pipelined,
+                };
+                match predict_with(ctx.run, &ctx.fits, &q) {
+                    Ok(p) => {
+                        let measured = step_row(ctx.run, &q, Mode::Pipelined)
+                            .and_then(|r| r.median_ns)
+                            .map_or("-".into(), |m| format!("{:.2}", m / 1e6));
+                        let measured_device = step_row(ctx.run, &q, Mode::Device)
+                            .and_then(|r| {
+                                let m = r.median_ns? / 1e6;
+                                Some(format!("{}{m:.2}", if r.is_upper_bound() { "≤ " } else { "" }))
+                            })
+                            .unwrap_or_else(|| "-".into());
+                        let _ = writeln!(
+                            md,
+                            "| {profile} | {b} | {:.2} | {:.0} | {:.2} | {:.2} | {} | {measured} | {measured_device} |",
+                            p.step_ns / 1e6,
+                            p.tokens_per_s(),
+                            p.host_ns / 1e6,
+                            p.device_ns / 1e6,
+                            if !p.gpu {
+                                "cpu (serial)"
+                            } else if p.host_bound() {
+                                "host"
+                            } else {
+                                "device"
+                            }
+                        );
+                    }
+                    Err(e) => {
+                        let _ = writeln!(
+                            md,
+                            "| {profile} | {b} | n/a: {} | | | | | | |",
+                            e.to_string().replace('|', "/")
+                        );
+                    }
+                }
+            }
+        }
+        let _ = writeln!(
+            md,
+            "\nKernels ms: the predicted device time of the step (Σ GPU-event times of its parts); measured device ms: the decode crate's own `device` row (≤: an upper bound, see its `uncovered_chunks`).\n\n`opbench predict {} --model {model} --batch B --ctx {ctx_len}` prints the per-op breakdown.\n",
+            ctx.dir.display()
+        );
+    }
+    md
+}
+
+/// Pipelined decode medians of the same case on the CPU and the GPU.
+fn gpu_over_cpu(ctx: &Ctx, devices: &BTreeSet<DeviceId>) -> String {
+    let mut md = String::new();
+    let Some(&gpu) = devices.iter().find(|d| d.is_gpu()) else {
+        return md;
+    };
+    if !devices.contains(&DeviceId::CPU) {
+        return md;
+    }
+    let _ = writeln!(
+        md,
+        "## {gpu} over cpu\n\nPipelined decode medians of the same case on both devices, each in the dtype the run \
+         gave it (the CPU usually f32, the GPU f16 or bf16): the speed-up a user sees by moving the op.\n\n\
+         | op | variant | site | batch | cpu µs | {gpu} µs | speedup |\n|---|---|---|---|---|---|---|"
+    );
+    for r in ctx.ok.iter().filter(|r| {
+        r.device == gpu
+            && r.mode == Mode::Pipelined
+            && r.phase == Phase::Decode
+            && r.site == representative_site(r.op)
+    }) {
+        if let Some(c) = ctx.ok.iter().find(|c| {
+            c.device == DeviceId::CPU
+                && c.op == r.op
+                && c.variant == r.variant
+                && c.site == r.site
+                && c.batch == r.batch
+                && c.kv_len == r.kv_len
+                && c.mode == Mode::Pipelined
+                && c.phase == Phase::Decode
+        }) {
+            if let (Some(ct), Some(gt)) = (c.median_ns, r.median_ns) {
+                let _ = writeln!(
+                    md,
+                    "| {} | {} | {} | {} | {:.1} | {:.1} | {:.1}× |",
+                    r.op,
+                    r.variant,
+                    r.site,
+                    r.batch,
+                    ct / 1e3,
+                    gt / 1e3,
+                    ct / gt
+                );
+            }
+        }
+    }
+    md.push('\n');
+    md
+}

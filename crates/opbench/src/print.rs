@@ -1,0 +1,294 @@
+//! How the verbs print their results: tables for a terminal, CSV for a pipe.
+
+use analysis::compare::{Comparison, Flag, Line, Verdict};
+use analysis::predict::{Prediction, Query, Source, step_row};
+use rundir::{CaseKey, FitRow, Mode, Run};
+
+fn opt(v: Option<f64>, digits: usize) -> String {
+    v.map_or("-".into(), |x| format!("{x:.digits$}"))
+}
+
+fn num(v: Option<f64>, digits: usize) -> String {
+    v.map_or(String::new(), |x| format!("{x:.digits$}"))
+}
+
+/// The fits table.
+pub fn fits(rows: &[FitRow]) {
+    println!(
+        "{:<8} {:<13} {:<12} {:<8} {:<7} {:<5} {:<9} {:>6} {:>22} {:>26} {:>6} {:>6} {:<6}",
+        "op",
+        "variant",
+        "site",
+        "phase",
+        "L+q",
+        "dtype",
+        "device",
+        "mode",
+        "overhead µs [95% CI]",
+        "rate [95% CI]",
+        "cross",
+        "R²",
+        "model"
+    );
+    for r in rows {
+        let s = &r.series;
+        let mode = s.mode.as_str();
+        println!(
+            "{:<8} {:<13} {:<12} {:<8} {:<7} {:<5} {:<9} {:>6} {:>22} {:>26} {:>6} {:>6.3} {:<6}",
+            s.op.as_str(),
+            s.variant,
+            s.site,
+            s.phase.as_str(),
+            s.kv_len.map_or("-".into(), |k| k.to_string()),
+            s.dtype.as_str(),
+            s.device.to_string(),
+            &mode[..mode.len().min(6)],
+            format!(
+                "{:.1} [{:.1}, {:.1}]",
+                r.overhead_us, r.overhead_ci_low_us, r.overhead_ci_high_us
+            ),
+            match r.rate {
+                Some(rate) => format!(
+                    "{:.3} [{}, {}] {}",
+                    rate,
+                    opt(r.rate_ci_low, 3),
+                    opt(r.rate_ci_high, 3),
+                    r.rate_unit()
+                ),
+                None => "-".into(),
+            },
+            opt(r.crossover_batch, 1),
+            r.r2,
+            r.model_kind.as_str()
+        );
+    }
+}
+
+/// A predicted step: summary, breakdown, and the measured step where the run has it.
+pub fn prediction(run: &Run, q: &Query, pred: &Prediction) {
+    println!(
+        "{} decode B={} L={}, profile {}, {} {} {} (run {})",
+        q.model.name,
+        q.batch,
+        q.ctx,
+        q.profile,
+        q.device,
+        q.dtype,
+        q.mode,
+        run.dir.display()
+    );
+    println!(
+        "predicted: {:.3} ms/step, {:.1} tokens/s",
+        pred.step_ns / 1e6,
+        pred.tokens_per_s()
+    );
+    if pred.gpu {
+        let bound = if pred.host_bound() {
+            "host-bound: launch overhead sets the pace"
+        } else {
+            "device-bound: the kernels set the pace"
+        };
+        println!(
+            "  host dispatch+launch {:.3} ms, kernels {:.3} ms per step ({bound}); the GPU is busy ~{:.0}% of the step",
+            pred.host_ns / 1e6,
+            pred.device_ns / 1e6,
+            100.0 * pred.device_ns / pred.step_ns
+        );
+        println!(
+            "  (each op alone, back to back, would add up to {:.3} ms)",
+            pred.serial_ns / 1e6
+        );
+    }
+    println!(
+        "{:<10} {:<13} {:<15} {:>6} {:>9} {:>9} {:>9} {:>8} {:>6}  {:<8} {:<9}",
+        "op",
+        "variant",
+        "site",
+        "calls",
+        "µs/call",
+        "host µs",
+        "dev µs",
+        "ms/step",
+        "share",
+        "source",
+        "device"
+    );
+    for c in &pred.components {
+        let total = c.per_call_ns * c.calls as f64;
+        println!(
+            "{:<10} {:<13} {:<15} {:>6} {:>9.2} {:>9.2} {:>9.2} {:>8.3} {:>5.1}%  {:<8} {:<9}",
+            c.op.map_or("unmeasured", |o| o.as_str()),
+            c.variant,
+            c.site,
+            c.calls,
+            c.per_call_ns / 1e3,
+            c.host_ns / 1e3,
+            c.device_ns / 1e3,
+            total / 1e6,
+            100.0 * total / pred.serial_ns,
+            c.source.as_str(),
+            c.device_source.as_str()
+        );
+    }
+    let count = |s: Source| pred.components.iter().filter(|c| c.source == s).count();
+    println!(
+        "sources: {} sites measured at this batch, {} from fits, {} kinds of call no op crate measures, priced at the dispatch floors:",
+        count(Source::Measured),
+        count(Source::Fit),
+        count(Source::Floor),
+    );
+    for u in &pred.plan.other {
+        println!("  {:<16} {}", u.name, u.what);
+    }
+    let measured = |mode| {
+        step_row(run, q, mode).and_then(|r| Some((r, r.median_ns?, r.ci_low_ns?, r.ci_high_ns?)))
+    };
+    if let Some((_, m, lo, hi)) = measured(q.mode) {
+        println!(
+            "measured (decode crate): {:.3} ms/step [{:.3}, {:.3}], {:.1} tokens/s; predicted / measured = {:.3} ({:+.1}%)",
+            m / 1e6,
+            lo / 1e6,
+            hi / 1e6,
+            q.batch as f64 / (m * 1e-9),
+            pred.step_ns / m,
+            100.0 * (pred.step_ns / m - 1.0)
+        );
+    }
+    if pred.gpu {
+        if let Some((row, m, lo, hi)) = measured(Mode::Device) {
+            println!(
+                "measured device time of the step (GPU events, decode crate): {:.3} ms [{:.3}, {:.3}]; predicted kernels / measured = {:.3} ({:+.1}%)",
+                m / 1e6,
+                lo / 1e6,
+                hi / 1e6,
+                pred.device_ns / m,
+                100.0 * (pred.device_ns / m - 1.0)
+            );
+            if let Some(n) = row.uncovered_chunks.filter(|n| *n > 0) {
+                println!(
+                    "  upper bound: in {n} chunks the host's enqueue outlasted the lead, so GPU idle time waiting for the host is included"
+                );
+            }
+        }
+    }
+}
+
+fn key_cols(k: &CaseKey) -> [String; 11] {
+    [
+        k.op.to_string(),
+        k.variant.clone(),
+        k.site.clone(),
+        k.model.clone(),
+        k.phase.to_string(),
+        k.batch.to_string(),
+        k.q_len.to_string(),
+        k.kv_len.map_or(String::new(), |v| v.to_string()),
+        k.dtype.to_string(),
+        k.device.to_string(),
+        k.mode.to_string(),
+    ]
+}
+
+/// Lines in report order: regressions first, then by verdict, flagged before unflagged.
+fn sorted(cmp: &Comparison) -> Vec<&Line> {
+    let mut out: Vec<&Line> = cmp.lines.iter().collect();
+    out.sort_by(|a, b| {
+        (!a.fails, a.verdict, a.flags.is_empty()).cmp(&(!b.fails, b.verdict, b.flags.is_empty()))
+    });
+    out
+}
+
+fn flags(l: &Line) -> String {
+    l.flags
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+pub fn comparison_csv(cmp: &Comparison) -> Result<(), csv::Error> {
+    let mut w = csv::Writer::from_writer(std::io::stdout());
+    let mut header: Vec<&str> = CaseKey::COLUMNS.to_vec();
+    header.extend([
+        "base_median_ns",
+        "cand_median_ns",
+        "ratio",
+        "ratio_ci_low",
+        "ratio_ci_high",
+        "p_value",
+        "verdict",
+        "flags",
+    ]);
+    w.write_record(&header)?;
+    for l in sorted(cmp) {
+        let mut rec: Vec<String> = key_cols(&l.key).to_vec();
+        rec.extend([
+            num(l.base, 1),
+            num(l.cand, 1),
+            num(l.ratio, 4),
+            num(l.ratio_ci.map(|c| c.0), 4),
+            num(l.ratio_ci.map(|c| c.1), 4),
+            l.p.map_or(String::new(), |p| format!("{p:.3e}")),
+            l.verdict.as_str().into(),
+            flags(l),
+        ]);
+        w.write_record(&rec)?;
+    }
+    w.flush()?;
+    Ok(())
+}
+
+pub fn comparison_md(base: &Run, cand: &Run, cmp: &Comparison, threshold: f64, alpha: f64) {
+    println!(
+        "# opbench compare\n\nbase: `{}`  \ncandidate: `{}`\n",
+        base.dir.display(),
+        cand.dir.display()
+    );
+    if cmp.env_diff.is_empty() {
+        println!("Environment: no differences in the fields that change kernels.\n");
+    } else {
+        println!("Environment differences:\n");
+        for d in &cmp.env_diff {
+            println!("- {d}");
+        }
+        println!();
+    }
+    println!(
+        "{} cases: {} slower, {} faster, {} same, {} ambiguous; {} kernel-changed, {} status-changed, {} new, {} gone \
+         (threshold {}%, alpha {})\n",
+        cmp.lines.len(),
+        cmp.count(Verdict::Slower),
+        cmp.count(Verdict::Faster),
+        cmp.count(Verdict::Same),
+        cmp.count(Verdict::Ambiguous),
+        cmp.flagged(|f| matches!(f, Flag::KernelChanged(..))),
+        cmp.flagged(|f| matches!(f, Flag::StatusChanged(..))),
+        cmp.flagged(|f| *f == Flag::New),
+        cmp.flagged(|f| *f == Flag::Gone),
+        threshold,
+        alpha
+    );
+    println!("| case | base µs | cand µs | ratio [CI] | p | verdict | flags |");
+    println!("|---|---|---|---|---|---|---|");
+    for l in sorted(cmp)
+        .into_iter()
+        .filter(|l| l.verdict != Verdict::Same || !l.flags.is_empty())
+    {
+        println!(
+            "| {} | {} | {} | {} | {} | {}{} | {} |",
+            l.key,
+            num(l.base.map(|x| x / 1e3), 2),
+            num(l.cand.map(|x| x / 1e3), 2),
+            match (l.ratio, l.ratio_ci) {
+                (Some(r), Some((lo, hi))) => format!("{r:.3} [{lo:.3}, {hi:.3}]"),
+                (Some(r), None) => format!("{r:.3}"),
+                _ => String::new(),
+            },
+            l.p.map_or(String::new(), |p| format!("{p:.1e}")),
+            l.verdict.as_str(),
+            if l.fails { " ✗" } else { "" },
+            flags(l)
+        );
+    }
+    println!("\n(`same` cases without flags are not listed.)");
+}

@@ -1,0 +1,288 @@
+//! The identity of a case ([`CaseKey`]) and of a series ([`SeriesKey`]), and the closed
+//! sets their fields come from.
+
+use std::fmt;
+use std::str::FromStr;
+
+use shapes::{DTypeName as DType, OpKind, Phase, UnknownValue};
+
+use crate::RunError;
+use crate::csvio::Line;
+
+/// A closed set of names with one text form each: `as_str`, `Display`, `FromStr` (whose
+/// error lists the accepted names) and serde as that text.
+macro_rules! names {
+    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $v:ident = $s:literal),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum $name { $($(#[$vm])* $v),+ }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$v),+];
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$v => $s),+ }
+            }
+        }
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+        impl FromStr for $name {
+            type Err = UnknownValue;
+            fn from_str(s: &str) -> Result<Self, UnknownValue> {
+                match s {
+                    $($s => Ok($name::$v),)+
+                    _ => Err(UnknownValue::new(s, &[$($s),+])),
+                }
+            }
+        }
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let s = String::deserialize(d)?;
+                s.parse().map_err(serde::de::Error::custom)
+            }
+        }
+    };
+}
+
+names! {
+    /// How a case ended (`status` column).
+    Status {
+        Ok = "ok",
+        /// The backend, build or dtype does not provide this variant or shape.
+        Unsupported = "unsupported",
+        /// The device ran out of memory.
+        Oom = "oom",
+        /// It ran but its answer is off the float64 reference by more than the tolerance.
+        Mismatch = "mismatch",
+        /// Anything else went wrong.
+        Error = "error",
+    }
+}
+
+names! {
+    /// How calls are timed (docs/method.md, "Timing modes").
+    Mode {
+        /// n calls back to back, one synchronize after them: what an eager decode loop
+        /// sees, max(host dispatch + launch, device time) per call.
+        Pipelined = "pipelined",
+        /// Synchronize after every call: launch + execution + round trip.
+        Synced = "synced",
+        /// GPU events around n back-to-back calls queued behind a lead, so only kernel time
+        /// counts (warm: same buffers). GPU only.
+        Device = "device",
+        /// GPU events around each call after an L2 flush. GPU only.
+        DeviceCold = "device_cold",
+    }
+}
+
+impl Mode {
+    /// Timed by GPU events (device time), not by the host's clock.
+    pub fn is_device(self) -> bool {
+        matches!(self, Mode::Device | Mode::DeviceCold)
+    }
+}
+
+names! {
+    /// What a device runs on. ROCm builds of PyTorch run HIP through the `cuda` device API;
+    /// opbench labels such a GPU `hip`.
+    Backend {
+        Cpu = "cpu",
+        Cuda = "cuda",
+        Hip = "hip",
+    }
+}
+
+/// A device label: `cpu`, `cuda:0`, `hip:1`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DeviceId {
+    pub backend: Backend,
+    pub index: usize,
+}
+
+impl DeviceId {
+    pub const CPU: DeviceId = DeviceId {
+        backend: Backend::Cpu,
+        index: 0,
+    };
+    pub fn is_gpu(self) -> bool {
+        self.backend != Backend::Cpu
+    }
+}
+
+impl fmt::Display for DeviceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.backend {
+            Backend::Cpu => f.write_str("cpu"),
+            b => write!(f, "{b}:{}", self.index),
+        }
+    }
+}
+
+impl FromStr for DeviceId {
+    type Err = UnknownValue;
+    fn from_str(s: &str) -> Result<Self, UnknownValue> {
+        if s == "cpu" {
+            return Ok(DeviceId::CPU);
+        }
+        let parsed = s.split_once(':').and_then(|(b, i)| {
+            let backend = match b {
+                "cuda" => Backend::Cuda,
+                "hip" => Backend::Hip,
+                _ => return None,
+            };
+            Some(DeviceId {
+                backend,
+                index: i.parse().ok()?,
+            })
+        });
+        parsed.ok_or_else(|| UnknownValue::new(s, &["cpu", "cuda:N", "hip:N"]))
+    }
+}
+
+impl serde::Serialize for DeviceId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for DeviceId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// A series: every batch of one case (docs/schema.md). Fits are per series.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SeriesKey {
+    pub op: OpKind,
+    /// The op crate's variant (`aten`, `fused_qkv`, `flash`, …): an open set.
+    pub variant: String,
+    /// The model site (`q_proj`, `attn`, …), `add1` for the floor, `step` for decode.
+    pub site: String,
+    /// The model name, `none` for cases that belong to no model (floor, ceilings).
+    pub model: String,
+    pub phase: Phase,
+    pub q_len: usize,
+    /// L + q for ops that read the cache (sdpa, kvcache, decode); empty otherwise.
+    pub kv_len: Option<usize>,
+    pub dtype: DType,
+    pub device: DeviceId,
+    pub mode: Mode,
+}
+
+/// The case key: a series at one batch.
+///
+/// It dereferences to its [`SeriesKey`], so `key.op`, `key.mode` read through.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CaseKey {
+    pub series: SeriesKey,
+    pub batch: usize,
+}
+
+impl std::ops::Deref for CaseKey {
+    type Target = SeriesKey;
+    fn deref(&self) -> &SeriesKey {
+        &self.series
+    }
+}
+
+impl SeriesKey {
+    /// Its columns, in file order.
+    pub const COLUMNS: [&'static str; 10] = [
+        "op", "variant", "site", "model", "phase", "q_len", "kv_len", "dtype", "device", "mode",
+    ];
+
+    pub fn at(&self, batch: usize) -> CaseKey {
+        CaseKey {
+            series: self.clone(),
+            batch,
+        }
+    }
+
+    /// The fields as text, in [`Self::COLUMNS`] order; `batch`, when given, goes after
+    /// `phase` (the case key's order).
+    pub(crate) fn fields(&self, batch: Option<usize>) -> Vec<String> {
+        let mut out = vec![
+            self.op.to_string(),
+            self.variant.clone(),
+            self.site.clone(),
+            self.model.clone(),
+            self.phase.to_string(),
+        ];
+        out.extend(batch.map(|b| b.to_string()));
+        out.extend([
+            self.q_len.to_string(),
+            crate::csvio::opt(&self.kv_len),
+            self.dtype.to_string(),
+            self.device.to_string(),
+            self.mode.to_string(),
+        ]);
+        out
+    }
+
+    pub(crate) fn read(l: &Line<'_>) -> Result<Self, RunError> {
+        let text = |c: &'static str| -> Result<String, RunError> {
+            let s = l.text(c);
+            if s.is_empty() {
+                return Err(l.error(c, "empty, a value is required"));
+            }
+            Ok(s.to_string())
+        };
+        Ok(SeriesKey {
+            op: l.req("op")?,
+            variant: text("variant")?,
+            site: text("site")?,
+            model: text("model")?,
+            phase: l.req("phase")?,
+            q_len: l.req("q_len")?,
+            kv_len: l.opt("kv_len")?,
+            dtype: l.req("dtype")?,
+            device: l.req("device")?,
+            mode: l.req("mode")?,
+        })
+    }
+}
+
+impl CaseKey {
+    /// Its columns, in file order.
+    pub const COLUMNS: [&'static str; 11] = [
+        "op", "variant", "site", "model", "phase", "batch", "q_len", "kv_len", "dtype", "device",
+        "mode",
+    ];
+
+    pub(crate) fn fields(&self) -> Vec<String> {
+        self.series.fields(Some(self.batch))
+    }
+
+    pub(crate) fn read(l: &Line<'_>) -> Result<Self, RunError> {
+        Ok(CaseKey {
+            series: SeriesKey::read(l)?,
+            batch: l.req("batch")?,
+        })
+    }
+}
+
+impl fmt::Display for CaseKey {
+    /// `op/variant/site/model/phase/b<batch>/q<q_len>[/kv<kv_len>]/dtype/device/mode`, the
+    /// criterion id of the case too.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = &self.series;
+        write!(
+            f,
+            "{}/{}/{}/{}/{}/b{}/q{}",
+            s.op, s.variant, s.site, s.model, s.phase, self.batch, s.q_len
+        )?;
+        if let Some(kv) = s.kv_len {
+            write!(f, "/kv{kv}")?;
+        }
+        write!(f, "/{}/{}/{}", s.dtype, s.device, s.mode)
+    }
+}

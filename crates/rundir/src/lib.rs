@@ -1,0 +1,81 @@
+//! The run directory as types: what `env.json`, `results.csv`, `samples.csv` and
+//! `fits.csv` hold, how they are written, and readers that refuse what they cannot trust.
+//!
+//! This crate knows no tch, criterion or C++: a laptop with no libtorch can read and
+//! compare published runs. docs/schema.md is the human side of the same contract.
+//!
+//! - [`CaseKey`] / [`SeriesKey`]: the identity of a case and of a series (a case without its
+//!   batch). Their columns are written and read in one place each ([`key`]).
+//! - [`ResultRow`], [`Sample`], [`FitRow`]: one row of each CSV, with typed fields
+//!   ([`Status`], [`Mode`], [`OpKind`], [`Phase`], [`DType`], [`DeviceId`]).
+//! - [`Env`]: `env.json`, with its [`SCHEMA_VERSION`].
+//! - [`Run::load`]: read and validate a run directory: every number finite and in range,
+//!   no duplicate case, a known schema version; each failure is one [`RunError`] naming the
+//!   file, line, column and value.
+//! - [`RunWriter`]: append cases to a run directory as they finish.
+
+mod csvio;
+mod env;
+pub mod key;
+mod rows;
+mod run;
+
+pub use env::Env;
+pub use key::{Backend, CaseKey, DeviceId, Mode, SeriesKey, Status};
+pub use rows::{FitRow, ResultRow, Sample, Work};
+pub use run::{Run, RunWriter, write_fits};
+pub use shapes::{DTypeName as DType, OpKind, Phase, UnknownValue};
+
+use std::path::PathBuf;
+
+/// The version of the run-directory schema this crate writes, recorded in `env.json`.
+///
+/// - 1: the first round (no `schema_version` in env.json); its upper-bound state was prose
+///   in `note`, and is read into [`ResultRow::uncovered_chunks`] from there.
+/// - 2: typed columns, `uncovered_chunks`, `schema_version` in env.json.
+pub const SCHEMA_VERSION: u32 = 2;
+
+/// The oldest schema version the readers accept.
+pub const OLDEST_READABLE: u32 = 1;
+
+/// Why a run directory (or one of its files) cannot be used. Every variant names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("{}: not a run directory", .0.display())]
+    NotADirectory(PathBuf),
+    #[error("{}: missing", .0.display())]
+    Missing(PathBuf),
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: invalid JSON: {message}", path.display())]
+    Json { path: PathBuf, message: String },
+    #[error("{}: schema version {found}; this opbench reads versions {OLDEST_READABLE} to {SCHEMA_VERSION}", path.display())]
+    Schema { path: PathBuf, found: u32 },
+    #[error("{}: missing column `{column}`", path.display())]
+    MissingColumn { path: PathBuf, column: &'static str },
+    #[error("{}: line {line}: {message}", path.display())]
+    Line {
+        path: PathBuf,
+        line: u64,
+        message: String,
+    },
+    #[error("{}: line {line}: column `{column}`: {problem}", path.display())]
+    Field {
+        path: PathBuf,
+        line: u64,
+        column: &'static str,
+        problem: String,
+    },
+    #[error("{}: case {key} is already in this run; a run holds each case once", path.display())]
+    AlreadyInRun { path: PathBuf, key: String },
+    #[error("{}: line {line}: duplicate case {key} (first on line {first})", path.display())]
+    Duplicate {
+        path: PathBuf,
+        line: u64,
+        first: u64,
+        key: String,
+    },
+}

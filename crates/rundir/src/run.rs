@@ -1,0 +1,264 @@
+//! Reading and writing a run directory.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use crate::csvio::Header;
+use crate::key::CaseKey;
+use crate::rows::{FitRow, ResultRow, Sample};
+use crate::{Env, OLDEST_READABLE, RunError, SCHEMA_VERSION};
+
+/// A loaded, validated run directory.
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub dir: PathBuf,
+    /// `env.json`; `None` when the run has none (a hand-made run, say).
+    pub env: Option<Env>,
+    /// The schema version the files were read as.
+    pub schema: u32,
+    pub results: Vec<ResultRow>,
+}
+
+fn io(path: &Path) -> impl Fn(std::io::Error) -> RunError + '_ {
+    move |source| RunError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// A csv error as a line error of `path`.
+fn csv_err(path: &Path, e: &csv::Error) -> RunError {
+    let line = e.position().map_or(0, csv::Position::line);
+    let message = match e.kind() {
+        csv::ErrorKind::UnequalLengths {
+            expected_len, len, ..
+        } => format!("{len} fields where the header has {expected_len} (a truncated or malformed line)"),
+        csv::ErrorKind::Utf8 { .. } => "not valid UTF-8".to_string(),
+        _ => e.to_string(),
+    };
+    RunError::Line {
+        path: path.to_path_buf(),
+        line,
+        message,
+    }
+}
+
+/// Read every record of `path` with `read`, after checking its header for `required`.
+fn read_records<T>(
+    path: &Path,
+    required: &[&'static str],
+    mut read: impl FnMut(&crate::csvio::Line<'_>) -> Result<T, RunError>,
+) -> Result<Vec<T>, RunError> {
+    if !path.is_file() {
+        return Err(RunError::Missing(path.to_path_buf()));
+    }
+    let mut rdr = csv::ReaderBuilder::new()
+        .from_path(path)
+        .map_err(|e| csv_err(path, &e))?;
+    let header = rdr.headers().map_err(|e| csv_err(path, &e))?.clone();
+    let header = Header::new(path, &header, required)?;
+    let mut out = Vec::new();
+    for rec in rdr.records() {
+        let rec = rec.map_err(|e| csv_err(header.path(), &e))?;
+        out.push(read(&header.line(&rec))?);
+    }
+    Ok(out)
+}
+
+/// The columns a reader of schema `v` requires.
+fn results_columns(v: u32) -> Vec<&'static str> {
+    ResultRow::COLUMNS
+        .iter()
+        .copied()
+        .filter(|c| v >= 2 || *c != "uncovered_chunks")
+        .collect()
+}
+
+impl Run {
+    /// Read `dir`: env.json (if present), then results.csv, validated. A missing folder,
+    /// file or column, an unknown schema version, a value out of range, or a case that
+    /// appears twice is a [`RunError`].
+    pub fn load(dir: &Path) -> Result<Self, RunError> {
+        if !dir.is_dir() {
+            return Err(RunError::NotADirectory(dir.to_path_buf()));
+        }
+        let env = read_env(&dir.join("env.json"))?;
+        let schema = env.as_ref().map_or(SCHEMA_VERSION, Env::schema);
+        let path = dir.join("results.csv");
+        // a run without env.json (made by hand) needs only the columns every version has
+        let columns = results_columns(if env.is_some() { schema } else { OLDEST_READABLE });
+        let mut first_line: BTreeMap<CaseKey, u64> = BTreeMap::new();
+        let results = read_records(&path, &columns, |l| {
+            let row = ResultRow::read(l, schema)?;
+            if let Some(&first) = first_line.get(&row.key) {
+                return Err(RunError::Duplicate {
+                    path: path.clone(),
+                    line: l.line,
+                    first,
+                    key: row.key.to_string(),
+                });
+            }
+            first_line.insert(row.key.clone(), l.line);
+            Ok(row)
+        })?;
+        Ok(Run {
+            dir: dir.to_path_buf(),
+            env,
+            schema,
+            results,
+        })
+    }
+
+    /// `ok` rows with a median.
+    pub fn ok_rows(&self) -> impl Iterator<Item = &ResultRow> {
+        self.results.iter().filter(|r| r.is_ok())
+    }
+
+    /// The row of a case.
+    pub fn row(&self, key: &CaseKey) -> Option<&ResultRow> {
+        self.results.iter().find(|r| &r.key == key)
+    }
+
+    /// `samples.csv`, grouped by case, validated (every sample at least one call in a
+    /// finite positive time).
+    pub fn samples(&self) -> Result<BTreeMap<CaseKey, Vec<Sample>>, RunError> {
+        let path = self.dir.join("samples.csv");
+        let rows = read_records(&path, &Sample::COLUMNS, Sample::read)?;
+        let mut out: BTreeMap<CaseKey, Vec<Sample>> = BTreeMap::new();
+        for s in rows {
+            out.entry(s.key.clone()).or_default().push(s);
+        }
+        Ok(out)
+    }
+}
+
+/// env.json, if the run has one; schema versions this crate cannot read are an error.
+fn read_env(path: &Path) -> Result<Option<Env>, RunError> {
+    if !path.exists() {
+        return Ok(None);
+    }
+    let text = std::fs::read_to_string(path).map_err(io(path))?;
+    let env: Env = serde_json::from_str(&text).map_err(|e| RunError::Json {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    let v = env.schema();
+    if !(OLDEST_READABLE..=SCHEMA_VERSION).contains(&v) {
+        return Err(RunError::Schema {
+            path: path.to_path_buf(),
+            found: v,
+        });
+    }
+    Ok(Some(env))
+}
+
+/// An open run directory that cases are appended to.
+///
+/// Rows are appended and flushed as each case finishes, so an interrupted run keeps what
+/// it measured; a second process with the same run id (the next bench binary of one
+/// `cargo bench --workspace`) appends to the same files.
+#[derive(Debug)]
+pub struct RunWriter {
+    pub path: PathBuf,
+    pub run_id: String,
+    /// Cases the run already has (from earlier processes), and those written since.
+    cases: std::collections::BTreeSet<CaseKey>,
+    results: csv::Writer<File>,
+    samples: csv::Writer<File>,
+}
+
+/// Open `path` for appending; a new or empty file gets `header` first.
+fn appender(path: &Path, header: &[&str]) -> Result<csv::Writer<File>, RunError> {
+    let file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(io(path))?;
+    let empty = file.metadata().map_err(io(path))?.len() == 0;
+    let mut w = csv::WriterBuilder::new()
+        .has_headers(false)
+        .from_writer(file);
+    if empty {
+        w.write_record(header).map_err(|e| csv_err(path, &e))?;
+        w.flush().map_err(io(path))?;
+    }
+    Ok(w)
+}
+
+impl RunWriter {
+    /// Open (or create) `out/runs/<run_id>/`. `env` is written (with this crate's schema
+    /// version) only if the run has no env.json yet: the first process of a run describes
+    /// it.
+    pub fn open(out: &Path, run_id: &str, env: &Env) -> Result<Self, RunError> {
+        let path = out.join("runs").join(run_id);
+        std::fs::create_dir_all(&path).map_err(io(&path))?;
+        let env_path = path.join("env.json");
+        if !env_path.exists() {
+            let env = Env {
+                schema_version: SCHEMA_VERSION,
+                ..env.clone()
+            };
+            let mut f = File::create(&env_path).map_err(io(&env_path))?;
+            writeln!(f, "{}", env.to_json()).map_err(io(&env_path))?;
+        }
+        // a run that already has cases is resumed: the caller skips what it holds
+        let cases = if path.join("results.csv").is_file() {
+            Run::load(&path)?.results.into_iter().map(|r| r.key).collect()
+        } else {
+            Default::default()
+        };
+        Ok(RunWriter {
+            cases,
+            results: appender(&path.join("results.csv"), &ResultRow::COLUMNS)?,
+            samples: appender(&path.join("samples.csv"), &Sample::COLUMNS)?,
+            run_id: run_id.to_string(),
+            path,
+        })
+    }
+
+    /// The run already has this case.
+    pub fn contains(&self, key: &CaseKey) -> bool {
+        self.cases.contains(key)
+    }
+
+    /// Append one case: its samples, then its result row; both flushed before returning.
+    /// A case the run already has is refused: a run holds each case once.
+    pub fn write_case(&mut self, row: &ResultRow, samples: &[Sample]) -> Result<(), RunError> {
+        if self.contains(&row.key) {
+            return Err(RunError::AlreadyInRun {
+                path: self.path.join("results.csv"),
+                key: row.key.to_string(),
+            });
+        }
+        let sp = self.path.join("samples.csv");
+        for s in samples {
+            self.samples
+                .write_record(s.record())
+                .map_err(|e| csv_err(&sp, &e))?;
+        }
+        self.samples.flush().map_err(io(&sp))?;
+        let rp = self.path.join("results.csv");
+        self.results
+            .write_record(row.record())
+            .map_err(|e| csv_err(&rp, &e))?;
+        self.results.flush().map_err(io(&rp))?;
+        self.cases.insert(row.key.clone());
+        Ok(())
+    }
+}
+
+/// Write `fits.csv` at `path` (replacing it).
+pub fn write_fits(path: &Path, rows: &[FitRow]) -> Result<(), RunError> {
+    let mut w = csv::WriterBuilder::new()
+        .has_headers(false)
+        .from_path(path)
+        .map_err(|e| csv_err(path, &e))?;
+    w.write_record(FitRow::COLUMNS)
+        .map_err(|e| csv_err(path, &e))?;
+    for r in rows {
+        w.write_record(r.record()).map_err(|e| csv_err(path, &e))?;
+    }
+    w.flush().map_err(io(path))
+}

@@ -1,0 +1,273 @@
+//! The run directory: its columns, appends from several processes, rows kept when a process
+//! dies, and readers that refuse what they cannot trust with one line naming it.
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+
+use std::path::Path;
+use std::process::Command;
+
+use rundir::{
+    CaseKey, DType, DeviceId, Env, Mode, OpKind, Phase, ResultRow, Run, RunError, RunWriter,
+    SCHEMA_VERSION, Sample, SeriesKey, Status,
+};
+
+fn key(batch: usize) -> CaseKey {
+    SeriesKey {
+        op: OpKind::Floor,
+        variant: "add".into(),
+        site: "add1".into(),
+        model: "none".into(),
+        phase: Phase::Decode,
+        q_len: 1,
+        kv_len: None,
+        dtype: DType::F32,
+        device: DeviceId::CPU,
+        mode: Mode::Pipelined,
+    }
+    .at(batch)
+}
+
+fn row(batch: usize) -> (ResultRow, Vec<Sample>) {
+    let mut r = ResultRow::new("r1", key(batch), "numel=1".into(), Status::Ok);
+    r.samples = Some(2);
+    r.median_ns = Some(100.5);
+    r.mean_ns = Some(101.0);
+    r.ci_low_ns = Some(99.0);
+    r.ci_high_ns = Some(102.0);
+    r.mad_ns = Some(0.0);
+    r.flops = 1;
+    r.bytes = 12;
+    r.gflops = Some(0.01);
+    r.gbps = Some(0.12);
+    r.max_rel_err = Some(0.0);
+    r.note = Some("a, \"quoted\" note".into());
+    let s = |total_ns| Sample {
+        key: key(batch),
+        iters: 10,
+        total_ns,
+    };
+    (r, vec![s(1000.0), s(1010.0)])
+}
+
+fn env(run_id: &str) -> Env {
+    Env {
+        run_id: run_id.into(),
+        ..Env::default()
+    }
+}
+
+/// A run directory with one ok case, for the readers' tests to spoil.
+fn written() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = RunWriter::open(dir.path(), "r1", &env("r1")).unwrap();
+    for b in [1, 8] {
+        let (r, s) = row(b);
+        w.write_case(&r, &s).unwrap();
+    }
+    let path = w.path.clone();
+    (dir, path)
+}
+
+/// Replace `from` with `to` in one file of the run.
+fn spoil(run: &Path, file: &str, from: &str, to: &str) {
+    let p = run.join(file);
+    let text = std::fs::read_to_string(&p).unwrap();
+    assert!(text.contains(from), "{file} lacks {from}");
+    std::fs::write(&p, text.replacen(from, to, 1)).unwrap();
+}
+
+fn load_err(run: &Path) -> String {
+    Run::load(run).unwrap_err().to_string()
+}
+
+#[test]
+fn written_rows_read_back_equal() {
+    let (_d, run) = written();
+    let loaded = Run::load(&run).unwrap();
+    assert_eq!(loaded.schema, SCHEMA_VERSION);
+    assert_eq!(loaded.results, vec![row(1).0, row(8).0]);
+    let samples = loaded.samples().unwrap();
+    assert_eq!(samples[&key(8)], row(8).1);
+    let header = std::fs::read_to_string(run.join("results.csv")).unwrap();
+    assert_eq!(
+        header.lines().next().unwrap(),
+        ResultRow::COLUMNS.join(",")
+    );
+    let env: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("env.json")).unwrap()).unwrap();
+    assert_eq!(env["schema_version"], SCHEMA_VERSION);
+}
+
+#[test]
+fn a_second_process_appends_without_a_second_header() {
+    let dir = tempfile::tempdir().unwrap();
+    for b in [1, 2] {
+        let mut w = RunWriter::open(dir.path(), "r", &env(&format!("first {b}"))).unwrap();
+        let (r, s) = row(b);
+        w.write_case(&r, &s).unwrap();
+    }
+    let run = Run::load(&dir.path().join("runs/r")).unwrap();
+    assert_eq!(
+        run.results.iter().map(|r| r.batch).collect::<Vec<_>>(),
+        vec![1, 2]
+    );
+    assert_eq!(
+        run.env.unwrap().run_id,
+        "first 1",
+        "the first process describes the run"
+    );
+}
+
+/// Child half of the crash test: write two cases, then die without unwinding.
+#[test]
+fn crash_child() {
+    let Ok(out) = std::env::var("OPBENCH_CRASH_CHILD_OUT") else {
+        return;
+    };
+    let mut w = RunWriter::open(Path::new(&out), "crash", &env("crash")).unwrap();
+    for b in [1, 2] {
+        let (r, s) = row(b);
+        w.write_case(&r, &s).unwrap();
+    }
+    std::process::abort();
+}
+
+#[test]
+fn rows_written_before_the_process_dies_are_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let status = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "crash_child", "--nocapture"])
+        .env("OPBENCH_CRASH_CHILD_OUT", dir.path())
+        .status()
+        .unwrap();
+    assert!(!status.success(), "the child must have died");
+    let run = Run::load(&dir.path().join("runs/crash")).unwrap();
+    assert_eq!(run.results.len(), 2);
+    assert_eq!(run.samples().unwrap().values().map(Vec::len).sum::<usize>(), 4);
+}
+
+#[test]
+fn a_missing_column_is_named() {
+    let (_d, run) = written();
+    spoil(&run, "results.csv", "run_id,op,variant", "run_id,op,flavour");
+    let e = load_err(&run);
+    assert!(e.contains("results.csv: missing column `variant`"), "{e}");
+}
+
+#[test]
+fn an_unknown_enum_value_names_the_column_and_the_value() {
+    let (_d, run) = written();
+    spoil(&run, "results.csv", ",pipelined,", ",pipelind,");
+    let e = load_err(&run);
+    assert!(
+        e.contains("results.csv: line 2: column `mode`: `pipelind`: unknown value"),
+        "{e}"
+    );
+    assert!(e.contains("device_cold"), "lists what is accepted: {e}");
+}
+
+#[test]
+fn non_finite_zero_or_negative_times_are_refused() {
+    for bad in ["inf", "NaN", "-100.5", "0"] {
+        let (_d, run) = written();
+        spoil(&run, "results.csv", ",100.5,", &format!(",{bad},"));
+        let e = load_err(&run);
+        assert!(
+            e.contains("column `median_ns`") && e.contains(bad) && e.contains("finite and > 0"),
+            "{bad}: {e}"
+        );
+    }
+}
+
+#[test]
+fn an_ok_row_without_a_median_is_refused() {
+    let (_d, run) = written();
+    spoil(&run, "results.csv", ",100.5,", ",,");
+    let e = load_err(&run);
+    assert!(e.contains("`median_ns`: empty in an `ok` row"), "{e}");
+}
+
+#[test]
+fn a_duplicate_case_is_named_with_both_lines() {
+    let (_d, run) = written();
+    let text = std::fs::read_to_string(run.join("results.csv")).unwrap();
+    let line2 = text.lines().nth(1).unwrap().to_string();
+    std::fs::write(run.join("results.csv"), format!("{text}{line2}\n")).unwrap();
+    let e = load_err(&run);
+    assert!(
+        e.contains("line 4: duplicate case floor/add/add1/none/decode/b1/q1/f32/cpu/pipelined (first on line 2)"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_truncated_sample_line_is_an_error_not_a_sample() {
+    let (_d, run) = written();
+    let p = run.join("samples.csv");
+    let text = std::fs::read_to_string(&p).unwrap();
+    std::fs::write(&p, &text[..text.len() - 8]).unwrap();
+    let e = Run::load(&run).unwrap().samples().unwrap_err().to_string();
+    assert!(e.contains("samples.csv: line 5:"), "{e}");
+    let (_d, run) = written();
+    spoil(&run, "samples.csv", ",10,1000", ",10,-1000");
+    let e = Run::load(&run).unwrap().samples().unwrap_err().to_string();
+    assert!(e.contains("column `total_ns`: `-1000`"), "{e}");
+    let (_d, run) = written();
+    spoil(&run, "samples.csv", ",10,1000", ",0,1000");
+    let e = Run::load(&run).unwrap().samples().unwrap_err().to_string();
+    assert!(e.contains("column `iters`: 0"), "{e}");
+}
+
+#[test]
+fn an_unknown_schema_version_is_named() {
+    let (_d, run) = written();
+    spoil(
+        &run,
+        "env.json",
+        &format!("\"schema_version\": {SCHEMA_VERSION}"),
+        "\"schema_version\": 99",
+    );
+    let e = load_err(&run);
+    assert!(
+        e.contains("env.json: schema version 99; this opbench reads versions 1 to"),
+        "{e}"
+    );
+    spoil(&run, "env.json", "\"schema_version\": 99", "\"schema_version\": \"x\"");
+    assert!(load_err(&run).contains("env.json: invalid JSON"));
+}
+
+#[test]
+fn schema_1_reads_its_upper_bound_from_the_note() {
+    let (_d, run) = written();
+    // a schema-1 run: no version in env.json, no uncovered_chunks column
+    std::fs::write(run.join("env.json"), "{\"run_id\": \"old\"}").unwrap();
+    let text = std::fs::read_to_string(run.join("results.csv")).unwrap();
+    let text = text
+        .replace(",uncovered_chunks,", ",")
+        .replace(",pipelined,", ",device,")
+        .replace(
+            "0,,\"a, \"\"quoted\"\" note\"",
+            "0,x; upper bound: in 3 of 12 chunks (warm-up included)",
+        );
+    std::fs::write(run.join("results.csv"), text).unwrap();
+    let loaded = Run::load(&run).unwrap();
+    assert_eq!(loaded.schema, 1);
+    assert_eq!(loaded.results[0].uncovered_chunks, Some(3));
+    assert!(loaded.results[0].is_upper_bound());
+}
+
+#[test]
+fn an_uncovered_count_on_a_host_timed_row_is_refused() {
+    let (_d, run) = written();
+    spoil(&run, "results.csv", "0,,\"a,", "0,2,\"a,");
+    let e = load_err(&run);
+    assert!(e.contains("column `uncovered_chunks`"), "{e}");
+}
+
+#[test]
+fn missing_things_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Run::load(&dir.path().join("nope")).unwrap_err();
+    assert!(matches!(e, RunError::NotADirectory(_)), "{e}");
+    let e = Run::load(dir.path()).unwrap_err().to_string();
+    assert!(e.ends_with("results.csv: missing"), "{e}");
+}

@@ -1,0 +1,172 @@
+//! [`StepPlan`]: every call of one decode or prefill step, per [`StepProfile`].
+//!
+//! The one description of what a Qwen3 forward calls: the decode crate builds its step
+//! from the profile, `opbench predict` prices the plan, and the tests check the two agree.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::problem::{OpKind, Problem, Step, UnknownValue, derive};
+use crate::ModelConfig;
+
+/// How a step is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum StepProfile {
+    /// transformers' modeling_qwen3 as it runs eagerly: HF RMSNorm (pow/mean/rsqrt/mul),
+    /// separate projections, rotate_half RoPE, DynamicCache `cat`, SDPA.
+    HfEager,
+    /// aten `rms_norm`, fused QKV and gate-up projections, a static cache written with
+    /// `index_copy`, SDPA.
+    Fused,
+}
+
+impl StepProfile {
+    pub const ALL: [StepProfile; 2] = [StepProfile::HfEager, StepProfile::Fused];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepProfile::HfEager => "hf-eager",
+            StepProfile::Fused => "fused",
+        }
+    }
+
+    /// The variant this profile runs at an op's site; `None` where it does not call that
+    /// site (a fused profile's separate q/k/v, say).
+    pub fn variant(self, op: OpKind, site: &str) -> Option<&'static str> {
+        let fused = self == StepProfile::Fused;
+        match op {
+            OpKind::Linear => match (site, fused) {
+                ("qkv_proj", true) => Some("fused_qkv"),
+                ("gate_up_proj", true) => Some("fused_gate_up"),
+                ("q_proj" | "k_proj" | "v_proj" | "gate_proj" | "up_proj", true) => None,
+                ("qkv_proj" | "gate_up_proj", false) => None,
+                _ => Some("aten"),
+            },
+            OpKind::RmsNorm => Some(if fused { "aten" } else { "hf" }),
+            OpKind::Rope => Some(if site == "cache" { "hf" } else { "rotate_half" }),
+            OpKind::Sdpa => Some("auto"),
+            OpKind::KvCache => Some(if fused { "index_copy" } else { "cat" }),
+            OpKind::Floor | OpKind::Decode | OpKind::Ceiling => None,
+        }
+    }
+}
+
+impl fmt::Display for StepProfile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for StepProfile {
+    type Err = UnknownValue;
+    fn from_str(s: &str) -> Result<Self, UnknownValue> {
+        Self::ALL
+            .into_iter()
+            .find(|p| p.as_str() == s)
+            .ok_or_else(|| UnknownValue::new(s, &Self::ALL.map(Self::as_str)))
+    }
+}
+
+/// What a call that no op crate measures is: a kernel launch or a view (dispatch only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallKind {
+    Kernel,
+    View,
+}
+
+/// A kind of call of the step that no op crate measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OtherCall {
+    pub name: &'static str,
+    pub kind: CallKind,
+    /// Calls per step.
+    pub calls: usize,
+    /// What it is, in the model's code.
+    pub what: &'static str,
+}
+
+/// Calls of a Qwen3 decode step that no op crate measures, as modeling_qwen3 makes them:
+/// name, kind, calls per layer and per step for [hf-eager, fused], what it is.
+/// generate()'s own bookkeeping (logits copy, appending the token, stopping checks) is not
+/// part of the model forward and is not counted.
+const OTHER: &[(&str, CallKind, [usize; 2], [usize; 2], &str)] = &[
+    ("residual_add", CallKind::Kernel, [2, 2], [0, 0], "hidden + attention output, hidden + MLP output"),
+    ("silu", CallKind::Kernel, [1, 1], [0, 0], "act_fn(gate_proj(x))"),
+    ("swiglu_mul", CallKind::Kernel, [1, 1], [0, 0], "act_fn(gate) * up"),
+    ("attn_contiguous", CallKind::Kernel, [1, 1], [0, 0], "attn_output.transpose(1, 2).contiguous()"),
+    ("embedding", CallKind::Kernel, [0, 0], [1, 1], "embed_tokens(input_ids)"),
+    ("positions", CallKind::Kernel, [0, 0], [1, 2], "position ids (fused: and the static cache's positions)"),
+    ("argmax", CallKind::Kernel, [0, 0], [1, 1], "greedy choice of the next token"),
+    (
+        "views",
+        CallKind::View,
+        [8, 12],
+        [6, 6],
+        "view/transpose/reshape of q, k, v and the attention output (fused: also split, chunk \
+         and the cache narrows); per step: position and cos/sin unsqueezes, last-token narrow, squeeze",
+    ),
+];
+
+/// One measured call site of a plan: the problem (with its calls per step) and the variant
+/// the profile runs there.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlannedCall {
+    pub problem: Problem,
+    pub variant: &'static str,
+}
+
+/// Every call of one step of a model under a profile.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepPlan {
+    pub profile: StepProfile,
+    pub step: Step,
+    /// Sites an op crate measures, in the model's order.
+    pub measured: Vec<PlannedCall>,
+    /// Calls no op crate measures.
+    pub other: Vec<OtherCall>,
+}
+
+impl StepPlan {
+    pub fn new(cfg: &ModelConfig, profile: StepProfile, step: Step) -> Self {
+        let measured = derive(cfg, step)
+            .into_iter()
+            .filter_map(|problem| {
+                let variant = profile.variant(problem.op, problem.site)?;
+                Some(PlannedCall { problem, variant })
+            })
+            .collect();
+        let which = usize::from(profile == StepProfile::Fused);
+        let layers = cfg.num_hidden_layers;
+        let other = OTHER
+            .iter()
+            .map(|&(name, kind, per_layer, per_step, what)| OtherCall {
+                name,
+                kind,
+                calls: per_layer[which] * layers + per_step[which],
+                what,
+            })
+            .filter(|c| c.calls > 0)
+            .collect();
+        StepPlan {
+            profile,
+            step,
+            measured,
+            other,
+        }
+    }
+
+    /// Kernel launches per step: every measured call counted once per call (an op crate's
+    /// call may launch several), plus the other kernel calls.
+    pub fn calls(&self) -> usize {
+        self.measured
+            .iter()
+            .map(|c| c.problem.calls_per_step)
+            .sum::<usize>()
+            + self
+                .other
+                .iter()
+                .filter(|c| c.kind == CallKind::Kernel)
+                .map(|c| c.calls)
+                .sum::<usize>()
+    }
+}

@@ -1,0 +1,106 @@
+//! Two-sample comparisons of per-call times: a rank test and a bootstrap ratio interval.
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use statrs::distribution::{ContinuousCDF, Normal};
+
+/// Two-sided Mann-Whitney U test (normal approximation with tie correction).
+pub fn mann_whitney(a: &[f64], b: &[f64]) -> f64 {
+    let (n1, n2) = (a.len() as f64, b.len() as f64);
+    if a.is_empty() || b.is_empty() {
+        return 1.0;
+    }
+    let mut all: Vec<(f64, usize)> = a
+        .iter()
+        .map(|&x| (x, 0))
+        .chain(b.iter().map(|&x| (x, 1)))
+        .collect();
+    all.sort_by(|x, y| x.0.total_cmp(&y.0));
+    let n = all.len();
+    let mut ranks = vec![0.0; n];
+    let mut tie_term = 0.0;
+    let mut i = 0;
+    while i < n {
+        let mut j = i;
+        while j + 1 < n && all[j + 1].0 == all[i].0 {
+            j += 1;
+        }
+        let r = (i + j) as f64 / 2.0 + 1.0;
+        for rank in ranks.iter_mut().take(j + 1).skip(i) {
+            *rank = r;
+        }
+        let t = (j - i + 1) as f64;
+        tie_term += t * t * t - t;
+        i = j + 1;
+    }
+    let r1: f64 = all
+        .iter()
+        .zip(&ranks)
+        .filter(|(x, _)| x.1 == 0)
+        .map(|(_, r)| r)
+        .sum();
+    let u1 = r1 - n1 * (n1 + 1.0) / 2.0;
+    let mu = n1 * n2 / 2.0;
+    let nt = n1 + n2;
+    let var = n1 * n2 / 12.0 * ((nt + 1.0) - tie_term / (nt * (nt - 1.0)));
+    if var <= 0.0 {
+        return 1.0;
+    }
+    // continuity correction
+    let z = ((u1 - mu).abs() - 0.5).max(0.0) / var.sqrt();
+    match Normal::new(0.0, 1.0) {
+        Ok(norm) => (2.0 * (1.0 - norm.cdf(z))).min(1.0),
+        Err(_) => 1.0,
+    }
+}
+
+/// Percentile bootstrap interval of median(cand) / median(base) at `level`.
+pub fn ratio_ci(base: &[f64], cand: &[f64], level: f64, resamples: usize) -> (f64, f64) {
+    // a fixed seed: the same data give the same interval
+    let mut rng = StdRng::seed_from_u64(7);
+    let mut draw = |xs: &[f64], buf: &mut Vec<f64>| {
+        buf.clear();
+        for _ in 0..xs.len() {
+            buf.push(xs[rng.random_range(0..xs.len())]);
+        }
+        crate::median(buf)
+    };
+    let (mut bb, mut cb) = (Vec::new(), Vec::new());
+    let mut ratios: Vec<f64> = (0..resamples)
+        .map(|_| {
+            let b = draw(base, &mut bb);
+            let c = draw(cand, &mut cb);
+            c / b
+        })
+        .collect();
+    ratios.sort_by(f64::total_cmp);
+    let a = (1.0 - level) / 2.0;
+    (
+        crate::estimate::quantile_sorted(&ratios, a),
+        crate::estimate::quantile_sorted(&ratios, 1.0 - a),
+    )
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identical_samples_are_not_different() {
+        let a: Vec<f64> = (0..20).map(|i| 100.0 + f64::from(i)).collect();
+        assert!(mann_whitney(&a, &a) > 0.9);
+        let (lo, hi) = ratio_ci(&a, &a, 0.99, 2000);
+        assert!(lo <= 1.0 && hi >= 1.0, "[{lo}, {hi}]");
+    }
+
+    #[test]
+    fn a_shift_is_found_and_its_ratio_bracketed() {
+        let a: Vec<f64> = (0..20).map(|i| 100.0 + f64::from(i % 5)).collect();
+        let b: Vec<f64> = a.iter().map(|x| x * 1.2).collect();
+        assert!(mann_whitney(&a, &b) < 1e-4);
+        let (lo, hi) = ratio_ci(&a, &b, 0.99, 2000);
+        assert!(lo > 1.1 && hi < 1.3 && lo <= 1.2 && hi >= 1.19, "[{lo}, {hi}]");
+        assert_eq!(mann_whitney(&[], &b), 1.0);
+    }
+}
