@@ -166,7 +166,10 @@ pub fn compare(base: &Run, cand: &Run, s: Settings) -> Result<Comparison, Analys
     let bs = per_call(base)?;
     let cs = per_call(cand)?;
     let index = |run: &Run| -> BTreeMap<CaseKey, ResultRow> {
-        run.results.iter().map(|r| (r.key.clone(), r.clone())).collect()
+        run.results
+            .iter()
+            .map(|r| (r.key.clone(), r.clone()))
+            .collect()
     };
     let (bi, ci) = (index(base), index(cand));
     let keys: BTreeSet<&CaseKey> = bi.keys().chain(ci.keys()).collect();

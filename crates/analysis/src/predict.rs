@@ -9,9 +9,7 @@
 //! the step is max(Σ host, Σ device), because eager PyTorch queues kernels ahead of the
 //! device: adding up per-op times would count the overlap twice. See [`predict`].
 
-use rundir::{
-    CaseKey, DType, DeviceId, Mode, OpKind, Phase, ResultRow, Run, SeriesKey, Work,
-};
+use rundir::{CaseKey, DType, DeviceId, Mode, OpKind, Phase, ResultRow, Run, SeriesKey, Work};
 use shapes::{CallKind, Dims, ModelConfig, Problem, Step, StepPlan, StepProfile};
 
 use crate::AnalysisError;
@@ -192,24 +190,20 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
         .ok_rows()
         .filter(|r| r.dtype == q.dtype && r.device == q.device && r.phase == Phase::Decode)
         .collect();
-    let find = |op: OpKind,
-                variant: &str,
-                site: &str,
-                batch: usize,
-                kv: Option<usize>,
-                mode: Mode| {
-        rows.iter()
-            .find(|r| {
-                r.op == op
-                    && r.variant == variant
-                    && r.site == site
-                    && (r.model == q.model.name || r.model == "none")
-                    && r.batch == batch
-                    && r.kv_len == kv
-                    && r.mode == mode
-            })
-            .and_then(|r| r.median_ns)
-    };
+    let find =
+        |op: OpKind, variant: &str, site: &str, batch: usize, kv: Option<usize>, mode: Mode| {
+            rows.iter()
+                .find(|r| {
+                    r.op == op
+                        && r.variant == variant
+                        && r.site == site
+                        && (r.model == q.model.name || r.model == "none")
+                        && r.batch == batch
+                        && r.kv_len == kv
+                        && r.mode == mode
+                })
+                .and_then(|r| r.median_ns)
+        };
     let elem = q.dtype.size();
     let floor = |variant: &str, mode: Mode| find(OpKind::Floor, variant, "add1", 1, None, mode);
     let floor_kernel = floor("add", q.mode).ok_or_else(|| {

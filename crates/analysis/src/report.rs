@@ -218,7 +218,6 @@ fn plot(
     root.present().map_err(|e| draw_err(path, e))
 }
 
-
 /// The cache length to plot for sdpa / kvcache / decode: the measured one closest to 1025.
 fn plotted_kv(rows: &[&ResultRow], op: OpKind) -> Option<usize> {
     rows.iter()
@@ -305,8 +304,10 @@ fn header(ctx: &Ctx) -> String {
         "Device **{}** ({}, {}), backend `{}`, runtime {}, driver {}; libtorch {}, tch {}, opbench {} (git {}); CPU {}, {} threads; {}.\n",
         text(env.device_name.as_ref()),
         text(env.arch.as_ref()),
-        env.device_memory_bytes
-            .map_or("-".into(), |b| format!("{:.0} GiB", b as f64 / 1073741824.0)),
+        env.device_memory_bytes.map_or("-".into(), |b| format!(
+            "{:.0} GiB",
+            b as f64 / 1073741824.0
+        )),
         env.backend,
         text(env.runtime_version.as_ref()),
         text(env.driver_version.as_ref()),
@@ -398,8 +399,14 @@ fn op_plots(ctx: &Ctx, on: On, floor: Option<f64>) -> Result<String, AnalysisErr
         }
         let file = format!("{}-{}.svg", slug(&on.device.to_string()), op);
         let title = match kv {
-            Some(k) => format!("{op} ({site}, L+1 = {k}) on {}, {}: time per call", on.device, on.dtype),
-            None => format!("{op} ({site}) on {}, {}: time per call", on.device, on.dtype),
+            Some(k) => format!(
+                "{op} ({site}, L+1 = {k}) on {}, {}: time per call",
+                on.device, on.dtype
+            ),
+            None => format!(
+                "{op} ({site}) on {}, {}: time per call",
+                on.device, on.dtype
+            ),
         };
         plot(
             &ctx.dir.join(&file),
@@ -454,7 +461,8 @@ fn bandwidth(ctx: &Ctx, on: On) -> Result<String, AnalysisError> {
             "Ceilings measured in this run: copy {} GB/s (bytes read + written){}; 4096³ GEMM {} TFLOP/s in {}.\n",
             copy_ceiling.map_or("-".into(), |g| format!("{g:.0}")),
             match (copy_ceiling, peak) {
-                (Some(c), Some(p)) => format!(", {:.0}% of the {p:.0} GB/s DRAM peak", 100.0 * c / p),
+                (Some(c), Some(p)) =>
+                    format!(", {:.0}% of the {p:.0} GB/s DRAM peak", 100.0 * c / p),
                 _ => String::new(),
             },
             gemm_ceiling.map_or("-".into(), |g| format!("{:.1}", g / 1e3)),
@@ -469,7 +477,8 @@ fn bandwidth(ctx: &Ctx, on: On) -> Result<String, AnalysisError> {
             && r.mode == Mode::Pipelined
             && r.site == representative_site(r.op)
             && BANDWIDTH_SERIES.contains(&(r.op, r.variant.as_str()))
-            && (!matches!(r.op, OpKind::Sdpa | OpKind::KvCache) || r.kv_len == plotted_kv(&ctx.ok, r.op))
+            && (!matches!(r.op, OpKind::Sdpa | OpKind::KvCache)
+                || r.kv_len == plotted_kv(&ctx.ok, r.op))
     }) {
         if let Some(g) = r.gbps {
             bw.entry(format!("{} {}", r.op, r.variant))
@@ -619,7 +628,10 @@ fn predicted_steps(ctx: &Ctx, on: On) -> String {
                         let measured_device = step_row(ctx.run, &q, Mode::Device)
                             .and_then(|r| {
                                 let m = r.median_ns? / 1e6;
-                                Some(format!("{}{m:.2}", if r.is_upper_bound() { "≤ " } else { "" }))
+                                Some(format!(
+                                    "{}{m:.2}",
+                                    if r.is_upper_bound() { "≤ " } else { "" }
+                                ))
                             })
                             .unwrap_or_else(|| "-".into());
                         let _ = writeln!(

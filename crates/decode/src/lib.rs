@@ -28,7 +28,7 @@ use std::rc::Rc;
 
 use harness::{Check, DType, Device, Failure, Op, Prepared, dtype};
 use model::{Cache, Flavor, Weights, forward, fuse, random_weights};
-use shapes::{Dims, ModelConfig, OpKind, Phase, Problem};
+use shapes::{Dims, ModelConfig, OpKind, Phase, Problem, StepProfile};
 use tch::{Kind, TchError, Tensor};
 
 /// The whole-step op.
@@ -178,7 +178,7 @@ impl Op for Decode {
     }
 
     fn variants(&self) -> Vec<&'static str> {
-        vec!["hf-eager", "fused"]
+        StepProfile::ALL.iter().map(|p| p.as_str()).collect()
     }
 
     fn prepare(
@@ -197,11 +197,10 @@ impl Op for Decode {
         else {
             return Err(Failure::error(format!("decode got dims {}", problem.dims)));
         };
-        let flavor = match variant {
-            "hf-eager" => Flavor::HfEager,
-            "fused" => Flavor::Fused,
-            other => return Err(Failure::error(format!("unknown decode profile `{other}`"))),
-        };
+        let profile: StepProfile = variant
+            .parse()
+            .map_err(|e| Failure::error(format!("decode profile: {e}")))?;
+        let flavor = Flavor::from(profile);
         let cfg =
             ModelConfig::by_name(&problem.model).map_err(|e| Failure::error(e.to_string()))?;
         let weights = self.weights_for(&cfg, dt, device)?;

@@ -16,6 +16,16 @@ pub enum Flavor {
     Reference,
 }
 
+impl From<shapes::StepProfile> for Flavor {
+    /// The forward that writes a profile's step (shapes::StepPlan lists its calls).
+    fn from(p: shapes::StepProfile) -> Self {
+        match p {
+            shapes::StepProfile::HfEager => Flavor::HfEager,
+            shapes::StepProfile::Fused => Flavor::Fused,
+        }
+    }
+}
+
 /// One decoder layer's weights (PyTorch's `[out, in]` layout, no biases).
 #[derive(Debug)]
 pub struct Layer {

@@ -2,7 +2,6 @@
 
 use std::collections::BTreeMap;
 
-
 use crate::device::{Backend, Device, gpu_backend, gpu_count, load_gpu_library};
 use crate::gpu_facts::{self, GpuFacts};
 
@@ -31,66 +30,65 @@ pub use rundir::Env as EnvInfo;
 
 /// Collect the fingerprint for a run over `devices`.
 pub fn collect(run_id: &str, devices: &[Device]) -> EnvInfo {
-        load_gpu_library();
-        let gpu = devices.iter().find(|d| d.is_gpu()).copied();
-        let facts = match gpu {
-            Some(Device {
-                backend: Backend::Cuda,
-                index,
-            }) => gpu_facts::cuda(index),
-            Some(Device {
-                backend: Backend::Hip,
-                index,
-            }) => gpu_facts::hip(index),
-            _ => GpuFacts::default(),
-        };
-        let backend = gpu.map_or(Backend::Cpu, |d| d.backend);
-        let runtime_version = atenx::runtime_version()
-            .filter(|_| gpu_count() > 0)
-            .map(|v| {
-                if gpu_backend() == Backend::Cuda {
-                    format!("{}.{}", v / 1000, (v % 1000) / 10)
-                } else {
-                    v.to_string()
-                }
-            });
-        EnvInfo {
-            schema_version: rundir::SCHEMA_VERSION,
-            run_id: run_id.to_string(),
-            started_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-            git_revision: std::env::var("OPBENCH_GIT_REV")
-                .unwrap_or_else(|_| env!("OPBENCH_GIT_REV").to_string()),
-            opbench_version: env!("CARGO_PKG_VERSION").to_string(),
-            tch_version: TCH_VERSION.to_string(),
-            libtorch_version: atenx::torch_version(),
-            backend: backend.as_str().to_string(),
-            devices: devices.iter().map(ToString::to_string).collect(),
-            runtime_version,
-            device_name: facts.name,
-            arch: facts.arch,
-            device_memory_bytes: facts.memory_bytes,
-            sm_count: facts.sm_count,
-            l2_cache_bytes: facts.l2_cache_bytes,
-            peak_dram_gbps: facts.peak_dram_gbps,
-            driver_version: facts.driver_version,
-            gpu_library: load_gpu_library(),
-            visible_gpus: gpu_count(),
-            cudnn_version: atenx::cudnn_version(),
-            miopen_version: atenx::miopen_version(),
-            hipblaslt_version: atenx::hipblaslt_version(),
-            sdp_enabled: atenx::sdp_enabled()
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v))
-                .collect(),
-            cpu_model: cpu_model(),
-            threads: tch::get_num_threads(),
-            os: os_name(),
-            env: kernel_vars(),
-            settings: BTreeMap::new(),
-            build_config: atenx::show_config(),
-        }
+    load_gpu_library();
+    let gpu = devices.iter().find(|d| d.is_gpu()).copied();
+    let facts = match gpu {
+        Some(Device {
+            backend: Backend::Cuda,
+            index,
+        }) => gpu_facts::cuda(index),
+        Some(Device {
+            backend: Backend::Hip,
+            index,
+        }) => gpu_facts::hip(index),
+        _ => GpuFacts::default(),
+    };
+    let backend = gpu.map_or(Backend::Cpu, |d| d.backend);
+    let runtime_version = atenx::runtime_version()
+        .filter(|_| gpu_count() > 0)
+        .map(|v| {
+            if gpu_backend() == Backend::Cuda {
+                format!("{}.{}", v / 1000, (v % 1000) / 10)
+            } else {
+                v.to_string()
+            }
+        });
+    EnvInfo {
+        schema_version: rundir::SCHEMA_VERSION,
+        run_id: run_id.to_string(),
+        started_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        git_revision: std::env::var("OPBENCH_GIT_REV")
+            .unwrap_or_else(|_| env!("OPBENCH_GIT_REV").to_string()),
+        opbench_version: env!("CARGO_PKG_VERSION").to_string(),
+        tch_version: TCH_VERSION.to_string(),
+        libtorch_version: atenx::torch_version(),
+        backend: backend.as_str().to_string(),
+        devices: devices.iter().map(ToString::to_string).collect(),
+        runtime_version,
+        device_name: facts.name,
+        arch: facts.arch,
+        device_memory_bytes: facts.memory_bytes,
+        sm_count: facts.sm_count,
+        l2_cache_bytes: facts.l2_cache_bytes,
+        peak_dram_gbps: facts.peak_dram_gbps,
+        driver_version: facts.driver_version,
+        gpu_library: load_gpu_library(),
+        visible_gpus: gpu_count(),
+        cudnn_version: atenx::cudnn_version(),
+        miopen_version: atenx::miopen_version(),
+        hipblaslt_version: atenx::hipblaslt_version(),
+        sdp_enabled: atenx::sdp_enabled()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+        cpu_model: cpu_model(),
+        threads: tch::get_num_threads(),
+        os: os_name(),
+        env: kernel_vars(),
+        settings: BTreeMap::new(),
+        build_config: atenx::show_config(),
+    }
 }
-
 
 fn kernel_vars() -> BTreeMap<String, String> {
     std::env::vars()

@@ -5,8 +5,6 @@
 
 use std::ffi::{CStr, c_char, c_int};
 
-
-
 /// What could be read; missing fields stay `None` rather than guessed.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct GpuFacts {

@@ -266,8 +266,7 @@ pub fn bench_op(c: &mut Criterion, op: &dyn Op) -> Result<RunSummary, BenchError
     if let Some(t) = config.threads {
         tch::set_num_threads(t as i32);
     }
-    let devices =
-        select_devices(config.device, config.gpu_index).map_err(BenchError::Device)?;
+    let devices = select_devices(config.device, config.gpu_index).map_err(BenchError::Device)?;
     let summary = run_op(c, op, &selection, &config, &devices)?;
     if let Some(path) = &summary.path {
         println!(
@@ -459,7 +458,10 @@ fn time_case(
     row.kernel = prepared.kernel();
     row.note = prepared.note();
     // only the device modes use the clock, so only their rows get a coverage count
-    if let Some(coverage) = clock.filter(|_| mode.is_device()).map(|c| c.take_coverage()) {
+    if let Some(coverage) = clock
+        .filter(|_| mode.is_device())
+        .map(|c| c.take_coverage())
+    {
         row.uncovered_chunks = Some(coverage.uncovered);
         if let Some(gaps) = coverage.note() {
             row.note = Some(match row.note.take() {

@@ -129,7 +129,11 @@ fn every_case_ends_as_a_row_with_its_samples_or_its_reason() {
     assert!(dev.note.unwrap().contains("needs a GPU"));
     let samples = loaded.samples().unwrap();
     assert_eq!(samples.len(), 2, "the two ok rows have samples");
-    assert!(samples.iter().all(|(k, s)| k.variant == "right" && s.len() == 10));
+    assert!(
+        samples
+            .iter()
+            .all(|(k, s)| k.variant == "right" && s.len() == 10)
+    );
 
     // a second run into the same run id resumes it: the cases it has are not measured
     // again, and nothing is written twice

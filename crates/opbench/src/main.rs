@@ -37,8 +37,7 @@ pub enum Format {
 /// A clap parser for a closed set that lists its values in `--help`.
 macro_rules! choice {
     ($t:ty) => {
-        PossibleValuesParser::new(<$t>::ALL.iter().map(|v| v.as_str()))
-            .try_map(|s| s.parse::<$t>())
+        PossibleValuesParser::new(<$t>::ALL.iter().map(|v| v.as_str())).try_map(|s| s.parse::<$t>())
     };
 }
 
@@ -214,9 +213,11 @@ fn predict_verb(args: &PredictArgs) -> Result<u8, CliError> {
     let device = args
         .device
         .unwrap_or_else(|| analysis::predict::default_device(&run));
-    let dtype = args
-        .dtype
-        .unwrap_or(if device.is_gpu() { DType::F16 } else { DType::F32 });
+    let dtype = args.dtype.unwrap_or(if device.is_gpu() {
+        DType::F16
+    } else {
+        DType::F32
+    });
     let q = analysis::predict::Query {
         model: &model,
         batch: args.batch,

@@ -437,7 +437,7 @@ fn predict_composes_a_hand_made_run() {
         "{out}"
     );
     assert!(
-        out.contains("\n  upper bound: in 3 of 12 chunks the host outlasted the lead"),
+        out.contains("\n  upper bound: in 3 chunks the host's enqueue outlasted the lead"),
         "{out}"
     );
     // with a measured copy ceiling of 1 GB/s, a site whose bytes take longer than its
@@ -559,4 +559,22 @@ fn report_and_publish_a_run_once() {
     let (code, _, err) = opbench(&tagged);
     assert_eq!(code, 2);
     assert!(err.contains("--tag `../x`"), "{err}");
+}
+
+#[test]
+fn env_describes_this_machine_only_in_a_torch_build() {
+    let (code, out, err) = opbench(&["env", "--device", "cpu"]);
+    if cfg!(feature = "torch") {
+        assert_eq!(code, 0, "{err}");
+        let env: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(env["schema_version"], rundir::SCHEMA_VERSION);
+        assert_eq!(env["backend"], "cpu");
+        assert!(env["libtorch_version"].as_str().unwrap().starts_with("2."));
+    } else {
+        assert_eq!(code, 2);
+        assert!(err.contains("built without libtorch"), "{err}");
+    }
+    let (code, _, err) = opbench(&["env", "--device", "tpu"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("tpu"), "{err}");
 }

@@ -6,9 +6,9 @@ use std::str::FromStr;
 use shapes::UnknownValue;
 use stats::ModelKind;
 
+use crate::RunError;
 use crate::csvio::{Line, opt};
 use crate::key::{CaseKey, SeriesKey, Status};
-use crate::RunError;
 
 /// One row of `results.csv`: a case and what became of it. Timing fields are `None`
 /// (empty) unless `status` is `ok`.
@@ -191,7 +191,10 @@ impl ResultRow {
         if row.uncovered_chunks.is_some_and(|n| n > 0) && !row.key.mode.is_device() {
             return Err(l.error(
                 "uncovered_chunks",
-                format!("set in a `{}` row; only device modes have a lead", row.key.mode),
+                format!(
+                    "set in a `{}` row; only device modes have a lead",
+                    row.key.mode
+                ),
             ));
         }
         Ok(row)
@@ -362,4 +365,3 @@ impl FitRow {
         out
     }
 }
-

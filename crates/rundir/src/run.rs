@@ -34,7 +34,9 @@ fn csv_err(path: &Path, e: &csv::Error) -> RunError {
     let message = match e.kind() {
         csv::ErrorKind::UnequalLengths {
             expected_len, len, ..
-        } => format!("{len} fields where the header has {expected_len} (a truncated or malformed line)"),
+        } => format!(
+            "{len} fields where the header has {expected_len} (a truncated or malformed line)"
+        ),
         csv::ErrorKind::Utf8 { .. } => "not valid UTF-8".to_string(),
         _ => e.to_string(),
     };
@@ -85,10 +87,13 @@ impl Run {
             return Err(RunError::NotADirectory(dir.to_path_buf()));
         }
         let env = read_env(&dir.join("env.json"))?;
-        let schema = env.as_ref().map_or(SCHEMA_VERSION, Env::schema);
         let path = dir.join("results.csv");
-        // a run without env.json (made by hand) needs only the columns every version has
-        let columns = results_columns(if env.is_some() { schema } else { OLDEST_READABLE });
+        // a run without env.json (made by hand) is read as the version its header has
+        let schema = match &env {
+            Some(e) => e.schema(),
+            None => header_version(&path),
+        };
+        let columns = results_columns(schema);
         let mut first_line: BTreeMap<CaseKey, u64> = BTreeMap::new();
         let results = read_records(&path, &columns, |l| {
             let row = ResultRow::read(l, schema)?;
@@ -131,6 +136,19 @@ impl Run {
             out.entry(s.key.clone()).or_default().push(s);
         }
         Ok(out)
+    }
+}
+
+/// The schema version a results.csv header implies: 2 with `uncovered_chunks`, else 1.
+fn header_version(path: &Path) -> u32 {
+    let has = csv::Reader::from_path(path).and_then(|mut r| {
+        r.headers()
+            .map(|h| h.iter().any(|c| c == "uncovered_chunks"))
+    });
+    if has.unwrap_or(true) {
+        SCHEMA_VERSION
+    } else {
+        1
     }
 }
 
@@ -205,7 +223,11 @@ impl RunWriter {
         }
         // a run that already has cases is resumed: the caller skips what it holds
         let cases = if path.join("results.csv").is_file() {
-            Run::load(&path)?.results.into_iter().map(|r| r.key).collect()
+            Run::load(&path)?
+                .results
+                .into_iter()
+                .map(|r| r.key)
+                .collect()
         } else {
             Default::default()
         };

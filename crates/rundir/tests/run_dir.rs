@@ -88,10 +88,7 @@ fn written_rows_read_back_equal() {
     let samples = loaded.samples().unwrap();
     assert_eq!(samples[&key(8)], row(8).1);
     let header = std::fs::read_to_string(run.join("results.csv")).unwrap();
-    assert_eq!(
-        header.lines().next().unwrap(),
-        ResultRow::COLUMNS.join(",")
-    );
+    assert_eq!(header.lines().next().unwrap(), ResultRow::COLUMNS.join(","));
     let env: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(run.join("env.json")).unwrap()).unwrap();
     assert_eq!(env["schema_version"], SCHEMA_VERSION);
@@ -142,13 +139,21 @@ fn rows_written_before_the_process_dies_are_kept() {
     assert!(!status.success(), "the child must have died");
     let run = Run::load(&dir.path().join("runs/crash")).unwrap();
     assert_eq!(run.results.len(), 2);
-    assert_eq!(run.samples().unwrap().values().map(Vec::len).sum::<usize>(), 4);
+    assert_eq!(
+        run.samples().unwrap().values().map(Vec::len).sum::<usize>(),
+        4
+    );
 }
 
 #[test]
 fn a_missing_column_is_named() {
     let (_d, run) = written();
-    spoil(&run, "results.csv", "run_id,op,variant", "run_id,op,flavour");
+    spoil(
+        &run,
+        "results.csv",
+        "run_id,op,variant",
+        "run_id,op,flavour",
+    );
     let e = load_err(&run);
     assert!(e.contains("results.csv: missing column `variant`"), "{e}");
 }
@@ -231,7 +236,12 @@ fn an_unknown_schema_version_is_named() {
         e.contains("env.json: schema version 99; this opbench reads versions 1 to"),
         "{e}"
     );
-    spoil(&run, "env.json", "\"schema_version\": 99", "\"schema_version\": \"x\"");
+    spoil(
+        &run,
+        "env.json",
+        "\"schema_version\": 99",
+        "\"schema_version\": \"x\"",
+    );
     assert!(load_err(&run).contains("env.json: invalid JSON"));
 }
 

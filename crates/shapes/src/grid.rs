@@ -10,7 +10,9 @@ use crate::config::{BUILTIN_GRID, ShapesError, shapes_dir};
 use crate::problem::{OpKind, Problem, Step, derive};
 
 /// Element type names as written in grid files and CSV.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize, serde::Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Deserialize, serde::Serialize,
+)]
 pub enum DTypeName {
     #[serde(rename = "f32")]
     F32,

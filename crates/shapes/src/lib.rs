@@ -30,6 +30,4 @@ mod problem;
 pub use config::{ModelConfig, ShapesError, builtin_models, shapes_dir};
 pub use grid::{DTypeName, Grid, Profile};
 pub use plan::{CallKind, OtherCall, PlannedCall, StepPlan, StepProfile};
-pub use problem::{
-    Dims, OpKind, Phase, Problem, Step, StepWork, UnknownValue, derive, step_work,
-};
+pub use problem::{Dims, OpKind, Phase, Problem, Step, StepWork, UnknownValue, derive, step_work};

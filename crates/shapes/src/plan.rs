@@ -6,8 +6,8 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::problem::{OpKind, Problem, Step, UnknownValue, derive};
 use crate::ModelConfig;
+use crate::problem::{OpKind, Problem, Step, UnknownValue, derive};
 
 /// How a step is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -89,14 +89,59 @@ pub struct OtherCall {
 /// name, kind, calls per layer and per step for [hf-eager, fused], what it is.
 /// generate()'s own bookkeeping (logits copy, appending the token, stopping checks) is not
 /// part of the model forward and is not counted.
-const OTHER: &[(&str, CallKind, [usize; 2], [usize; 2], &str)] = &[
-    ("residual_add", CallKind::Kernel, [2, 2], [0, 0], "hidden + attention output, hidden + MLP output"),
-    ("silu", CallKind::Kernel, [1, 1], [0, 0], "act_fn(gate_proj(x))"),
-    ("swiglu_mul", CallKind::Kernel, [1, 1], [0, 0], "act_fn(gate) * up"),
-    ("attn_contiguous", CallKind::Kernel, [1, 1], [0, 0], "attn_output.transpose(1, 2).contiguous()"),
-    ("embedding", CallKind::Kernel, [0, 0], [1, 1], "embed_tokens(input_ids)"),
-    ("positions", CallKind::Kernel, [0, 0], [1, 2], "position ids (fused: and the static cache's positions)"),
-    ("argmax", CallKind::Kernel, [0, 0], [1, 1], "greedy choice of the next token"),
+/// (name, kind, calls per layer [hf-eager, fused], calls per step [hf-eager, fused], what).
+type OtherRow = (&'static str, CallKind, [usize; 2], [usize; 2], &'static str);
+
+const OTHER: &[OtherRow] = &[
+    (
+        "residual_add",
+        CallKind::Kernel,
+        [2, 2],
+        [0, 0],
+        "hidden + attention output, hidden + MLP output",
+    ),
+    (
+        "silu",
+        CallKind::Kernel,
+        [1, 1],
+        [0, 0],
+        "act_fn(gate_proj(x))",
+    ),
+    (
+        "swiglu_mul",
+        CallKind::Kernel,
+        [1, 1],
+        [0, 0],
+        "act_fn(gate) * up",
+    ),
+    (
+        "attn_contiguous",
+        CallKind::Kernel,
+        [1, 1],
+        [0, 0],
+        "attn_output.transpose(1, 2).contiguous()",
+    ),
+    (
+        "embedding",
+        CallKind::Kernel,
+        [0, 0],
+        [1, 1],
+        "embed_tokens(input_ids)",
+    ),
+    (
+        "positions",
+        CallKind::Kernel,
+        [0, 0],
+        [1, 2],
+        "position ids (fused: and the static cache's positions)",
+    ),
+    (
+        "argmax",
+        CallKind::Kernel,
+        [0, 0],
+        [1, 1],
+        "greedy choice of the next token",
+    ),
     (
         "views",
         CallKind::View,

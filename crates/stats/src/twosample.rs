@@ -81,7 +81,6 @@ pub fn ratio_ci(base: &[f64], cand: &[f64], level: f64, resamples: usize) -> (f6
     )
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -100,7 +99,10 @@ mod tests {
         let b: Vec<f64> = a.iter().map(|x| x * 1.2).collect();
         assert!(mann_whitney(&a, &b) < 1e-4);
         let (lo, hi) = ratio_ci(&a, &b, 0.99, 2000);
-        assert!(lo > 1.1 && hi < 1.3 && lo <= 1.2 && hi >= 1.19, "[{lo}, {hi}]");
+        assert!(
+            lo > 1.1 && hi < 1.3 && lo <= 1.2 && hi >= 1.19,
+            "[{lo}, {hi}]"
+        );
         assert_eq!(mann_whitney(&[], &b), 1.0);
     }
 }

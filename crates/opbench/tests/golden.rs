@@ -1,0 +1,134 @@
+//! `opbench fit`, `predict` (both profiles, B = 1, 8, 64) and `compare` print the same
+//! numbers on every published run as the opbench that published them did: the outputs in
+//! tests/golden/ were recorded with the binary of commit ec5a212, before the typed run
+//! model. Tables whose row order follows the case key (fit, compare) are compared as sorted
+//! lines, since the key's order is now the schema's rather than alphabetical.
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const RUNS: [(&str, &str, &str); 5] = [
+    (
+        "2026-11-29-intel-r-xeon-r-processor-cpu-torch2.11.0",
+        "qwen3-0.6b",
+        "128",
+    ),
+    (
+        "2026-11-29-nvidia-h200-cuda-torch2.11.0",
+        "qwen3-0.6b",
+        "1024",
+    ),
+    (
+        "2026-11-29-nvidia-h200-cuda-torch2.11.0-crosscheck",
+        "qwen3-0.6b",
+        "1024",
+    ),
+    (
+        "2026-11-29-nvidia-h200-cuda-torch2.11.0-decode-device",
+        "qwen3-1.7b",
+        "1024",
+    ),
+    (
+        "2026-11-29-nvidia-h200-cuda-torch2.11.0-qwen3-1.7b",
+        "qwen3-1.7b",
+        "1024",
+    ),
+];
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Run opbench in `cwd`; stdout then stderr, and the exit line the recording script wrote.
+fn output(cwd: &Path, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_opbench"))
+        .args(args)
+        .current_dir(cwd)
+        .output()
+        .unwrap();
+    format!(
+        "{}{}exit {}\n",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        out.status.code().unwrap()
+    )
+}
+
+fn golden(name: &str) -> String {
+    std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/golden")
+            .join(name),
+    )
+    .unwrap()
+}
+
+fn sorted(s: &str) -> Vec<&str> {
+    let mut v: Vec<&str> = s.lines().collect();
+    v.sort_unstable();
+    v
+}
+
+#[test]
+fn predict_prints_what_it_printed() {
+    let mut checked = 0;
+    for (i, (run, model, ctx)) in RUNS.iter().enumerate() {
+        let dir = format!("results/{run}");
+        for profile in ["hf-eager", "fused"] {
+            for b in ["1", "8", "64"] {
+                let args = [
+                    "predict",
+                    &dir,
+                    "--model",
+                    model,
+                    "--batch",
+                    b,
+                    "--ctx",
+                    ctx,
+                    "--profile",
+                    profile,
+                ];
+                let want = golden(&format!("predict-{i}-{profile}-{b}.txt"));
+                assert_eq!(output(&root(), &args), want, "{args:?}");
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, 30);
+}
+
+#[test]
+fn fit_prints_what_it_printed() {
+    for (i, (run, ..)) in RUNS.iter().enumerate() {
+        let tmp = tempfile::tempdir().unwrap();
+        let copy = tmp.path().join("run");
+        std::fs::create_dir(&copy).unwrap();
+        for f in ["env.json", "results.csv", "samples.csv"] {
+            std::fs::copy(root().join("results").join(run).join(f), copy.join(f)).unwrap();
+        }
+        let got = output(tmp.path(), &["fit", "run"]);
+        let want = golden(&format!("fit-{i}.txt"));
+        assert_eq!(sorted(&got), sorted(&want), "fit {run}");
+    }
+}
+
+#[test]
+fn compare_prints_what_it_printed() {
+    let dir = |i: usize| format!("results/{}", RUNS[i].0);
+    for (a, b, extra, name) in [
+        (1, 2, None, "compare-1-2.txt"),
+        (1, 2, Some("csv"), "compare-1-2-csv.txt"),
+        (3, 4, None, "compare-3-4.txt"),
+        (0, 0, None, "compare-0-0.txt"),
+    ] {
+        let (da, db) = (dir(a), dir(b));
+        let mut args = vec!["compare", &da, &db];
+        if let Some(f) = extra {
+            args.extend(["--format", f]);
+        }
+        let got = output(&root(), &args);
+        let want = golden(name);
+        assert_eq!(sorted(&got), sorted(&want), "{name}");
+    }
+}
