@@ -1,0 +1,129 @@
+//! fit, predict and compare on the published runs in results/ (read-only fixtures, schema
+//! 1), asserting on the returned structs. The numbers are those the CLI printed when the
+//! runs were published (tests/golden of the opbench crate).
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+
+use std::path::PathBuf;
+
+use analysis::AnalysisError;
+use analysis::compare::{Settings, Verdict, compare};
+use analysis::fit::fit_run;
+use analysis::predict::{Query, predict};
+use rundir::{DType, DeviceId, Mode, Run};
+use shapes::{ModelConfig, StepProfile};
+
+const CPU: &str = "2026-11-29-intel-r-xeon-r-processor-cpu-torch2.11.0";
+const H200: &str = "2026-11-29-nvidia-h200-cuda-torch2.11.0";
+const H200_CROSSCHECK: &str = "2026-11-29-nvidia-h200-cuda-torch2.11.0-crosscheck";
+
+fn load(name: &str) -> Run {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../results")
+        .join(name);
+    Run::load(&dir).unwrap()
+}
+
+#[test]
+fn published_runs_read_as_schema_1() {
+    let run = load(H200);
+    assert_eq!(run.schema, 1);
+    assert_eq!(run.results.len(), 1821);
+    assert!(run.results.iter().all(|r| r.uncovered_chunks.is_none()));
+}
+
+#[test]
+fn fit_finds_every_series_with_three_batches() {
+    let fits = fit_run(&load(CPU));
+    assert_eq!(fits.fitted.len(), 82);
+    for f in &fits.fitted {
+        assert!(f.points.len() >= 3);
+        let row = f.row();
+        assert!(
+            row.overhead_ci_low_us <= row.overhead_us && row.overhead_us <= row.overhead_ci_high_us
+        );
+        assert!(row.r2.is_finite());
+    }
+}
+
+#[test]
+fn predict_composes_the_plan_and_says_the_h200_step_is_host_bound() {
+    let run = load(H200);
+    let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
+    for profile in StepProfile::ALL {
+        for batch in [1, 8, 64] {
+            let q = Query {
+                model: &cfg,
+                batch,
+                ctx: 1024,
+                profile,
+                device: "cuda:0".parse().unwrap(),
+                dtype: DType::F16,
+                mode: Mode::Pipelined,
+            };
+            let p = predict(&run, &q).unwrap();
+            assert!(p.gpu && p.host_bound(), "{profile} B={batch}");
+            assert_eq!(p.step_ns, p.host_ns.max(p.device_ns));
+            // every planned call is priced, measured sites and other calls alike
+            assert_eq!(
+                p.components.len(),
+                p.plan.measured.len() + p.plan.other.len()
+            );
+            let calls: usize = p.components.iter().map(|c| c.calls).sum();
+            let views: usize = p
+                .plan
+                .other
+                .iter()
+                .filter(|o| o.name == "views")
+                .map(|o| o.calls)
+                .sum();
+            assert_eq!(calls, p.plan.calls() + views);
+        }
+    }
+}
+
+#[test]
+fn predict_names_what_the_run_lacks() {
+    let run = load(CPU);
+    let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
+    let q = Query {
+        model: &cfg,
+        batch: 1,
+        ctx: 128,
+        profile: StepProfile::HfEager,
+        device: DeviceId::CPU,
+        dtype: DType::F16,
+        mode: Mode::Pipelined,
+    };
+    let e = predict(&run, &q).unwrap_err();
+    assert!(matches!(e, AnalysisError::Input(_)));
+    assert!(
+        e.to_string()
+            .contains("no dispatch floor for cpu f16 pipelined"),
+        "{e}"
+    );
+}
+
+#[test]
+fn compare_gives_the_published_verdicts() {
+    let s = Settings::new(0.05, 0.01).unwrap();
+    let same = compare(&load(CPU), &load(CPU), s).unwrap();
+    assert_eq!(same.fails(), 0);
+    assert_eq!(same.count(Verdict::Slower) + same.count(Verdict::Faster), 0);
+    let c = compare(&load(H200), &load(H200_CROSSCHECK), s).unwrap();
+    assert_eq!(c.lines.len(), 1959);
+    assert_eq!(
+        [
+            Verdict::Slower,
+            Verdict::Faster,
+            Verdict::Same,
+            Verdict::Ambiguous
+        ]
+        .map(|v| c.count(v)),
+        [172, 167, 244, 137]
+    );
+    assert_eq!(
+        c.env_diff,
+        vec!["git_revision: \"4e1b5c343b32\" -> \"65d8960ab001\""]
+    );
+    assert!(Settings::new(1.5, 0.01).is_err() && Settings::new(0.05, 0.0).is_err());
+}
