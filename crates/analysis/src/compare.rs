@@ -1,14 +1,30 @@
 //! A verdict per shared case between two runs (`opbench compare BASE CAND`).
 //!
-//! For each case key in both runs, both `ok`: the ratio of medians (candidate / base) with a
-//! bootstrap confidence interval at level 1 − alpha, and a two-sided Mann-Whitney U test on
-//! the per-call times of the raw samples (samples.csv). A change counts only when it is
-//! larger than the threshold *and* significant:
+//! For each case key in both runs, both `ok`, the ratio of medians (candidate / base) and
+//! an interval of it at level 1 − alpha, from the per-call times of samples.csv:
 //!
-//! - `slower`: ratio > 1 + threshold, p < alpha, and the interval lies above 1;
-//! - `faster`: ratio < 1 − threshold, p < alpha, and the interval lies below 1;
-//! - `same`: the whole interval lies within 1 ± threshold;
-//! - `ambiguous`: anything else — the data cannot tell (too noisy, too few samples).
+//! - **Both runs with ≥ 2 executions** (separate processes): a hierarchical bootstrap
+//!   (executions resampled, then samples within them), so the spread between processes is
+//!   in the interval. `slower` / `faster` need the whole interval beyond 1 ± threshold;
+//!   `same` the whole interval within it; anything else is `ambiguous`.
+//! - **A side with one execution, device modes** (GPU events, which hardly move between
+//!   processes): the interval of one process's samples and a two-sided Mann-Whitney U test;
+//!   `slower` needs ratio > 1 + threshold, p < alpha and the interval above 1 (`faster`
+//!   alike), `same` the interval within 1 ± threshold.
+//! - **A side with one execution, host-timed modes** (pipelined, synced): the
+//!   between-process noise is unknown, and on a noisy host it is far larger than one
+//!   process's samples show, so no speed verdict is given: `ambiguous`, flagged
+//!   `single-execution`, with the ratio and the one-process interval for information.
+//! - A device-mode row that is an upper bound (`uncovered_chunks` > 0) on either side is not
+//!   compared as a device time (flag `upper-bound`).
+//!
+//! With `normalize` (the CLI's default), every per-call time of a host-timed case is first
+//! divided by the host-speed control of its execution (the dispatch floor, measured right
+//! before every sample; its median over the execution), so a host that is slower in one process than in another is compared at equal speed.
+//! Measured on the H200 (docs/findings.md): with 5 executions a side, it kept A/A false
+//! flags at 0 of 189 and found a planted +20% host slowdown in 97% of host-bound cases,
+//! where the raw times found 1%. Samples without a control (runs before it existed) are
+//! compared raw.
 //!
 //! Flags: `kernel-changed` (the `kernel` column differs), `status-changed` (ok became
 //! unsupported/oom/mismatch/error, or back), `new`, `gone`. A line `fails` (the CLI's exit
@@ -53,6 +69,10 @@ pub enum Flag {
     KernelChanged(String, String),
     /// Both ok, but a side has fewer than two samples.
     NoSamples,
+    /// A host-timed case with one execution on a side: no speed verdict.
+    SingleExecution,
+    /// A device time that is an upper bound on a side: not compared.
+    UpperBound,
 }
 
 impl std::fmt::Display for Flag {
@@ -63,6 +83,8 @@ impl std::fmt::Display for Flag {
             Flag::StatusChanged(a, b) => write!(f, "status-changed ({a} -> {b})"),
             Flag::KernelChanged(a, b) => write!(f, "kernel-changed ({a} -> {b})"),
             Flag::NoSamples => f.write_str("no samples"),
+            Flag::SingleExecution => f.write_str("single-execution"),
+            Flag::UpperBound => f.write_str("upper-bound"),
         }
     }
 }
@@ -89,6 +111,8 @@ pub struct Settings {
     pub threshold: f64,
     /// Significance level of the test (and 1 − level of the ratio's interval).
     pub alpha: f64,
+    /// Divide each host-timed per-call time by its sample's host-speed control (default).
+    pub normalize: bool,
 }
 
 impl Settings {
@@ -105,7 +129,11 @@ impl Settings {
                 "--alpha {alpha}: expected a level in (0, 1)"
             )));
         }
-        Ok(Settings { threshold, alpha })
+        Ok(Settings {
+            threshold,
+            alpha,
+            normalize: true,
+        })
     }
 }
 
@@ -127,13 +155,61 @@ pub fn verdict(base: &[f64], cand: &[f64], s: Settings) -> (Verdict, f64, (f64, 
     (v, ratio, ci, p)
 }
 
-/// Per-call times of each case from a run's samples.csv.
-fn per_call(run: &Run) -> Result<BTreeMap<CaseKey, Vec<f64>>, AnalysisError> {
-    Ok(run
-        .samples()?
-        .into_iter()
-        .map(|(k, rows)| (k, rows.iter().map(rundir::Sample::per_call_ns).collect()))
-        .collect())
+/// The verdict from per-call times grouped by execution: (verdict, ratio, interval).
+pub fn hier_verdict(
+    base: &[Vec<f64>],
+    cand: &[Vec<f64>],
+    s: Settings,
+) -> (Verdict, f64, (f64, f64)) {
+    let pooled = |g: &[Vec<f64>]| -> Vec<f64> { g.iter().flatten().copied().collect() };
+    let ratio = stats::median(&pooled(cand)) / stats::median(&pooled(base));
+    let ci = stats::hier_ratio_ci(base, cand, 1.0 - s.alpha, 2000);
+    let t = s.threshold;
+    let v = if ci.0 > 1.0 + t {
+        Verdict::Slower
+    } else if ci.1 < 1.0 - t {
+        Verdict::Faster
+    } else if ci.0 >= 1.0 - t && ci.1 <= 1.0 + t {
+        Verdict::Same
+    } else {
+        Verdict::Ambiguous
+    };
+    (v, ratio, ci)
+}
+
+/// Per-call times of each case from a run's samples.csv, grouped by execution. With
+/// `normalize`, a host-timed case's times are divided by each sample's control, where the
+/// sample has one; GPU-event times never are (the host's speed is not in them).
+fn per_call(run: &Run, normalize: bool) -> Result<BTreeMap<CaseKey, Vec<Vec<f64>>>, AnalysisError> {
+    let mut out = BTreeMap::new();
+    for (k, rows) in run.samples()? {
+        let mut groups: BTreeMap<u32, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
+        for s in rows {
+            let g = groups.entry(s.execution).or_default();
+            g.0.push(s.per_call_ns());
+            g.1.extend(s.control_ns);
+        }
+        let host_timed = !k.mode.is_device();
+        let by_exec = groups.into_values().map(|(times, controls)| {
+            // the execution's median control: one sample's control is itself noisy (a
+            // ~200 µs window), the median over the execution is not, and the host's speed
+            // is what differs between processes
+            match (normalize && host_timed, controls.is_empty()) {
+                (true, false) => {
+                    let c = stats::median(&controls);
+                    times.iter().map(|t| t / c).collect()
+                }
+                _ => times,
+            }
+        });
+        out.insert(k, by_exec.collect());
+    }
+    Ok(out)
+}
+
+/// Executions in a run: the largest execution number its samples name.
+fn executions(samples: &BTreeMap<CaseKey, Vec<Vec<f64>>>) -> usize {
+    samples.values().map(Vec::len).max().unwrap_or(0)
 }
 
 /// The comparison of two runs.
@@ -143,6 +219,10 @@ pub struct Comparison {
     pub lines: Vec<Line>,
     /// env.json fields that differ and can change kernels or timings.
     pub env_diff: Vec<String>,
+    /// Executions (processes) in each run: base, candidate.
+    pub executions: (usize, usize),
+    /// Per-call times were divided by the host-speed control.
+    pub normalized: bool,
 }
 
 impl Comparison {
@@ -163,8 +243,8 @@ impl Comparison {
 
 /// Compare two runs case by case.
 pub fn compare(base: &Run, cand: &Run, s: Settings) -> Result<Comparison, AnalysisError> {
-    let bs = per_call(base)?;
-    let cs = per_call(cand)?;
+    let bs = per_call(base, s.normalize)?;
+    let cs = per_call(cand, s.normalize)?;
     let index = |run: &Run| -> BTreeMap<CaseKey, ResultRow> {
         run.results
             .iter()
@@ -204,15 +284,33 @@ pub fn compare(base: &Run, cand: &Run, s: Settings) -> Result<Comparison, Analys
                     line.fails |= ck == "math" && bk != "math";
                     line.flags.push(Flag::KernelChanged(bk, ck));
                 }
-                if b.status == Status::Ok && c.status == Status::Ok {
+                let bound = key.mode.is_device() && (b.is_upper_bound() || c.is_upper_bound());
+                if b.status == Status::Ok && c.status == Status::Ok && bound {
+                    line.flags.push(Flag::UpperBound);
+                } else if b.status == Status::Ok && c.status == Status::Ok {
+                    let n = |g: &Vec<Vec<f64>>| g.iter().filter(|e| !e.is_empty()).count();
+                    let total = |g: &Vec<Vec<f64>>| g.iter().map(Vec::len).sum::<usize>();
                     match (bs.get(key), cs.get(key)) {
-                        (Some(x), Some(y)) if x.len() >= 2 && y.len() >= 2 => {
-                            let (v, ratio, ci, p) = verdict(x, y, s);
+                        (Some(x), Some(y)) if n(x) >= 2 && n(y) >= 2 => {
+                            let (v, ratio, ci) = hier_verdict(x, y, s);
                             line.verdict = v;
                             line.ratio = Some(ratio);
                             line.ratio_ci = Some(ci);
-                            line.p = Some(p);
                             line.fails |= v == Verdict::Slower;
+                        }
+                        (Some(x), Some(y)) if total(x) >= 2 && total(y) >= 2 => {
+                            let (x, y): (Vec<f64>, Vec<f64>) = (x.concat(), y.concat());
+                            let (v, ratio, ci, p) = verdict(&x, &y, s);
+                            line.ratio = Some(ratio);
+                            line.ratio_ci = Some(ci);
+                            line.p = Some(p);
+                            if key.mode.is_device() {
+                                line.verdict = v;
+                                line.fails |= v == Verdict::Slower;
+                            } else {
+                                line.verdict = Verdict::Ambiguous;
+                                line.flags.push(Flag::SingleExecution);
+                            }
                         }
                         _ => {
                             line.verdict = Verdict::Ambiguous;
@@ -229,6 +327,8 @@ pub fn compare(base: &Run, cand: &Run, s: Settings) -> Result<Comparison, Analys
     Ok(Comparison {
         lines,
         env_diff: env_diff(base.env.as_ref(), cand.env.as_ref()),
+        executions: (executions(&bs), executions(&cs)),
+        normalized: s.normalize,
     })
 }
 

@@ -7,12 +7,14 @@
 //!
 //! - [`fit::fit_run`]: overhead + work/rate per series.
 //! - [`predict::predict`]: one decode step composed from a run, per [`shapes::StepPlan`].
+//! - [`merge::merge`]: a run's executions (separate processes) into one run.
 //! - [`compare::compare`]: a verdict per case between two runs.
 //! - [`report::write_report`]: report.md and its SVG plots.
 //! - [`publish::publish`]: a run copied into `results/`, with its fits and report.
 
 pub mod compare;
 pub mod fit;
+pub mod merge;
 pub mod predict;
 pub mod publish;
 pub mod report;

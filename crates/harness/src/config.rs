@@ -42,6 +42,23 @@ pub struct Config {
     pub warmup: Duration,
     pub measure: Duration,
     pub threads: Option<usize>,
+    /// `OPBENCH_EXECUTION`: which execution (process) of a run this is, from 1; rows go to
+    /// `runs/<run_id>/executions/<i>/` and `opbench merge` combines them. `None`: the run
+    /// is this one process, written to `runs/<run_id>/`.
+    pub execution: Option<u32>,
+    /// `OPBENCH_SEED`: the seed of this process's shuffled case order (recorded in
+    /// env.json); from the clock when unset.
+    pub seed: u64,
+    /// `OPBENCH_PLANT_NS`, a test knob: spin this long on the host inside the timed region
+    /// after every call (pipelined and synced modes), a known slowdown for calibrating
+    /// `compare`. Never set it in a run that is published.
+    pub plant_ns: u64,
+    /// `OPBENCH_PLANT_PCT`, a test knob: after every call (pipelined and synced modes),
+    /// spin for this percentage of the host time the call itself took: the host made that
+    /// much slower. Never set it in a run that is published.
+    pub plant_pct: f64,
+    /// `OPBENCH_CONTROL=0` turns off the host-speed control measured before every sample.
+    pub control: bool,
 }
 
 fn var(name: &str) -> Option<String> {
@@ -123,6 +140,24 @@ impl Config {
             threads: var("OPBENCH_THREADS")
                 .map(|_| number("OPBENCH_THREADS", 0usize))
                 .transpose()?,
+            execution: match var("OPBENCH_EXECUTION") {
+                None => None,
+                Some(_) => match number("OPBENCH_EXECUTION", 0u32)? {
+                    0 => return Err("OPBENCH_EXECUTION=0: executions count from 1".into()),
+                    n => Some(n),
+                },
+            },
+            seed: number("OPBENCH_SEED", clock_seed())?,
+            plant_ns: number("OPBENCH_PLANT_NS", 0)?,
+            plant_pct: match number("OPBENCH_PLANT_PCT", 0.0f64)? {
+                p if (0.0..=1000.0).contains(&p) => p,
+                p => {
+                    return Err(format!(
+                        "OPBENCH_PLANT_PCT={p}: expected a percentage in [0, 1000]"
+                    ));
+                }
+            },
+            control: number("OPBENCH_CONTROL", 1u8)? != 0,
         })
     }
 
@@ -139,6 +174,13 @@ impl Config {
             Some(only) => only.clone(),
         }
     }
+}
+
+/// A seed from the clock, for a run that names none.
+fn clock_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 /// `<workspace>/target/opbench`: cargo runs benches from the package folder, so walk up to

@@ -41,7 +41,7 @@ pub use floor::Floor;
 pub use op::{Check, Failure, Op, Prepared, Status, classify, rel_err};
 pub use record::{CaseKey, ResultRow, RunWriter, Sample, SeriesKey};
 pub use timing::{
-    BenchError, Mode, Refused, RunSummary, bench_op, criterion_config, preflight, run_op,
+    BenchError, Mode, Plant, Refused, RunSummary, bench_op, criterion_config, preflight, run_op,
     time_calls,
 };
 

@@ -38,6 +38,11 @@ pub fn criterion_config() -> Criterion {
         .measurement_time(measure)
         .nresamples(10_000)
         .without_plots()
+        // one verdict voice: criterion compares a case with its previous result only when
+        // a baseline of this name exists, and none is ever saved under it, so it prints no
+        // "Performance has regressed" of its own (`opbench compare` gives the verdicts);
+        // `--save-baseline` / `--baseline` on the command line still work as criterion's
+        .retain_baseline("opbench-never-saved".into(), false)
 }
 
 /// Time `iters` calls of `p` on `device` in `mode`.
@@ -77,6 +82,55 @@ pub fn time_calls(
         }
     }
     Ok(t0.elapsed())
+}
+
+/// A planted host slowdown (`OPBENCH_PLANT_NS`, `OPBENCH_PLANT_PCT`): calibration knobs
+/// that spin on the host after every call. Zero plants nothing.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Plant {
+    /// A fixed spin per call.
+    pub ns: u64,
+    /// A spin of this percentage of the call's own host time.
+    pub pct: f64,
+}
+
+/// [`time_calls`] with a [`Plant`] after every call in the host-timed modes.
+pub fn time_calls_planted(
+    p: &mut dyn Prepared,
+    device: Device,
+    mode: Mode,
+    iters: u64,
+    clock: Option<&mut DeviceClock>,
+    plant: Plant,
+) -> Result<Duration, TchError> {
+    if plant == Plant::default() || mode.is_device() {
+        return time_calls(p, device, mode, iters, clock);
+    }
+    let mut planted = Planted { inner: p, plant };
+    time_calls(&mut planted, device, mode, iters, clock)
+}
+
+/// A case whose every call is followed by a host spin.
+struct Planted<'a> {
+    inner: &'a mut dyn Prepared,
+    plant: Plant,
+}
+
+impl Prepared for Planted<'_> {
+    fn run(&mut self) -> Result<(), TchError> {
+        let t0 = Instant::now();
+        self.inner.run()?;
+        let took = t0.elapsed();
+        let spin = Duration::from_nanos(self.plant.ns) + took.mul_f64(self.plant.pct / 100.0);
+        let t1 = Instant::now();
+        while t1.elapsed() < spin {
+            std::hint::spin_loop();
+        }
+        Ok(())
+    }
+    fn check(&mut self) -> Result<crate::Check, TchError> {
+        self.inner.check()
+    }
 }
 
 /// Why preflight refused a case, with the reference error where one was measured.
@@ -224,7 +278,19 @@ impl Sink {
         ] {
             env.settings.insert(k.to_string(), v);
         }
-        self.run = Some(RunWriter::open(&c.out, &self.run_id, &env)?);
+        env.settings.insert("seed".into(), c.seed.to_string());
+        if let Some(i) = c.execution {
+            env.settings.insert("execution".into(), i.to_string());
+        }
+        if c.plant_ns > 0 {
+            env.settings
+                .insert("plant_ns".into(), c.plant_ns.to_string());
+        }
+        if c.plant_pct > 0.0 {
+            env.settings
+                .insert("plant_pct".into(), c.plant_pct.to_string());
+        }
+        self.run = Some(RunWriter::open(&c.out, &self.run_id, c.execution, &env)?);
         Ok(())
     }
 
@@ -314,9 +380,11 @@ pub fn run_op(
     group.sampling_mode(SamplingMode::Flat);
     let problems = op.problems(config);
     let wants_clock = config.modes.iter().any(|m| m.is_device()) && selection.mode != RunMode::List;
+    let mut clocks: Vec<Result<DeviceClock, String>> = Vec::new();
+    let mut controls: Vec<Option<Box<dyn Prepared>>> = Vec::new();
     for &device in devices {
         // one clock per GPU, made only when a device mode is asked for
-        let mut clock: Result<DeviceClock, String> = if !device.is_gpu() {
+        clocks.push(if !device.is_gpu() {
             Err(
                 "device-side timing needs a GPU: CPU calls complete before they return \
                  (the pipelined time is the device time)"
@@ -326,71 +394,102 @@ pub fn run_op(
             DeviceClock::new(device).map_err(|e| first_line(&e.to_string()))
         } else {
             Err("no device mode asked for".into())
-        };
+        });
+        // the host-speed control: the dispatch floor's add on this device
+        let control = (config.control && selection.mode == RunMode::Bench)
+            .then(|| {
+                let dt = config.dtypes_for(device.is_gpu()).first().copied()?;
+                crate::Floor
+                    .prepare("add", &Problem::floor(), dt, device)
+                    .ok()
+            })
+            .flatten();
+        controls.push(control);
+    }
+    // every case of the grid, in an order shuffled from the recorded seed, so that a host
+    // that drifts within the run does not line up with the order of the cases
+    let mut cases: Vec<(usize, DType, &Problem, &'static str)> = Vec::new();
+    for (d, &device) in devices.iter().enumerate() {
         for dt in config.dtypes_for(device.is_gpu()) {
             for problem in &problems {
                 for variant in op.variants() {
-                    if !op.applies(variant, problem) {
-                        continue;
-                    }
-                    let keys: Vec<(Mode, CaseKey)> = config
-                        .modes
-                        .iter()
-                        .map(|&m| (m, key_for(op, variant, problem, dt, device, m)))
-                        .filter(|(_, k)| selection.matches(&k.to_string()))
-                        .filter(|(_, k)| {
-                            let had = sink.has(k);
-                            skipped += usize::from(had);
-                            !had
-                        })
-                        .collect();
-                    if keys.is_empty() {
-                        continue;
-                    }
-                    if selection.mode == RunMode::List {
-                        for (_, k) in &keys {
-                            group.bench_function(id_in_group(k), |b| b.iter(|| ()));
-                        }
-                        continue;
-                    }
-                    let (mut prepared, err) = match preflight(op, variant, problem, dt, device) {
-                        Ok(x) => x,
-                        Err(refused) => {
-                            for (_, key) in &keys {
-                                let mut row =
-                                    base_row(&run_id, key, problem, dt, refused.failure.status);
-                                row.max_rel_err = refused.rel_err;
-                                row.note = Some(refused.failure.reason.clone());
-                                sink.write(&row, &[])?;
-                            }
-                            continue;
-                        }
-                    };
-                    for (mode, key) in &keys {
-                        if mode.is_device() {
-                            if let Err(why) = &clock {
-                                let mut row =
-                                    base_row(&run_id, key, problem, dt, Status::Unsupported);
-                                row.note = Some(why.clone());
-                                sink.write(&row, &[])?;
-                                continue;
-                            }
-                        }
-                        let row = time_case(
-                            &mut group,
-                            prepared.as_mut(),
-                            (problem, dt, device, *mode),
-                            key,
-                            &run_id,
-                            samples_per_case,
-                            clock.as_mut().ok(),
-                        );
-                        let (mut row, samples) = row;
-                        row.max_rel_err = Some(err);
-                        sink.write(&row, &samples)?;
+                    if op.applies(variant, problem) {
+                        cases.push((d, dt, problem, variant));
                     }
                 }
             }
+        }
+    }
+    if selection.mode == RunMode::Bench {
+        use rand::SeedableRng;
+        use rand::seq::SliceRandom;
+        cases.shuffle(&mut rand::rngs::StdRng::seed_from_u64(config.seed));
+    }
+    for (d, dt, problem, variant) in cases {
+        let device = devices[d];
+        let keys: Vec<(Mode, CaseKey)> = config
+            .modes
+            .iter()
+            .map(|&m| (m, key_for(op, variant, problem, dt, device, m)))
+            .filter(|(_, k)| selection.matches(&k.to_string()))
+            .filter(|(_, k)| {
+                let had = sink.has(k);
+                skipped += usize::from(had);
+                !had
+            })
+            .collect();
+        if keys.is_empty() {
+            continue;
+        }
+        if selection.mode == RunMode::List {
+            for (_, k) in &keys {
+                group.bench_function(id_in_group(k), |b| b.iter(|| ()));
+            }
+            continue;
+        }
+        let (mut prepared, err) = match preflight(op, variant, problem, dt, device) {
+            Ok(x) => x,
+            Err(refused) => {
+                for (_, key) in &keys {
+                    let mut row = base_row(&run_id, key, problem, dt, refused.failure.status);
+                    row.max_rel_err = refused.rel_err;
+                    row.note = Some(refused.failure.reason.clone());
+                    sink.write(&row, &[])?;
+                }
+                continue;
+            }
+        };
+        for (mode, key) in &keys {
+            if mode.is_device() {
+                if let Err(why) = &clocks[d] {
+                    let mut row = base_row(&run_id, key, problem, dt, Status::Unsupported);
+                    row.note = Some(why.clone());
+                    sink.write(&row, &[])?;
+                    continue;
+                }
+            }
+            let (mut row, samples) = time_case(
+                &mut group,
+                prepared.as_mut(),
+                Timed {
+                    problem,
+                    dt,
+                    device,
+                    mode: *mode,
+                    plant: Plant {
+                        ns: config.plant_ns,
+                        pct: config.plant_pct,
+                    },
+                    execution: config.execution.unwrap_or(1),
+                },
+                key,
+                &run_id,
+                samples_per_case,
+                clocks[d].as_mut().ok(),
+                controls[d].as_mut().map(|c| &mut **c as &mut dyn Prepared),
+            );
+            row.max_rel_err = Some(err);
+            sink.write(&row, &samples)?;
         }
     }
     group.finish();
@@ -413,22 +512,63 @@ fn id_in_group(key: &CaseKey) -> String {
         .map_or(full.clone(), |(_, rest)| rest.to_string())
 }
 
+/// What a case is timed as.
+struct Timed<'a> {
+    problem: &'a Problem,
+    dt: DType,
+    device: Device,
+    mode: Mode,
+    plant: Plant,
+    execution: u32,
+}
+
+/// The host-speed control: the dispatch floor's per-call time over ~200 µs of back-to-back
+/// calls, right before a sample. Its ratio to a case's time cancels the host's speed when
+/// the host switches state between samples or processes (docs/method.md).
+fn control_ns(control: &mut dyn Prepared, device: Device) -> Option<f64> {
+    const CHUNK: u64 = 16;
+    const SPAN: Duration = Duration::from_micros(200);
+    device.sync();
+    let t0 = Instant::now();
+    let mut calls = 0u64;
+    while t0.elapsed() < SPAN || calls == 0 {
+        for _ in 0..CHUNK {
+            control.run().ok()?;
+        }
+        calls += CHUNK;
+    }
+    device.sync();
+    Some(t0.elapsed().as_nanos() as f64 / calls as f64)
+}
+
 /// Time one case in one mode through criterion; returns its row and raw samples.
+#[allow(clippy::too_many_arguments)]
 fn time_case(
     group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
     prepared: &mut dyn Prepared,
-    (problem, dt, device, mode): (&Problem, DType, Device, Mode),
+    t: Timed<'_>,
     key: &CaseKey,
     run_id: &str,
     samples_per_case: usize,
     mut clock: Option<&mut DeviceClock>,
+    mut control: Option<&mut dyn Prepared>,
 ) -> (ResultRow, Vec<Sample>) {
+    let Timed {
+        problem,
+        dt,
+        device,
+        mode,
+        plant,
+        execution,
+    } = t;
     let bytes = prepared.bytes().unwrap_or_else(|| problem.bytes(dt.size()));
     group.throughput(Throughput::ElementsAndBytes {
         elements: problem.flops(),
         bytes,
     });
-    let record: Rc<RefCell<Vec<(u64, f64)>>> = Rc::default();
+    // (iters, total ns, control ns) of every call criterion makes
+    type Record = Vec<(u64, f64, Option<f64>)>;
+    let record: Rc<RefCell<Record>> = Rc::default();
     let failed: Rc<RefCell<Option<TchError>>> = Rc::default();
     if let Some(c) = clock.as_deref_mut() {
         c.take_coverage();
@@ -439,9 +579,11 @@ fn time_case(
                 if failed.borrow().is_some() {
                     return Duration::from_nanos(iters);
                 }
-                match time_calls(prepared, device, mode, iters, clock.as_deref_mut()) {
+                let host = control.as_deref_mut().and_then(|c| control_ns(c, device));
+                match time_calls_planted(prepared, device, mode, iters, clock.as_deref_mut(), plant)
+                {
                     Ok(d) => {
-                        record.borrow_mut().push((iters, d.as_nanos() as f64));
+                        record.borrow_mut().push((iters, d.as_nanos() as f64, host));
                         d
                     }
                     Err(e) => {
@@ -487,13 +629,20 @@ fn time_case(
     let tail = &all[all.len().saturating_sub(samples_per_case)..];
     let samples: Vec<Sample> = tail
         .iter()
-        .map(|&(iters, total_ns)| Sample {
+        .map(|&(iters, total_ns, control_ns)| Sample {
             key: key.clone(),
+            execution,
             iters,
             total_ns,
+            control_ns,
         })
         .collect();
-    let est = stats::per_call(tail).and_then(|times| stats::estimate(&times, 0.95, 2000));
+    let controls: Vec<f64> = tail.iter().filter_map(|s| s.2).collect();
+    if !controls.is_empty() {
+        row.control_ns = Some(stats::median(&controls));
+    }
+    let pairs: Vec<(u64, f64)> = tail.iter().map(|&(i, t, _)| (i, t)).collect();
+    let est = stats::per_call(&pairs).and_then(|times| stats::estimate(&times, 0.95, 2000));
     match est {
         Ok(e) => {
             row.samples = Some(e.n);

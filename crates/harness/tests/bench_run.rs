@@ -73,6 +73,11 @@ fn config(out: &std::path::Path) -> Config {
         warmup: Duration::from_millis(5),
         measure: Duration::from_millis(10),
         threads: None,
+        execution: None,
+        seed: 1,
+        plant_ns: 0,
+        plant_pct: 0.0,
+        control: true,
     }
 }
 
@@ -148,4 +153,48 @@ fn every_case_ends_as_a_row_with_its_samples_or_its_reason() {
     };
     let filtered = harness::run_op(&mut c, &Mixed, &only, &fresh, &[Device::CPU]).unwrap();
     assert_eq!(filtered.rows, 1);
+
+    // a planted host spin shows in the host-timed time of every call, in its own execution
+    // folder; the case order follows the seed
+    let planted = Config {
+        run_id: Some("t3".into()),
+        execution: Some(2),
+        seed: 7,
+        plant_ns: 200_000,
+        ..cfg.clone()
+    };
+    let p = harness::run_op(&mut c, &Mixed, &selection, &planted, &[Device::CPU]).unwrap();
+    let path = p.path.unwrap();
+    assert!(path.ends_with("runs/t3/executions/2"), "{}", path.display());
+    let slow = Run::load(&path).unwrap();
+    let med = |run: &Run, mode| {
+        run.results
+            .iter()
+            .find(|r| r.variant == "right" && r.mode == mode)
+            .unwrap()
+            .median_ns
+            .unwrap()
+    };
+    for mode in [Mode::Pipelined, Mode::Synced] {
+        let (before, after) = (med(&loaded, mode), med(&slow, mode));
+        assert!(after - before > 150_000.0, "{mode}: {before} -> {after}");
+    }
+    assert!(
+        slow.samples()
+            .unwrap()
+            .values()
+            .flatten()
+            .all(|s| s.execution == 2)
+    );
+    let order = |run: &Run| {
+        run.results
+            .iter()
+            .map(|r| r.key.clone())
+            .collect::<Vec<_>>()
+    };
+    let mut same_cases = order(&slow);
+    same_cases.sort();
+    let mut first = order(&loaded);
+    first.sort();
+    assert_eq!(same_cases, first);
 }

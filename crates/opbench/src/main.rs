@@ -1,6 +1,6 @@
 //! `opbench`: the command line over the run directories the op benches write.
 //!
-//! Verbs: `shapes`, `env`, `fit`, `predict`, `compare`, `report`, `publish`. Everything but
+//! Verbs: `shapes`, `env`, `fit`, `predict`, `merge`, `compare`, `report`, `publish`. Everything but
 //! `env` is the `analysis` crate's and needs no libtorch; `env` describes this machine
 //! through libtorch and exists only in builds with the `torch` feature (scripts/bench
 //! builds it so). Bad input (an unknown model, a missing file or column, a value out of
@@ -59,6 +59,12 @@ enum Verb {
     },
     /// Compose a decode step from a run's measurements and fits: ms/step, tokens/s, breakdown.
     Predict(PredictArgs),
+    /// Merge a run's executions (RUN/executions/N/, one per process) into RUN's
+    /// results.csv and samples.csv: one row per case with the between-execution spread.
+    Merge {
+        /// The run directory.
+        run: PathBuf,
+    },
     /// Compare two runs case by case: faster, slower, same or ambiguous, and what changed
     /// kernel or status. Exit 1 on a regression.
     Compare(CompareArgs),
@@ -114,6 +120,11 @@ pub struct CompareArgs {
     alpha: f64,
     #[arg(long, value_enum, default_value = "md")]
     format: Format,
+    /// Compare host-timed cases raw, not divided by the host-speed control measured before
+    /// each sample (the default divides: it cancels a host that runs faster in one process
+    /// than in another).
+    #[arg(long)]
+    raw: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -232,8 +243,29 @@ fn predict_verb(args: &PredictArgs) -> Result<u8, CliError> {
     Ok(0)
 }
 
+fn merge_verb(dir: &std::path::Path) -> Result<u8, CliError> {
+    let m = analysis::merge::merge(dir)?;
+    for (path, why) in &m.skipped {
+        eprintln!("opbench: execution {} skipped: {why}", path.display());
+    }
+    println!(
+        "opbench: merged {} executions ({}) into {}: {} cases, {} not measured in every execution",
+        m.executions.len(),
+        m.executions
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(", "),
+        m.dir.display(),
+        m.cases,
+        m.partial
+    );
+    Ok(0)
+}
+
 fn compare_verb(args: &CompareArgs) -> Result<u8, CliError> {
-    let settings = analysis::compare::Settings::new(args.threshold / 100.0, args.alpha)?;
+    let mut settings = analysis::compare::Settings::new(args.threshold / 100.0, args.alpha)?;
+    settings.normalize = !args.raw;
     let base = Run::load(&args.base)?;
     let cand = Run::load(&args.cand)?;
     let cmp = analysis::compare::compare(&base, &cand, settings)?;
@@ -260,6 +292,7 @@ fn main() -> ExitCode {
         Verb::Env { device } => env_verb(&device),
         Verb::Fit { run } => fit_verb(&run),
         Verb::Predict(args) => predict_verb(&args),
+        Verb::Merge { run } => merge_verb(&run),
         Verb::Compare(args) => compare_verb(&args),
         Verb::Report { run } => analysis::report::write_report(&run)
             .map(|p| {

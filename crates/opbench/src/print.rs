@@ -268,6 +268,22 @@ pub fn comparison_md(base: &Run, cand: &Run, cmp: &Comparison, threshold: f64, a
         threshold,
         alpha
     );
+    let (nb, nc) = cmp.executions;
+    println!(
+        "Executions (processes): base {nb}, candidate {nc}{}.\n",
+        if cmp.normalized {
+            "; host-timed times divided by each sample's host-speed control where it was measured"
+        } else {
+            ""
+        }
+    );
+    if nb < 2 || nc < 2 {
+        println!(
+            "With one execution on a side the noise between processes is unknown, and on a busy host it is \
+             far larger than one process's samples show: host-timed cases (pipelined, synced) get no speed \
+             verdict (flag `single-execution`). Run both builds with OPBENCH_EXECUTIONS=5 or more.\n"
+        );
+    }
     println!("| case | base µs | cand µs | ratio [CI] | p | verdict | flags |");
     println!("|---|---|---|---|---|---|---|");
     for l in sorted(cmp)

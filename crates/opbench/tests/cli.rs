@@ -11,7 +11,7 @@ use rand_distr::{Distribution, Normal};
 
 const RESULTS: &str = "run_id,op,variant,site,model,phase,batch,q_len,kv_len,dtype,dims,device,mode,status,samples,median_ns,mean_ns,ci_low_ns,ci_high_ns,mad_ns,flops,bytes,gflops,gbps,kernel,max_rel_err,note";
 const SAMPLES: &str =
-    "op,variant,site,model,phase,batch,q_len,kv_len,dtype,device,mode,iters,total_ns";
+    "op,variant,site,model,phase,batch,q_len,kv_len,dtype,device,mode,execution,iters,total_ns";
 
 /// A case of a hand-made run: key fields, status, kernel, per-call samples (ns).
 struct Case {
@@ -27,7 +27,8 @@ struct Case {
     note: &'static str,
     flops: u64,
     bytes: u64,
-    times: Vec<f64>,
+    /// Per-call times of each execution (process), ns.
+    times: Vec<Vec<f64>>,
 }
 
 fn case(
@@ -49,7 +50,7 @@ fn case(
         note: "",
         flops: 0,
         bytes: 0,
-        times,
+        times: vec![times],
     }
 }
 
@@ -73,22 +74,26 @@ fn write_run(dir: &Path, cases: &[Case]) {
         };
         let mut rates = String::from(",");
         let timing = if c.status == "ok" {
-            let m = stats::median(&c.times);
+            let all: Vec<f64> = c.times.concat();
+            let m = stats::median(&all);
             rates = format!("{},{}", c.flops as f64 / m, c.bytes as f64 / m);
-            for t in &c.times {
-                writeln!(
-                    s,
-                    "{},{},{},{model},decode,{},1,{kv},f16,cuda:0,{},10,{}",
-                    c.op,
-                    c.variant,
-                    c.site,
-                    c.batch,
-                    c.mode,
-                    t * 10.0
-                )
-                .unwrap();
+            for (e, times) in c.times.iter().enumerate() {
+                for t in times {
+                    writeln!(
+                        s,
+                        "{},{},{},{model},decode,{},1,{kv},f16,cuda:0,{},{},10,{}",
+                        c.op,
+                        c.variant,
+                        c.site,
+                        c.batch,
+                        c.mode,
+                        e + 1,
+                        t * 10.0
+                    )
+                    .unwrap();
+                }
             }
-            format!("{},{m},{m},{},{},1", c.times.len(), m * 0.99, m * 1.01)
+            format!("{},{m},{m},{},{},1", all.len(), m * 0.99, m * 1.01)
         } else {
             ",,,,,".to_string()
         };
@@ -135,39 +140,65 @@ fn noisy(rng: &mut StdRng, median: f64, cv: f64, n: usize) -> Vec<f64> {
         .collect()
 }
 
-#[test]
-fn compare_finds_planted_changes_and_leaves_noise_alone() {
+/// The noise of one host-bound case in a run of several executions, as measured on a
+/// machine: each case's between-execution CV and within-execution CV are log-normal
+/// (median, p90), fitted to the host-bound pipelined cases of two A/A runs of 5 executions.
+struct NoiseModel {
+    between: (f64, f64),
+    within: (f64, f64),
+}
+
+/// The H200 VM, times divided by the host-speed control (docs/findings.md).
+const H200: NoiseModel = NoiseModel {
+    between: (0.038, 0.078),
+    within: (0.022, 0.113),
+};
+/// This 2-core CPU VM, likewise.
+const CPU: NoiseModel = NoiseModel {
+    between: (0.106, 0.26),
+    within: (0.073, 0.22),
+};
+
+impl NoiseModel {
+    fn cv(rng: &mut StdRng, (median, p90): (f64, f64)) -> f64 {
+        let sigma = (p90 / median).ln() / 1.2816;
+        median * (sigma * Normal::new(0.0, 1.0).unwrap().sample(rng)).exp()
+    }
+    /// Executions × samples of per-call times of a case whose true time is `m`.
+    fn run(&self, rng: &mut StdRng, m: f64, execs: usize, samples: usize) -> Vec<Vec<f64>> {
+        let (b, w) = (Self::cv(rng, self.between), Self::cv(rng, self.within));
+        (0..execs)
+            .map(|_| {
+                let level = m * (1.0 + Normal::new(0.0, b).unwrap().sample(rng)).max(0.2);
+                noisy(rng, level, w, samples)
+            })
+            .collect()
+    }
+}
+
+/// Verdict counts (slower, faster, same) of `compare` over planted groups: noise-only,
+/// +20%, +30%, −20%.
+fn calibrate(model: &NoiseModel, execs: usize, seed: u64) -> [[usize; 3]; 4] {
     let dir = tempfile::tempdir().unwrap();
-    let mut rng = StdRng::seed_from_u64(42);
-    let drift = Normal::new(0.0, 0.01).unwrap();
-    // 400 noise-only cases, 50 planted +10%, 50 planted +20%, 50 planted -20%
+    let mut rng = StdRng::seed_from_u64(seed);
+    let groups = [
+        (0..300, 1.0),
+        (300..400, 1.20),
+        (400..500, 1.30),
+        (500..550, 0.80),
+    ];
     let (mut base, mut cand) = (Vec::new(), Vec::new());
-    for i in 0..550 {
-        let m = rng.random_range(5_000.0..500_000.0);
-        let factor = match i {
-            0..400 => 1.0,
-            400..450 => 1.10,
-            450..500 => 1.20,
-            _ => 0.80,
-        };
-        // per-run drift of the case (±1%) on top of 3% sample noise
-        let mb = m * (1.0 + drift.sample(&mut rng));
-        let mc = m * factor * (1.0 + drift.sample(&mut rng));
-        let site: &'static str = Box::leak(format!("s{i}").into_boxed_str());
-        base.push(case(
-            "linear",
-            "aten",
-            site,
-            1,
-            noisy(&mut rng, mb, 0.03, 20),
-        ));
-        cand.push(case(
-            "linear",
-            "aten",
-            site,
-            1,
-            noisy(&mut rng, mc, 0.03, 20),
-        ));
+    for (range, factor) in groups.clone() {
+        for i in range {
+            let m = rng.random_range(5_000.0..500_000.0);
+            let site: &'static str = Box::leak(format!("s{i}").into_boxed_str());
+            let mut b = case("linear", "aten", site, 1, vec![]);
+            b.times = model.run(&mut rng, m, execs, 10);
+            let mut c = case("linear", "aten", site, 1, vec![]);
+            c.times = model.run(&mut rng, m * factor, execs, 10);
+            base.push(b);
+            cand.push(c);
+        }
     }
     write_run(&dir.path().join("base"), &base);
     write_run(&dir.path().join("cand"), &cand);
@@ -178,34 +209,98 @@ fn compare_finds_planted_changes_and_leaves_noise_alone() {
         "--format",
         "csv",
     ]);
-    assert_eq!(code, 1, "a slower case fails the comparison: {err}");
+    assert!(code == 0 || code == 1, "{err}");
     let v = verdicts(&out);
-    let of = |range: std::ops::Range<usize>, verdict: &str| {
-        v.iter()
-            .filter(|(id, vd, _)| {
-                let i: usize = id.trim_start_matches("aten/s").parse().unwrap();
-                range.contains(&i) && vd == verdict
-            })
-            .count()
-    };
-    let false_pos = of(0..400, "slower") + of(0..400, "faster");
-    eprintln!(
-        "noise-only: {false_pos}/400 called slower/faster, {} same, {} ambiguous; planted +10%: {}/50, +20%: {}/50, -20%: {}/50",
-        of(0..400, "same"),
-        of(0..400, "ambiguous"),
-        of(400..450, "slower"),
-        of(450..500, "slower"),
-        of(500..550, "faster")
-    );
-    assert!(false_pos <= 4, "false positives {false_pos}/400");
-    // the rest are `ambiguous` (the 99% interval of the ratio reaches past ±5%), never a verdict
+    groups.map(|(range, _)| {
+        let of = |verdict: &str| {
+            v.iter()
+                .filter(|(id, vd, _)| {
+                    let i: usize = id.trim_start_matches("aten/s").parse().unwrap();
+                    range.contains(&i) && vd == verdict
+                })
+                .count()
+        };
+        [of("slower"), of("faster"), of("same")]
+    })
+}
+
+#[test]
+fn compare_with_executions_keeps_false_flags_under_1_percent_on_measured_noise() {
+    // executions per side as docs/method.md recommends for each machine: 5 on the H200,
+    // 10 on this CPU (whose between-process noise is three times larger)
+    for (name, model, execs) in [("H200", &H200, 5), ("CPU", &CPU, 10)] {
+        let [aa, p20, p30, m20] = calibrate(model, execs, 42);
+        eprintln!(
+            "{name} noise, {execs} executions a side: noise-only {}/300 slower, {}/300 faster; \
+             +20% found {}/100, +30% found {}/100, -20% found {}/50",
+            aa[0], aa[1], p20[0], p30[0], m20[1]
+        );
+        assert!(aa[0] + aa[1] <= 3, "{name}: false flags {aa:?} of 300");
+        // a planted change is never called the other way
+        assert_eq!(p20[1] + p30[1] + m20[0], 0, "{name}");
+        if name == "H200" {
+            // the smallest change found with 95% probability under this noise is ~+30%
+            // (the real planted runs found a +24% host slowdown in 98% of host-bound cases)
+            assert!(p30[0] >= 95, "{name}: +30% found {}/100", p30[0]);
+            assert!(p20[0] >= 60, "{name}: +20% found {}/100", p20[0]);
+            assert!(m20[1] >= 45, "{name}: -20% found {}/50", m20[1]);
+        }
+    }
+}
+
+#[test]
+fn one_execution_gives_no_host_verdict_but_keeps_device_verdicts() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = StdRng::seed_from_u64(5);
+    let mut base = Vec::new();
+    let mut cand = Vec::new();
+    for (i, mode) in ["pipelined", "device"].into_iter().enumerate() {
+        for (j, factor) in [1.0, 1.3].into_iter().enumerate() {
+            let site: &'static str = Box::leak(format!("s{i}{j}").into_boxed_str());
+            let mut b = case("linear", "aten", site, 1, noisy(&mut rng, 1e4, 0.01, 20));
+            let mut c = case(
+                "linear",
+                "aten",
+                site,
+                1,
+                noisy(&mut rng, 1.3e4 * factor / 1.3, 0.01, 20),
+            );
+            b.mode = mode;
+            c.mode = mode;
+            base.push(b);
+            cand.push(c);
+        }
+    }
+    write_run(&dir.path().join("a"), &base);
+    write_run(&dir.path().join("b"), &cand);
+    let (code, out, _) = opbench(&[
+        "compare",
+        dir.path().join("a").to_str().unwrap(),
+        dir.path().join("b").to_str().unwrap(),
+        "--format",
+        "csv",
+    ]);
+    let v = verdicts(&out);
+    let of = |id: &str| v.iter().find(|x| x.0 == id).unwrap().clone();
+    // host-timed: a 30% change from one process each is not called, and says why
+    for id in ["aten/s00", "aten/s01"] {
+        assert_eq!(of(id).1, "ambiguous");
+        assert!(of(id).2.contains("single-execution"), "{:?}", of(id));
+    }
+    // device time keeps its verdicts from one process's samples
+    assert_eq!(of("aten/s10").1, "same");
+    assert_eq!(of("aten/s11").1, "slower");
+    assert_eq!(code, 1);
+    let (_, md, _) = opbench(&[
+        "compare",
+        dir.path().join("a").to_str().unwrap(),
+        dir.path().join("b").to_str().unwrap(),
+    ]);
     assert!(
-        of(0..400, "same") >= 250,
-        "noise-only cases should mostly be `same`"
+        md.contains("Executions (processes): base 1, candidate 1"),
+        "{md}"
     );
-    assert!(of(400..450, "slower") >= 40);
-    assert_eq!(of(450..500, "slower"), 50);
-    assert_eq!(of(500..550, "faster"), 50);
+    assert!(md.contains("OPBENCH_EXECUTIONS"), "{md}");
 }
 
 #[test]
@@ -253,13 +348,9 @@ fn compare_of_a_run_with_itself_is_all_same_and_exits_zero() {
     let mut rng = StdRng::seed_from_u64(3);
     let cases: Vec<Case> = (0..20)
         .map(|i| {
-            case(
-                "linear",
-                "aten",
-                ["a", "b", "c", "d"][i % 4],
-                i + 1,
-                noisy(&mut rng, 1e4, 0.01, 15),
-            )
+            let mut c = case("linear", "aten", ["a", "b", "c", "d"][i % 4], i + 1, vec![]);
+            c.times = (0..3).map(|_| noisy(&mut rng, 1e4, 0.01, 15)).collect();
+            c
         })
         .collect();
     write_run(&dir.path().join("r"), &cases);

@@ -36,6 +36,13 @@ pub struct ResultRow {
     /// events include idle time waiting for the host. Above 0, `median_ns` is an upper
     /// bound. Empty for host-timed modes.
     pub uncovered_chunks: Option<u64>,
+    /// The host-speed control next to the case: the dispatch floor's per-call time,
+    /// measured right before every sample (median over the samples, ns).
+    pub control_ns: Option<f64>,
+    /// Executions (separate processes) that measured the case; empty for a single process.
+    pub executions: Option<u32>,
+    /// Between-execution spread: the coefficient of variation of the executions' medians.
+    pub exec_cv: Option<f64>,
     pub note: Option<String>,
 }
 
@@ -51,7 +58,7 @@ const V1_UPPER_BOUND: &str = "upper bound: in ";
 
 impl ResultRow {
     /// `results.csv` columns, in file order.
-    pub const COLUMNS: [&'static str; 28] = [
+    pub const COLUMNS: [&'static str; 31] = [
         "run_id",
         "op",
         "variant",
@@ -79,6 +86,9 @@ impl ResultRow {
         "kernel",
         "max_rel_err",
         "uncovered_chunks",
+        "control_ns",
+        "executions",
+        "exec_cv",
         "note",
     ];
 
@@ -102,6 +112,9 @@ impl ResultRow {
             kernel: None,
             max_rel_err: None,
             uncovered_chunks: None,
+            control_ns: None,
+            executions: None,
+            exec_cv: None,
             note: None,
         }
     }
@@ -135,6 +148,9 @@ impl ResultRow {
             opt(&self.kernel),
             opt(&self.max_rel_err),
             opt(&self.uncovered_chunks),
+            opt(&self.control_ns),
+            opt(&self.executions),
+            opt(&self.exec_cv),
             opt(&self.note),
         ]);
         out
@@ -167,6 +183,9 @@ impl ResultRow {
             kernel: text("kernel"),
             max_rel_err: l.positive("max_rel_err", true)?,
             uncovered_chunks,
+            control_ns: l.positive("control_ns", false)?,
+            executions: l.opt("executions")?,
+            exec_cv: l.positive("exec_cv", true)?,
             note,
         };
         if row.status == Status::Ok {
@@ -211,13 +230,37 @@ fn v1_uncovered(note: &str) -> Option<u64> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sample {
     pub key: CaseKey,
+    /// The execution (process) that took it, from 1.
+    pub execution: u32,
     pub iters: u64,
     pub total_ns: f64,
+    /// The host-speed control right before this sample: the dispatch floor's per-call
+    /// time in ns (empty where it was not measured).
+    pub control_ns: Option<f64>,
 }
 
 impl Sample {
     /// `samples.csv` columns, in file order.
-    pub const COLUMNS: [&'static str; 13] = [
+    pub const COLUMNS: [&'static str; 15] = [
+        "op",
+        "variant",
+        "site",
+        "model",
+        "phase",
+        "batch",
+        "q_len",
+        "kv_len",
+        "dtype",
+        "device",
+        "mode",
+        "execution",
+        "iters",
+        "total_ns",
+        "control_ns",
+    ];
+
+    /// The columns every schema version has.
+    pub const V1_COLUMNS: [&'static str; 13] = [
         "op", "variant", "site", "model", "phase", "batch", "q_len", "kv_len", "dtype", "device",
         "mode", "iters", "total_ns",
     ];
@@ -229,7 +272,12 @@ impl Sample {
 
     pub(crate) fn record(&self) -> Vec<String> {
         let mut out = self.key.fields();
-        out.extend([self.iters.to_string(), self.total_ns.to_string()]);
+        out.extend([
+            self.execution.to_string(),
+            self.iters.to_string(),
+            self.total_ns.to_string(),
+            opt(&self.control_ns),
+        ]);
         out
     }
 
@@ -241,10 +289,16 @@ impl Sample {
         let total_ns = l
             .positive("total_ns", false)?
             .ok_or_else(|| l.error("total_ns", "empty, a value is required"))?;
+        let execution = l.opt("execution")?.unwrap_or(1);
+        if execution == 0 {
+            return Err(l.error("execution", "0: executions count from 1"));
+        }
         Ok(Sample {
             key: CaseKey::read(l)?,
+            execution,
             iters,
             total_ns,
+            control_ns: l.positive("control_ns", false)?,
         })
     }
 }

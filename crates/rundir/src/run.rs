@@ -69,12 +69,15 @@ fn read_records<T>(
     Ok(out)
 }
 
+/// results.csv columns that schema 1 lacks.
+const V2_ONLY: [&str; 4] = ["uncovered_chunks", "control_ns", "executions", "exec_cv"];
+
 /// The columns a reader of schema `v` requires.
 fn results_columns(v: u32) -> Vec<&'static str> {
     ResultRow::COLUMNS
         .iter()
         .copied()
-        .filter(|c| v >= 2 || *c != "uncovered_chunks")
+        .filter(|c| v >= 2 || !V2_ONLY.contains(c))
         .collect()
 }
 
@@ -130,7 +133,12 @@ impl Run {
     /// finite positive time).
     pub fn samples(&self) -> Result<BTreeMap<CaseKey, Vec<Sample>>, RunError> {
         let path = self.dir.join("samples.csv");
-        let rows = read_records(&path, &Sample::COLUMNS, Sample::read)?;
+        let required: &[&str] = if self.schema >= 2 {
+            &Sample::COLUMNS
+        } else {
+            &Sample::V1_COLUMNS
+        };
+        let rows = read_records(&path, required, Sample::read)?;
         let mut out: BTreeMap<CaseKey, Vec<Sample>> = BTreeMap::new();
         for s in rows {
             out.entry(s.key.clone()).or_default().push(s);
@@ -206,11 +214,25 @@ fn appender(path: &Path, header: &[&str]) -> Result<csv::Writer<File>, RunError>
 }
 
 impl RunWriter {
-    /// Open (or create) `out/runs/<run_id>/`. `env` is written (with this crate's schema
-    /// version) only if the run has no env.json yet: the first process of a run describes
-    /// it.
-    pub fn open(out: &Path, run_id: &str, env: &Env) -> Result<Self, RunError> {
-        let path = out.join("runs").join(run_id);
+    /// Open (or create) `out/runs/<run_id>/`, or with an execution number
+    /// `out/runs/<run_id>/executions/<i>/`. `env` is written (with this crate's schema
+    /// version) only if the folder has no env.json yet: the first process describes it.
+    pub fn open(
+        out: &Path,
+        run_id: &str,
+        execution: Option<u32>,
+        env: &Env,
+    ) -> Result<Self, RunError> {
+        let mut path = out.join("runs").join(run_id);
+        if let Some(i) = execution {
+            path = path.join("executions").join(i.to_string());
+        }
+        Self::at(&path, run_id, env)
+    }
+
+    /// Open (or create) the run directory `path` itself; see [`RunWriter::open`].
+    pub fn at(path: &Path, run_id: &str, env: &Env) -> Result<Self, RunError> {
+        let path = path.to_path_buf();
         std::fs::create_dir_all(&path).map_err(io(&path))?;
         let env_path = path.join("env.json");
         if !env_path.exists() {

@@ -42,8 +42,10 @@ fn row(batch: usize) -> (ResultRow, Vec<Sample>) {
     r.note = Some("a, \"quoted\" note".into());
     let s = |total_ns| Sample {
         key: key(batch),
+        execution: 1,
         iters: 10,
         total_ns,
+        control_ns: Some(800.0),
     };
     (r, vec![s(1000.0), s(1010.0)])
 }
@@ -58,7 +60,7 @@ fn env(run_id: &str) -> Env {
 /// A run directory with one ok case, for the readers' tests to spoil.
 fn written() -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
-    let mut w = RunWriter::open(dir.path(), "r1", &env("r1")).unwrap();
+    let mut w = RunWriter::open(dir.path(), "r1", None, &env("r1")).unwrap();
     for b in [1, 8] {
         let (r, s) = row(b);
         w.write_case(&r, &s).unwrap();
@@ -98,7 +100,7 @@ fn written_rows_read_back_equal() {
 fn a_second_process_appends_without_a_second_header() {
     let dir = tempfile::tempdir().unwrap();
     for b in [1, 2] {
-        let mut w = RunWriter::open(dir.path(), "r", &env(&format!("first {b}"))).unwrap();
+        let mut w = RunWriter::open(dir.path(), "r", None, &env(&format!("first {b}"))).unwrap();
         let (r, s) = row(b);
         w.write_case(&r, &s).unwrap();
     }
@@ -120,7 +122,7 @@ fn crash_child() {
     let Ok(out) = std::env::var("OPBENCH_CRASH_CHILD_OUT") else {
         return;
     };
-    let mut w = RunWriter::open(Path::new(&out), "crash", &env("crash")).unwrap();
+    let mut w = RunWriter::open(Path::new(&out), "crash", None, &env("crash")).unwrap();
     for b in [1, 2] {
         let (r, s) = row(b);
         w.write_case(&r, &s).unwrap();
@@ -252,10 +254,10 @@ fn schema_1_reads_its_upper_bound_from_the_note() {
     std::fs::write(run.join("env.json"), "{\"run_id\": \"old\"}").unwrap();
     let text = std::fs::read_to_string(run.join("results.csv")).unwrap();
     let text = text
-        .replace(",uncovered_chunks,", ",")
+        .replace(",uncovered_chunks,control_ns,executions,exec_cv,", ",")
         .replace(",pipelined,", ",device,")
         .replace(
-            "0,,\"a, \"\"quoted\"\" note\"",
+            "0,,,,,\"a, \"\"quoted\"\" note\"",
             "0,x; upper bound: in 3 of 12 chunks (warm-up included)",
         );
     std::fs::write(run.join("results.csv"), text).unwrap();
@@ -268,7 +270,7 @@ fn schema_1_reads_its_upper_bound_from_the_note() {
 #[test]
 fn an_uncovered_count_on_a_host_timed_row_is_refused() {
     let (_d, run) = written();
-    spoil(&run, "results.csv", "0,,\"a,", "0,2,\"a,");
+    spoil(&run, "results.csv", "0,,,,,\"a,", "0,2,,,,\"a,");
     let e = load_err(&run);
     assert!(e.contains("column `uncovered_chunks`"), "{e}");
 }

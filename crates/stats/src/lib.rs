@@ -17,7 +17,7 @@ pub mod twosample;
 
 pub use estimate::{Estimate, bootstrap_ci, estimate, mad, median, per_call};
 pub use fit::{Fit, ModelKind, Point, crossover_batch, fit_affine, fit_best, fit_floor};
-pub use twosample::{mann_whitney, ratio_ci};
+pub use twosample::{hier_median_ci, hier_ratio_ci, mann_whitney, ratio_ci};
 
 /// What these functions refuse.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
