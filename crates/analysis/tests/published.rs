@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use analysis::AnalysisError;
-use analysis::compare::{Settings, Verdict, compare};
+use analysis::compare::{Flag, Settings, Verdict, compare};
 use analysis::fit::fit_run;
 use analysis::predict::{Query, predict};
 use rundir::{DType, DeviceId, Mode, Run};
@@ -111,19 +111,79 @@ fn compare_gives_the_published_verdicts() {
     assert_eq!(same.count(Verdict::Slower) + same.count(Verdict::Faster), 0);
     let c = compare(&load(H200), &load(H200_CROSSCHECK), s).unwrap();
     assert_eq!(c.lines.len(), 1959);
-    assert_eq!(
-        [
-            Verdict::Slower,
-            Verdict::Faster,
-            Verdict::Same,
-            Verdict::Ambiguous
-        ]
-        .map(|v| c.count(v)),
-        [172, 167, 244, 137]
-    );
+    assert_eq!(c.executions, (1, 1));
+    // one process a side: host-timed cases get no speed verdict (a single-process
+    // comparison of them called 339 slower or faster before), device rows keep theirs
+    let counts = [
+        Verdict::Slower,
+        Verdict::Faster,
+        Verdict::Same,
+        Verdict::Ambiguous,
+    ];
+    assert_eq!(counts.map(|v| c.count(v)), [0, 27, 114, 579]);
+    for l in c
+        .lines
+        .iter()
+        .filter(|l| !l.key.mode.is_device() && l.ratio.is_some())
+    {
+        assert_eq!(l.verdict, Verdict::Ambiguous, "{}", l.key);
+        assert!(l.flags.contains(&Flag::SingleExecution), "{}", l.key);
+    }
     assert_eq!(
         c.env_diff,
         vec!["git_revision: \"4e1b5c343b32\" -> \"65d8960ab001\""]
     );
     assert!(Settings::new(1.5, 0.01).is_err() && Settings::new(0.05, 0.0).is_err());
+}
+
+#[test]
+fn executions_and_the_control_separate_a_planted_slowdown_from_host_noise() {
+    // the H200 calibration runs: 5 executions each, same build; p20 planted +20% host time
+    let s = Settings::new(0.05, 0.01).unwrap();
+    let a1 = load("2026-11-30-nvidia-h200-cuda-torch2.11.0-calibration-a1");
+    assert_eq!(a1.schema, 2);
+    assert!(
+        a1.results
+            .iter()
+            .filter(|r| r.is_ok())
+            .all(|r| r.executions == Some(5))
+    );
+    let count = |c: &analysis::compare::Comparison, device: bool, v: Verdict| {
+        c.lines
+            .iter()
+            .filter(|l| l.key.mode.is_device() == device && l.verdict == v)
+            .count()
+    };
+    let aa = compare(
+        &a1,
+        &load("2026-11-30-nvidia-h200-cuda-torch2.11.0-calibration-a2"),
+        s,
+    )
+    .unwrap();
+    assert_eq!(aa.executions, (5, 5));
+    for device in [false, true] {
+        assert_eq!(
+            count(&aa, device, Verdict::Slower) + count(&aa, device, Verdict::Faster),
+            0
+        );
+    }
+    let p20 = load("2026-11-30-nvidia-h200-cuda-torch2.11.0-calibration-p20");
+    let planted = compare(&a1, &p20, s).unwrap();
+    assert!(
+        count(&planted, false, Verdict::Slower) >= 150,
+        "{}",
+        count(&planted, false, Verdict::Slower)
+    );
+    assert_eq!(
+        count(&planted, true, Verdict::Slower),
+        0,
+        "a host plant moves no GPU time"
+    );
+    // raw, the host's own drift between the runs hides the plant
+    let raw = Settings {
+        normalize: false,
+        ..s
+    };
+    let hidden = compare(&a1, &p20, raw).unwrap();
+    assert!(count(&hidden, false, Verdict::Slower) <= 5);
 }

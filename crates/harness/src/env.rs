@@ -87,7 +87,43 @@ pub fn collect(run_id: &str, devices: &[Device]) -> EnvInfo {
         env: kernel_vars(),
         settings: BTreeMap::new(),
         build_config: atenx::show_config(),
+        host_state: host_state(),
     }
+}
+
+/// The host's CPU frequency governor, CPU 0's current MHz and the load average (Linux).
+fn host_state() -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    #[cfg(target_os = "linux")]
+    {
+        let read = |p: &str| {
+            std::fs::read_to_string(p)
+                .ok()
+                .map(|s| s.trim().to_string())
+        };
+        let cpufreq = "/sys/devices/system/cpu/cpu0/cpufreq";
+        if let Some(g) = read(&format!("{cpufreq}/scaling_governor")) {
+            out.insert("cpu_governor".into(), g);
+        }
+        if let Some(khz) =
+            read(&format!("{cpufreq}/scaling_cur_freq")).and_then(|k| k.parse::<u64>().ok())
+        {
+            out.insert("cpu0_mhz".into(), (khz / 1000).to_string());
+        } else if let Some(mhz) = read("/proc/cpuinfo").and_then(|i| {
+            i.lines()
+                .find_map(|l| l.strip_prefix("cpu MHz").and_then(|r| r.split_once(':')))
+                .map(|(_, v)| v.trim().to_string())
+        }) {
+            out.insert("cpu0_mhz".into(), mhz);
+        }
+        if let Some(l) = read("/proc/loadavg") {
+            out.insert(
+                "loadavg".into(),
+                l.split_whitespace().take(3).collect::<Vec<_>>().join(" "),
+            );
+        }
+    }
+    out
 }
 
 fn kernel_vars() -> BTreeMap<String, String> {

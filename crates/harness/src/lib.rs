@@ -55,19 +55,15 @@ pub use timing::{
 #[macro_export]
 macro_rules! opbench_bench {
     ($($op:expr),+ $(,)?) => {
-        fn bench(c: &mut criterion::Criterion) {
+        fn main() {
+            let mut c = $crate::timing::criterion_for_main();
             $(
-                if let Err(e) = $crate::bench_op(c, &$op) {
+                if let Err(e) = $crate::bench_op(&mut c, &$op) {
                     eprintln!("opbench: {e}");
                     std::process::exit(2);
                 }
             )+
+            c.final_summary();
         }
-        criterion::criterion_group! {
-            name = benches;
-            config = $crate::criterion_config();
-            targets = bench
-        }
-        criterion::criterion_main!(benches);
     };
 }

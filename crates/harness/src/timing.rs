@@ -23,6 +23,36 @@ use crate::{Config, DType, Device, dtype, select_devices};
 
 pub use rundir::Mode;
 
+/// The criterion of a bench target's `main` ([`opbench_bench!`](crate::opbench_bench)):
+/// [`criterion_config`] with the command line applied.
+///
+/// One verdict voice: criterion compares each case with its previous result in
+/// target/criterion and prints "Performance has regressed" from one process's samples, which
+/// on a noisy host contradicts `opbench compare`. Unless the command line names a baseline
+/// (`--save-baseline`, `--baseline`, `--baseline-lenient`, `--discard-baseline`), the
+/// results are compared with a baseline name that is never saved, so criterion prints no
+/// verdict of its own.
+pub fn criterion_for_main() -> Criterion {
+    let c = criterion_config().configure_from_args();
+    let named = std::env::args().any(|a| {
+        [
+            "--save-baseline",
+            "-s",
+            "--baseline",
+            "-b",
+            "--baseline-lenient",
+            "--discard-baseline",
+        ]
+        .iter()
+        .any(|f| a == *f || a.starts_with(&format!("{f}=")))
+    });
+    if named {
+        c
+    } else {
+        c.retain_baseline("opbench-never-saved".into(), false)
+    }
+}
+
 /// Criterion settings for op benches: flat sampling and the per-case budget from the
 /// `OPBENCH_*` variables (criterion's own 3 s + 5 s per case would make a full sweep take
 /// hours). Command-line options such as `--sample-size` still override these.
@@ -38,11 +68,6 @@ pub fn criterion_config() -> Criterion {
         .measurement_time(measure)
         .nresamples(10_000)
         .without_plots()
-        // one verdict voice: criterion compares a case with its previous result only when
-        // a baseline of this name exists, and none is ever saved under it, so it prints no
-        // "Performance has regressed" of its own (`opbench compare` gives the verdicts);
-        // `--save-baseline` / `--baseline` on the command line still work as criterion's
-        .retain_baseline("opbench-never-saved".into(), false)
 }
 
 /// Time `iters` calls of `p` on `device` in `mode`.

@@ -272,7 +272,8 @@ pub fn comparison_md(base: &Run, cand: &Run, cmp: &Comparison, threshold: f64, a
     println!(
         "Executions (processes): base {nb}, candidate {nc}{}.\n",
         if cmp.normalized {
-            "; host-timed times divided by each sample's host-speed control where it was measured"
+            "; host-timed ratios are at equal host speed (each execution's times divided by its \
+             host-speed control, where measured), while the µs columns are the raw medians"
         } else {
             ""
         }

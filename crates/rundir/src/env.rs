@@ -47,6 +47,9 @@ pub struct Env {
     pub settings: BTreeMap<String, String>,
     /// `at::show_config()`: how libtorch was built.
     pub build_config: String,
+    /// The host's state when the run started, where the OS tells it (Linux): CPU frequency
+    /// governor, current MHz of CPU 0, load average. Host time depends on it.
+    pub host_state: BTreeMap<String, String>,
 }
 
 impl Env {
