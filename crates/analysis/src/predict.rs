@@ -10,7 +10,7 @@
 //! device: adding up per-op times would count the overlap twice. See [`predict`].
 
 use rundir::{CaseKey, DType, DeviceId, Mode, OpKind, Phase, ResultRow, Run, SeriesKey, Work};
-use shapes::{CallKind, Dims, ModelConfig, Problem, Step, StepPlan, StepProfile};
+use shapes::{CallKind, ModelConfig, Problem, Step, StepPlan, StepProfile};
 
 use crate::AnalysisError;
 use crate::fit::{Fits, fit_run};
@@ -145,24 +145,10 @@ impl Query<'_> {
     }
 }
 
-/// Bytes DynamicCache's `cat` moves (the whole cache), as the kvcache crate counts them.
-pub fn cat_bytes(p: &Problem, elem: usize) -> Option<u64> {
-    match p.dims {
-        Dims::KvCache {
-            batch,
-            kv_heads,
-            cache_len,
-            new_len,
-            head_dim,
-        } => Some((batch * kv_heads * head_dim * 2 * (cache_len + new_len) * elem) as u64),
-        _ => None,
-    }
-}
-
 /// Bytes a planned call moves as its crate counts them.
 fn call_bytes(p: &Problem, variant: &str, elem: usize) -> u64 {
     match (p.op, variant) {
-        (OpKind::KvCache, "cat") => cat_bytes(p, elem).unwrap_or(p.bytes(elem)),
+        (OpKind::KvCache, "cat") => p.cat_bytes(elem).unwrap_or(p.bytes(elem)),
         _ => p.bytes(elem),
     }
 }

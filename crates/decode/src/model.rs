@@ -243,37 +243,16 @@ pub enum Cache {
     Static { k: Tensor, v: Tensor },
 }
 
-/// RMSNorm as a flavor writes it.
+/// RMSNorm as a flavor writes it: the rmsnorm crate's forms.
 fn rms_norm(x: &Tensor, w: &Tensor, eps: f64, flavor: Flavor) -> Result<Tensor, TchError> {
     match flavor {
-        Flavor::HfEager => {
-            let kind = x.kind();
-            let h = x.f_to_kind(Kind::Float)?;
-            let var = h
-                .f_pow_tensor_scalar(2)?
-                .f_mean_dim(-1, true, None::<Kind>)?;
-            let h = h.f_mul(&var.f_add_scalar(eps)?.f_rsqrt()?)?;
-            w.f_mul(&h.f_to_kind(kind)?)
-        }
-        Flavor::Fused => {
-            let width = *x.size().last().unwrap_or(&1);
-            x.f_rms_norm([width], Some(w), eps)
-        }
-        Flavor::Reference => {
-            let ms = x
-                .f_pow_tensor_scalar(2)?
-                .f_mean_dim(-1, true, None::<Kind>)?;
-            x.f_mul(&ms.f_add_scalar(eps)?.f_rsqrt()?)?.f_mul(w)
-        }
+        Flavor::HfEager => rmsnorm::hf(x, w, eps),
+        Flavor::Fused => rmsnorm::aten(x, w, eps),
+        Flavor::Reference => rmsnorm::reference(x, w, eps),
     }
 }
 
-fn rotate_half(x: &Tensor) -> Result<Tensor, TchError> {
-    let d = *x.size().last().unwrap_or(&0);
-    let x1 = x.f_narrow(-1, 0, d / 2)?;
-    let x2 = x.f_narrow(-1, d / 2, d / 2)?;
-    Tensor::f_cat(&[&x2.f_neg()?, &x1], -1)
-}
+use rope::rotate_half;
 
 /// One forward: `ids` `[B, q]` at positions `pos0..pos0+q` against `caches` (one per
 /// layer). Returns the logits of the last token of each sequence, `[B, V]`.

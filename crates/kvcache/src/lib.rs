@@ -113,11 +113,7 @@ impl Op for KvCache {
             Ok(buf)
         };
         let (prep, bytes) = match variant {
-            "cat" => {
-                let rows = (b * h * d) as u64;
-                let moved = rows * (2 * (l + q) as u64) * dt.size() as u64;
-                (Prep::Cat, Some(moved))
-            }
+            "cat" => (Prep::Cat, problem.cat_bytes(dt.size())),
             "index_copy" => {
                 let pos = Tensor::f_arange_start(l, l + q, (Kind::Int64, device.tch()))?;
                 (

@@ -16,6 +16,33 @@ use harness::{Check, DType, Device, Failure, Op, Prepared};
 use shapes::{Dims, OpKind, Problem};
 use tch::{Kind, TchError, Tensor};
 
+/// transformers' `Qwen3RMSNorm.forward`, op for op: upcast to float32, `pow(2).mean(-1,
+/// keepdim)`, `+ eps`, `rsqrt`, multiply, cast back, multiply by the weight.
+pub fn hf(x: &Tensor, w: &Tensor, eps: f64) -> Result<Tensor, TchError> {
+    let input_kind = x.kind();
+    let h = x.f_to_kind(Kind::Float)?;
+    let var = h
+        .f_pow_tensor_scalar(2)?
+        .f_mean_dim(-1, true, None::<Kind>)?;
+    let h = h.f_mul(&var.f_add_scalar(eps)?.f_rsqrt()?)?;
+    w.f_mul(&h.f_to_kind(input_kind)?)
+}
+
+/// ATen's one-call `rms_norm` over the last dimension.
+pub fn aten(x: &Tensor, w: &Tensor, eps: f64) -> Result<Tensor, TchError> {
+    let width = *x.size().last().unwrap_or(&1);
+    x.f_rms_norm([width], Some(w), eps)
+}
+
+/// The reference formula, `x · rsqrt(mean(x²) + eps) · w`, in the inputs' own dtype (the
+/// checks pass float64).
+pub fn reference(x: &Tensor, w: &Tensor, eps: f64) -> Result<Tensor, TchError> {
+    let ms = x
+        .f_pow_tensor_scalar(2)?
+        .f_mean_dim(-1, true, None::<Kind>)?;
+    x.f_mul(&ms.f_add_scalar(eps)?.f_rsqrt()?)?.f_mul(w)
+}
+
 /// The RMSNorm op.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RmsNorm;
@@ -38,16 +65,8 @@ impl PreparedNorm {
     fn forward(&self) -> Result<Tensor, TchError> {
         let width = *self.x.size().last().unwrap_or(&1);
         match self.variant {
-            Variant::Hf => {
-                let input_kind = self.x.kind();
-                let h = self.x.f_to_kind(Kind::Float)?;
-                let var = h
-                    .f_pow_tensor_scalar(2)?
-                    .f_mean_dim(-1, true, None::<Kind>)?;
-                let h = h.f_mul(&var.f_add_scalar(self.eps)?.f_rsqrt()?)?;
-                self.w.f_mul(&h.f_to_kind(input_kind)?)
-            }
-            Variant::Aten => self.x.f_rms_norm([width], Some(&self.w), self.eps),
+            Variant::Hf => hf(&self.x, &self.w, self.eps),
+            Variant::Aten => aten(&self.x, &self.w, self.eps),
             Variant::Fused => Ok(self
                 .x
                 .f_internal_fused_rms_norm([width], Some(&self.w), self.eps)?
@@ -62,12 +81,7 @@ impl Prepared for PreparedNorm {
     }
     fn check(&mut self) -> Result<Check, TchError> {
         let output = self.forward()?;
-        let x = f64_cpu(&self.x)?;
-        let w = f64_cpu(&self.w)?;
-        let ms = x
-            .f_pow_tensor_scalar(2)?
-            .f_mean_dim(-1, true, None::<Kind>)?;
-        let reference = x.f_mul(&ms.f_add_scalar(self.eps)?.f_rsqrt()?)?.f_mul(&w)?;
+        let reference = reference(&f64_cpu(&self.x)?, &f64_cpu(&self.w)?, self.eps)?;
         Ok(Check { output, reference })
     }
 }

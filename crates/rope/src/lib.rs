@@ -68,7 +68,8 @@ fn ref_table(theta: f64, d: i64, b: i64, q: i64, l: i64) -> Result<(Tensor, Tens
     Ok((emb.f_cos()?, emb.f_sin()?))
 }
 
-fn rotate_half(x: &Tensor) -> Result<Tensor, TchError> {
+/// transformers' `rotate_half`: `cat(-x2, x1)` of the two halves of the last dimension.
+pub fn rotate_half(x: &Tensor) -> Result<Tensor, TchError> {
     let d = *x.size().last().unwrap_or(&0);
     let x1 = x.f_narrow(-1, 0, d / 2)?;
     let x2 = x.f_narrow(-1, d / 2, d / 2)?;

@@ -195,10 +195,13 @@ impl std::ops::Deref for CaseKey {
 }
 
 impl SeriesKey {
-    /// Its columns, in file order.
-    pub const COLUMNS: [&'static str; 10] = [
-        "op", "variant", "site", "model", "phase", "q_len", "kv_len", "dtype", "device", "mode",
-    ];
+    /// Its columns, in file order: the case key's without `batch`.
+    pub fn columns() -> Vec<&'static str> {
+        CaseKey::COLUMNS
+            .into_iter()
+            .filter(|c| *c != "batch")
+            .collect()
+    }
 
     pub fn at(&self, batch: usize) -> CaseKey {
         CaseKey {
@@ -207,7 +210,7 @@ impl SeriesKey {
         }
     }
 
-    /// The fields as text, in [`Self::COLUMNS`] order; `batch`, when given, goes after
+    /// The fields as text, in [`Self::columns`] order; `batch`, when given, goes after
     /// `phase` (the case key's order).
     pub(crate) fn fields(&self, batch: Option<usize>) -> Vec<String> {
         let mut out = vec![

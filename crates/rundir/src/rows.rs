@@ -57,20 +57,8 @@ impl std::ops::Deref for ResultRow {
 const V1_UPPER_BOUND: &str = "upper bound: in ";
 
 impl ResultRow {
-    /// `results.csv` columns, in file order.
-    pub const COLUMNS: [&'static str; 31] = [
-        "run_id",
-        "op",
-        "variant",
-        "site",
-        "model",
-        "phase",
-        "batch",
-        "q_len",
-        "kv_len",
-        "dtype",
-        "device",
-        "mode",
+    /// `results.csv` columns after `run_id` and the case key, in file order.
+    const TAIL: [&'static str; 19] = [
         "dims",
         "status",
         "samples",
@@ -91,6 +79,14 @@ impl ResultRow {
         "exec_cv",
         "note",
     ];
+
+    /// `results.csv` columns, in file order: `run_id`, the case key, the rest.
+    pub fn columns() -> Vec<&'static str> {
+        let mut out = vec!["run_id"];
+        out.extend(CaseKey::COLUMNS);
+        out.extend(Self::TAIL);
+        out
+    }
 
     /// A row with the case's identity, work counts and status, timing left empty.
     pub fn new(run_id: &str, key: CaseKey, dims: String, status: Status) -> Self {
@@ -240,30 +236,22 @@ pub struct Sample {
 }
 
 impl Sample {
+    /// `samples.csv` columns, in file order: the case key, then these.
+    const TAIL: [&'static str; 4] = ["execution", "iters", "total_ns", "control_ns"];
+
     /// `samples.csv` columns, in file order.
-    pub const COLUMNS: [&'static str; 15] = [
-        "op",
-        "variant",
-        "site",
-        "model",
-        "phase",
-        "batch",
-        "q_len",
-        "kv_len",
-        "dtype",
-        "device",
-        "mode",
-        "execution",
-        "iters",
-        "total_ns",
-        "control_ns",
-    ];
+    pub fn columns() -> Vec<&'static str> {
+        let mut out = CaseKey::COLUMNS.to_vec();
+        out.extend(Self::TAIL);
+        out
+    }
 
     /// The columns every schema version has.
-    pub const V1_COLUMNS: [&'static str; 13] = [
-        "op", "variant", "site", "model", "phase", "batch", "q_len", "kv_len", "dtype", "device",
-        "mode", "iters", "total_ns",
-    ];
+    pub fn v1_columns() -> Vec<&'static str> {
+        let mut out = CaseKey::COLUMNS.to_vec();
+        out.extend(["iters", "total_ns"]);
+        out
+    }
 
     /// Time per call.
     pub fn per_call_ns(&self) -> f64 {
@@ -370,18 +358,8 @@ pub struct FitRow {
 }
 
 impl FitRow {
-    /// `fits.csv` columns, in file order.
-    pub const COLUMNS: [&'static str; 22] = [
-        "op",
-        "variant",
-        "site",
-        "model",
-        "phase",
-        "q_len",
-        "kv_len",
-        "dtype",
-        "device",
-        "mode",
+    /// `fits.csv` columns after the series key, in file order.
+    const TAIL: [&'static str; 12] = [
         "work",
         "n_points",
         "overhead_us",
@@ -395,6 +373,13 @@ impl FitRow {
         "crossover_batch",
         "model_kind",
     ];
+
+    /// `fits.csv` columns, in file order: the series key, then the fit.
+    pub fn columns() -> Vec<&'static str> {
+        let mut out = SeriesKey::columns();
+        out.extend(Self::TAIL);
+        out
+    }
 
     pub fn rate_unit(&self) -> &'static str {
         self.work.unit().0

@@ -74,9 +74,8 @@ const V2_ONLY: [&str; 4] = ["uncovered_chunks", "control_ns", "executions", "exe
 
 /// The columns a reader of schema `v` requires.
 fn results_columns(v: u32) -> Vec<&'static str> {
-    ResultRow::COLUMNS
-        .iter()
-        .copied()
+    ResultRow::columns()
+        .into_iter()
         .filter(|c| v >= 2 || !V2_ONLY.contains(c))
         .collect()
 }
@@ -133,12 +132,12 @@ impl Run {
     /// finite positive time).
     pub fn samples(&self) -> Result<BTreeMap<CaseKey, Vec<Sample>>, RunError> {
         let path = self.dir.join("samples.csv");
-        let required: &[&str] = if self.schema >= 2 {
-            &Sample::COLUMNS
+        let required = if self.schema >= 2 {
+            Sample::columns()
         } else {
-            &Sample::V1_COLUMNS
+            Sample::v1_columns()
         };
-        let rows = read_records(&path, required, Sample::read)?;
+        let rows = read_records(&path, &required, Sample::read)?;
         let mut out: BTreeMap<CaseKey, Vec<Sample>> = BTreeMap::new();
         for s in rows {
             out.entry(s.key.clone()).or_default().push(s);
@@ -255,8 +254,8 @@ impl RunWriter {
         };
         Ok(RunWriter {
             cases,
-            results: appender(&path.join("results.csv"), &ResultRow::COLUMNS)?,
-            samples: appender(&path.join("samples.csv"), &Sample::COLUMNS)?,
+            results: appender(&path.join("results.csv"), &ResultRow::columns())?,
+            samples: appender(&path.join("samples.csv"), &Sample::columns())?,
             run_id: run_id.to_string(),
             path,
         })
@@ -299,7 +298,7 @@ pub fn write_fits(path: &Path, rows: &[FitRow]) -> Result<(), RunError> {
         .has_headers(false)
         .from_path(path)
         .map_err(|e| csv_err(path, &e))?;
-    w.write_record(FitRow::COLUMNS)
+    w.write_record(FitRow::columns())
         .map_err(|e| csv_err(path, &e))?;
     for r in rows {
         w.write_record(r.record()).map_err(|e| csv_err(path, &e))?;

@@ -90,7 +90,10 @@ fn written_rows_read_back_equal() {
     let samples = loaded.samples().unwrap();
     assert_eq!(samples[&key(8)], row(8).1);
     let header = std::fs::read_to_string(run.join("results.csv")).unwrap();
-    assert_eq!(header.lines().next().unwrap(), ResultRow::COLUMNS.join(","));
+    assert_eq!(
+        header.lines().next().unwrap(),
+        ResultRow::columns().join(",")
+    );
     let env: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(run.join("env.json")).unwrap()).unwrap();
     assert_eq!(env["schema_version"], SCHEMA_VERSION);

@@ -321,6 +321,24 @@ impl Problem {
             && self.dims == other.dims
     }
 
+    /// Bytes an append by concatenation moves (DynamicCache's `cat`): the whole cache is
+    /// read and written, L + q rows each way. `None` for anything but a KV-cache problem.
+    pub fn cat_bytes(&self, elem: usize) -> Option<u64> {
+        match self.dims {
+            Dims::KvCache {
+                batch,
+                kv_heads,
+                cache_len,
+                new_len,
+                head_dim,
+            } => {
+                let rows = (batch * kv_heads * head_dim) as u64;
+                Some(rows * 2 * (cache_len + new_len) as u64 * elem as u64)
+            }
+            _ => None,
+        }
+    }
+
     /// Floating-point operations per call (multiply and add counted separately).
     ///
     /// - linear: 2·m·n·k.

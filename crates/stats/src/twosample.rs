@@ -66,19 +66,14 @@ pub fn ratio_ci(base: &[f64], cand: &[f64], level: f64, resamples: usize) -> (f6
         crate::median(buf)
     };
     let (mut bb, mut cb) = (Vec::new(), Vec::new());
-    let mut ratios: Vec<f64> = (0..resamples)
+    let ratios: Vec<f64> = (0..resamples)
         .map(|_| {
             let b = draw(base, &mut bb);
             let c = draw(cand, &mut cb);
             c / b
         })
         .collect();
-    ratios.sort_by(f64::total_cmp);
-    let a = (1.0 - level) / 2.0;
-    (
-        crate::estimate::quantile_sorted(&ratios, a),
-        crate::estimate::quantile_sorted(&ratios, 1.0 - a),
-    )
+    percentile_interval(ratios, level)
 }
 
 /// Draw `groups.len()` groups with replacement, then that many values with replacement
@@ -114,19 +109,14 @@ pub fn hier_ratio_ci(
     }
     let mut rng = StdRng::seed_from_u64(11);
     let (mut bb, mut cb) = (Vec::new(), Vec::new());
-    let mut ratios: Vec<f64> = (0..resamples)
+    let ratios: Vec<f64> = (0..resamples)
         .map(|_| {
             let b = hier_draw(&base, &mut rng, &mut bb);
             let c = hier_draw(&cand, &mut rng, &mut cb);
             c / b
         })
         .collect();
-    ratios.sort_by(f64::total_cmp);
-    let a = (1.0 - level) / 2.0;
-    (
-        crate::estimate::quantile_sorted(&ratios, a),
-        crate::estimate::quantile_sorted(&ratios, 1.0 - a),
-    )
+    percentile_interval(ratios, level)
 }
 
 /// Hierarchical bootstrap interval of the median of pooled executions (see
@@ -138,14 +128,19 @@ pub fn hier_median_ci(groups: &[Vec<f64>], level: f64, resamples: usize) -> (f64
     }
     let mut rng = StdRng::seed_from_u64(13);
     let mut buf = Vec::new();
-    let mut meds: Vec<f64> = (0..resamples)
+    let meds: Vec<f64> = (0..resamples)
         .map(|_| hier_draw(&groups, &mut rng, &mut buf))
         .collect();
-    meds.sort_by(f64::total_cmp);
+    percentile_interval(meds, level)
+}
+
+/// The central `level` interval of bootstrap replicates.
+fn percentile_interval(mut xs: Vec<f64>, level: f64) -> (f64, f64) {
+    xs.sort_by(f64::total_cmp);
     let a = (1.0 - level) / 2.0;
     (
-        crate::estimate::quantile_sorted(&meds, a),
-        crate::estimate::quantile_sorted(&meds, 1.0 - a),
+        crate::estimate::quantile_sorted(&xs, a),
+        crate::estimate::quantile_sorted(&xs, 1.0 - a),
     )
 }
 
