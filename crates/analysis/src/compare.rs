@@ -207,6 +207,15 @@ fn per_call(run: &Run, normalize: bool) -> Result<BTreeMap<CaseKey, Vec<Vec<f64>
     Ok(out)
 }
 
+/// Some sample of the run carries a host-speed control.
+fn has_control(run: &Run) -> Result<bool, AnalysisError> {
+    Ok(run
+        .samples()?
+        .values()
+        .flatten()
+        .any(|s| s.control_ns.is_some()))
+}
+
 /// Executions in a run: the largest execution number its samples name.
 fn executions(samples: &BTreeMap<CaseKey, Vec<Vec<f64>>>) -> usize {
     samples.values().map(Vec::len).max().unwrap_or(0)
@@ -221,7 +230,8 @@ pub struct Comparison {
     pub env_diff: Vec<String>,
     /// Executions (processes) in each run: base, candidate.
     pub executions: (usize, usize),
-    /// Per-call times were divided by the host-speed control.
+    /// Host-timed per-call times were divided by the host-speed control (asked for, and
+    /// the samples had one).
     pub normalized: bool,
 }
 
@@ -328,7 +338,7 @@ pub fn compare(base: &Run, cand: &Run, s: Settings) -> Result<Comparison, Analys
         lines,
         env_diff: env_diff(base.env.as_ref(), cand.env.as_ref()),
         executions: (executions(&bs), executions(&cs)),
-        normalized: s.normalize,
+        normalized: s.normalize && has_control(base)? && has_control(cand)?,
     })
 }
 
