@@ -252,7 +252,32 @@ impl Comparison {
 }
 
 /// Compare two runs case by case.
+///
+/// A run with no ok row, or two runs with no case in common (a CPU run against a GPU run,
+/// say), is an [`AnalysisError::Input`]: there is nothing to compare.
 pub fn compare(base: &Run, cand: &Run, s: Settings) -> Result<Comparison, AnalysisError> {
+    for run in [base, cand] {
+        if run.ok_rows().next().is_none() {
+            return Err(AnalysisError::Input(format!(
+                "{}: no ok row to compare",
+                run.dir.display()
+            )));
+        }
+    }
+    let base_keys: BTreeSet<&CaseKey> = base.results.iter().map(|r| &r.key).collect();
+    if !cand.results.iter().any(|r| base_keys.contains(&r.key)) {
+        let devices = |run: &Run| {
+            let d: BTreeSet<String> = run.results.iter().map(|r| r.device.to_string()).collect();
+            d.into_iter().collect::<Vec<_>>().join(", ")
+        };
+        return Err(AnalysisError::Input(format!(
+            "{} and {}: no case in common (devices {} against {}): nothing to compare",
+            base.dir.display(),
+            cand.dir.display(),
+            devices(base),
+            devices(cand)
+        )));
+    }
     let bs = per_call(base, s.normalize)?;
     let cs = per_call(cand, s.normalize)?;
     let index = |run: &Run| -> BTreeMap<CaseKey, ResultRow> {

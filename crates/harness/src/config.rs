@@ -115,6 +115,13 @@ impl Config {
                 })
                 .collect::<Result<Vec<_>, _>>()?,
         };
+        if let Some(m) = modes
+            .iter()
+            .enumerate()
+            .find_map(|(i, m)| modes[..i].contains(m).then_some(m))
+        {
+            return Err(format!("OPBENCH_MODES: `{m}` given twice"));
+        }
         let out = var("OPBENCH_OUT")
             .map(PathBuf::from)
             .unwrap_or_else(default_out);
@@ -124,6 +131,32 @@ impl Config {
                 "OPBENCH_SAMPLES={samples}: criterion needs at least 10"
             ));
         }
+        if let Some(d) = dtypes.as_ref().and_then(|ds| {
+            ds.iter()
+                .enumerate()
+                .find_map(|(i, d)| ds[..i].contains(d).then_some(d))
+        }) {
+            return Err(format!("OPBENCH_DTYPE: `{d}` given twice"));
+        }
+        let warmup_ms: u64 = number("OPBENCH_WARMUP_MS", 100)?;
+        let measure_ms: u64 = number("OPBENCH_MEASURE_MS", 400)?;
+        if measure_ms == 0 {
+            return Err("OPBENCH_MEASURE_MS=0: criterion needs a positive measurement time".into());
+        }
+        let threads = match var("OPBENCH_THREADS") {
+            None => None,
+            Some(_) => {
+                let t: usize = number("OPBENCH_THREADS", 0)?;
+                let cores = std::thread::available_parallelism().map_or(1, usize::from);
+                if t == 0 || t > 4 * cores {
+                    return Err(format!(
+                        "OPBENCH_THREADS={t}: expected 1 to {} (4 × the {cores} cores here)",
+                        4 * cores
+                    ));
+                }
+                Some(t)
+            }
+        };
         Ok(Config {
             models,
             device,
@@ -135,11 +168,9 @@ impl Config {
             out,
             run_id: var("OPBENCH_RUN"),
             samples,
-            warmup: Duration::from_millis(number("OPBENCH_WARMUP_MS", 100)?),
-            measure: Duration::from_millis(number("OPBENCH_MEASURE_MS", 400)?),
-            threads: var("OPBENCH_THREADS")
-                .map(|_| number("OPBENCH_THREADS", 0usize))
-                .transpose()?,
+            warmup: Duration::from_millis(warmup_ms),
+            measure: Duration::from_millis(measure_ms),
+            threads,
             execution: match var("OPBENCH_EXECUTION") {
                 None => None,
                 Some(_) => match number("OPBENCH_EXECUTION", 0u32)? {

@@ -63,6 +63,18 @@ pub fn run(args: &Args) -> Result<u8, Failure> {
     if args.batch.contains(&0) {
         return Err(Failure::input("--batch: sizes must be positive"));
     }
+    if let Some(b) = args.batch.iter().find(|b| **b > shapes::MAX_BATCH) {
+        return Err(Failure::input(format!(
+            "--batch {b}: above {}, more than any device holds",
+            shapes::MAX_BATCH
+        )));
+    }
+    if let Some(l) = args.ctx.iter().find(|l| **l > shapes::MAX_LEN) {
+        return Err(Failure::input(format!(
+            "--ctx {l}: above {}, more than any device holds",
+            shapes::MAX_LEN
+        )));
+    }
     let grid = Grid::load_default().map_err(|e| Failure::input(e.to_string()))?;
     let profile = grid
         .profile("default")
@@ -92,6 +104,14 @@ pub fn run(args: &Args) -> Result<u8, Failure> {
                     if op.is_some_and(|o| o != p.op) {
                         continue;
                     }
+                    let (Some(flops), Some(bytes)) =
+                        (p.checked_flops(), p.checked_bytes(dtype.size()))
+                    else {
+                        return Err(Failure::input(format!(
+                            "{} {} at B={b} L={l}: its FLOP or byte count does not fit 64 bits",
+                            p.op, p.site
+                        )));
+                    };
                     rows.push(vec![
                         p.op.to_string(),
                         p.site.to_string(),
@@ -101,8 +121,8 @@ pub fn run(args: &Args) -> Result<u8, Failure> {
                         p.q_len.to_string(),
                         p.kv_len.map_or(String::new(), |k| k.to_string()),
                         p.dims.to_string(),
-                        p.flops().to_string(),
-                        p.bytes(dtype.size()).to_string(),
+                        flops.to_string(),
+                        bytes.to_string(),
                         p.calls_per_step.to_string(),
                     ]);
                 }

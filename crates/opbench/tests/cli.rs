@@ -669,3 +669,214 @@ fn env_describes_this_machine_only_in_a_torch_build() {
     assert_eq!(code, 2);
     assert!(err.contains("tpu"), "{err}");
 }
+
+/// A small ok run in `dir` (floor and two linear batches), written by the test helpers.
+fn small_run(dir: &Path) {
+    let mut rng = StdRng::seed_from_u64(9);
+    write_run(
+        dir,
+        &[
+            case(
+                "linear",
+                "aten",
+                "q_proj",
+                1,
+                noisy(&mut rng, 1e4, 0.01, 10),
+            ),
+            case(
+                "linear",
+                "aten",
+                "q_proj",
+                8,
+                noisy(&mut rng, 1.1e4, 0.01, 10),
+            ),
+        ],
+    );
+}
+
+/// Replace `from` by `to` in a file of a run.
+fn edit(path: &Path, from: &str, to: &str) {
+    let text = std::fs::read_to_string(path).unwrap();
+    std::fs::write(path, text.replace(from, to)).unwrap();
+}
+
+#[test]
+fn nothing_to_compare_is_exit_2_not_an_empty_success() {
+    let dir = tempfile::tempdir().unwrap();
+    let (gpu, cpu, empty) = (
+        dir.path().join("gpu"),
+        dir.path().join("cpu"),
+        dir.path().join("empty"),
+    );
+    small_run(&gpu);
+    small_run(&cpu);
+    for f in ["results.csv", "samples.csv"] {
+        edit(&cpu.join(f), "cuda:0", "cpu");
+    }
+    let (code, _, err) = opbench(&["compare", gpu.to_str().unwrap(), cpu.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("no case in common (devices cuda:0 against cpu)"),
+        "{err}"
+    );
+    // a header-only candidate
+    small_run(&empty);
+    let header = std::fs::read_to_string(empty.join("results.csv")).unwrap();
+    std::fs::write(empty.join("results.csv"), header.lines().next().unwrap()).unwrap();
+    let (code, _, err) = opbench(&["compare", gpu.to_str().unwrap(), empty.to_str().unwrap()]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("no ok row to compare") && err.lines().count() == 1,
+        "{err}"
+    );
+}
+
+#[test]
+fn invalid_numbers_stop_report_publish_and_predict_at_the_reader() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("r");
+    small_run(&run);
+    let text = std::fs::read_to_string(run.join("results.csv")).unwrap();
+    let median = text
+        .lines()
+        .nth(1)
+        .unwrap()
+        .split(',')
+        .nth(15)
+        .unwrap()
+        .to_string();
+    for bad in ["inf", "NaN", "-5", "0"] {
+        std::fs::write(run.join("results.csv"), text.replacen(&median, bad, 1)).unwrap();
+        for verb in [
+            vec!["report", run.to_str().unwrap()],
+            vec!["fit", run.to_str().unwrap()],
+            vec![
+                "predict",
+                run.to_str().unwrap(),
+                "--model",
+                "qwen3-0.6b",
+                "--batch",
+                "1",
+                "--ctx",
+                "128",
+            ],
+            vec![
+                "publish",
+                run.to_str().unwrap(),
+                "--results",
+                dir.path().join("pub").to_str().unwrap(),
+            ],
+        ] {
+            let t0 = std::time::Instant::now();
+            let (code, out, err) = opbench(&verb);
+            assert_eq!(code, 2, "{bad} {verb:?}: {out}{err}");
+            assert!(
+                err.contains("column `median_ns`") && err.contains(bad),
+                "{err}"
+            );
+            assert!(
+                t0.elapsed().as_secs() < 30,
+                "{bad} {verb:?} took {:?}",
+                t0.elapsed()
+            );
+        }
+    }
+    // publish refused, and left nothing behind
+    assert!(
+        !dir.path().join("pub").exists()
+            || std::fs::read_dir(dir.path().join("pub"))
+                .unwrap()
+                .next()
+                .is_none()
+    );
+}
+
+#[test]
+fn publish_refuses_incomplete_runs_and_leaves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("r");
+    let results = dir.path().join("results");
+    small_run(&run);
+    std::fs::remove_file(run.join("samples.csv")).unwrap();
+    let (code, _, err) = opbench(&[
+        "publish",
+        run.to_str().unwrap(),
+        "--results",
+        results.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("samples.csv: missing"), "{err}");
+    small_run(&run);
+    std::fs::remove_file(run.join("env.json")).unwrap();
+    let (code, _, err) = opbench(&[
+        "publish",
+        run.to_str().unwrap(),
+        "--results",
+        results.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("no env.json"), "{err}");
+    let leftovers: Vec<_> = std::fs::read_dir(&results)
+        .map(|d| d.flatten().collect())
+        .unwrap_or_default();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+#[test]
+fn absurd_shapes_are_refused_not_wrapped() {
+    let (code, out, err) = opbench(&[
+        "shapes",
+        "--model",
+        "qwen3-0.6b",
+        "--batch",
+        "10000000000000",
+        "--op",
+        "linear",
+    ]);
+    assert_eq!(code, 2, "{out}");
+    assert!(err.contains("--batch 10000000000000: above 65536"), "{err}");
+    let (code, _, err) = opbench(&[
+        "shapes",
+        "--model",
+        "qwen3-0.6b",
+        "--ctx",
+        "18446744073709551615",
+    ]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--ctx"), "{err}");
+}
+
+/// Unbounded growth: `report` draws a run whose times span 18 decades under a 2 GB address
+/// space limit (an `inf` median once made it allocate until the OOM killer came).
+#[cfg(target_os = "linux")]
+#[test]
+fn report_stays_within_a_memory_limit_on_extreme_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("r");
+    let mut cases = Vec::new();
+    for (b, t) in [(1, 1e-3), (8, 1e6), (64, 1e15)] {
+        cases.push(case(
+            "linear",
+            "aten",
+            "q_proj",
+            b,
+            vec![t, t * 1.01, t * 0.99],
+        ));
+    }
+    write_run(&run, &cases);
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -v 2000000 && exec {} report {}",
+            env!("CARGO_BIN_EXE_opbench"),
+            run.display()
+        ))
+        .output()
+        .unwrap();
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    assert!(run.join("report.md").is_file());
+}

@@ -69,6 +69,8 @@ pub enum RunError {
         column: &'static str,
         problem: String,
     },
+    #[error("{}: this run was started with other settings ({diff}); use a new OPBENCH_RUN", path.display())]
+    OtherSettings { path: PathBuf, diff: String },
     #[error("{}: case {key} is already in this run; a run holds each case once", path.display())]
     AlreadyInRun { path: PathBuf, key: String },
     #[error("{}: line {line}: duplicate case {key} (first on line {first})", path.display())]

@@ -234,7 +234,31 @@ impl RunWriter {
         let path = path.to_path_buf();
         std::fs::create_dir_all(&path).map_err(io(&path))?;
         let env_path = path.join("env.json");
-        if !env_path.exists() {
+        if let Some(first) = read_env(&env_path)? {
+            // a second process of the run must measure it the same way (its own seed aside)
+            let differs: Vec<String> = env
+                .settings
+                .iter()
+                .chain(first.settings.iter())
+                .map(|(k, _)| k)
+                .filter(|k| *k != "seed")
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .filter(|k| env.settings.get(*k) != first.settings.get(*k))
+                .map(|k| {
+                    let v = |m: &std::collections::BTreeMap<String, String>| {
+                        m.get(k).cloned().unwrap_or_else(|| "-".into())
+                    };
+                    format!("{k}: {} -> {}", v(&first.settings), v(&env.settings))
+                })
+                .collect();
+            if !differs.is_empty() {
+                return Err(RunError::OtherSettings {
+                    path: env_path,
+                    diff: differs.join(", "),
+                });
+            }
+        } else {
             let env = Env {
                 schema_version: SCHEMA_VERSION,
                 ..env.clone()

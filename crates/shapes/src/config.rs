@@ -21,6 +21,8 @@ pub enum ShapesError {
         key: &'static str,
         message: String,
     },
+    #[error("{what} `{name}` given twice")]
+    Duplicate { what: &'static str, name: String },
     #[error("unknown model `{name}` (known: {known})")]
     UnknownModel { name: String, known: String },
     #[error("unknown grid profile `{name}` in {path} (known: {known})")]
@@ -30,6 +32,9 @@ pub enum ShapesError {
         known: String,
     },
 }
+
+/// The largest size a model file may give (hidden size, heads, vocabulary, …).
+pub const MAX_DIM: usize = 1 << 24;
 
 /// One Qwen3 model, as its `config.json` says. Unknown keys are an error, so a typo in a
 /// shapes file never silently falls back to a default.
@@ -92,7 +97,8 @@ pub fn builtin_models() -> Vec<&'static str> {
 
 /// The `shapes/` folder to read: `OPBENCH_SHAPES` if set, else the first `shapes/` with a
 /// `grid.toml` in the current directory or one of its parents. `None` means "use the copies
-/// embedded in the binary".
+/// embedded in the binary". Use [`check_shapes_env`] to refuse an `OPBENCH_SHAPES` that is
+/// not a shapes folder rather than fall back.
 pub fn shapes_dir() -> Option<PathBuf> {
     if let Some(dir) = std::env::var_os("OPBENCH_SHAPES") {
         return Some(PathBuf::from(dir));
@@ -101,6 +107,29 @@ pub fn shapes_dir() -> Option<PathBuf> {
     cwd.ancestors()
         .map(|d| d.join("shapes"))
         .find(|d| d.join("grid.toml").is_file())
+}
+
+/// `OPBENCH_SHAPES`, when set, must be a folder holding `grid.toml`: a missing folder, a
+/// file or a folder without a grid is an error, never a silent fall-back to the built-in
+/// shapes.
+pub fn check_shapes_env() -> Result<(), ShapesError> {
+    let Some(dir) = std::env::var_os("OPBENCH_SHAPES") else {
+        return Ok(());
+    };
+    let dir = PathBuf::from(dir);
+    let why = if !dir.exists() {
+        "OPBENCH_SHAPES: no such folder"
+    } else if !dir.is_dir() {
+        "OPBENCH_SHAPES: not a folder"
+    } else if !dir.join("grid.toml").is_file() {
+        "OPBENCH_SHAPES: the folder has no grid.toml"
+    } else {
+        return Ok(());
+    };
+    Err(ShapesError::Parse {
+        path: dir,
+        message: why.into(),
+    })
 }
 
 impl ModelConfig {
@@ -123,12 +152,22 @@ impl ModelConfig {
         Self::parse(&text, path)
     }
 
-    /// A model by name: from [`shapes_dir`] when there is one, else the embedded copy.
+    /// A model by name: from [`shapes_dir`] when there is one, else the embedded copy. A
+    /// file whose `name` differs from its file name is an error (its rows would carry the
+    /// wrong model).
     pub fn by_name(name: &str) -> Result<Self, ShapesError> {
         if let Some(dir) = shapes_dir() {
             let path = dir.join(format!("{name}.toml"));
             if path.is_file() && name != "grid" {
-                return Self::load(&path);
+                let cfg = Self::load(&path)?;
+                if cfg.name != name {
+                    return Err(ShapesError::Invalid {
+                        path,
+                        key: "name",
+                        message: format!("`{}` differs from the file name `{name}`", cfg.name),
+                    });
+                }
+                return Ok(cfg);
             }
         }
         Self::builtin(name)
@@ -151,7 +190,18 @@ impl ModelConfig {
             let all: Result<Vec<_>, _> = builtin_models().into_iter().map(Self::by_name).collect();
             return Ok(all?.into_iter().filter(|m| !m.is_moe()).collect());
         }
-        spec.split(',').map(|n| Self::by_name(n.trim())).collect()
+        let names: Vec<&str> = spec.split(',').map(str::trim).collect();
+        if let Some(dup) = names
+            .iter()
+            .enumerate()
+            .find_map(|(i, n)| names[..i].contains(n).then_some(*n))
+        {
+            return Err(ShapesError::Duplicate {
+                what: "model",
+                name: dup.to_string(),
+            });
+        }
+        names.into_iter().map(Self::by_name).collect()
     }
 
     /// Mixture-of-experts model (its MLP sites are expert sites, not derived yet).
@@ -178,6 +228,10 @@ impl ModelConfig {
         for (key, v) in positive {
             if v == 0 {
                 return Err(invalid(key, "must be positive"));
+            }
+            // no real model comes near; keeps every product of two sizes within 64 bits
+            if v > MAX_DIM {
+                return Err(invalid(key, &format!("{v} is above {MAX_DIM}")));
             }
         }
         if self.num_attention_heads % self.num_key_value_heads != 0 {

@@ -60,6 +60,12 @@ impl std::fmt::Display for DTypeName {
     }
 }
 
+/// The largest batch opbench accepts (grid, `opbench shapes`): far beyond any device's
+/// memory at these models' sizes, small enough that no count overflows.
+pub const MAX_BATCH: usize = 1 << 16;
+/// The largest sequence or cache length opbench accepts, likewise.
+pub const MAX_LEN: usize = 1 << 22;
+
 /// One profile of the grid.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -88,18 +94,33 @@ impl Grid {
             })?;
         for p in profiles.values() {
             let lists = [
-                ("batches", &p.batches),
-                ("prefill_len", &p.prefill_len),
-                ("prefill_batches", &p.prefill_batches),
+                ("batches", &p.batches, MAX_BATCH),
+                ("decode_ctx", &p.decode_ctx, MAX_LEN),
+                ("prefill_len", &p.prefill_len, MAX_LEN),
+                ("prefill_batches", &p.prefill_batches, MAX_BATCH),
             ];
-            for (key, list) in lists {
-                if list.contains(&0) {
-                    return Err(ShapesError::Invalid {
-                        path: path.to_path_buf(),
-                        key,
-                        message: "values must be positive".into(),
-                    });
+            for (key, list, max) in lists {
+                let invalid = |message: String| ShapesError::Invalid {
+                    path: path.to_path_buf(),
+                    key,
+                    message,
+                };
+                if list.is_empty() {
+                    return Err(invalid("empty: a profile needs at least one value".into()));
                 }
+                if key != "decode_ctx" && list.contains(&0) {
+                    return Err(invalid("values must be positive".into()));
+                }
+                if let Some(v) = list.iter().find(|v| **v > max) {
+                    return Err(invalid(format!("{v} is above {max}")));
+                }
+            }
+            if p.dtypes_gpu.is_empty() || p.dtypes_cpu.is_empty() {
+                return Err(ShapesError::Invalid {
+                    path: path.to_path_buf(),
+                    key: "dtypes_gpu",
+                    message: "dtypes_gpu and dtypes_cpu need at least one dtype each".into(),
+                });
             }
         }
         Ok(Grid {
@@ -110,6 +131,7 @@ impl Grid {
 
     /// `shapes/grid.toml` from [`shapes_dir`], else the embedded copy.
     pub fn load_default() -> Result<Self, ShapesError> {
+        crate::config::check_shapes_env()?;
         if let Some(dir) = shapes_dir() {
             let path = dir.join("grid.toml");
             if path.is_file() {

@@ -27,7 +27,7 @@ mod grid;
 mod plan;
 mod problem;
 
-pub use config::{ModelConfig, ShapesError, builtin_models, shapes_dir};
-pub use grid::{DTypeName, Grid, Profile};
+pub use config::{ModelConfig, ShapesError, builtin_models, check_shapes_env, shapes_dir};
+pub use grid::{DTypeName, Grid, MAX_BATCH, MAX_LEN, Profile};
 pub use plan::{CallKind, OtherCall, PlannedCall, StepPlan, StepProfile};
 pub use problem::{Dims, OpKind, Phase, Problem, Step, StepWork, UnknownValue, derive, step_work};

@@ -155,12 +155,13 @@ impl Step {
         }
     }
     /// Tokens in the step, T = B·q.
+    /// Saturates rather than wraps (sizes that large are refused where they are read).
     pub fn tokens(&self) -> usize {
-        self.batch * self.q_len
+        self.batch.saturating_mul(self.q_len)
     }
-    /// Positions attended to after the step, L + q.
+    /// Positions attended to after the step, L + q (saturating).
     pub fn kv_len(&self) -> usize {
-        self.cache_len + self.q_len
+        self.cache_len.saturating_add(self.q_len)
     }
 }
 
@@ -262,6 +263,32 @@ impl fmt::Display for Dims {
     }
 }
 
+/// A count that saturates instead of overflowing: shape arithmetic on absurd sizes gives
+/// `u128::MAX`, which the `checked_*` counts turn into `None`, never a wrapped number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct W(u128);
+
+impl std::ops::Mul for W {
+    type Output = W;
+    fn mul(self, o: W) -> W {
+        W(self.0.saturating_mul(o.0))
+    }
+}
+
+impl std::ops::Mul<W> for u128 {
+    type Output = W;
+    fn mul(self, o: W) -> W {
+        W(self.saturating_mul(o.0))
+    }
+}
+
+impl std::ops::Add for W {
+    type Output = W;
+    fn add(self, o: W) -> W {
+        W(self.0.saturating_add(o.0))
+    }
+}
+
 /// One op at one site of one step.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Problem {
@@ -349,9 +376,25 @@ impl Problem {
     ///   call attends to q·L + q(q+1)/2 pairs per sequence, not q·(L+q).
     /// - kvcache: 0 (pure data movement).
     /// - elementwise: 1 per element.
+    ///
+    /// Saturates at `u64::MAX`; [`Self::checked_flops`] says when it would.
     pub fn flops(&self) -> u64 {
-        let u = |x: usize| x as u64;
-        match self.dims {
+        self.checked_flops().unwrap_or(u64::MAX)
+    }
+
+    /// [`Self::flops`], `None` when the count does not fit 64 bits.
+    pub fn checked_flops(&self) -> Option<u64> {
+        u64::try_from(self.flops_wide()).ok()
+    }
+
+    /// [`Self::bytes`], `None` when the count does not fit 64 bits.
+    pub fn checked_bytes(&self, elem: usize) -> Option<u64> {
+        u64::try_from(self.bytes_wide(elem)).ok()
+    }
+
+    fn flops_wide(&self) -> u128 {
+        let u = |x: usize| W(x as u128);
+        let count = match self.dims {
             Dims::Linear { m, n, k } => 2 * u(m) * u(n) * u(k),
             Dims::Norm { rows, width } => 4 * u(rows) * u(width),
             Dims::Rope {
@@ -369,11 +412,12 @@ impl Problem {
                 causal,
                 ..
             } => 4 * u(batch) * u(q_heads) * u(head_dim) * attended_pairs(q_len, kv_len, causal),
-            Dims::KvCache { .. } => 0,
+            Dims::KvCache { .. } => W(0),
             Dims::Elementwise { numel } => u(numel),
-            Dims::Copy { .. } => 0,
-            Dims::Step { .. } => self.step_work.map_or(0, |w| w.flops),
-        }
+            Dims::Copy { .. } => W(0),
+            Dims::Step { .. } => W(self.step_work.map_or(0, |w| u128::from(w.flops))),
+        };
+        count.0
     }
 
     /// Bytes a call must move at the least, for elements of `elem` bytes.
@@ -387,10 +431,16 @@ impl Problem {
     /// - kvcache: read the new rows and write them into the cache, 2·B·Hkv·q·D·elem; a
     ///   variant that copies the whole cache (DynamicCache's `cat`) states its own count.
     /// - elementwise (binary): 3·numel·elem.
+    ///
+    /// Saturates at `u64::MAX`; [`Self::checked_bytes`] says when it would.
     pub fn bytes(&self, elem: usize) -> u64 {
-        let u = |x: usize| x as u64;
+        self.checked_bytes(elem).unwrap_or(u64::MAX)
+    }
+
+    fn bytes_wide(&self, elem: usize) -> u128 {
+        let u = |x: usize| W(x as u128);
         let e = u(elem);
-        match self.dims {
+        let count = match self.dims {
             Dims::Linear { m, n, k } => (u(m) * u(k) + u(k) * u(n) + u(m) * u(n)) * e,
             Dims::Norm { rows, width } => (2 * u(rows) * u(width) + u(width)) * e,
             Dims::Rope {
@@ -430,10 +480,11 @@ impl Problem {
             Dims::Elementwise { numel } => 3 * u(numel) * e,
             // read once, written once
             Dims::Copy { numel } => 2 * u(numel) * e,
-            Dims::Step { .. } => self
-                .step_work
-                .map_or(0, |w| (w.weight_elems + w.kv_elems) * e),
-        }
+            Dims::Step { .. } => self.step_work.map_or(W(0), |w| {
+                (W(u128::from(w.weight_elems)) + W(u128::from(w.kv_elems))) * e
+            }),
+        };
+        count.0
     }
 }
 
@@ -460,7 +511,8 @@ impl Problem {
 
 /// The work of a whole forward of a dense model (see [`StepWork`]).
 pub fn step_work(cfg: &ModelConfig, step: Step) -> StepWork {
-    let u = |x: usize| x as u64;
+    let u = |x: usize| W(x as u128);
+    let sat = |x: W| u64::try_from(x.0).unwrap_or(u64::MAX);
     let (e, h, hkv, d, i, v) = (
         u(cfg.hidden_size),
         u(cfg.num_attention_heads),
@@ -475,9 +527,9 @@ pub fn step_work(cfg: &ModelConfig, step: Step) -> StepWork {
     let norms = 2 * e + 2 * d;
     let pairs = attended_pairs(step.q_len, step.kv_len(), step.phase == Phase::Prefill);
     StepWork {
-        flops: layers * (2 * t * proj + 4 * b * h * d * pairs) + 2 * b * v * e,
-        weight_elems: layers * (proj + norms) + e + v * e + b * e,
-        kv_elems: 2 * layers * b * hkv * u(step.kv_len()) * d,
+        flops: sat(layers * (2 * t * proj + 4 * b * h * d * pairs) + 2 * b * v * e),
+        weight_elems: sat(layers * (proj + norms) + e + v * e + b * e),
+        kv_elems: sat(2 * layers * b * hkv * u(step.kv_len()) * d),
     }
 }
 
@@ -508,14 +560,14 @@ impl Problem {
 }
 
 /// (query, key) pairs one head of one sequence attends to.
-pub(crate) fn attended_pairs(q_len: usize, kv_len: usize, causal: bool) -> u64 {
-    let (q, kv) = (q_len as u64, kv_len as u64);
+fn attended_pairs(q_len: usize, kv_len: usize, causal: bool) -> W {
+    let (q, kv) = (q_len as u128, kv_len as u128);
     if causal {
         // query i (0-based) of q sees the L = kv - q cached keys and i + 1 new ones
         let cached = kv.saturating_sub(q);
-        q * cached + q * (q + 1) / 2
+        W(q) * W(cached) + W(q.saturating_mul(q.saturating_add(1)) / 2)
     } else {
-        q * kv
+        W(q) * W(kv)
     }
 }
 
@@ -591,8 +643,8 @@ pub fn derive(cfg: &ModelConfig, step: Step) -> Vec<Problem> {
     out.push(norm("input_norm", t, e, layers));
     out.push(norm("post_norm", t, e, layers));
     out.push(norm("final_norm", t, e, 1));
-    out.push(norm("q_norm", t * h, d, layers));
-    out.push(norm("k_norm", t * hkv, d, layers));
+    out.push(norm("q_norm", t.saturating_mul(h), d, layers));
+    out.push(norm("k_norm", t.saturating_mul(hkv), d, layers));
 
     out.push(rope("q", h, layers));
     out.push(rope("k", hkv, layers));
