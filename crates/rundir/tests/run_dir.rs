@@ -286,3 +286,22 @@ fn missing_things_are_named() {
     let e = Run::load(dir.path()).unwrap_err().to_string();
     assert!(e.ends_with("results.csv: missing"), "{e}");
 }
+
+#[test]
+fn a_later_process_with_other_settings_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let with = |samples: &str, seed: &str| {
+        let mut e = env("r");
+        e.settings.insert("samples".into(), samples.into());
+        e.settings.insert("seed".into(), seed.into());
+        e
+    };
+    RunWriter::open(dir.path(), "r", None, &with("20", "1")).unwrap();
+    // its own seed is every process's own
+    RunWriter::open(dir.path(), "r", None, &with("20", "2")).unwrap();
+    let e = RunWriter::open(dir.path(), "r", None, &with("10", "3")).unwrap_err();
+    assert!(
+        e.to_string().contains("other settings (samples: 20 -> 10)"),
+        "{e}"
+    );
+}
