@@ -478,9 +478,24 @@ fn predict_composes_a_hand_made_run() {
     cases.push(floor("add", "pipelined", 4_000.0));
     cases.push(floor("view", "pipelined", 1_000.0));
     cases.push(floor("add", "device", 2_000.0));
-    // unmeasured calls of hf-eager: 5 kernels per layer + 3 per step; 8 views per layer + 6
-    let kernels = (5 * 28 + 3) as f64;
-    let views = (8 * 28 + 6) as f64;
+    // the calls no op crate measures, as the step's plan lists them
+    let cfg = shapes::ModelConfig::builtin("qwen3-0.6b").unwrap();
+    let plan = shapes::StepPlan::new(
+        &cfg,
+        shapes::StepProfile::HfEager,
+        shapes::Step::decode(1, 128),
+    );
+    let count = |kind| {
+        plan.other
+            .iter()
+            .filter(|c| c.kind == kind)
+            .map(|c| c.calls)
+            .sum::<usize>() as f64
+    };
+    let (kernels, views) = (
+        count(shapes::CallKind::Kernel),
+        count(shapes::CallKind::View),
+    );
     host_total += kernels * 4_000.0 + views * 1_000.0;
     device_total += kernels * 2_000.0;
     // the decode crate's measured step: pipelined, and its device time by GPU events

@@ -241,3 +241,39 @@ fn a_whole_step_reads_every_weight_once() {
         + find(&ps, OpKind::Sdpa, "attn").flops() * 28;
     assert_eq!(step.flops(), per_site);
 }
+
+#[test]
+fn the_step_plan_counts_what_modeling_qwen3_calls() {
+    use shapes::{CallKind, StepPlan, StepProfile};
+    let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
+    let count = |profile, kind| {
+        StepPlan::new(&cfg, profile, Step::decode(1, 128))
+            .other
+            .iter()
+            .filter(|c| c.kind == kind)
+            .map(|c| c.calls)
+            .sum::<usize>()
+    };
+    // per layer: 2 residual adds, SiLU, the SwiGLU multiply, `contiguous`; per step: the
+    // embedding, position ids (fused: two), argmax. Views: 8 per layer (fused 12) + 6.
+    assert_eq!(count(StepProfile::HfEager, CallKind::Kernel), 5 * 28 + 3);
+    assert_eq!(count(StepProfile::Fused, CallKind::Kernel), 5 * 28 + 4);
+    assert_eq!(count(StepProfile::HfEager, CallKind::View), 8 * 28 + 6);
+    assert_eq!(count(StepProfile::Fused, CallKind::View), 12 * 28 + 6);
+    // each profile runs one variant per site it calls, never both forms of a projection
+    let sites = |profile| -> Vec<&'static str> {
+        StepPlan::new(&cfg, profile, Step::decode(1, 128))
+            .measured
+            .iter()
+            .map(|c| c.problem.site)
+            .collect()
+    };
+    assert!(
+        sites(StepProfile::HfEager).contains(&"q_proj")
+            && !sites(StepProfile::HfEager).contains(&"qkv_proj")
+    );
+    assert!(
+        sites(StepProfile::Fused).contains(&"qkv_proj")
+            && !sites(StepProfile::Fused).contains(&"q_proj")
+    );
+}
