@@ -177,17 +177,25 @@ pub fn hier_verdict(
     (v, ratio, ci)
 }
 
+/// A run's per-call times, grouped by execution, and whether any sample had a control.
+struct PerCall {
+    times: BTreeMap<CaseKey, Vec<Vec<f64>>>,
+    controlled: bool,
+}
+
 /// Per-call times of each case from a run's samples.csv, grouped by execution. With
-/// `normalize`, a host-timed case's times are divided by each sample's control, where the
-/// sample has one; GPU-event times never are (the host's speed is not in them).
-fn per_call(run: &Run, normalize: bool) -> Result<BTreeMap<CaseKey, Vec<Vec<f64>>>, AnalysisError> {
+/// `normalize`, a host-timed case's times are divided by its execution's median control,
+/// where the samples have one; GPU-event times never are (the host's speed is not in them).
+fn per_call(run: &Run, normalize: bool) -> Result<PerCall, AnalysisError> {
     let mut out = BTreeMap::new();
+    let mut controlled = false;
     for (k, rows) in run.samples()? {
         let mut groups: BTreeMap<u32, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
         for s in rows {
             let g = groups.entry(s.execution).or_default();
             g.0.push(s.per_call_ns());
             g.1.extend(s.control_ns);
+            controlled |= s.control_ns.is_some();
         }
         let host_timed = !k.mode.is_device();
         let by_exec = groups.into_values().map(|(times, controls)| {
@@ -204,21 +212,17 @@ fn per_call(run: &Run, normalize: bool) -> Result<BTreeMap<CaseKey, Vec<Vec<f64>
         });
         out.insert(k, by_exec.collect());
     }
-    Ok(out)
+    Ok(PerCall {
+        times: out,
+        controlled,
+    })
 }
 
-/// Some sample of the run carries a host-speed control.
-fn has_control(run: &Run) -> Result<bool, AnalysisError> {
-    Ok(run
-        .samples()?
-        .values()
-        .flatten()
-        .any(|s| s.control_ns.is_some()))
-}
-
-/// Executions in a run: the largest execution number its samples name.
-fn executions(samples: &BTreeMap<CaseKey, Vec<Vec<f64>>>) -> usize {
-    samples.values().map(Vec::len).max().unwrap_or(0)
+impl PerCall {
+    /// Executions in the run: the most executions any one case has samples from.
+    fn executions(&self) -> usize {
+        self.times.values().map(Vec::len).max().unwrap_or(0)
+    }
 }
 
 /// The comparison of two runs.
@@ -325,7 +329,7 @@ pub fn compare(base: &Run, cand: &Run, s: Settings) -> Result<Comparison, Analys
                 } else if b.status == Status::Ok && c.status == Status::Ok {
                     let n = |g: &Vec<Vec<f64>>| g.iter().filter(|e| !e.is_empty()).count();
                     let total = |g: &Vec<Vec<f64>>| g.iter().map(Vec::len).sum::<usize>();
-                    match (bs.get(key), cs.get(key)) {
+                    match (bs.times.get(key), cs.times.get(key)) {
                         (Some(x), Some(y)) if n(x) >= 2 && n(y) >= 2 => {
                             let (v, ratio, ci) = hier_verdict(x, y, s);
                             line.verdict = v;
@@ -362,8 +366,8 @@ pub fn compare(base: &Run, cand: &Run, s: Settings) -> Result<Comparison, Analys
     Ok(Comparison {
         lines,
         env_diff: env_diff(base.env.as_ref(), cand.env.as_ref()),
-        executions: (executions(&bs), executions(&cs)),
-        normalized: s.normalize && has_control(base)? && has_control(cand)?,
+        executions: (bs.executions(), cs.executions()),
+        normalized: s.normalize && bs.controlled && cs.controlled,
     })
 }
 

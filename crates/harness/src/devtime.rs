@@ -77,13 +77,9 @@ impl Coverage {
     }
 }
 
-/// How a row's note begins the part that says its device time is an upper bound.
+/// How a row's note begins the part that says its device time is an upper bound (the
+/// row's `uncovered_chunks` column is what code reads; schema-1 runs had only this note).
 const UPPER_BOUND: &str = "upper bound:";
-
-/// The upper-bound part of a row's note ([`Coverage::note`]), if it has one.
-pub fn upper_bound_in(note: &str) -> Option<&str> {
-    note.find(UPPER_BOUND).map(|i| &note[i..])
-}
 
 /// Leads tried per chunk before it is taken as it is (and counted as uncovered).
 const RETRIES: u32 = 4;
@@ -282,10 +278,5 @@ mod tests {
         .unwrap();
         assert!(note.starts_with("upper bound: in 5 of 12 chunks"), "{note}");
         assert!(note.contains("after 4 tries"), "{note}");
-        assert_eq!(
-            super::upper_bound_in(&format!("one decode step; {note}")),
-            Some(note.as_str())
-        );
-        assert_eq!(super::upper_bound_in("one decode step"), None);
     }
 }

@@ -173,22 +173,6 @@ pub fn prediction(run: &Run, q: &Query, pred: &Prediction) {
     }
 }
 
-fn key_cols(k: &CaseKey) -> [String; 11] {
-    [
-        k.op.to_string(),
-        k.variant.clone(),
-        k.site.clone(),
-        k.model.clone(),
-        k.phase.to_string(),
-        k.batch.to_string(),
-        k.q_len.to_string(),
-        k.kv_len.map_or(String::new(), |v| v.to_string()),
-        k.dtype.to_string(),
-        k.device.to_string(),
-        k.mode.to_string(),
-    ]
-}
-
 /// Lines in report order: regressions first, then by verdict, flagged before unflagged.
 fn sorted(cmp: &Comparison) -> Vec<&Line> {
     let mut out: Vec<&Line> = cmp.lines.iter().collect();
@@ -221,7 +205,7 @@ pub fn comparison_csv(cmp: &Comparison) -> Result<(), csv::Error> {
     ]);
     w.write_record(&header)?;
     for l in sorted(cmp) {
-        let mut rec: Vec<String> = key_cols(&l.key).to_vec();
+        let mut rec: Vec<String> = l.key.fields();
         rec.extend([
             num(l.base, 1),
             num(l.cand, 1),

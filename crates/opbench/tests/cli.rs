@@ -118,6 +118,17 @@ fn opbench(args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// `opbench compare BASE CAND --format csv`: exit code, stdout, stderr.
+fn compare_csv(base: &Path, cand: &Path) -> (i32, String, String) {
+    opbench(&[
+        "compare",
+        base.to_str().unwrap(),
+        cand.to_str().unwrap(),
+        "--format",
+        "csv",
+    ])
+}
+
 /// Verdicts by case id from `compare --format csv`.
 fn verdicts(stdout: &str) -> Vec<(String, String, String)> {
     let mut rdr = csv::Reader::from_reader(stdout.as_bytes());
@@ -202,13 +213,7 @@ fn calibrate(model: &NoiseModel, execs: usize, seed: u64) -> [[usize; 3]; 4] {
     }
     write_run(&dir.path().join("base"), &base);
     write_run(&dir.path().join("cand"), &cand);
-    let (code, out, err) = opbench(&[
-        "compare",
-        dir.path().join("base").to_str().unwrap(),
-        dir.path().join("cand").to_str().unwrap(),
-        "--format",
-        "csv",
-    ]);
+    let (code, out, err) = compare_csv(&dir.path().join("base"), &dir.path().join("cand"));
     assert!(code == 0 || code == 1, "{err}");
     let v = verdicts(&out);
     groups.map(|(range, _)| {
@@ -273,13 +278,7 @@ fn one_execution_gives_no_host_verdict_but_keeps_device_verdicts() {
     }
     write_run(&dir.path().join("a"), &base);
     write_run(&dir.path().join("b"), &cand);
-    let (code, out, _) = opbench(&[
-        "compare",
-        dir.path().join("a").to_str().unwrap(),
-        dir.path().join("b").to_str().unwrap(),
-        "--format",
-        "csv",
-    ]);
+    let (code, out, _) = compare_csv(&dir.path().join("a"), &dir.path().join("b"));
     let v = verdicts(&out);
     let of = |id: &str| v.iter().find(|x| x.0 == id).unwrap().clone();
     // host-timed: a 30% change from one process each is not called, and says why
@@ -326,13 +325,7 @@ fn compare_flags_kernel_and_status_changes_and_new_and_gone() {
         &dir.path().join("b"),
         &[math, lost, case("rope", "halves", "q", 1, t(&mut rng))],
     );
-    let (code, out, _) = opbench(&[
-        "compare",
-        dir.path().join("a").to_str().unwrap(),
-        dir.path().join("b").to_str().unwrap(),
-        "--format",
-        "csv",
-    ]);
+    let (code, out, _) = compare_csv(&dir.path().join("a"), &dir.path().join("b"));
     assert_eq!(code, 1);
     let v = verdicts(&out);
     let flags = |id: &str| v.iter().find(|x| x.0 == id).unwrap().2.clone();
@@ -355,13 +348,7 @@ fn compare_of_a_run_with_itself_is_all_same_and_exits_zero() {
         .collect();
     write_run(&dir.path().join("r"), &cases);
     let r = dir.path().join("r");
-    let (code, out, _) = opbench(&[
-        "compare",
-        r.to_str().unwrap(),
-        r.to_str().unwrap(),
-        "--format",
-        "csv",
-    ]);
+    let (code, out, _) = compare_csv(&r, &r);
     assert_eq!(code, 0);
     let v = verdicts(&out);
     assert!(

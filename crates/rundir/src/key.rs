@@ -261,7 +261,8 @@ impl CaseKey {
         "mode",
     ];
 
-    pub(crate) fn fields(&self) -> Vec<String> {
+    /// The fields as text, in [`Self::COLUMNS`] order (empty `kv_len` when it has none).
+    pub fn fields(&self) -> Vec<String> {
         self.series.fields(Some(self.batch))
     }
 
