@@ -118,6 +118,7 @@ pub struct CompareArgs {
     /// Significance level of the test (and 1 − level of the ratio's interval).
     #[arg(long, default_value_t = 0.01)]
     alpha: f64,
+    /// md: a report with the environment and the cases that are not `same`; csv: every case.
     #[arg(long, value_enum, default_value = "md")]
     format: Format,
     /// Compare host-timed cases raw, not divided by the host-speed control measured before
