@@ -10,10 +10,15 @@
 //! - [`merge::merge`]: a run's executions (separate processes) into one run.
 //! - [`compare::compare`]: a verdict per case between two runs.
 //! - [`report::write_report`]: report.md and its SVG plots.
-//! - [`publish::publish`]: a run copied into `results/`, with its fits and report.
+//! - [`publish::publish`]: a run copied into `results/`, with its fits and report, and
+//!   listed in `results/README.md`.
+//! - [`history::history`]: many runs as series of builds per machine, with change points
+//!   (E-Divisive with a t-test); [`history_report::write_history_report`] draws the trends.
 
 pub mod compare;
 pub mod fit;
+pub mod history;
+pub mod history_report;
 pub mod merge;
 pub mod predict;
 pub mod publish;

@@ -5,6 +5,10 @@
 //! is published only whole and valid (env.json, results.csv with at least one ok row, and
 //! readable samples.csv); it is written into a temporary folder beside the destination and
 //! renamed into place, so a failure leaves nothing behind.
+//!
+//! After each run, `results/README.md` is rewritten from the env.json of every published run:
+//! a table of date, device, backend, torch, runtime and tag, so a reader sees the history
+//! at a glance (`opbench history results/` finds its change points).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -98,7 +102,67 @@ pub fn publish(p: &Publication) -> Result<PathBuf, AnalysisError> {
             return Err(e);
         }
     }
+    write_index(&p.results)?;
     Ok(dest)
+}
+
+/// Rewrite `results/README.md`: one line per published run (a folder with env.json), newest
+/// first. Returns its path.
+pub fn write_index(results: &Path) -> Result<PathBuf, AnalysisError> {
+    let mut rows: Vec<(String, String)> = Vec::new();
+    let entries = std::fs::read_dir(results).map_err(|e| AnalysisError::output(results, e))?;
+    for entry in entries.flatten() {
+        let dir = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') || !dir.join("env.json").is_file() {
+            continue;
+        }
+        let env: Option<Env> = std::fs::read_to_string(dir.join("env.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok());
+        let line = match env {
+            Some(env) => {
+                let base = published_name(&env);
+                let tag = name
+                    .strip_prefix(base.as_str())
+                    .map_or("", |t| t.trim_start_matches('-'));
+                let backend = if env.backend.is_empty() {
+                    "cpu"
+                } else {
+                    env.backend.as_str()
+                };
+                let device = match backend {
+                    "cpu" => env.cpu_model.clone(),
+                    _ => env.device_name.clone().unwrap_or_default(),
+                };
+                format!(
+                    "| {} | [{name}]({name}/README.md) | {device} | {backend} | {} | {} | {tag} |",
+                    env.started_at.get(..10).unwrap_or("-"),
+                    env.libtorch_version,
+                    env.runtime_version.as_deref().unwrap_or("-"),
+                )
+            }
+            None => format!("| - | [{name}]({name}/) | env.json unreadable | | | | |"),
+        };
+        rows.push((name, line));
+    }
+    // newest first: names begin with the date
+    rows.sort_by(|a, b| b.0.cmp(&a.0));
+    let mut md = String::from(
+        "# Published runs\n\n\
+         Each folder is one run, published with `opbench publish` and never edited afterwards: \
+         its README holds the command and versions. `opbench publish` rewrites this table. \
+         `opbench history results/` orders the runs by build per machine and finds where each \
+         case changed; `opbench compare A B` compares two of them.\n\n\
+         | date | run | device | backend | torch | runtime | tag |\n|---|---|---|---|---|---|---|\n",
+    );
+    for (_, line) in rows {
+        md += &line;
+        md.push('\n');
+    }
+    let path = results.join("README.md");
+    std::fs::write(&path, md).map_err(|e| AnalysisError::output(&path, e))?;
+    Ok(path)
 }
 
 /// Fill `staging` with what `dest` will hold.

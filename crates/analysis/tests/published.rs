@@ -187,3 +187,47 @@ fn executions_and_the_control_separate_a_planted_slowdown_from_host_noise() {
     let hidden = compare(&a1, &p20, raw).unwrap();
     assert!(count(&hidden, false, Verdict::Slower) <= 5);
 }
+
+#[test]
+fn history_of_the_published_runs_is_one_series_per_machine() {
+    let results = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../results");
+    let h = analysis::history::history(
+        std::slice::from_ref(&results),
+        &analysis::history::Settings::default(),
+    )
+    .unwrap();
+    assert!(h.skipped.is_empty(), "{:?}", h.skipped);
+    // every published run with env.json, by backend
+    let mut by_backend = std::collections::BTreeMap::<String, usize>::new();
+    for e in std::fs::read_dir(&results).unwrap().flatten() {
+        if let Ok(t) = std::fs::read_to_string(e.path().join("env.json")) {
+            let env: rundir::Env = serde_json::from_str(&t).unwrap();
+            *by_backend.entry(env.backend).or_default() += 1;
+        }
+    }
+    assert_eq!(h.series.len(), 2, "one H200 series, one CPU series");
+    for s in &h.series {
+        let runs: usize = s.points.iter().map(|p| p.runs.len()).sum();
+        assert_eq!(runs, by_backend[&s.machine.backend], "{}", s.label());
+    }
+    let h200 = h
+        .series
+        .iter()
+        .find(|s| s.machine.backend == "cuda")
+        .unwrap();
+    assert_eq!(h200.machine.device, "NVIDIA H200");
+    // the planted-slowdown runs are points of their own, marked with the setting
+    assert!(
+        h200.points
+            .iter()
+            .any(|p| p.build.label().contains("plant_pct=20"))
+    );
+    let out = tempfile::tempdir().unwrap();
+    analysis::history_report::write_history_report(&h, out.path()).unwrap();
+    let svgs = std::fs::read_dir(out.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".svg"))
+        .count();
+    assert!(svgs >= 5, "{svgs} trend plots");
+}

@@ -1,6 +1,7 @@
 //! `opbench`: the command line over the run directories the op benches write.
 //!
-//! Verbs: `shapes`, `env`, `fit`, `predict`, `merge`, `compare`, `report`, `publish`. Everything but
+//! Verbs: `shapes`, `env`, `fit`, `predict`, `merge`, `compare`, `report`, `publish`,
+//! `history`. Everything but
 //! `env` is the `analysis` crate's and needs no libtorch; `env` describes this machine
 //! through libtorch and exists only in builds with the `torch` feature (scripts/bench
 //! builds it so). Bad input (an unknown model, a missing file or column, a value out of
@@ -75,8 +76,39 @@ enum Verb {
         run: PathBuf,
     },
     /// Copy a run to results/DATE-DEVICE-BACKEND-torchVERSION/ with a README, fits and
-    /// report. Never overwrites; refuses incomplete runs; writes nothing on failure.
+    /// report, and list it in results/README.md. Never overwrites; refuses incomplete runs;
+    /// writes nothing on failure.
     Publish(PublishArgs),
+    /// Track builds over many runs: series per machine, ordered by build, with change points
+    /// per case (E-Divisive means with a t-test). Exit 1 when the newest build of a series
+    /// begins a regression.
+    History(HistoryArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct HistoryArgs {
+    /// Run directories, or folders of them (results/, an output folder's runs/).
+    #[arg(default_value = "results")]
+    dirs: Vec<PathBuf>,
+    /// Points (builds) per search window; windows overlap by half.
+    #[arg(long, default_value_t = 50)]
+    window: usize,
+    /// Largest p of the t-test for a change point to stand.
+    #[arg(long, default_value_t = 0.001)]
+    max_p: f64,
+    /// Smallest step that counts, in percent of the time before it.
+    #[arg(long, default_value_t = 5.0)]
+    min_magnitude: f64,
+    /// Timing modes to track, comma-separated. Host-timed modes use only runs with two or
+    /// more executions (OPBENCH_EXECUTIONS), at equal host speed.
+    #[arg(long, value_delimiter = ',', default_value = "device,pipelined", value_parser = choice!(Mode))]
+    mode: Vec<Mode>,
+    /// md: the series and their changes; csv: one line per change.
+    #[arg(long, value_enum, default_value = "md")]
+    format: Format,
+    /// Also write DIR/history.md with a trend SVG per series and op.
+    #[arg(long)]
+    out: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -280,6 +312,31 @@ fn compare_verb(args: &CompareArgs) -> Result<u8, CliError> {
     Ok(u8::from(cmp.fails() > 0))
 }
 
+fn history_verb(args: &HistoryArgs) -> Result<u8, CliError> {
+    let settings = analysis::history::Settings::new(
+        args.window,
+        args.max_p,
+        args.min_magnitude / 100.0,
+        args.mode.clone(),
+    )?;
+    let h = analysis::history::history(&args.dirs, &settings)?;
+    for (path, why) in &h.skipped {
+        eprintln!("opbench: skipped {}: {why}", path.display());
+    }
+    match args.format {
+        Format::Csv => print::history_csv(&h).map_err(|e| CliError {
+            code: 1,
+            message: format!("stdout: {e}"),
+        })?,
+        Format::Md => print::history_md(&h),
+    }
+    if let Some(out) = &args.out {
+        let path = analysis::history_report::write_history_report(&h, out)?;
+        eprintln!("opbench: wrote {}", path.display());
+    }
+    Ok(u8::from(h.newest_regressions() > 0))
+}
+
 fn main() -> ExitCode {
     // `opbench fit RUN | head` should end quietly, as other command-line tools do
     #[cfg(unix)]
@@ -301,6 +358,7 @@ fn main() -> ExitCode {
                 0
             })
             .map_err(CliError::from),
+        Verb::History(args) => history_verb(&args),
         Verb::Publish(args) => analysis::publish::publish(&analysis::publish::Publication {
             run: args.run,
             results: args.results,

@@ -7,14 +7,18 @@
 //!   crossover batch and the overhead share.
 //! - [`twosample`]: the Mann-Whitney U test and a bootstrap interval of the ratio of
 //!   medians, for comparing two runs' samples of a case.
+//! - [`changepoint`]: E-Divisive means with a t-test (as Apache Otava): where in a sequence
+//!   of builds a case's time changed.
 //!
 //! Degenerate input (no samples, NaN, negative times) is a [`StatsError`], never a panic
 //! and never a NaN in a result.
 
+pub mod changepoint;
 pub mod estimate;
 pub mod fit;
 pub mod twosample;
 
+pub use changepoint::{ChangePoint, CpSettings, change_points};
 pub use estimate::{Estimate, bootstrap_ci, estimate, mad, median, per_call};
 pub use fit::{Fit, ModelKind, Point, crossover_batch, fit_affine, fit_best, fit_floor};
 pub use twosample::{hier_median_ci, hier_ratio_ci, mann_whitney, ratio_ci};

@@ -1,0 +1,727 @@
+//! Where in a sequence of builds each case changed (`opbench history [DIR...]`).
+//!
+//! - **Runs** are every run directory under the given folders (a folder that is itself a
+//!   run counts as one). A run that cannot be read, or has no env.json, is named and skipped.
+//! - **Series** are runs of one machine (backend, device name and arch, host CPU): an H200
+//!   run and a CPU run are never one series.
+//! - **Points** of a series are builds, in build order: libtorch version, then the CUDA/HIP
+//!   runtime and the driver, then the earliest start time. A build is also told apart by
+//!   libtorch's git commit (`COMMIT_SHA` in its build configuration), opbench's revision,
+//!   and the settings that change kernels or timings (the variables env.json records, the
+//!   SDP switches, CPU threads, a planted slowdown): a run with
+//!   `TORCH_BLAS_PREFER_HIPBLASLT=0` is its own point, marked with what differs. Runs of
+//!   the same build and settings on the same machine are replicates: one point.
+//! - **Values:** per case and point, the mean of its replicates: each execution (process)
+//!   of a run is one, its median per-call time; a run without executions gives its median.
+//!   Device-timed rows (GPU events) are used by default. Host-timed rows (pipelined, synced)
+//!   only from runs with ≥ 2 executions, divided by each execution's host-speed control and
+//!   scaled back by the series' median control ("ns at the series' usual host speed"),
+//!   because one process of host time says little about the build (docs/findings.md).
+//!   A device time that is an upper bound is left out. A case missing at a point is a gap.
+//! - **Change points:** [`stats::change_points`] (E-Divisive means with a t-test, as Apache
+//!   Otava) over each case's points. Status changes (ok to unsupported, say) are listed too.
+//!   A change point or status loss at a series' newest point that makes a case slower or
+//!   broken is a regression: `opbench history` exits 1.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+use rundir::{CaseKey, Env, Mode, Run, Status};
+use stats::{CpSettings, change_points};
+
+use crate::AnalysisError;
+
+/// What `history` looks at and how strict it is.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub cp: CpSettings,
+    /// Timing modes to track (default: device, pipelined).
+    pub modes: Vec<Mode>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            cp: CpSettings::default(),
+            modes: vec![Mode::Device, Mode::Pipelined],
+        }
+    }
+}
+
+impl Settings {
+    /// Checked settings: window ≥ 4, p in (0, 1), magnitude in [0, 1), min size ≥ 1.
+    pub fn new(
+        window: usize,
+        max_p: f64,
+        min_magnitude: f64,
+        modes: Vec<Mode>,
+    ) -> Result<Self, AnalysisError> {
+        if window < 4 {
+            return Err(AnalysisError::Input(format!(
+                "--window {window}: at least 4 runs"
+            )));
+        }
+        if !(max_p > 0.0 && max_p < 1.0) {
+            return Err(AnalysisError::Input(format!(
+                "--max-p {max_p}: expected a level in (0, 1)"
+            )));
+        }
+        if !(0.0..1.0).contains(&min_magnitude) {
+            return Err(AnalysisError::Input(format!(
+                "--min-magnitude {}: expected a percentage in [0, 100)",
+                min_magnitude * 100.0
+            )));
+        }
+        if modes.is_empty() {
+            return Err(AnalysisError::Input(
+                "--mode: name at least one mode".into(),
+            ));
+        }
+        Ok(Settings {
+            cp: CpSettings {
+                window,
+                max_p,
+                min_magnitude,
+                ..CpSettings::default()
+            },
+            modes,
+        })
+    }
+}
+
+/// The machine a run measured on: runs of two machines are never one series.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Machine {
+    pub backend: String,
+    pub device: String,
+    pub arch: String,
+    pub cpu: String,
+}
+
+impl Machine {
+    fn of(env: &Env) -> Self {
+        let backend = if env.backend.is_empty() {
+            "cpu".to_string()
+        } else {
+            env.backend.clone()
+        };
+        Machine {
+            device: env.device_name.clone().unwrap_or_else(|| "cpu".to_string()),
+            arch: env.arch.clone().unwrap_or_default(),
+            cpu: env.cpu_model.clone(),
+            backend,
+        }
+    }
+}
+
+impl std::fmt::Display for Machine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.backend == "cpu" {
+            write!(f, "{} (cpu)", self.cpu)
+        } else {
+            write!(
+                f,
+                "{} ({}, {}) on {}",
+                self.device, self.arch, self.backend, self.cpu
+            )
+        }
+    }
+}
+
+/// The settings of a run that change kernels or timings: a point holds one of them.
+pub fn kernel_settings(env: &Env) -> BTreeMap<String, String> {
+    let mut out: BTreeMap<String, String> = env.env.clone();
+    for (k, on) in &env.sdp_enabled {
+        if !on {
+            out.insert(format!("sdp.{k}"), "off".into());
+        }
+    }
+    out.insert("threads".into(), env.threads.to_string());
+    if let Some(p) = env.settings.get("plant_pct") {
+        out.insert("plant_pct".into(), p.clone());
+    }
+    out
+}
+
+/// A version as an ordering key: numeric components, then a pre-release (`a0`, `rc1`,
+/// `.dev20260101`) before the release; local parts (`+cu130`, `+rocm7.1`) are ignored.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct VersionKey {
+    nums: Vec<u64>,
+    /// (0, n) for a pre-release, (1, 0) for a release: pre-releases sort first.
+    pre: (u8, u64),
+    text: String,
+}
+
+impl VersionKey {
+    pub fn parse(s: &str) -> Self {
+        let public = s.split('+').next().unwrap_or("");
+        let mut nums = Vec::new();
+        let mut rest = public;
+        loop {
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            if digits.is_empty() {
+                break;
+            }
+            nums.push(digits.parse().unwrap_or(u64::MAX));
+            rest = &rest[digits.len()..];
+            match rest.strip_prefix('.') {
+                Some(r) if r.starts_with(|c: char| c.is_ascii_digit()) => rest = r,
+                _ => break,
+            }
+        }
+        let pre_num: String = rest.chars().filter(char::is_ascii_digit).take(18).collect();
+        let pre = if rest.is_empty() {
+            (1, 0)
+        } else {
+            (0, pre_num.parse().unwrap_or(0))
+        };
+        VersionKey {
+            nums,
+            pre,
+            text: s.to_string(),
+        }
+    }
+}
+
+/// A build: what is being tracked. Runs of one build on one machine are replicates.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Build {
+    pub torch: VersionKey,
+    pub runtime: VersionKey,
+    pub driver: VersionKey,
+    /// libtorch's git commit (`COMMIT_SHA` of `at::show_config()`), where it says.
+    pub torch_commit: String,
+    /// opbench's own revision: a change in how opbench measures is a change too.
+    pub opbench: String,
+    /// [`kernel_settings`] of its runs.
+    pub settings: BTreeMap<String, String>,
+}
+
+impl Build {
+    fn of(env: &Env) -> Self {
+        let v = |s: &Option<String>| VersionKey::parse(s.as_deref().unwrap_or(""));
+        Build {
+            torch: VersionKey::parse(&env.libtorch_version),
+            runtime: v(&env.runtime_version),
+            driver: v(&env.driver_version),
+            torch_commit: commit_sha(&env.build_config).unwrap_or_default(),
+            opbench: env.git_revision.chars().take(12).collect(),
+            settings: kernel_settings(env),
+        }
+    }
+
+    /// `torch 2.11.0 (70d99e99), runtime 13.0, driver 13.0, opbench 67cbc79ebefe`.
+    pub fn label(&self) -> String {
+        let mut s = format!("torch {}", self.torch.text);
+        if !self.torch_commit.is_empty() {
+            s += &format!(
+                " ({})",
+                &self.torch_commit[..self.torch_commit.len().min(8)]
+            );
+        }
+        if !self.runtime.text.is_empty() {
+            s += &format!(", runtime {}", self.runtime.text);
+        }
+        if !self.driver.text.is_empty() {
+            s += &format!(", driver {}", self.driver.text);
+        }
+        if !self.opbench.is_empty() {
+            s += &format!(", opbench {}", self.opbench);
+        }
+        for (k, v) in self.settings.iter().filter(|(k, _)| *k != "threads") {
+            s += &format!(", {k}={v}");
+        }
+        s
+    }
+
+    /// What differs from `prev`, as `torch 2.10.0 -> 2.11.0`.
+    pub fn changes_from(&self, prev: &Build) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut diff = |what: &str, a: &str, b: &str| {
+            if a != b {
+                out.push(format!("{what} {a} -> {b}"));
+            }
+        };
+        diff("torch", &prev.torch.text, &self.torch.text);
+        diff("torch commit", &prev.torch_commit, &self.torch_commit);
+        diff("runtime", &prev.runtime.text, &self.runtime.text);
+        diff("driver", &prev.driver.text, &self.driver.text);
+        diff("opbench", &prev.opbench, &self.opbench);
+        let keys: BTreeSet<&String> = prev.settings.keys().chain(self.settings.keys()).collect();
+        for k in keys {
+            let v = |m: &BTreeMap<String, String>| m.get(k).cloned().unwrap_or_else(|| "-".into());
+            diff(k, &v(&prev.settings), &v(&self.settings));
+        }
+        out
+    }
+}
+
+/// `COMMIT_SHA=<hex>` from `at::show_config()`.
+pub fn commit_sha(build_config: &str) -> Option<String> {
+    let at = build_config.find("COMMIT_SHA=")? + "COMMIT_SHA=".len();
+    let sha: String = build_config[at..]
+        .chars()
+        .take_while(char::is_ascii_hexdigit)
+        .collect();
+    (!sha.is_empty()).then_some(sha)
+}
+
+/// One run of a point.
+#[derive(Debug, Clone)]
+pub struct RunRef {
+    /// The run directory's name (the published name, or the run id).
+    pub name: String,
+    pub dir: PathBuf,
+    pub started_at: String,
+}
+
+/// A point of a series: one build, its runs (replicates).
+#[derive(Debug, Clone)]
+pub struct Point {
+    pub build: Build,
+    pub runs: Vec<RunRef>,
+}
+
+impl Point {
+    /// The names of its runs, joined.
+    pub fn names(&self) -> String {
+        self.runs
+            .iter()
+            .map(|r| r.name.as_str())
+            .collect::<Vec<_>>()
+            .join(" + ")
+    }
+}
+
+/// A case at one point.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Value {
+    /// Mean of the replicates (ns); `None` when the case is not ok or not usable here.
+    pub ns: Option<f64>,
+    /// Replicates behind `ns`.
+    pub replicates: usize,
+    pub status: Status,
+    pub kernel: Option<String>,
+}
+
+/// Runs of one machine, in build order.
+#[derive(Debug, Clone)]
+pub struct Series {
+    pub machine: Machine,
+    pub points: Vec<Point>,
+    /// Per case, one entry per point (`None`: not measured there).
+    pub cases: BTreeMap<CaseKey, Vec<Option<Value>>>,
+}
+
+impl Series {
+    /// `NVIDIA H200 (sm_90, cuda) on Intel Xeon`.
+    pub fn label(&self) -> String {
+        self.machine.to_string()
+    }
+}
+
+/// What kind of change a [`Change`] is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ChangeKind {
+    /// A step in the time, from E-Divisive with the t-test.
+    Step {
+        p: f64,
+        n_before: usize,
+        n_after: usize,
+    },
+    /// The status changed (the time, if any, is not compared).
+    Status(Status, Status),
+}
+
+/// One change of one case.
+#[derive(Debug, Clone)]
+pub struct Change {
+    /// Index into [`History::series`].
+    pub series: usize,
+    pub key: CaseKey,
+    /// Index of the first point after the change.
+    pub point: usize,
+    pub before_ns: Option<f64>,
+    pub after_ns: Option<f64>,
+    pub kind: ChangeKind,
+    /// The dominant kernel changed at the same point: (before, after).
+    pub kernel: Option<(String, String)>,
+    /// What differs between the build before and this one.
+    pub build_change: Vec<String>,
+    /// At the series' newest point.
+    pub newest: bool,
+}
+
+impl Change {
+    /// after / before − 1, when both are known.
+    pub fn magnitude(&self) -> Option<f64> {
+        Some(self.after_ns? / self.before_ns? - 1.0)
+    }
+
+    /// A change that makes the case slower or broken.
+    pub fn is_regression(&self) -> bool {
+        match &self.kind {
+            ChangeKind::Step { .. } => self.magnitude().is_some_and(|m| m > 0.0),
+            ChangeKind::Status(a, b) => *a == Status::Ok && *b != Status::Ok,
+        }
+    }
+}
+
+/// `opbench history`: every series, its change points, and the runs that were skipped.
+#[derive(Debug, Clone)]
+pub struct History {
+    pub series: Vec<Series>,
+    pub changes: Vec<Change>,
+    /// Runs that could not be used, with why.
+    pub skipped: Vec<(PathBuf, String)>,
+    pub settings: Settings,
+}
+
+impl History {
+    /// Changes at a series' newest point that make a case slower or broken.
+    pub fn newest_regressions(&self) -> usize {
+        self.changes
+            .iter()
+            .filter(|c| c.newest && c.is_regression())
+            .count()
+    }
+}
+
+/// Run directories under `dirs`: a folder with results.csv is a run; otherwise its
+/// subfolders that have one are (and, for an output folder, those of its `runs/`).
+pub fn find_runs(dirs: &[PathBuf]) -> Result<Vec<PathBuf>, AnalysisError> {
+    let mut out = Vec::new();
+    for d in dirs {
+        if !d.is_dir() {
+            return Err(AnalysisError::Input(format!(
+                "{}: not a directory",
+                d.display()
+            )));
+        }
+        if d.join("results.csv").is_file() {
+            out.push(d.clone());
+            continue;
+        }
+        let mut found = Vec::new();
+        for parent in [d.clone(), d.join("runs")] {
+            let Ok(entries) = std::fs::read_dir(&parent) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                let p = e.path();
+                let hidden = e.file_name().to_string_lossy().starts_with('.');
+                if !hidden && p.join("results.csv").is_file() {
+                    found.push(p);
+                }
+            }
+        }
+        found.sort();
+        out.extend(found);
+    }
+    out.dedup();
+    Ok(out)
+}
+
+/// Per-execution values of a run's cases: (per-call median, median control) per execution.
+type ExecValues = BTreeMap<CaseKey, Vec<(f64, Option<f64>)>>;
+
+fn exec_values(run: &Run) -> Result<ExecValues, AnalysisError> {
+    let mut out: ExecValues = BTreeMap::new();
+    for (key, samples) in run.samples()? {
+        let mut by_exec: BTreeMap<u32, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
+        for s in samples {
+            let e = by_exec.entry(s.execution).or_default();
+            e.0.push(s.per_call_ns());
+            e.1.extend(s.control_ns);
+        }
+        out.insert(
+            key,
+            by_exec
+                .into_values()
+                .map(|(t, c)| {
+                    (
+                        stats::median(&t),
+                        (!c.is_empty()).then(|| stats::median(&c)),
+                    )
+                })
+                .collect(),
+        );
+    }
+    Ok(out)
+}
+
+/// One loaded run with what history needs of it.
+struct Loaded {
+    run: Run,
+    env: Env,
+    name: String,
+    execs: ExecValues,
+}
+
+/// Read the runs under `dirs`, build the series and find their change points.
+pub fn history(dirs: &[PathBuf], s: &Settings) -> Result<History, AnalysisError> {
+    let mut skipped = Vec::new();
+    let mut loaded = Vec::new();
+    for dir in find_runs(dirs)? {
+        let run = match Run::load(&dir) {
+            Ok(r) => r,
+            Err(e) => {
+                skipped.push((dir, e.to_string()));
+                continue;
+            }
+        };
+        let Some(env) = run.env.clone() else {
+            skipped.push((dir, "no env.json: its machine and build are unknown".into()));
+            continue;
+        };
+        // executions are read only where the run has them
+        let multi = run
+            .results
+            .iter()
+            .any(|r| r.executions.is_some_and(|e| e >= 2));
+        let execs = if multi {
+            match exec_values(&run) {
+                Ok(v) => v,
+                Err(e) => {
+                    skipped.push((dir, e.to_string()));
+                    continue;
+                }
+            }
+        } else {
+            BTreeMap::new()
+        };
+        let name = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| env.run_id.clone());
+        loaded.push(Loaded {
+            run,
+            env,
+            name,
+            execs,
+        });
+    }
+    if loaded.is_empty() {
+        let names: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+        return Err(AnalysisError::Input(format!(
+            "{}: no readable run with env.json{}",
+            names.join(", "),
+            if skipped.is_empty() {
+                String::new()
+            } else {
+                format!(" ({} skipped)", skipped.len())
+            }
+        )));
+    }
+    // group into series, then into points (builds) in build order
+    let mut groups: BTreeMap<Machine, Vec<Loaded>> = BTreeMap::new();
+    for l in loaded {
+        groups.entry(Machine::of(&l.env)).or_default().push(l);
+    }
+    let mut series = Vec::new();
+    let mut changes = Vec::new();
+    for (machine, runs) in groups {
+        // runs of one build are one point; points go in build order: versions first, then
+        // the earliest start (commits and revisions have no order of their own)
+        let mut by_build: BTreeMap<Build, Vec<Loaded>> = BTreeMap::new();
+        for l in runs {
+            by_build.entry(Build::of(&l.env)).or_default().push(l);
+        }
+        let mut points: Vec<(Point, Vec<Loaded>)> = by_build
+            .into_iter()
+            .map(|(build, mut members)| {
+                members.sort_by(|a, b| {
+                    (a.env.started_at.as_str(), a.name.as_str())
+                        .cmp(&(b.env.started_at.as_str(), b.name.as_str()))
+                });
+                let runs = members
+                    .iter()
+                    .map(|l| RunRef {
+                        name: l.name.clone(),
+                        dir: l.run.dir.clone(),
+                        started_at: l.env.started_at.clone(),
+                    })
+                    .collect();
+                (Point { build, runs }, members)
+            })
+            .collect();
+        points.sort_by(|(a, _), (b, _)| {
+            let first = |p: &Point| {
+                p.runs
+                    .first()
+                    .map(|r| r.started_at.clone())
+                    .unwrap_or_default()
+            };
+            (&a.build.torch, &a.build.runtime, &a.build.driver, first(a)).cmp(&(
+                &b.build.torch,
+                &b.build.runtime,
+                &b.build.driver,
+                first(b),
+            ))
+        });
+        let cases = values(&points, &s.modes);
+        let one = Series {
+            machine,
+            points: points.into_iter().map(|(p, _)| p).collect(),
+            cases,
+        };
+        changes.extend(detect(series.len(), &one, &s.cp));
+        series.push(one);
+    }
+    Ok(History {
+        series,
+        changes,
+        skipped,
+        settings: s.clone(),
+    })
+}
+
+/// Every case's value at every point of a series.
+fn values(
+    points: &[(Point, Vec<Loaded>)],
+    modes: &[Mode],
+) -> BTreeMap<CaseKey, Vec<Option<Value>>> {
+    // host-timed values are divided by their execution's control, then scaled by the
+    // series' median control, so they read as ns at the series' usual host speed
+    let controls: Vec<f64> = points
+        .iter()
+        .flat_map(|(_, ls)| ls.iter())
+        .flat_map(|l| l.execs.values().flatten().filter_map(|(_, c)| *c))
+        .collect();
+    let reference = (!controls.is_empty()).then(|| stats::median(&controls));
+    let mut out: BTreeMap<CaseKey, Vec<Option<Value>>> = BTreeMap::new();
+    for (i, (_, members)) in points.iter().enumerate() {
+        let mut at: BTreeMap<CaseKey, (Vec<f64>, Status, Option<String>)> = BTreeMap::new();
+        for l in members {
+            for row in &l.run.results {
+                if !modes.contains(&row.key.mode) {
+                    continue;
+                }
+                let entry = at
+                    .entry(row.key.clone())
+                    .or_insert_with(|| (Vec::new(), row.status, row.kernel.clone()));
+                if row.status != Status::Ok {
+                    // a replicate that is not ok makes the point not ok
+                    entry.1 = row.status;
+                    continue;
+                }
+                let execs = l.execs.get(&row.key).filter(|e| e.len() >= 2);
+                if row.key.mode.is_device() {
+                    if row.is_upper_bound() {
+                        continue;
+                    }
+                    match execs {
+                        Some(e) => entry.0.extend(e.iter().map(|(t, _)| *t)),
+                        None => entry.0.extend(row.median_ns),
+                    }
+                } else if let Some(e) = execs {
+                    entry.0.extend(e.iter().map(|(t, c)| match (c, reference) {
+                        (Some(c), Some(r)) => t / c * r,
+                        _ => *t,
+                    }));
+                }
+            }
+        }
+        for (key, (reps, status, kernel)) in at {
+            let v = Value {
+                ns: (status == Status::Ok && !reps.is_empty())
+                    .then(|| reps.iter().sum::<f64>() / reps.len() as f64),
+                replicates: reps.len(),
+                status,
+                kernel,
+            };
+            out.entry(key).or_insert_with(|| vec![None; points.len()])[i] = Some(v);
+        }
+    }
+    out
+}
+
+/// The change points and status changes of every case of one series.
+fn detect(index: usize, series: &Series, cp: &CpSettings) -> Vec<Change> {
+    let newest = series.points.len().saturating_sub(1);
+    let build_change = |point: usize| {
+        point
+            .checked_sub(1)
+            .map(|p| {
+                series.points[point]
+                    .build
+                    .changes_from(&series.points[p].build)
+            })
+            .unwrap_or_default()
+    };
+    let mut out = Vec::new();
+    for (key, vals) in &series.cases {
+        // the points with a value, and where they sit
+        let present: Vec<(usize, f64)> = vals
+            .iter()
+            .enumerate()
+            .filter_map(|(i, v)| v.as_ref().and_then(|v| v.ns).map(|ns| (i, ns)))
+            .collect();
+        let xs: Vec<f64> = present.iter().map(|p| p.1).collect();
+        for c in change_points(&xs, cp) {
+            let (point, prev) = (present[c.index].0, present[c.index - 1].0);
+            let kernel_of = |i: usize| vals[i].as_ref().and_then(|v| v.kernel.clone());
+            let kernel = match (kernel_of(prev), kernel_of(point)) {
+                (a, b) if a != b => Some((a.unwrap_or_default(), b.unwrap_or_default())),
+                _ => None,
+            };
+            out.push(Change {
+                series: index,
+                key: key.clone(),
+                point,
+                before_ns: Some(c.median_before),
+                after_ns: Some(c.median_after),
+                kind: ChangeKind::Step {
+                    p: c.p,
+                    n_before: c.n_before,
+                    n_after: c.n_after,
+                },
+                kernel,
+                build_change: build_change(point),
+                newest: point == newest,
+            });
+        }
+        // status changes between consecutive points where the case was measured
+        let measured: Vec<(usize, &Value)> = vals
+            .iter()
+            .enumerate()
+            .filter_map(|(i, v)| v.as_ref().map(|v| (i, v)))
+            .collect();
+        for w in measured.windows(2) {
+            let ((_, a), (point, b)) = (w[0], w[1]);
+            if a.status != b.status {
+                out.push(Change {
+                    series: index,
+                    key: key.clone(),
+                    point,
+                    before_ns: a.ns,
+                    after_ns: b.ns,
+                    kind: ChangeKind::Status(a.status, b.status),
+                    kernel: None,
+                    build_change: build_change(point),
+                    newest: point == newest,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The points at which a case's dominant kernel changed, per series and op: for the plots.
+pub fn kernel_changes(series: &Series) -> BTreeSet<(rundir::OpKind, usize)> {
+    let mut out = BTreeSet::new();
+    for (key, vals) in &series.cases {
+        let mut last: Option<&Option<String>> = None;
+        for (i, v) in vals.iter().enumerate() {
+            let Some(v) = v else { continue };
+            if let Some(prev) = last
+                && *prev != v.kernel
+            {
+                out.insert((key.op, i));
+            }
+            last = Some(&v.kernel);
+        }
+    }
+    out
+}
