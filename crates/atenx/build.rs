@@ -1,8 +1,9 @@
 //! Compile cpp/atenx.cpp against the libtorch headers torch-sys found.
 //!
 //! torch-sys (links = "tch") exports its lib dir to direct dependents as
-//! DEP_TCH_LIBTORCH_LIB; the headers live beside it in `../include`. Windows users point
-//! LIBTORCH_INCLUDE at the torch `include` folder (torch-sys does not export it there).
+//! DEP_TCH_LIBTORCH_LIB; the headers live beside it in `../include`. Where it exports none
+//! (Windows), the headers come from the torch package of the Python torch-sys uses;
+//! LIBTORCH_INCLUDE overrides both.
 use std::path::PathBuf;
 
 include!("../harness/rpath.in.rs");
@@ -15,13 +16,28 @@ fn main() {
     let lib = std::env::var("DEP_TCH_LIBTORCH_LIB")
         .ok()
         .map(PathBuf::from);
+    // LIBTORCH_INCLUDE, else beside torch-sys's lib folder, else the user's Python's torch
+    // (torch-sys exports no lib folder on Windows)
+    let from_python = || torch_dir_from_python().map(|d| d.join("include"));
     let include = match std::env::var("LIBTORCH_INCLUDE") {
         Ok(dir) => PathBuf::from(dir),
-        Err(_) => match &lib {
-            Some(lib) => lib.join("../include"),
-            None => panic!(
-                "atenx: torch-sys did not export its lib dir; set LIBTORCH_INCLUDE to libtorch's include folder"
-            ),
+        Err(_) => match lib
+            .as_ref()
+            .map(|l| l.join("../include"))
+            .filter(|i| i.is_dir())
+        {
+            Some(inc) => inc,
+            None => match from_python() {
+                Some(inc) => inc,
+                None => {
+                    eprintln!(
+                        "atenx: cannot find libtorch's headers: torch-sys exported no lib folder, \
+                         LIBTORCH_INCLUDE is not set, and no python (PYTHON, python3, python) imports \
+                         torch. Run scripts/setup, or set LIBTORCH_INCLUDE to torch's include folder."
+                    );
+                    std::process::exit(1);
+                }
+            },
         },
     };
     let msvc = std::env::var("CARGO_CFG_TARGET_ENV").as_deref() == Ok("msvc");

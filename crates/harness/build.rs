@@ -37,4 +37,32 @@ fn main() {
         rev
     };
     println!("cargo:rustc-env=OPBENCH_GIT_REV={rev}");
+    println!(
+        "cargo:rustc-env=OPBENCH_TCH_VERSION={}",
+        tch_version(&manifest)
+    );
+}
+
+/// The tch version in the workspace's Cargo.lock: the nearest one above the manifest,
+/// looked up lexically (scripts/torch-workspace builds through a symlinked `crates/`).
+fn tch_version(manifest: &std::path::Path) -> String {
+    for dir in manifest.ancestors() {
+        let lock = dir.join("Cargo.lock");
+        if let Ok(text) = std::fs::read_to_string(&lock) {
+            println!("cargo:rerun-if-changed={}", lock.display());
+            let mut lines = text.lines();
+            while let Some(l) = lines.next() {
+                if l.trim() == "name = \"tch\"" {
+                    if let Some(v) = lines
+                        .next()
+                        .and_then(|v| v.trim().strip_prefix("version = "))
+                    {
+                        return v.trim_matches('"').to_string();
+                    }
+                }
+            }
+            break;
+        }
+    }
+    "unknown".into()
 }

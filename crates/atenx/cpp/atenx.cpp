@@ -1,4 +1,7 @@
-// atenx: the few libtorch calls that tch 0.24 does not wrap.
+// atenx: the few libtorch calls that tch does not wrap.
+//
+// Compiles against torch 2.9 to 2.15: what differs between versions is chosen by
+// TORCH_VERSION_MAJOR / _MINOR (torch/headeronly/version.h, torch/version.h before 2.10).
 //
 // Only CPU-side ATen/c10 headers are included, so this compiles against CPU-only, CUDA and
 // ROCm libtorch alike; GPU work goes through ATen's dispatcher and c10's device-generic
@@ -7,13 +10,20 @@
 // Conventions: tensors cross the boundary as `at::Tensor*` (what tch's C_tensor is);
 // functions return nullptr on success or a malloc'd error message the caller frees.
 #include <ATen/ATen.h>
+#include <ATen/BlasBackend.h>
 #include <ATen/Context.h>
 #include <ATen/Version.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <ATen/native/transformers/sdp_utils_cpp.h>
 #include <c10/core/Event.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+// torch >= 2.10 moved TORCH_VERSION to a header-only folder (pytorch#164381); 2.9 has it
+// in <torch/version.h>
+#if __has_include(<torch/headeronly/version.h>)
 #include <torch/headeronly/version.h>
+#else
+#include <torch/version.h>
+#endif
 
 #include <cstdlib>
 #include <cstring>
@@ -109,8 +119,39 @@ long atx_cudnn_version() {
 long atx_miopen_version() {
   try { return at::detail::getCUDAHooks().versionMIOpen(); } catch (...) { return -1; }
 }
+// CUDAHooksInterface::versionHipBLASLt exists from torch 2.11 on
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 11)
 long atx_hipblaslt_version() {
   try { return at::detail::getCUDAHooks().versionHipBLASLt(); } catch (...) { return -1; }
+}
+#else
+long atx_hipblaslt_version() { return -1; }
+#endif
+// The GEMM library ATen prefers (TORCH_BLAS_PREFER_HIPBLASLT / _CUBLASLT and
+// torch.backends.cuda.preferred_blas_library): default, cublas (rocBLAS on ROCm), cublaslt
+// (hipBLASLt on ROCm) or ck.
+const char* atx_blas_backend() {
+  try {
+    switch (at::globalContext().blasPreferredBackend()) {
+      case at::BlasBackend::Default: return "default";
+      case at::BlasBackend::Cublas: return "cublas";
+      case at::BlasBackend::Cublaslt: return "cublaslt";
+      case at::BlasBackend::Ck: return "ck";
+    }
+  } catch (...) {}
+  return "unknown";
+}
+// The flash-attention implementation ROCm builds prefer (TORCH_ROCM_FA_PREFER_CK):
+// default, aotriton or ck.
+const char* atx_rocm_fa_backend() {
+  try {
+    switch (at::globalContext().getROCmFAPreferredBackend()) {
+      case at::ROCmFABackend::Default: return "default";
+      case at::ROCmFABackend::AOTriton: return "aotriton";
+      case at::ROCmFABackend::Ck: return "ck";
+    }
+  } catch (...) {}
+  return "unknown";
 }
 int atx_gpu_count() {
   try { return at::detail::getCUDAHooks().getNumGPUs(); } catch (...) { return 0; }

@@ -50,6 +50,8 @@ unsafe extern "C" {
     fn atx_miopen_version() -> c_long;
     fn atx_hipblaslt_version() -> c_long;
     fn atx_gpu_count() -> c_int;
+    fn atx_blas_backend() -> *const c_char;
+    fn atx_rocm_fa_backend() -> *const c_char;
     fn atx_timer_new(out: *mut *mut c_void, device: c_int) -> *mut c_char;
     fn atx_timer_free(t: *mut c_void);
     fn atx_timer_start(t: *mut c_void) -> *mut c_char;
@@ -190,6 +192,22 @@ pub fn miopen_version() -> Option<i64> {
 pub fn hipblaslt_version() -> Option<i64> {
     positive(unsafe { atx_hipblaslt_version() })
 }
+fn static_str(p: *const c_char) -> &'static str {
+    // SAFETY: the shim returns pointers to static string literals.
+    unsafe { CStr::from_ptr(p) }.to_str().unwrap_or("unknown")
+}
+
+/// The GEMM library ATen prefers: `default`, `cublas` (rocBLAS on ROCm), `cublaslt`
+/// (hipBLASLt on ROCm) or `ck`; it follows `TORCH_BLAS_PREFER_HIPBLASLT` / `_CUBLASLT`.
+pub fn blas_backend() -> &'static str {
+    static_str(unsafe { atx_blas_backend() })
+}
+
+/// The flash-attention implementation ROCm builds prefer: `default`, `aotriton` or `ck`.
+pub fn rocm_fa_backend() -> &'static str {
+    static_str(unsafe { atx_rocm_fa_backend() })
+}
+
 /// GPUs the loaded GPU library sees (0 when none is loaded).
 pub fn gpu_count() -> usize {
     usize::try_from(unsafe { atx_gpu_count() }).unwrap_or(0)

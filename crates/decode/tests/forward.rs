@@ -121,7 +121,7 @@ fn the_op_checks_both_profiles_at_real_shapes() {
             .find(|p| p.op == OpKind::Decode)
             .unwrap();
         for v in op.variants() {
-            let (mut prepared, err) = harness::preflight(&op, v, &p, DType::F32, Device::CPU)
+            let (mut prepared, err) = harness::preflight(&op, v, &p, DType::F32, Device::CPU, None)
                 .unwrap_or_else(|r| panic!("{v}: {:?}", r.failure));
             assert!(err < decode::tolerance(DType::F32), "{v} {err}");
             prepared.run().unwrap();

@@ -16,6 +16,8 @@
 //! | `OPBENCH_MEASURE_MS` | 400 | measurement time per case |
 //! | `OPBENCH_THREADS` | libtorch's default | CPU threads (`torch.set_num_threads`) |
 //! | `OPBENCH_SHAPES` | `shapes/` found upward | folder with model files and `grid.toml` |
+//! | `OPBENCH_CALL_CAP_MS` | `1000` | a case whose one call takes longer is a `skipped` row (0: no cap) |
+//! | `OPBENCH_L2_BYTES` | the runtime's, else 256 MiB | last-level cache the `device_cold` mode flushes |
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -57,6 +59,13 @@ pub struct Config {
     /// spin for this percentage of the host time the call itself took: the host made that
     /// much slower. Never set it in a run that is published.
     pub plant_pct: f64,
+    /// `OPBENCH_L2_BYTES`: the last-level cache `device_cold` flushes, where the runtime
+    /// reports none or the wrong one (AMD's Infinity Cache is not its L2).
+    pub l2_bytes: Option<u64>,
+    /// `OPBENCH_CALL_CAP_MS`: a case whose single call takes longer is not measured (a
+    /// `skipped` row says how long it took): criterion would hold the run for samples ×
+    /// that call. `None` (0): no cap.
+    pub call_cap: Option<Duration>,
     /// `OPBENCH_CONTROL=0` turns off the host-speed control measured before every sample.
     pub control: bool,
 }
@@ -189,6 +198,21 @@ impl Config {
                 }
             },
             control: number("OPBENCH_CONTROL", 1u8)? != 0,
+            call_cap: match number("OPBENCH_CALL_CAP_MS", 1000u64)? {
+                0 => None,
+                ms => Some(Duration::from_millis(ms)),
+            },
+            l2_bytes: match var("OPBENCH_L2_BYTES") {
+                None => None,
+                Some(_) => match number("OPBENCH_L2_BYTES", 0u64)? {
+                    b if (1 << 20..=1 << 36).contains(&b) => Some(b),
+                    b => {
+                        return Err(format!(
+                            "OPBENCH_L2_BYTES={b}: expected 1 MiB to 64 GiB in bytes"
+                        ));
+                    }
+                },
+            },
         })
     }
 

@@ -73,8 +73,15 @@ impl fmt::Display for Device {
     }
 }
 
-/// Which GPU library was loaded by [`load_gpu_library`], if any.
-static GPU_LIBRARY: OnceLock<Option<String>> = OnceLock::new();
+/// What [`load_gpu_library`] found: the library that loaded, or why each candidate did not.
+#[derive(Debug, Clone)]
+struct GpuLibrary {
+    loaded: Option<String>,
+    /// `name: OS message` for each candidate that exists but did not load.
+    errors: Vec<String>,
+}
+
+static GPU_LIBRARY: OnceLock<GpuLibrary> = OnceLock::new();
 
 /// Make sure libtorch's GPU library is loaded whenever it exists.
 ///
@@ -82,35 +89,99 @@ static GPU_LIBRARY: OnceLock<Option<String>> = OnceLock::new();
 /// `libtorch_cuda.so` / `libtorch_hip.so` directly, so the linker drops them and libtorch
 /// then sees no GPU at all. Loading the library registers its CUDA/HIP hooks. Tries the
 /// libtorch folder the build used, then the loader's search path (LD_LIBRARY_PATH, PATH on
-/// Windows). Returns the path or name that loaded, `None` for a CPU-only libtorch.
+/// Windows). Returns the path or name that loaded, `None` for a CPU-only libtorch (see
+/// [`gpu_library_errors`] for why a library that exists did not load).
+///
+/// On Windows, torch's lib folder and the ROCm SDK's `bin` folders (`HIP_PATH`,
+/// `ROCM_PATH`) are first added to the DLL search path, as `torch/__init__.py` and
+/// `_rocm_init` do for Python, so `torch_hip.dll` finds `amdhip64_*.dll`, rocBLAS and MIOpen.
 pub fn load_gpu_library() -> Option<String> {
-    GPU_LIBRARY
-        .get_or_init(|| {
-            let names: &[&str] = if cfg!(windows) {
-                &["torch_cuda.dll", "torch_hip.dll"]
-            } else if cfg!(target_os = "macos") {
-                &[]
-            } else {
-                &["libtorch_cuda.so", "libtorch_hip.so"]
-            };
-            let mut candidates: Vec<String> = Vec::new();
-            if let Some(dir) = option_env!("OPBENCH_LIBTORCH_LIB") {
-                let dir = std::path::Path::new(dir);
-                candidates.extend(names.iter().map(|n| dir.join(n).display().to_string()));
+    GPU_LIBRARY.get_or_init(find_gpu_library).loaded.clone()
+}
+
+/// Why GPU libraries that exist did not load (`name: OS message`), for error messages.
+pub fn gpu_library_errors() -> Vec<String> {
+    GPU_LIBRARY.get_or_init(find_gpu_library).errors.clone()
+}
+
+fn find_gpu_library() -> GpuLibrary {
+    let names: &[&str] = if cfg!(windows) {
+        &["torch_cuda.dll", "torch_hip.dll"]
+    } else if cfg!(target_os = "macos") {
+        &[]
+    } else {
+        &["libtorch_cuda.so", "libtorch_hip.so"]
+    };
+    let lib_dir = option_env!("OPBENCH_LIBTORCH_LIB").map(std::path::PathBuf::from);
+    #[cfg(windows)]
+    windows_dll_dirs(lib_dir.as_deref());
+    let mut candidates: Vec<(String, bool)> = Vec::new();
+    if let Some(dir) = &lib_dir {
+        candidates.extend(names.iter().map(|n| {
+            let p = dir.join(n);
+            let exists = p.is_file();
+            (p.display().to_string(), exists)
+        }));
+    }
+    // by name: whether it exists is only known by trying
+    candidates.extend(names.iter().map(|n| (n.to_string(), true)));
+    let mut errors = Vec::new();
+    for (c, exists) in candidates {
+        if !exists {
+            continue;
+        }
+        // SAFETY: loading libtorch's own GPU library runs its static initialisers,
+        // which only register hooks with the already-loaded libtorch_cpu.
+        match unsafe { libloading::Library::new(&c) } {
+            Ok(lib) => {
+                // keep it loaded for the life of the process
+                std::mem::forget(lib);
+                return GpuLibrary {
+                    loaded: Some(c),
+                    errors,
+                };
             }
-            candidates.extend(names.iter().map(|n| n.to_string()));
-            for c in candidates {
-                // SAFETY: loading libtorch's own GPU library runs its static initialisers,
-                // which only register hooks with the already-loaded libtorch_cpu.
-                if let Ok(lib) = unsafe { libloading::Library::new(&c) } {
-                    // keep it loaded for the life of the process
-                    std::mem::forget(lib);
-                    return Some(c);
+            Err(e) => {
+                let msg = e.to_string();
+                // a name the loader cannot find is the CPU-only case, not an error
+                let missing = msg.contains("No such file") || msg.contains("(os error 126)");
+                if !missing || c.contains(std::path::MAIN_SEPARATOR) {
+                    errors.push(format!("{c}: {msg}"));
                 }
             }
-            None
-        })
-        .clone()
+        }
+    }
+    GpuLibrary {
+        loaded: None,
+        errors,
+    }
+}
+
+/// Add torch's lib folder and the ROCm SDK's bin folders to the DLL search path.
+#[cfg(windows)]
+fn windows_dll_dirs(lib_dir: Option<&std::path::Path>) {
+    use std::os::windows::ffi::OsStrExt;
+    #[link(name = "kernel32")]
+    unsafe extern "system" {
+        fn SetDefaultDllDirectories(flags: u32) -> i32;
+        fn AddDllDirectory(dir: *const u16) -> *mut std::ffi::c_void;
+    }
+    // LOAD_LIBRARY_SEARCH_DEFAULT_DIRS: application dir, System32 and added directories
+    const DEFAULT_DIRS: u32 = 0x0000_1000;
+    let mut dirs: Vec<std::path::PathBuf> = lib_dir.into_iter().map(Into::into).collect();
+    for var in ["HIP_PATH", "ROCM_PATH"] {
+        if let Some(root) = std::env::var_os(var) {
+            dirs.push(std::path::PathBuf::from(root).join("bin"));
+        }
+    }
+    // SAFETY: documented Win32 calls with NUL-terminated wide strings that outlive them.
+    unsafe {
+        SetDefaultDllDirectories(DEFAULT_DIRS);
+        for d in dirs.iter().filter(|d| d.is_dir()) {
+            let wide: Vec<u16> = d.as_os_str().encode_wide().chain(Some(0)).collect();
+            AddDllDirectory(wide.as_ptr());
+        }
+    }
 }
 
 /// GPUs libtorch can see (after loading its GPU library).
@@ -151,9 +222,15 @@ pub fn select_devices(choice: DeviceChoice, gpu_index: usize) -> Result<Vec<Devi
             out.push(Device::gpu(gpu_index));
         } else if choice == DeviceChoice::Gpu {
             let lib = load_gpu_library().unwrap_or_else(|| "none found".into());
+            let why = gpu_library_errors();
+            let why = if why.is_empty() {
+                String::new()
+            } else {
+                format!("; failed to load: {}", why.join("; "))
+            };
             return Err(format!(
                 "OPBENCH_DEVICE=gpu but GPU {gpu_index} is not visible \
-                 ({n} visible; libtorch GPU library: {lib})"
+                 ({n} visible; libtorch GPU library: {lib}{why})"
             ));
         }
     }

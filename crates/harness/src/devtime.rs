@@ -113,7 +113,8 @@ fn find_sleep() -> Option<SleepFn> {
 
 impl DeviceClock {
     /// Set up events and calibrate the delay on `device` (a GPU).
-    pub fn new(device: Device) -> Result<Self, TchError> {
+    /// `l2_bytes` overrides the last-level cache size the cold mode flushes (`OPBENCH_L2_BYTES`).
+    pub fn new(device: Device, l2_bytes: Option<u64>) -> Result<Self, TchError> {
         if !device.is_gpu() {
             return Err(TchError::Kind(
                 "device-side timing needs a GPU (CPU calls complete before they return)".into(),
@@ -161,8 +162,9 @@ impl DeviceClock {
             host_ns_per_call: 20_000.0,
             flush: None,
             coverage: Coverage::default(),
-            // unknown L2 (HIP): assume 128 MiB, larger than any current GPU's last level
-            l2_bytes: facts.l2_cache_bytes.unwrap_or(128 << 20),
+            // the override, else what the runtime says; unknown: 256 MiB, the largest last
+            // level in use (MI300X's Infinity Cache)
+            l2_bytes: l2_bytes.or(facts.l2_cache_bytes).unwrap_or(256 << 20),
         })
     }
 

@@ -3,27 +3,48 @@
 use std::collections::BTreeMap;
 
 use crate::device::{Backend, Device, gpu_backend, gpu_count, load_gpu_library};
+
 use crate::gpu_facts::{self, GpuFacts};
 
-/// tch as pinned in the workspace (`tch = "=0.24.0"`).
-pub const TCH_VERSION: &str = "0.24.0";
+/// The tch this binary was built with (from the workspace's Cargo.lock, by build.rs).
+pub const TCH_VERSION: &str = env!("OPBENCH_TCH_VERSION");
 
-/// Variables that change which kernels ROCm / PyTorch pick; recorded when set.
+/// Variables that change which kernels ROCm / PyTorch pick, or how fast they run; recorded
+/// when set.
 const KERNEL_VARS: &[&str] = &[
-    "HSA_OVERRIDE_GFX_VERSION",
     "HIP_VISIBLE_DEVICES",
     "ROCR_VISIBLE_DEVICES",
     "CUDA_VISIBLE_DEVICES",
     "TORCH_BLAS_PREFER_HIPBLASLT",
-    "PYTORCH_TUNABLEOP_ENABLED",
+    "TORCH_BLAS_PREFER_CUBLASLT",
+    "TORCH_ROCM_FA_PREFER_CK",
     "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL",
-    "ROCBLAS_LAYER",
+    "PYTORCH_ALLOC_CONF",
     "PYTORCH_CUDA_ALLOC_CONF",
     "PYTORCH_HIP_ALLOC_CONF",
+    "PYTORCH_NO_CUDA_MEMORY_CACHING",
+    "PYTORCH_NO_HIP_MEMORY_CACHING",
+    "AMD_SERIALIZE_KERNEL",
+    "AMD_SERIALIZE_COPY",
+    "CUDA_LAUNCH_BLOCKING",
+    "HIP_LAUNCH_BLOCKING",
+    "HIP_FORCE_DEV_KERNARG",
+    "GPU_MAX_HW_QUEUES",
+    "ROCM_PATH",
+    "HIP_PATH",
     "CUBLAS_WORKSPACE_CONFIG",
     "OMP_NUM_THREADS",
 ];
-const KERNEL_VAR_PREFIXES: &[&str] = &["MIOPEN_", "HIPBLASLT_LOG_"];
+/// Families of such variables: TunableOp, rocBLAS, hipBLASLt, MIOpen, the HSA runtime
+/// (`HSA_OVERRIDE_GFX_VERSION` among them), cuBLASLt logging.
+const KERNEL_VAR_PREFIXES: &[&str] = &[
+    "PYTORCH_TUNABLEOP_",
+    "ROCBLAS_",
+    "HIPBLASLT_",
+    "MIOPEN_",
+    "HSA_",
+    "CUBLASLT_",
+];
 
 /// The fingerprint's type: `env.json` as the `rundir` crate defines it.
 pub use rundir::Env as EnvInfo;
@@ -44,15 +65,13 @@ pub fn collect(run_id: &str, devices: &[Device]) -> EnvInfo {
         _ => GpuFacts::default(),
     };
     let backend = gpu.map_or(Backend::Cpu, |d| d.backend);
-    let runtime_version = atenx::runtime_version()
-        .filter(|_| gpu_count() > 0)
-        .map(|v| {
-            if gpu_backend() == Backend::Cuda {
-                format!("{}.{}", v / 1000, (v % 1000) / 10)
-            } else {
-                v.to_string()
-            }
-        });
+    // versionCUDART() throws on ROCm (no CUDART_VERSION there): HIP's comes from the HIP
+    // runtime itself
+    let runtime_version = facts.runtime_version.clone().or_else(|| {
+        atenx::runtime_version()
+            .filter(|_| gpu_count() > 0 && gpu_backend() == Backend::Cuda)
+            .map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10))
+    });
     EnvInfo {
         schema_version: rundir::SCHEMA_VERSION,
         run_id: run_id.to_string(),
@@ -84,7 +103,8 @@ pub fn collect(run_id: &str, devices: &[Device]) -> EnvInfo {
         cpu_model: cpu_model(),
         threads: tch::get_num_threads(),
         os: os_name(),
-        env: kernel_vars(),
+        env: kernel_vars(std::env::vars()),
+        torch_settings: torch_settings(facts.runtime_path.as_deref()),
         settings: BTreeMap::new(),
         build_config: atenx::show_config(),
         host_state: host_state(),
@@ -126,13 +146,30 @@ fn host_state() -> BTreeMap<String, String> {
     out
 }
 
-fn kernel_vars() -> BTreeMap<String, String> {
-    std::env::vars()
-        .filter(|(k, _)| {
-            KERNEL_VARS.contains(&k.as_str())
-                || KERNEL_VAR_PREFIXES.iter().any(|p| k.starts_with(p))
-        })
-        .collect()
+/// Settings libtorch has in effect, whatever set them.
+fn torch_settings(hip_runtime: Option<&str>) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    out.insert("blas_backend".into(), atenx::blas_backend().to_string());
+    out.insert(
+        "rocm_fa_backend".into(),
+        atenx::rocm_fa_backend().to_string(),
+    );
+    if let Some(p) = hip_runtime {
+        out.insert("hip_runtime".into(), p.to_string());
+    }
+    let errors = crate::device::gpu_library_errors();
+    if !errors.is_empty() {
+        out.insert("gpu_library_errors".into(), errors.join("; "));
+    }
+    out
+}
+
+/// The variables of `vars` that change kernels or timings.
+pub fn kernel_vars(vars: impl Iterator<Item = (String, String)>) -> BTreeMap<String, String> {
+    vars.filter(|(k, _)| {
+        KERNEL_VARS.contains(&k.as_str()) || KERNEL_VAR_PREFIXES.iter().any(|p| k.starts_with(p))
+    })
+    .collect()
 }
 
 fn cpu_model() -> String {
@@ -157,4 +194,33 @@ fn os_name() -> String {
         }
     }
     base
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_the_variables_that_change_kernels_and_no_others() {
+        let vars = [
+            ("TORCH_BLAS_PREFER_HIPBLASLT", "0"),
+            ("PYTORCH_TUNABLEOP_ENABLED", "1"),
+            ("PYTORCH_TUNABLEOP_FILENAME", "tuned.csv"),
+            ("HSA_OVERRIDE_GFX_VERSION", "10.3.0"),
+            ("ROCBLAS_LAYER", "2"),
+            ("HIPBLASLT_LOG_MASK", "32"),
+            ("MIOPEN_ENABLE_LOGGING_CMD", "1"),
+            ("AMD_SERIALIZE_KERNEL", "3"),
+            ("PYTORCH_ALLOC_CONF", "expandable_segments:True"),
+            ("HIP_PATH", "C:\\Program Files\\AMD\\ROCm\\6.4"),
+            ("HOME", "/root"),
+            ("PATH", "/usr/bin"),
+            ("OPBENCH_SAMPLES", "10"),
+        ];
+        let got = kernel_vars(vars.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        assert_eq!(got.len(), vars.len() - 3, "{got:?}");
+        assert_eq!(got["TORCH_BLAS_PREFER_HIPBLASLT"], "0");
+        assert_eq!(got["PYTORCH_TUNABLEOP_FILENAME"], "tuned.csv");
+        assert!(!got.contains_key("HOME") && !got.contains_key("OPBENCH_SAMPLES"));
+    }
 }

@@ -26,6 +26,7 @@ pub mod env;
 pub mod floor;
 pub mod gpu_facts;
 pub mod op;
+pub mod plan;
 pub mod record;
 pub mod select;
 pub mod tensors;

@@ -47,6 +47,13 @@ pub fn classify(err: &TchError) -> Failure {
         "only supports",
         "not available",
         "torch not compiled",
+        // a build without a fused SDPA kernel: "USE_MEM_EFF_ATTENTION was not enabled for
+        // build." (the motivating user's Windows ROCm build), "USE_FLASH_ATTENTION ..."
+        "was not enabled for build",
+        // ROCm: AOTriton / CK without kernels for this GPU, "... was not compiled for
+        // current AMD GPU architecture"
+        "was not compiled for",
+        "not built with",
     ]
     .iter()
     .any(|m| lower.contains(m))
@@ -178,4 +185,38 @@ pub fn rel_err(check: &Check) -> Result<f64, TchError> {
     let diff = out.f_sub(&reference)?.f_norm()?.f_double_value(&[])?;
     let norm = reference.f_norm()?.f_double_value(&[])?;
     Ok(if norm > 0.0 { diff / norm } else { diff })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Messages PyTorch gives, recorded from its sources and users' reports.
+    #[test]
+    fn a_missing_kernel_is_unsupported_not_an_error() {
+        let torch = |m: &str| classify(&TchError::Torch(m.to_string()));
+        for m in [
+            "USE_MEM_EFF_ATTENTION was not enabled for build.\nException raised from _efficient_attention_forward at aten/src/ATen/native/transformers/cuda/attention.cu:1412",
+            "USE_FLASH_ATTENTION was not enabled for build.",
+            "Flash attention was not compiled for current AMD GPU architecture",
+            "No available kernel. Aborting execution.",
+            "Could not run 'aten::_flash_attention_forward' with arguments from the 'CPU' backend.",
+        ] {
+            let f = torch(m);
+            assert_eq!(f.status, Status::Unsupported, "{m}");
+            assert!(!f.reason.contains("Exception raised from"), "{}", f.reason);
+        }
+        assert_eq!(
+            torch("CUDA out of memory. Tried to allocate 2.00 GiB").status,
+            Status::Oom
+        );
+        assert_eq!(
+            torch("HIP out of memory. Tried to allocate 20.00 MiB").status,
+            Status::Oom
+        );
+        assert_eq!(
+            torch("shape '[1, 16]' is invalid for input of size 8").status,
+            Status::Error
+        );
+    }
 }

@@ -174,9 +174,10 @@ pub fn preflight(
     problem: &Problem,
     dt: DType,
     device: Device,
+    cap: Option<Duration>,
 ) -> Result<(Box<dyn Prepared>, f64), Refused> {
     catch_unwind(AssertUnwindSafe(|| {
-        preflight_inner(op, variant, problem, dt, device)
+        preflight_inner(op, variant, problem, dt, device, cap)
     }))
     .unwrap_or_else(|panic| {
         Err(Refused {
@@ -192,12 +193,31 @@ fn preflight_inner(
     problem: &Problem,
     dt: DType,
     device: Device,
+    cap: Option<Duration>,
 ) -> Result<(Box<dyn Prepared>, f64), Refused> {
     let refuse = |failure: Failure| Refused {
         failure,
         rel_err: None,
     };
     let mut p = op.prepare(variant, problem, dt, device).map_err(refuse)?;
+    if let Some(cap) = cap {
+        // one call, before the float64 reference (which costs more than the call): a case
+        // whose single call is over the cap would hold the run for samples × that long
+        let t0 = Instant::now();
+        p.run().map_err(|e| refuse(e.into()))?;
+        device.sync();
+        let took = t0.elapsed();
+        if took > cap {
+            return Err(refuse(Failure {
+                status: Status::Skipped,
+                reason: format!(
+                    "one call took {:.0} ms, over the {} ms cap (OPBENCH_CALL_CAP_MS; 0 measures it)",
+                    took.as_secs_f64() * 1e3,
+                    cap.as_millis()
+                ),
+            }));
+        }
+    }
     let check = p.check().map_err(|e| refuse(e.into()))?;
     let err = rel_err(&check).map_err(|e| refuse(e.into()))?;
     drop(check);
@@ -277,6 +297,8 @@ struct Sink {
     run: Option<RunWriter>,
     run_id: String,
     written: usize,
+    /// Set by scripts/bench: print case i of N with an ETA after each case.
+    progress: Option<crate::plan::Progress>,
 }
 
 impl Sink {
@@ -341,6 +363,14 @@ impl Sink {
         self.open()?;
         if let Some(run) = self.run.as_mut() {
             run.write_case(row, samples)?;
+            if let Some(p) = &self.progress {
+                eprintln!(
+                    "opbench: {} · {} {}",
+                    p.line(run.cases()),
+                    row.key,
+                    row.status
+                );
+            }
         }
         self.written += 1;
         Ok(())
@@ -397,6 +427,7 @@ pub fn run_op(
         run: None,
         run_id: run_id.clone(),
         written: 0,
+        progress: crate::plan::Progress::from_env(),
     };
 
     sink.open()?;
@@ -416,7 +447,7 @@ pub fn run_op(
                     .into(),
             )
         } else if wants_clock {
-            DeviceClock::new(device).map_err(|e| first_line(&e.to_string()))
+            DeviceClock::new(device, config.l2_bytes).map_err(|e| first_line(&e.to_string()))
         } else {
             Err("no device mode asked for".into())
         });
@@ -450,6 +481,8 @@ pub fn run_op(
         use rand::seq::SliceRandom;
         cases.shuffle(&mut rand::rngs::StdRng::seed_from_u64(config.seed));
     }
+    let mut rates: Option<crate::plan::Rates> = None;
+    let mut plan_lines: Vec<String> = Vec::new();
     for (d, dt, problem, variant) in cases {
         let device = devices[d];
         let keys: Vec<(Mode, CaseKey)> = config
@@ -470,9 +503,25 @@ pub fn run_op(
             for (_, k) in &keys {
                 group.bench_function(id_in_group(k), |b| b.iter(|| ()));
             }
+            if crate::plan::plan_file().is_some() {
+                let rates = *rates.get_or_insert_with(crate::plan::probe);
+                let (secs, skip) =
+                    crate::plan::estimate(config, &rates, problem, dt, device, keys.len());
+                plan_lines.extend(
+                    keys.iter()
+                        .map(|(_, k)| format!("{},{k},{secs:.4},{}\n", op.kind(), u8::from(skip))),
+                );
+            }
             continue;
         }
-        let (mut prepared, err) = match preflight(op, variant, problem, dt, device) {
+        let (mut prepared, err) = match preflight(
+            op,
+            variant,
+            problem,
+            dt,
+            device,
+            crate::plan::cap_for(config, problem),
+        ) {
             Ok(x) => x,
             Err(refused) => {
                 for (_, key) in &keys {
@@ -518,6 +567,7 @@ pub fn run_op(
         }
     }
     group.finish();
+    crate::plan::write_plan(&plan_lines);
     if skipped > 0 {
         eprintln!(
             "opbench: {skipped} {} cases were already in run {run_id} and were kept, not measured again",

@@ -78,6 +78,8 @@ fn config(out: &std::path::Path) -> Config {
         plant_ns: 0,
         plant_pct: 0.0,
         control: true,
+        l2_bytes: None,
+        call_cap: None,
     }
 }
 

@@ -52,7 +52,14 @@ impl Op for Wrong {
 }
 
 fn refused(how: &'static str) -> harness::Refused {
-    match preflight(&Wrong(how), "x", &Problem::floor(), DType::F32, Device::CPU) {
+    match preflight(
+        &Wrong(how),
+        "x",
+        &Problem::floor(),
+        DType::F32,
+        Device::CPU,
+        None,
+    ) {
         Ok(_) => panic!("{how} was accepted"),
         Err(r) => r,
     }
@@ -84,19 +91,33 @@ fn missing_kernels_oom_and_panics_become_statuses() {
 
 #[test]
 fn the_floor_passes_preflight_on_cpu() {
-    let (mut p, err) =
-        preflight(&Floor, "add", &Problem::floor(), DType::F32, Device::CPU).unwrap();
+    let (mut p, err) = preflight(
+        &Floor,
+        "add",
+        &Problem::floor(),
+        DType::F32,
+        Device::CPU,
+        None,
+    )
+    .unwrap();
     assert_eq!(err, 0.0);
     let d = harness::time_calls(p.as_mut(), Device::CPU, harness::Mode::Synced, 100, None).unwrap();
     assert!(harness::time_calls(p.as_mut(), Device::CPU, harness::Mode::Device, 1, None).is_err());
-    assert!(harness::DeviceClock::new(Device::CPU).is_err());
+    assert!(harness::DeviceClock::new(Device::CPU, None).is_err());
     assert!(d.as_nanos() > 0);
 }
 
 #[test]
 fn the_view_floor_launches_nothing_and_checks() {
-    let (mut p, err) =
-        preflight(&Floor, "view", &Problem::floor(), DType::F32, Device::CPU).unwrap();
+    let (mut p, err) = preflight(
+        &Floor,
+        "view",
+        &Problem::floor(),
+        DType::F32,
+        Device::CPU,
+        None,
+    )
+    .unwrap();
     assert_eq!(err, 0.0);
     p.run().unwrap();
 }

@@ -647,6 +647,18 @@ fn report_and_publish_a_run_once() {
             .join("2026-11-29-nvidia-h200-cuda-torch2.11.0-second/results.csv")
             .is_file()
     );
+    // the index lists both, newest name first, with the tag
+    let index = std::fs::read_to_string(results.join("README.md")).unwrap();
+    let lines: Vec<&str> = index.lines().filter(|l| l.starts_with("| 2026")).collect();
+    assert_eq!(lines.len(), 2, "{index}");
+    assert!(
+        lines[0].contains("torch2.11.0-second") && lines[0].ends_with("| second |"),
+        "{index}"
+    );
+    assert!(
+        lines[1].contains("| NVIDIA H200 | cuda | 2.11.0 |"),
+        "{index}"
+    );
     let last = tagged.len() - 1;
     tagged[last] = "../x";
     let (code, _, err) = opbench(&tagged);
@@ -663,6 +675,27 @@ fn env_describes_this_machine_only_in_a_torch_build() {
         assert_eq!(env["schema_version"], rundir::SCHEMA_VERSION);
         assert_eq!(env["backend"], "cpu");
         assert!(env["libtorch_version"].as_str().unwrap().starts_with("2."));
+        // the tch this binary was built with, from Cargo.lock
+        assert!(
+            env["tch_version"].as_str().unwrap().starts_with("0.2"),
+            "{env}"
+        );
+        // kernel-changing variables set for the process are read back; the settings in
+        // effect follow them
+        let out = Command::new(env!("CARGO_BIN_EXE_opbench"))
+            .args(["env", "--device", "cpu"])
+            .env("TORCH_BLAS_PREFER_CUBLASLT", "1")
+            .env("PYTORCH_TUNABLEOP_ENABLED", "1")
+            .env("HSA_OVERRIDE_GFX_VERSION", "10.3.0")
+            .output()
+            .unwrap();
+        let env: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(env["env"]["PYTORCH_TUNABLEOP_ENABLED"], "1", "{env}");
+        assert_eq!(env["env"]["HSA_OVERRIDE_GFX_VERSION"], "10.3.0");
+        assert_eq!(env["env"]["TORCH_BLAS_PREFER_CUBLASLT"], "1");
+        let blas = env["torch_settings"]["blas_backend"].as_str().unwrap();
+        assert!(["default", "cublas", "cublaslt"].contains(&blas), "{blas}");
+        assert!(env["torch_settings"]["rocm_fa_backend"].is_string());
     } else {
         assert_eq!(code, 2);
         assert!(err.contains("built without libtorch"), "{err}");

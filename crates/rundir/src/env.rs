@@ -43,6 +43,10 @@ pub struct Env {
     pub os: String,
     /// Kernel-changing variables that are set.
     pub env: BTreeMap<String, String>,
+    /// What libtorch has in effect, whatever set it: `blas_backend` (the GEMM library ATen
+    /// prefers), `rocm_fa_backend`, and on ROCm `hip_runtime` (the path of the HIP runtime
+    /// the process loaded).
+    pub torch_settings: BTreeMap<String, String>,
     /// The grid profile and timing budget of the run (empty for `opbench env`).
     pub settings: BTreeMap<String, String>,
     /// `at::show_config()`: how libtorch was built.

@@ -33,7 +33,8 @@ use std::path::PathBuf;
 /// - 1: the first round (no `schema_version` in env.json); its upper-bound state was prose
 ///   in `note`, and is read into [`ResultRow::uncovered_chunks`] from there.
 /// - 2: typed columns, `uncovered_chunks`, `schema_version` in env.json.
-pub const SCHEMA_VERSION: u32 = 2;
+/// - 3: status `skipped` (a single call over the cap), env.json `torch_settings`.
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// The oldest schema version the readers accept.
 pub const OLDEST_READABLE: u32 = 1;

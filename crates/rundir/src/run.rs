@@ -285,6 +285,21 @@ impl RunWriter {
         })
     }
 
+    /// Cases the run holds (from every process so far).
+    pub fn len(&self) -> usize {
+        self.cases.len()
+    }
+
+    /// The cases the run holds.
+    pub fn cases(&self) -> impl Iterator<Item = &CaseKey> {
+        self.cases.iter()
+    }
+
+    /// The run holds no case yet.
+    pub fn is_empty(&self) -> bool {
+        self.cases.is_empty()
+    }
+
     /// The run already has this case.
     pub fn contains(&self, key: &CaseKey) -> bool {
         self.cases.contains(key)

@@ -1,0 +1,269 @@
+//! What a run will cost before it starts, and how far it has got while it runs.
+//!
+//! `scripts/bench` first lists the cases (criterion's `--list`) with `OPBENCH_PLAN_FILE`
+//! set: each bench binary appends one line per case key with its estimated seconds, and
+//! the script prints the plan (cases per crate, estimated wall time). It then runs the
+//! bench with `OPBENCH_PLAN_CASES` / `OPBENCH_PLAN_START` set, and every process prints a
+//! progress line after each case: case i of N, elapsed, an ETA.
+//!
+//! The estimate per case key is the criterion budget (warm-up + measurement, but at least
+//! `samples` calls), the host-speed control, criterion's own analysis, and once per case
+//! preparing its random inputs and the float64 reference check. Call, preparation and check
+//! times come from the case's FLOPs and bytes at rates a quick probe measured on this
+//! machine (an f32 and an f64 matmul, a copy, a random fill); a
+//! call over the cap costs one call and is skipped. GPU calls are taken as short: their
+//! keys cost the budget.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use shapes::Problem;
+use tch::{Kind, Tensor};
+
+use rundir::CaseKey;
+
+use crate::{Config, DType, Device};
+
+/// Rates of this machine's CPU, from a ~0.2 s probe.
+#[derive(Debug, Clone, Copy)]
+pub struct Rates {
+    pub f32_flops: f64,
+    pub f64_flops: f64,
+    pub bytes_per_s: f64,
+    /// Bytes of random f32 values generated per second: what preparing a case's inputs
+    /// (a whole model's weights, for the decode crate) costs.
+    pub random_bytes_per_s: f64,
+}
+
+/// The best of three: FLOP/s of an n³ matmul, bytes/s of a 32 MiB copy.
+pub fn probe() -> Rates {
+    let best = |f: &mut dyn FnMut() -> Duration| (0..3).map(|_| f()).min().unwrap_or(Duration::MAX);
+    // sizes large enough for the BLAS to reach its speed (a few ms each)
+    let mm = |kind: Kind, n: i64| {
+        let a = Tensor::ones([n, n], (kind, tch::Device::Cpu));
+        let t = best(&mut || {
+            let t0 = Instant::now();
+            let _ = a.matmul(&a);
+            t0.elapsed()
+        });
+        2.0 * (n * n * n) as f64 / t.as_secs_f64().max(1e-9)
+    };
+    let src = Tensor::ones([8 << 20], (Kind::Float, tch::Device::Cpu));
+    let mut dst = src.zeros_like();
+    let copy = best(&mut || {
+        let t0 = Instant::now();
+        let _ = dst.f_copy_(&src);
+        t0.elapsed()
+    });
+    let random = best(&mut || {
+        let t0 = Instant::now();
+        let _ = Tensor::randn([8 << 20], (Kind::Float, tch::Device::Cpu));
+        t0.elapsed()
+    });
+    Rates {
+        random_bytes_per_s: (32 << 20) as f64 / random.as_secs_f64().max(1e-9),
+        f32_flops: mm(Kind::Float, 1024),
+        f64_flops: mm(Kind::Double, 512),
+        // read + write
+        bytes_per_s: 2.0 * (32 << 20) as f64 / copy.as_secs_f64().max(1e-9),
+    }
+}
+
+/// Estimated seconds of one case key, and whether the cap skips it.
+pub fn estimate(
+    config: &Config,
+    rates: &Rates,
+    problem: &Problem,
+    dt: DType,
+    device: Device,
+    keys_of_case: usize,
+) -> (f64, bool) {
+    let flops = problem.flops() as f64;
+    let bytes = problem.bytes(dt.size()) as f64;
+    let call = if device.is_gpu() {
+        20e-6
+    } else {
+        // f16 / bf16 have no fast CPU GEMM on most machines
+        let slow = if dt == DType::F32 { 1.0 } else { 8.0 };
+        (flops * slow / rates.f32_flops)
+            .max(bytes / rates.bytes_per_s)
+            .max(5e-6)
+    };
+    if cap_for(config, problem).is_some_and(|cap| call > cap.as_secs_f64()) {
+        return (call, true);
+    }
+    // once per case, shared by its modes: random inputs (a model's weights for the decode
+    // crate), then the float64 reference on the CPU
+    let prepare = bytes / rates.random_bytes_per_s;
+    let check = flops / rates.f64_flops + 2.0 * bytes / rates.bytes_per_s;
+    let samples = config.samples as f64;
+    let measure = config.measure.as_secs_f64().max(samples * call);
+    let control = if config.control { samples * 2e-4 } else { 0.0 };
+    // criterion's analysis and report per benchmark
+    let analysis = 0.03;
+    let per_key = config.warmup.as_secs_f64() + measure + control + analysis;
+    (
+        per_key + (prepare + check) / keys_of_case.max(1) as f64,
+        false,
+    )
+}
+
+/// The call cap of a case: `OPBENCH_CALL_CAP_MS`, except for the ceilings and the floor,
+/// fixed-size calibration cases that the report needs whatever they cost.
+pub fn cap_for(config: &Config, problem: &Problem) -> Option<Duration> {
+    match problem.op {
+        shapes::OpKind::Ceiling | shapes::OpKind::Floor => None,
+        _ => config.call_cap,
+    }
+}
+
+/// `OPBENCH_PLAN_FILE`: where list mode appends `crate,key,seconds,skipped` lines.
+pub fn plan_file() -> Option<PathBuf> {
+    std::env::var_os("OPBENCH_PLAN_FILE").map(PathBuf::from)
+}
+
+/// Append plan lines; a failure to write is reported and ignored (it is only a plan).
+pub fn write_plan(lines: &[String]) {
+    let Some(path) = plan_file() else { return };
+    let res = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .and_then(|mut f| f.write_all(lines.concat().as_bytes()));
+    if let Err(e) = res {
+        eprintln!("opbench: plan file {}: {e}", path.display());
+    }
+}
+
+/// The progress a process reports: set by scripts/bench for the run it planned.
+#[derive(Debug, Clone)]
+pub struct Progress {
+    /// Case keys the plan holds.
+    pub cases: usize,
+    /// Rows the run held when the plan was made.
+    pub base: usize,
+    /// When the bench started (seconds since the epoch).
+    pub start: u64,
+    /// The plan's estimate per case key (seconds), when its file is readable.
+    pub estimates: std::collections::HashMap<String, f64>,
+}
+
+impl Progress {
+    /// From `OPBENCH_PLAN_CASES`, `OPBENCH_PLAN_BASE`, `OPBENCH_PLAN_START` and the plan in
+    /// `OPBENCH_PLAN_FILE`; none when unset or unreadable (progress is a courtesy, never a
+    /// reason to stop).
+    pub fn from_env() -> Option<Self> {
+        let num = |k: &str| std::env::var(k).ok()?.parse::<u64>().ok();
+        let estimates = plan_file()
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .map(|text| {
+                text.lines()
+                    .filter_map(|l| {
+                        let f: Vec<&str> = l.split(',').collect();
+                        Some((f.get(1)?.to_string(), f.get(2)?.parse().ok()?))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Some(Progress {
+            cases: usize::try_from(num("OPBENCH_PLAN_CASES")?).ok()?,
+            base: num("OPBENCH_PLAN_BASE").map_or(0, |b| b as usize),
+            start: num("OPBENCH_PLAN_START")?,
+            estimates,
+        })
+    }
+
+    /// `case 37 of 360 · 1m12s elapsed · ~5m20s left` for a run now holding `done` (the
+    /// case keys written so far, older rows included).
+    ///
+    /// With the plan's estimates, what is left is the estimate of the cases not done yet,
+    /// scaled by how the done ones compared with theirs; without, the mean time per case.
+    pub fn line<'a>(&self, done: impl Iterator<Item = &'a CaseKey>) -> String {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let keys: Vec<String> = done.map(ToString::to_string).collect();
+        let n_done = keys.len().saturating_sub(self.base).min(self.cases);
+        let elapsed = now.saturating_sub(self.start);
+        let left = if n_done == 0 {
+            "estimating".to_string()
+        } else if self.estimates.is_empty() {
+            let rest = elapsed as f64 / n_done as f64 * (self.cases - n_done) as f64;
+            format!("~{} left", hms(rest as u64))
+        } else {
+            let done_est: f64 = keys.iter().filter_map(|k| self.estimates.get(k)).sum();
+            let total: f64 = self.estimates.values().sum();
+            let speed = if done_est > 0.0 {
+                elapsed as f64 / done_est
+            } else {
+                1.0
+            };
+            format!(
+                "~{} left",
+                hms(((total - done_est).max(0.0) * speed) as u64)
+            )
+        };
+        format!(
+            "case {n_done} of {} · {} elapsed · {left}",
+            self.cases,
+            hms(elapsed)
+        )
+    }
+}
+
+/// `1h02m`, `5m20s`, `42s`.
+pub fn hms(s: u64) -> String {
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        _ => format!("{}h{:02}m", s / 3600, (s % 3600) / 60),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_lines_count_from_the_plan() {
+        let start = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs())
+            - 100;
+        let key = |b: usize| -> CaseKey {
+            rundir::SeriesKey {
+                op: shapes::OpKind::Linear,
+                variant: "aten".into(),
+                site: "q_proj".into(),
+                model: "m".into(),
+                phase: shapes::Phase::Decode,
+                q_len: 1,
+                kv_len: None,
+                dtype: DType::F32,
+                device: rundir::DeviceId::CPU,
+                mode: rundir::Mode::Pipelined,
+            }
+            .at(b)
+        };
+        let keys: Vec<CaseKey> = (0..60).map(key).collect();
+        let mut p = Progress {
+            cases: 200,
+            base: 10,
+            start,
+            estimates: Default::default(),
+        };
+        // 100 s for 50 cases: about 300 s for the other 150
+        let l = p.line(keys.iter());
+        assert!(l.starts_with("case 50 of 200 · 1m4"), "{l}");
+        assert!(l.contains("~5m0"), "{l}");
+        assert!(p.line(keys[..10].iter()).ends_with("estimating"));
+        // with estimates: the 60 done were planned at 1 s each and took 100 s; the rest
+        // (planned 10 s) take 10 × 100 / 60 s
+        p.estimates = keys.iter().map(|k| (k.to_string(), 1.0)).collect();
+        p.estimates.insert("other".into(), 10.0);
+        let l = p.line(keys.iter());
+        assert!(l.ends_with("~16s left") || l.ends_with("~17s left"), "{l}");
+        assert_eq!(hms(3725), "1h02m");
+    }
+}
