@@ -18,10 +18,12 @@
 //! - A device-mode row that is an upper bound (`uncovered_chunks` > 0) on either side is not
 //!   compared as a device time (flag `upper-bound`).
 //!
-//! With `normalize` (the CLI's default), every per-call time of a host-timed case is first
-//! divided by the host-speed control of its execution (the dispatch floor, measured right
-//! before every sample; its median over the execution), so a host that is slower in one process than in another is compared at equal speed.
-//! Measured on the H200 (docs/findings.md): with 5 executions a side, it kept A/A false
+//! With `normalize` (the CLI's default), every per-call time of a host-bound, host-timed
+//! case is first divided by the host-speed control of its execution (the dispatch floor,
+//! measured right before every sample; its median over the execution), so a host that is
+//! slower in one process than in another is compared at equal speed. A case whose `device`
+//! row (in either run) is at least half its host-timed median is device-bound: its time is
+//! the GPU's, and it is compared raw. Measured on the H200 (docs/findings.md): with 5 executions a side, it kept A/A false
 //! flags at 0 of 189 and found a planted +20% host slowdown in 97% of host-bound cases,
 //! where the raw times found 1%. Samples without a control (runs before it existed) are
 //! compared raw.
@@ -183,10 +185,41 @@ struct PerCall {
     controlled: bool,
 }
 
+/// Host-timed cases of `runs` whose time is the device's, not the host's: the run has the
+/// case's `device` row too and it is at least half the host-timed median. Dividing those by
+/// the host-speed control would turn a faster host into a slower kernel (measured on the
+/// H200: lm_head at B = 64, device-bound, read 1.8× slower at "equal host speed" in a
+/// session whose host ran 35% faster).
+pub fn device_bound(runs: &[&Run]) -> BTreeSet<CaseKey> {
+    let mut out = BTreeSet::new();
+    for run in runs {
+        let medians: BTreeMap<&CaseKey, f64> = run
+            .ok_rows()
+            .filter_map(|r| r.median_ns.map(|m| (&r.key, m)))
+            .collect();
+        for (key, &host) in &medians {
+            if key.mode.is_device() {
+                continue;
+            }
+            let mut dev = (*key).clone();
+            dev.series.mode = rundir::Mode::Device;
+            if medians.get(&dev).is_some_and(|&d| d >= 0.5 * host) {
+                out.insert((*key).clone());
+            }
+        }
+    }
+    out
+}
+
 /// Per-call times of each case from a run's samples.csv, grouped by execution. With
-/// `normalize`, a host-timed case's times are divided by its execution's median control,
-/// where the samples have one; GPU-event times never are (the host's speed is not in them).
-fn per_call(run: &Run, normalize: bool) -> Result<PerCall, AnalysisError> {
+/// `normalize`, a host-bound, host-timed case's times are divided by its execution's median
+/// control, where the samples have one; GPU-event times never are (the host's speed is not
+/// in them), nor are the host-timed times of `device_bound` cases.
+fn per_call(
+    run: &Run,
+    normalize: bool,
+    device_bound: &BTreeSet<CaseKey>,
+) -> Result<PerCall, AnalysisError> {
     let mut out = BTreeMap::new();
     let mut controlled = false;
     for (k, rows) in run.samples()? {
@@ -197,7 +230,7 @@ fn per_call(run: &Run, normalize: bool) -> Result<PerCall, AnalysisError> {
             g.1.extend(s.control_ns);
             controlled |= s.control_ns.is_some();
         }
-        let host_timed = !k.mode.is_device();
+        let host_timed = !k.mode.is_device() && !device_bound.contains(&k);
         let by_exec = groups.into_values().map(|(times, controls)| {
             // the execution's median control: one sample's control is itself noisy (a
             // ~200 µs window), the median over the execution is not, and the host's speed
@@ -282,8 +315,9 @@ pub fn compare(base: &Run, cand: &Run, s: Settings) -> Result<Comparison, Analys
             devices(cand)
         )));
     }
-    let bs = per_call(base, s.normalize)?;
-    let cs = per_call(cand, s.normalize)?;
+    let bound = device_bound(&[base, cand]);
+    let bs = per_call(base, s.normalize, &bound)?;
+    let cs = per_call(cand, s.normalize, &bound)?;
     let index = |run: &Run| -> BTreeMap<CaseKey, ResultRow> {
         run.results
             .iter()
