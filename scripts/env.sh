@@ -20,10 +20,19 @@ if [ -z "${OPBENCH_WS:-}" ]; then
   echo "env.sh: no tch for torch $OPBENCH_TORCH (see above)" >&2
   return 2 2>/dev/null || exit 2
 fi
+# torch 2.15's headers refuse C++17 ("C++20 or later compatible compiler is required");
+# torch-sys and atenx ask for C++17, and cc-rs lets CXXFLAGS have the last word
+_opbench_torch_dir="$("$_opbench_py" -c 'import os, torch; print(os.path.dirname(torch.__file__))')"
+if grep -qs "C++20 or later" "$_opbench_torch_dir/include/ATen/ATen.h"; then
+  case "${CXXFLAGS:-}" in
+    *std=c++2*) ;;
+    *) export CXXFLAGS="${CXXFLAGS:+$CXXFLAGS }-std=c++20" ;;
+  esac
+fi
 if [ "$_opbench_match" != exact ]; then
   # torch-sys refuses a libtorch it was not generated for unless told
   export LIBTORCH_BYPASS_VERSION_CHECK=1
 fi
 echo "env.sh: torch $OPBENCH_TORCH, tch $OPBENCH_TCH ($_opbench_match), workspace $OPBENCH_WS" >&2
 export OPBENCH_TORCH OPBENCH_TCH OPBENCH_WS
-unset _opbench_py _opbench_bin _opbench_match
+unset _opbench_py _opbench_bin _opbench_match _opbench_torch_dir

@@ -193,6 +193,15 @@ fn history_dir(root: &Path) -> PathBuf {
     let bad = results.join("broken");
     std::fs::create_dir_all(&bad).unwrap();
     std::fs::write(bad.join("results.csv"), "op,variant\nlinear\n").unwrap();
+    // so is one from a schema this opbench does not know
+    let future = results.join("future");
+    write_run(&future, true, "2.11.0", "2026-11-30T00:00:00Z", &[]);
+    let env = std::fs::read_to_string(future.join("env.json")).unwrap();
+    std::fs::write(
+        future.join("env.json"),
+        env.replace("\"schema_version\": 2", "\"schema_version\": 99"),
+    )
+    .unwrap();
     results
 }
 
@@ -211,6 +220,11 @@ fn history_finds_the_planted_changes_and_nothing_else() {
     let (code, rows, err) = history_csv(&results, &[]);
     assert_eq!(code, 0, "{err}");
     assert!(err.contains("skipped") && err.contains("broken"), "{err}");
+    assert!(
+        err.lines()
+            .any(|l| l.contains("future") && l.contains("schema version 99")),
+        "{err}"
+    );
     let mut found: Vec<(String, String, usize)> = rows.iter().map(case_of).collect();
     found.sort();
     assert_eq!(
