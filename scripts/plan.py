@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Summarise a bench plan (lines `crate,case-key,seconds,skipped` written by the bench
+"""Summarise a bench plan (used by run.py bench) (lines `crate,case-key,seconds,skipped` written by the bench
 binaries in list mode with OPBENCH_PLAN_FILE set; crates/harness/src/plan.rs).
 
     plan.py summary PLAN [EXECUTIONS [STARTUP]]
@@ -59,7 +59,7 @@ def summary(path, executions=1, startup=0.0):
         "matmul and copy rates from a quick probe)",
         file=sys.stderr,
     )
-    print(n, int(round(total)))
+    return n, int(round(total))
 
 
 def describe(key):
@@ -102,10 +102,12 @@ def leaves_out(full, smaller):
 
 if __name__ == "__main__":
     if len(sys.argv) >= 3 and sys.argv[1] == "summary":
-        summary(
-            sys.argv[2],
-            int(sys.argv[3]) if len(sys.argv) > 3 else 1,
-            float(sys.argv[4]) if len(sys.argv) > 4 else 0.0,
+        print(
+            *summary(
+                sys.argv[2],
+                int(sys.argv[3]) if len(sys.argv) > 3 else 1,
+                float(sys.argv[4]) if len(sys.argv) > 4 else 0.0,
+            )
         )
     elif len(sys.argv) == 4 and sys.argv[1] == "leaves-out":
         leaves_out(sys.argv[2], sys.argv[3])

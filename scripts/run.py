@@ -1,0 +1,407 @@
+#!/usr/bin/env python3
+"""opbench's runner: the one code path for setup, bench and test on Linux and Windows.
+
+    python3 scripts/run.py setup              the Python whose torch is built against
+    python3 scripts/run.py workspace VERSION  `TCH MATCH WORKSPACE` for a torch version
+    python3 scripts/run.py env                what the build needs, as `export` lines
+    python3 scripts/run.py bench [cargo bench args...]
+    python3 scripts/run.py test               the test suite, as CI runs it
+    python3 scripts/run.py test-torch VERSION build and test against torch VERSION (PyPI)
+
+scripts/setup, bench, test, test-torch and torch-workspace are one-line wrappers of these
+for a POSIX shell; on Windows run `python scripts\\run.py bench` (Python ≥ 3.9, standard
+library only). Environment variables are those the README lists (OPBENCH_*).
+
+Which Python (setup): OPBENCH_PYTHON if set (it must import torch); else an activated
+virtualenv or conda env whose python has torch; else a venv of our own outside the repo,
+${XDG_CACHE_HOME:-~/.cache}/opbench/venv-torch<OPBENCH_TORCH_VERSION, default 2.11.0>,
+made once with torch from PyPI and reused by every clone.
+
+Which tch (workspace): the matrix below, the one place it is written. The repository pins
+tch 0.24 (torch 2.11); for another torch a workspace is generated under
+target/torch-ws/tch-<ver>/: the same crates (a symlink, a junction on Windows), a
+Cargo.toml pinning that tch, its own Cargo.lock and target. The checkout is not edited.
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+WINDOWS = os.name == "nt"
+DEFAULT_TORCH = "2.11.0"
+NEWEST_TESTED = "2.15.0"
+
+# (major, minor) -> (tch release, the torch version its torch-sys was generated for)
+MATRIX = {
+    (2, 9): ("0.22.0", "2.9.0"),
+    (2, 10): ("0.23.0", "2.10.0"),
+    (2, 11): ("0.24.0", "2.11.0"),
+    (2, 12): ("0.24.0", "2.11.0"),
+    (2, 13): ("0.26.0", "2.13.0"),
+    (2, 14): ("0.26.0", "2.13.0"),
+    (2, 15): ("0.26.0", "2.13.0"),
+}
+
+
+def say(msg):
+    print(f"run.py: {msg}", file=sys.stderr, flush=True)
+
+
+def fail(msg, code=2):
+    say(msg)
+    sys.exit(code)
+
+
+# ---------------------------------------------------------------- setup: which Python
+
+
+def venv_python(venv):
+    for p in (venv / "Scripts" / "python.exe", venv / "bin" / "python"):
+        if p.exists():
+            return p
+    return venv / ("Scripts/python.exe" if WINDOWS else "bin/python")
+
+
+def torch_of(py):
+    """(version, torch package folder) of `py`'s torch, or None."""
+    try:
+        out = subprocess.run(
+            [str(py), "-c", "import os, torch; print(torch.__version__); print(os.path.dirname(torch.__file__))"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split("\n")
+        return out[0].strip(), Path(out[1].strip())
+    except (OSError, subprocess.CalledProcessError, IndexError):
+        return None
+
+
+def setup():
+    """The Python to build against: see the module's doc."""
+    if os.environ.get("OPBENCH_PYTHON"):
+        py = Path(os.environ["OPBENCH_PYTHON"])
+        if not torch_of(py):
+            fail(f"OPBENCH_PYTHON={py} cannot import torch")
+        return py
+    for var in ("VIRTUAL_ENV", "CONDA_PREFIX"):
+        if os.environ.get(var):
+            base = Path(os.environ[var])
+            for py in (base / "bin" / "python", base / "python.exe", base / "Scripts" / "python.exe"):
+                if py.exists() and torch_of(py):
+                    return py
+    ver = os.environ.get("OPBENCH_TORCH_VERSION", DEFAULT_TORCH)
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "opbench"
+    venv = Path(os.environ.get("OPBENCH_VENV") or cache / f"venv-torch{ver}")
+    py = venv_python(venv)
+    have = torch_of(py) if py.exists() else None
+    if have and have[0].split("+")[0] == ver:
+        return py
+    say(f"creating {venv} with torch=={ver} from PyPI (once; several GB)")
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    py = venv_python(venv)
+    pip = [str(py), "-m", "pip", "install", "--quiet"]
+    subprocess.run(pip + ["--upgrade", "pip"], check=True, stdout=sys.stderr)
+    subprocess.run(pip + [f"torch=={ver}"], check=True, stdout=sys.stderr)
+    if not torch_of(py):
+        fail(f"torch did not import from {venv}", 1)
+    say(f"ready: {py}")
+    return py
+
+
+# ---------------------------------------------------------------- workspace: which tch
+
+
+def match_tch(version):
+    """(tch, match) for a torch version: match is exact | patch | nearest | newer."""
+    public = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version)
+    if not public:
+        fail(f"torch {version}: not a version")
+    major, minor = int(public.group(1)), int(public.group(2))
+    full = f"{major}.{minor}.{public.group(3) or 0}"
+    if (major, minor) in MATRIX:
+        tch, made_for = MATRIX[(major, minor)]
+        if full == made_for:
+            return tch, "exact"
+        return tch, "patch" if made_for.startswith(f"{major}.{minor}.") else "nearest"
+    if (major, minor) > (2, 15):
+        say(
+            f"torch {version} is newer than any tested (newest tested: {NEWEST_TESTED}); "
+            "building with tch 0.26.0 and LIBTORCH_BYPASS_VERSION_CHECK=1"
+        )
+        return "0.26.0", "newer"
+    fail(
+        f"torch {version} is not supported; supported: 2.9.x, 2.10.x, 2.11.x, 2.13.x "
+        "(a tch made for them), 2.12.x, 2.14.x, 2.15.x (the nearest tch)"
+    )
+
+
+def link_dir(link, target):
+    """A directory link: a symlink, or on Windows (where symlinks need a privilege) a
+    junction."""
+    if link.is_symlink() or link.exists():
+        if link.resolve() == target.resolve():
+            return
+        if link.is_symlink() or (WINDOWS and not any(link.iterdir())):
+            link.unlink() if link.is_symlink() else link.rmdir()
+        else:
+            shutil.rmtree(link)
+    if WINDOWS:
+        import _winapi
+
+        _winapi.CreateJunction(str(target), str(link))
+    else:
+        link.symlink_to(target, target_is_directory=True)
+
+
+def workspace(tch):
+    """The cargo workspace that builds with `tch`: the repository, or a generated one."""
+    manifest = (ROOT / "Cargo.toml").read_text()
+    pinned = re.search(r'^tch = "=(.*)"$', manifest, re.M).group(1)
+    if tch == pinned:
+        return ROOT
+    ws = ROOT / "target" / "torch-ws" / f"tch-{tch}"
+    ws.mkdir(parents=True, exist_ok=True)
+    for name in ("crates", "shapes"):
+        link_dir(ws / name, ROOT / name)
+    text = re.sub(r'^(tch|torch-sys) = "=.*"$', lambda m: f'{m.group(1)} = "={tch}"', manifest, flags=re.M)
+    if not (ws / "Cargo.toml").exists() or (ws / "Cargo.toml").read_text() != text:
+        (ws / "Cargo.toml").write_text(text)
+    lock = ws / "Cargo.lock"
+    if not lock.exists() or (ROOT / "Cargo.lock").stat().st_mtime > lock.stat().st_mtime:
+        # start from the repository's lock; cargo moves tch and torch-sys to the pin
+        shutil.copy2(ROOT / "Cargo.lock", lock)
+    return ws
+
+
+# ---------------------------------------------------------------- env: what cargo needs
+
+
+def build_env(py=None):
+    """The environment for cargo: the Python's folder first on PATH, LIBTORCH_USE_PYTORCH,
+    the version-check bypass where the tch was not made for this very torch, C++20 where
+    torch's headers require it, and OPBENCH_TORCH / OPBENCH_TCH / OPBENCH_WS."""
+    py = py or setup()
+    info = torch_of(py)
+    if not info:
+        fail(f"{py} cannot import torch")
+    version, torch_dir = info
+    tch, match = match_tch(version)
+    ws = workspace(tch)
+    env = dict(os.environ)
+    env["PATH"] = str(py.parent) + os.pathsep + env.get("PATH", "")
+    env["LIBTORCH_USE_PYTORCH"] = "1"
+    if match != "exact":
+        # torch-sys refuses a libtorch it was not generated for unless told
+        env["LIBTORCH_BYPASS_VERSION_CHECK"] = "1"
+    aten = torch_dir / "include" / "ATen" / "ATen.h"
+    if aten.exists() and "C++20 or later" in aten.read_text(errors="replace"):
+        # torch 2.15's headers refuse C++17; torch-sys and atenx ask for C++17, and cc-rs
+        # lets CXXFLAGS have the last word
+        flag = "/std:c++20" if WINDOWS else "-std=c++20"
+        if "c++2" not in env.get("CXXFLAGS", ""):
+            env["CXXFLAGS"] = (env.get("CXXFLAGS", "") + " " + flag).strip()
+    if not (torch_dir / "include" / "ATen" / "ops" / "cholesky.h").exists():
+        # a torch that removed ops tch's bindings still call (2.15: cholesky, qr)
+        compat = ROOT / "scripts" / "compat" / "torch_removed_ops.h"
+        flag = f"/FI{compat}" if WINDOWS else f"-include {compat}"
+        if str(compat) not in env.get("CXXFLAGS", ""):
+            env["CXXFLAGS"] = (env.get("CXXFLAGS", "") + " " + flag).strip()
+    if WINDOWS:
+        # the executables link torch's DLLs at start-up: its lib folder must be on PATH
+        env["PATH"] = str(torch_dir / "lib") + os.pathsep + env["PATH"]
+    env.update(OPBENCH_TORCH=version, OPBENCH_TCH=tch, OPBENCH_WS=str(ws))
+    say(f"torch {version}, tch {tch} ({match}), workspace {ws}")
+    return env
+
+
+def cargo(env, *args, check=True, **kw):
+    rc = subprocess.run(["cargo", *args], env=env, cwd=env["OPBENCH_WS"], **kw).returncode
+    if check and rc != 0:
+        fail(f"cargo {' '.join(args[:2])} failed (exit {rc})", rc)
+    return rc
+
+
+# ---------------------------------------------------------------- test
+
+
+def test(env=None):
+    env = env or build_env()
+
+    def step(name):
+        print(f"\n== {name}", flush=True)
+
+    step("rustfmt")
+    cargo(env, "fmt", "--all", "--", "--check")
+    step("clippy")
+    cargo(env, "clippy", "--workspace", "--all-targets", "--all-features", "--", "-D", "warnings")
+    step("docs")
+    cargo(dict(env, RUSTDOCFLAGS="-D warnings"), "doc", "--workspace", "--all-features", "--no-deps", "--quiet")
+    step("tests")
+    cargo(env, "test", "--workspace", "--all-features")
+    step("crosscheck.py")
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "crosscheck_test.py")], check=True)
+    step("bench cases once (quick grid)")
+    cargo(
+        dict(env, OPBENCH_PROFILE="quick", OPBENCH_DEVICE=env.get("OPBENCH_DEVICE", "cpu")),
+        "bench", "--workspace", "--benches", "--", "--test",
+    )
+    step("ok")
+
+
+def test_torch(version):
+    for var in ("OPBENCH_PYTHON", "VIRTUAL_ENV", "CONDA_PREFIX", "OPBENCH_VENV"):
+        os.environ.pop(var, None)
+    os.environ["OPBENCH_TORCH_VERSION"] = version
+    env = build_env()
+    tag = f"(torch {env['OPBENCH_TORCH']}, tch {env['OPBENCH_TCH']})"
+    print(f"\n== tests {tag}", flush=True)
+    cargo(env, "test", "--workspace", "--all-features")
+    print(f"\n== bench cases once (quick grid) {tag}", flush=True)
+    cargo(dict(env, OPBENCH_PROFILE="quick", OPBENCH_DEVICE="cpu"), "bench", "--workspace", "--benches", "--", "--test")
+    print(f"\n== a quick CPU run {tag}", flush=True)
+    run = f"test-torch-{version}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+    out = ROOT / "target" / "opbench"
+    small = dict(
+        env,
+        OPBENCH_OUT=str(out),
+        OPBENCH_RUN=run,
+        OPBENCH_PROFILE="quick",
+        OPBENCH_DEVICE="cpu",
+        OPBENCH_SAMPLES="10",
+        OPBENCH_WARMUP_MS="20",
+        OPBENCH_MEASURE_MS="40",
+    )
+    cargo(small, "bench", "-p", "linear", "-p", "rmsnorm", "--benches", "--", "/decode/b1/")
+    results = out / "runs" / run / "results.csv"
+    if not results.exists() or results.stat().st_size == 0:
+        fail(f"{results}: not written", 1)
+    cargo(env, "run", "-q", "-p", "opbench", "--", "report", str(out / "runs" / run))
+    print(f"\n== ok: run directory {out / 'runs' / run} {tag}", flush=True)
+
+
+# ---------------------------------------------------------------- bench
+
+
+def bench(args):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import plan as planlib
+
+    env = build_env()
+    run_id = env.setdefault("OPBENCH_RUN", time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
+    out = Path(env.get("OPBENCH_OUT") or ROOT / "target" / "opbench")
+    env["OPBENCH_OUT"] = str(out)
+    n = env.get("OPBENCH_EXECUTIONS", "1")
+    if not n.isdigit() or int(n) < 1:
+        fail(f"OPBENCH_EXECUTIONS={n}: expected a whole number ≥ 1")
+    n = int(n)
+    max_min = env.get("OPBENCH_MAX_MIN", "15")
+    if not max_min.isdigit():
+        fail(f"OPBENCH_MAX_MIN={max_min}: expected whole minutes")
+    args = list(args) or ["--workspace"]
+    # criterion's arguments go after `--`: add --list to them
+    list_args = args + (["--list"] if "--" in args else ["--", "--list"])
+    cargo(env, "build", "-q", "--release", "-p", "opbench")
+    cargo(env, "bench", "-q", "--no-run", *args, stdout=subprocess.DEVNULL)
+    plans = out / "plans"
+    plans.mkdir(parents=True, exist_ok=True)
+
+    def plan_for(profile, path):
+        # the listing starts every bench binary once: its wall time is the start-up cost
+        path.write_text("")
+        t0 = time.monotonic()
+        cargo(dict(env, OPBENCH_PROFILE=profile, OPBENCH_PLAN_FILE=str(path)), "bench", "-q", *list_args,
+              stdout=subprocess.DEVNULL)
+        return time.monotonic() - t0
+
+    plan = plans / f"{run_id}.csv"
+    startup = plan_for(env.get("OPBENCH_PROFILE", "default"), plan)
+    cases, secs = planlib.summary(str(plan), n, startup)
+    if "OPBENCH_PROFILE" not in env and secs > int(max_min) * 60:
+        quick = plans / f"{run_id}.quick.csv"
+        startup = plan_for("quick", quick)
+        say(f"the default grid would take longer than {max_min} minutes here; running the quick profile")
+        say("(OPBENCH_PROFILE=default runs the whole grid; OPBENCH_MAX_MIN moves the limit)")
+        planlib.leaves_out(str(plan), str(quick))
+        env["OPBENCH_PROFILE"] = "quick"
+        plan = quick
+        cases, secs = planlib.summary(str(plan), n, startup)
+    env.update(OPBENCH_PLAN_CASES=str(cases), OPBENCH_PLAN_FILE=str(plan))
+
+    def rows_in(d):
+        f = d / "results.csv"
+        return max(0, sum(1 for _ in f.open()) - 1) if f.exists() else 0
+
+    t0 = time.monotonic()
+    run_dir = out / "runs" / run_id
+    if n == 1:
+        start = dict(env, OPBENCH_PLAN_BASE=str(rows_in(run_dir)), OPBENCH_PLAN_START=str(int(time.time())))
+        rc = cargo(start, "bench", *args, check=False)
+        if rc != 0:
+            fail(f"cargo bench failed (exit {rc})", rc)
+    else:
+        seed = int(env.get("OPBENCH_SEED") or time.time())
+        failed = 0
+        for i in range(1, n + 1):
+            say(f"execution {i} of {n} (seed {seed + i})")
+            e = dict(
+                env,
+                OPBENCH_EXECUTION=str(i),
+                OPBENCH_SEED=str(seed + i),
+                OPBENCH_PLAN_BASE=str(rows_in(run_dir / "executions" / str(i))),
+                OPBENCH_PLAN_START=str(int(time.time())),
+            )
+            if cargo(e, "bench", *args, check=False) != 0:
+                say(f"execution {i} failed; the others are kept")
+                failed += 1
+        exe = Path(env["OPBENCH_WS"]) / "target" / "release" / ("opbench.exe" if WINDOWS else "opbench")
+        subprocess.run([str(exe), "merge", str(run_dir)], check=True)
+        if failed:
+            say(f"{failed} of {n} executions failed")
+    took = time.monotonic() - t0
+    say(f"took {planlib.hms(took)} (estimated {planlib.hms(secs)})")
+    print(f"opbench: run directory: {run_dir}")
+
+
+# ---------------------------------------------------------------- main
+
+
+def main(argv):
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0 if argv else 2
+    verb, rest = argv[0], argv[1:]
+    if verb == "setup":
+        print(setup())
+    elif verb == "workspace":
+        if len(rest) != 1:
+            fail("usage: run.py workspace TORCH_VERSION")
+        tch, match = match_tch(rest[0])
+        print(tch, match, workspace(tch))
+    elif verb == "env":
+        env = build_env()
+        keys = ["PATH", "LIBTORCH_USE_PYTORCH", "LIBTORCH_BYPASS_VERSION_CHECK", "CXXFLAGS",
+                "OPBENCH_TORCH", "OPBENCH_TCH", "OPBENCH_WS"]
+        for k in keys:
+            if k in env:
+                val = env[k].replace("'", "'\\''")
+                print(f"export {k}='{val}'")
+    elif verb == "bench":
+        bench(rest)
+    elif verb == "test":
+        test()
+    elif verb == "test-torch":
+        if len(rest) != 1:
+            fail("usage: run.py test-torch VERSION (e.g. 2.10.0)")
+        test_torch(rest[0])
+    else:
+        fail(f"unknown verb `{verb}`; verbs: setup, workspace, env, bench, test, test-torch")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
