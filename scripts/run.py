@@ -19,7 +19,7 @@ made once with torch from PyPI and reused by every clone.
 
 Which tch (workspace): the matrix below, the one place it is written. The repository pins
 tch 0.24 (torch 2.11); for another torch a workspace is generated under
-target/torch-ws/tch-<ver>/: the same crates (a symlink, a junction on Windows), a
+target/torch-ws/tch-<ver>-torch<major.minor>/: the same crates (a symlink, a junction on Windows), a
 Cargo.toml pinning that tch, its own Cargo.lock and target. The checkout is not edited.
 """
 import os
@@ -158,13 +158,16 @@ def link_dir(link, target):
         link.symlink_to(target, target_is_directory=True)
 
 
-def workspace(tch):
-    """The cargo workspace that builds with `tch`: the repository, or a generated one."""
+def workspace(tch, version):
+    """The cargo workspace that builds with `tch` against torch `version`: the repository,
+    or a generated one per tch and torch minor version (two torches never share a target
+    folder, whose build scripts may not notice that libtorch changed)."""
     manifest = (ROOT / "Cargo.toml").read_text()
     pinned = re.search(r'^tch = "=(.*)"$', manifest, re.M).group(1)
     if tch == pinned:
         return ROOT
-    ws = ROOT / "target" / "torch-ws" / f"tch-{tch}"
+    minor = ".".join(re.findall(r"\d+", version)[:2])
+    ws = ROOT / "target" / "torch-ws" / f"tch-{tch}-torch{minor}"
     ws.mkdir(parents=True, exist_ok=True)
     for name in ("crates", "shapes"):
         link_dir(ws / name, ROOT / name)
@@ -191,7 +194,7 @@ def build_env(py=None):
         fail(f"{py} cannot import torch")
     version, torch_dir = info
     tch, match = match_tch(version)
-    ws = workspace(tch)
+    ws = workspace(tch, version)
     env = dict(os.environ)
     env["PATH"] = str(py.parent) + os.pathsep + env.get("PATH", "")
     env["LIBTORCH_USE_PYTORCH"] = "1"
@@ -381,7 +384,7 @@ def main(argv):
         if len(rest) != 1:
             fail("usage: run.py workspace TORCH_VERSION")
         tch, match = match_tch(rest[0])
-        print(tch, match, workspace(tch))
+        print(tch, match, workspace(tch, rest[0]))
     elif verb == "env":
         env = build_env()
         keys = ["PATH", "LIBTORCH_USE_PYTORCH", "LIBTORCH_BYPASS_VERSION_CHECK", "CXXFLAGS",
