@@ -102,8 +102,9 @@ fn t_stat(left: &[f64], right: &[f64]) -> (f64, f64) {
     ((ml - mr).abs() / se, df)
 }
 
-/// Two-sided p of Student's two-sample t-test with pooled variance (see [`t_stat`] for the
-/// degenerate cases: p 1 where |t| is 0 for want of data, 0 where it is infinite).
+/// Two-sided p of Student's two-sample t-test with pooled variance. A side of one point adds
+/// nothing to the variance; with no degrees of freedom left p is 1; with zero variance it is
+/// 0 when the means differ and 1 when they do not.
 pub fn t_test(left: &[f64], right: &[f64]) -> f64 {
     let (t, df) = t_stat(left, right);
     if t == 0.0 || df <= 0.0 {
