@@ -21,9 +21,10 @@
 //! With `normalize` (the CLI's default), every per-call time of a host-bound, host-timed
 //! case is first divided by the host-speed control of its execution (the dispatch floor,
 //! measured right before every sample; its median over the execution), so a host that is
-//! slower in one process than in another is compared at equal speed. A case whose `device`
-//! row (in either run) is at least half its host-timed median is device-bound: its time is
-//! the GPU's, and it is compared raw. Measured on the H200 (docs/findings.md): with 5 executions a side, it kept A/A false
+//! slower in one process than in another is compared at equal speed. Cases whose time is
+//! not the host's dispatch are compared raw ([`raw_cases`]): device-bound ones (their
+//! `device` row, in either run, at least half the host-timed median) and compute-bound ones
+//! (a median over [`CONTROL_SPAN`] times the control). Measured on the H200 (docs/findings.md): with 5 executions a side, it kept A/A false
 //! flags at 0 of 189 and found a planted +20% host slowdown in 97% of host-bound cases,
 //! where the raw times found 1%. Samples without a control (runs before it existed) are
 //! compared raw.
@@ -185,26 +186,39 @@ struct PerCall {
     controlled: bool,
 }
 
-/// Host-timed cases of `runs` whose time is the device's, not the host's: the run has the
-/// case's `device` row too and it is at least half the host-timed median. Dividing those by
-/// the host-speed control would turn a faster host into a slower kernel (measured on the
-/// H200: lm_head at B = 64, device-bound, read 1.8× slower at "equal host speed" in a
-/// session whose host ran 35% faster).
-pub fn device_bound(runs: &[&Run]) -> BTreeSet<CaseKey> {
+/// How many times the host-speed control a host-timed median may be and still be divided by
+/// it: beyond, the call is compute (a CPU GEMM of 70 µs to 90 ms against a 1.5 µs floor),
+/// whose time the dispatch floor does not track.
+pub const CONTROL_SPAN: f64 = 20.0;
+
+/// Host-timed cases of `runs` that are compared raw, not divided by the host-speed control:
+///
+/// - **device-bound**: the run has the case's `device` row too and it is at least half the
+///   host-timed median; the time is the GPU's. Measured on the H200: lm_head at B = 64
+///   read 1.8× slower at "equal host speed" in a session whose host ran 35% faster;
+/// - **compute-bound**: the median is more than [`CONTROL_SPAN`] times the case's control;
+///   the time is the work's, not dispatch. Measured on the 2-core CPU: lm_head at B = 8
+///   (88 ms, equal raw medians under torch 2.11 and 2.15) read 1.44× slower when divided.
+pub fn raw_cases(runs: &[&Run]) -> BTreeSet<CaseKey> {
     let mut out = BTreeSet::new();
     for run in runs {
         let medians: BTreeMap<&CaseKey, f64> = run
             .ok_rows()
             .filter_map(|r| r.median_ns.map(|m| (&r.key, m)))
             .collect();
-        for (key, &host) in &medians {
+        for row in run.ok_rows() {
+            let (key, Some(host)) = (&row.key, row.median_ns) else {
+                continue;
+            };
             if key.mode.is_device() {
                 continue;
             }
-            let mut dev = (*key).clone();
+            let mut dev = key.clone();
             dev.series.mode = rundir::Mode::Device;
-            if medians.get(&dev).is_some_and(|&d| d >= 0.5 * host) {
-                out.insert((*key).clone());
+            let device_bound = medians.get(&dev).is_some_and(|&d| d >= 0.5 * host);
+            let compute_bound = row.control_ns.is_some_and(|c| host > CONTROL_SPAN * c);
+            if device_bound || compute_bound {
+                out.insert(key.clone());
             }
         }
     }
@@ -214,12 +228,8 @@ pub fn device_bound(runs: &[&Run]) -> BTreeSet<CaseKey> {
 /// Per-call times of each case from a run's samples.csv, grouped by execution. With
 /// `normalize`, a host-bound, host-timed case's times are divided by its execution's median
 /// control, where the samples have one; GPU-event times never are (the host's speed is not
-/// in them), nor are the host-timed times of `device_bound` cases.
-fn per_call(
-    run: &Run,
-    normalize: bool,
-    device_bound: &BTreeSet<CaseKey>,
-) -> Result<PerCall, AnalysisError> {
+/// in them), nor are the host-timed times of [`raw_cases`].
+fn per_call(run: &Run, normalize: bool, raw: &BTreeSet<CaseKey>) -> Result<PerCall, AnalysisError> {
     let mut out = BTreeMap::new();
     let mut controlled = false;
     for (k, rows) in run.samples()? {
@@ -230,7 +240,7 @@ fn per_call(
             g.1.extend(s.control_ns);
             controlled |= s.control_ns.is_some();
         }
-        let host_timed = !k.mode.is_device() && !device_bound.contains(&k);
+        let host_timed = !k.mode.is_device() && !raw.contains(&k);
         let by_exec = groups.into_values().map(|(times, controls)| {
             // the execution's median control: one sample's control is itself noisy (a
             // ~200 µs window), the median over the execution is not, and the host's speed
@@ -315,9 +325,9 @@ pub fn compare(base: &Run, cand: &Run, s: Settings) -> Result<Comparison, Analys
             devices(cand)
         )));
     }
-    let bound = device_bound(&[base, cand]);
-    let bs = per_call(base, s.normalize, &bound)?;
-    let cs = per_call(cand, s.normalize, &bound)?;
+    let raw = raw_cases(&[base, cand]);
+    let bs = per_call(base, s.normalize, &raw)?;
+    let cs = per_call(cand, s.normalize, &raw)?;
     let index = |run: &Run| -> BTreeMap<CaseKey, ResultRow> {
         run.results
             .iter()

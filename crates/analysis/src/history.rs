@@ -17,7 +17,7 @@
 //!   only from runs with ≥ 2 executions, divided by each execution's host-speed control and
 //!   scaled back by the series' median control ("ns at the series' usual host speed"),
 //!   because one process of host time says little about the build (docs/findings.md);
-//!   device-bound cases ([`crate::compare::device_bound`]) are taken raw. A device time that is an upper bound is left out. A case missing at a point is a gap.
+//!   device- and compute-bound cases ([`crate::compare::raw_cases`]) are taken raw. A device time that is an upper bound is left out. A case missing at a point is a gap.
 //! - **Change points:** [`stats::change_points`] (E-Divisive means with a t-test, as Apache
 //!   Otava) over each case's points. Status changes (ok to unsupported, say) are listed too.
 //!   A change point or status loss at a series' newest point that makes a case slower or
@@ -594,8 +594,8 @@ fn values(
     for (i, (_, members)) in points.iter().enumerate() {
         let mut at: BTreeMap<CaseKey, (Vec<f64>, Status, Option<String>)> = BTreeMap::new();
         for l in members {
-            // a device-bound case's host time is the GPU's: not divided by the control
-            let device_bound = crate::compare::device_bound(&[&l.run]);
+            // device- and compute-bound cases are not divided by the control
+            let raw_cases = crate::compare::raw_cases(&[&l.run]);
             for row in &l.run.results {
                 if !modes.contains(&row.key.mode) {
                     continue;
@@ -618,7 +618,7 @@ fn values(
                         None => entry.0.extend(row.median_ns),
                     }
                 } else if let Some(e) = execs {
-                    let raw = device_bound.contains(&row.key);
+                    let raw = raw_cases.contains(&row.key);
                     entry.0.extend(e.iter().map(|(t, c)| match (c, reference) {
                         (Some(c), Some(r)) if !raw => t / c * r,
                         _ => *t,
