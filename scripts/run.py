@@ -187,7 +187,8 @@ def workspace(tch, version):
 def build_env(py=None):
     """The environment for cargo: the Python's folder first on PATH, LIBTORCH_USE_PYTORCH,
     the version-check bypass where the tch was not made for this very torch, C++20 where
-    torch's headers require it, and OPBENCH_TORCH / OPBENCH_TCH / OPBENCH_WS."""
+    torch's headers require it, and OPBENCH_TORCH / OPBENCH_TCH / OPBENCH_WS /
+    OPBENCH_TORCH_PYTHON (that Python)."""
     py = py or setup()
     info = torch_of(py)
     if not info:
@@ -217,7 +218,7 @@ def build_env(py=None):
     if WINDOWS:
         # the executables link torch's DLLs at start-up: its lib folder must be on PATH
         env["PATH"] = str(torch_dir / "lib") + os.pathsep + env["PATH"]
-    env.update(OPBENCH_TORCH=version, OPBENCH_TCH=tch, OPBENCH_WS=str(ws))
+    env.update(OPBENCH_TORCH=version, OPBENCH_TCH=tch, OPBENCH_WS=str(ws), OPBENCH_TORCH_PYTHON=str(py))
     say(f"torch {version}, tch {tch} ({match}), workspace {ws}")
     return env
 
@@ -247,7 +248,8 @@ def test(env=None):
     step("tests")
     cargo(env, "test", "--workspace", "--all-features")
     step("crosscheck.py")
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "crosscheck_test.py")], check=True)
+    # with the Python that has torch: the cross-check rebuilds cases in PyTorch
+    subprocess.run([env["OPBENCH_TORCH_PYTHON"], str(ROOT / "scripts" / "crosscheck_test.py")], env=env, check=True)
     step("bench cases once (quick grid)")
     cargo(
         dict(env, OPBENCH_PROFILE="quick", OPBENCH_DEVICE=env.get("OPBENCH_DEVICE", "cpu")),
@@ -388,7 +390,7 @@ def main(argv):
     elif verb == "env":
         env = build_env()
         keys = ["PATH", "LIBTORCH_USE_PYTORCH", "LIBTORCH_BYPASS_VERSION_CHECK", "CXXFLAGS",
-                "OPBENCH_TORCH", "OPBENCH_TCH", "OPBENCH_WS"]
+                "OPBENCH_TORCH", "OPBENCH_TCH", "OPBENCH_WS", "OPBENCH_TORCH_PYTHON"]
         for k in keys:
             if k in env:
                 val = env[k].replace("'", "'\\''")
