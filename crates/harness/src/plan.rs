@@ -36,38 +36,56 @@ pub struct Rates {
     pub random_bytes_per_s: f64,
 }
 
-/// The best of three: FLOP/s of an n³ matmul, bytes/s of a 32 MiB copy.
+/// The best of three: FLOP/s of an n³ matmul, bytes/s of a 32 MiB copy and of a 32 MiB
+/// random fill. A libtorch error (none is expected on the CPU) gives modest default rates:
+/// the plan is an estimate, never a reason to stop.
 pub fn probe() -> Rates {
-    let best = |f: &mut dyn FnMut() -> Duration| (0..3).map(|_| f()).min().unwrap_or(Duration::MAX);
+    try_probe().unwrap_or(Rates {
+        f32_flops: 20e9,
+        f64_flops: 10e9,
+        bytes_per_s: 5e9,
+        random_bytes_per_s: 0.5e9,
+    })
+}
+
+fn try_probe() -> Result<Rates, tch::TchError> {
+    let cpu = tch::Device::Cpu;
+    let best = |f: &mut dyn FnMut() -> Result<Duration, tch::TchError>| {
+        let mut b = Duration::MAX;
+        for _ in 0..3 {
+            b = b.min(f()?);
+        }
+        Ok::<Duration, tch::TchError>(b)
+    };
     // sizes large enough for the BLAS to reach its speed (a few ms each)
-    let mm = |kind: Kind, n: i64| {
-        let a = Tensor::ones([n, n], (kind, tch::Device::Cpu));
+    let mm = |kind: Kind, n: i64| -> Result<f64, tch::TchError> {
+        let a = Tensor::f_ones([n, n], (kind, cpu))?;
         let t = best(&mut || {
             let t0 = Instant::now();
-            let _ = a.matmul(&a);
-            t0.elapsed()
-        });
-        2.0 * (n * n * n) as f64 / t.as_secs_f64().max(1e-9)
+            let _product = a.f_matmul(&a)?;
+            Ok(t0.elapsed())
+        })?;
+        Ok(2.0 * (n * n * n) as f64 / t.as_secs_f64().max(1e-9))
     };
-    let src = Tensor::ones([8 << 20], (Kind::Float, tch::Device::Cpu));
-    let mut dst = src.zeros_like();
+    let src = Tensor::f_ones([8 << 20], (Kind::Float, cpu))?;
+    let mut dst = src.f_zeros_like()?;
     let copy = best(&mut || {
         let t0 = Instant::now();
-        let _ = dst.f_copy_(&src);
-        t0.elapsed()
-    });
+        dst.f_copy_(&src)?;
+        Ok(t0.elapsed())
+    })?;
     let random = best(&mut || {
         let t0 = Instant::now();
-        let _ = Tensor::randn([8 << 20], (Kind::Float, tch::Device::Cpu));
-        t0.elapsed()
-    });
-    Rates {
+        let _filled = Tensor::f_randn([8 << 20], (Kind::Float, cpu))?;
+        Ok(t0.elapsed())
+    })?;
+    Ok(Rates {
         random_bytes_per_s: (32 << 20) as f64 / random.as_secs_f64().max(1e-9),
-        f32_flops: mm(Kind::Float, 1024),
-        f64_flops: mm(Kind::Double, 512),
+        f32_flops: mm(Kind::Float, 1024)?,
+        f64_flops: mm(Kind::Double, 512)?,
         // read + write
         bytes_per_s: 2.0 * (32 << 20) as f64 / copy.as_secs_f64().max(1e-9),
-    }
+    })
 }
 
 /// Estimated seconds of one case key, and whether the cap skips it.
