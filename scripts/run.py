@@ -8,7 +8,7 @@
     python3 scripts/run.py test               the test suite, as CI runs it
     python3 scripts/run.py test-torch VERSION build and test against torch VERSION (PyPI)
 
-scripts/setup, bench, test, test-torch and torch-workspace are one-line wrappers of these
+scripts/setup, bench, test and test-torch are one-line wrappers of these
 for a POSIX shell; on Windows run `python scripts\\run.py bench` (Python ≥ 3.9, standard
 library only). Environment variables are those the README lists (OPBENCH_*).
 
@@ -28,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections import Counter, defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -289,13 +290,103 @@ def test_torch(version):
     print(f"\n== ok: run directory {out / 'runs' / run} {tag}", flush=True)
 
 
+# ---------------------------------------------------------------- bench plan
+# Lines `crate,case-key,seconds,skipped`, written by the bench binaries in list mode with
+# OPBENCH_PLAN_FILE set (crates/harness/src/plan.rs).
+
+
+def read_plan(path):
+    rows = []
+    with open(path) as f:
+        for line in f:
+            parts = line.strip().split(",")
+            if len(parts) != 4:
+                continue
+            krate, key, secs, skip = parts
+            rows.append((krate, key, float(secs), skip == "1"))
+    return rows
+
+
+def hms(s):
+    s = int(round(s))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+def summary(path, executions=1, startup=0.0):
+    rows = read_plan(path)
+    per = defaultdict(lambda: [0, 0.0, 0])
+    for krate, _, secs, skip in rows:
+        p = per[krate]
+        p[0] += 1
+        p[1] += secs
+        p[2] += skip
+    total = (sum(p[1] for p in per.values()) + startup) * executions
+    n = len(rows)
+    parts = ", ".join(f"{k} {p[0]}" for k, p in sorted(per.items()))
+    print(f"bench: plan: {n} cases ({parts})", file=sys.stderr)
+    skipped = sum(p[2] for p in per.values())
+    if skipped:
+        print(
+            f"bench: {skipped} cases have one call over the cap (OPBENCH_CALL_CAP_MS) and "
+            "will be `skipped` rows",
+            file=sys.stderr,
+        )
+    times = f" × {executions} executions" if executions > 1 else ""
+    print(
+        f"bench: estimated wall time {hms(total)}{times} (budgets, and this machine's "
+        "matmul and copy rates from a quick probe)",
+        file=sys.stderr,
+    )
+    return n, int(round(total))
+
+
+def describe(key):
+    # op/variant/site/model/phase/b<batch>/q<q>[/kv<kv>]/dtype/device/mode
+    f = key.split("/")
+    return {
+        "op": f[0],
+        "model": f[3],
+        "phase": f[4],
+        "batch": f[5][1:],
+        "dtype": f[-3],
+        "mode": f[-1],
+    }
+
+
+def leaves_out(full, smaller):
+    small = {r[1] for r in read_plan(smaller)}
+    everything = read_plan(full)
+    missing = [r for r in everything if r[1] not in small]
+    secs = sum(r[2] for r in missing)
+    print(
+        f"bench: the quick profile leaves out {len(missing)} of {len(everything)} cases "
+        f"(~{hms(secs)}):",
+        file=sys.stderr,
+    )
+    kept = [describe(k) for k in small]
+    gone = [describe(r[1]) for r in missing]
+    for field in ["phase", "batch", "dtype", "model", "mode"]:
+        have = {d[field] for d in kept}
+        lost = Counter(d[field] for d in gone if d[field] not in have)
+        if lost:
+            vals = ", ".join(sorted(lost, key=lambda v: (len(v), v)))
+            print(f"bench:   every {field} {vals}", file=sys.stderr)
+    partly = Counter(d["op"] for d in gone)
+    print(
+        "bench:   cases per op: "
+        + ", ".join(f"{op} {n}" for op, n in sorted(partly.items())),
+        file=sys.stderr,
+    )
+
+
 # ---------------------------------------------------------------- bench
 
 
 def bench(args):
-    sys.path.insert(0, str(ROOT / "scripts"))
-    import plan as planlib
-
     env = build_env()
     run_id = env.setdefault("OPBENCH_RUN", time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
     out = Path(env.get("OPBENCH_OUT") or ROOT / "target" / "opbench")
@@ -325,16 +416,16 @@ def bench(args):
 
     plan = plans / f"{run_id}.csv"
     startup = plan_for(env.get("OPBENCH_PROFILE", "default"), plan)
-    cases, secs = planlib.summary(str(plan), n, startup)
+    cases, secs = summary(str(plan), n, startup)
     if "OPBENCH_PROFILE" not in env and secs > int(max_min) * 60:
         quick = plans / f"{run_id}.quick.csv"
         startup = plan_for("quick", quick)
         say(f"the default grid would take longer than {max_min} minutes here; running the quick profile")
         say("(OPBENCH_PROFILE=default runs the whole grid; OPBENCH_MAX_MIN moves the limit)")
-        planlib.leaves_out(str(plan), str(quick))
+        leaves_out(str(plan), str(quick))
         env["OPBENCH_PROFILE"] = "quick"
         plan = quick
-        cases, secs = planlib.summary(str(plan), n, startup)
+        cases, secs = summary(str(plan), n, startup)
     env.update(OPBENCH_PLAN_CASES=str(cases), OPBENCH_PLAN_FILE=str(plan))
 
     def rows_in(d):
@@ -368,7 +459,7 @@ def bench(args):
         if failed:
             say(f"{failed} of {n} executions failed")
     took = time.monotonic() - t0
-    say(f"took {planlib.hms(took)} (estimated {planlib.hms(secs)})")
+    say(f"took {hms(took)} (estimated {hms(secs)})")
     print(f"opbench: run directory: {run_dir}")
 
 

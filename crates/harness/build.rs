@@ -44,7 +44,8 @@ fn main() {
 }
 
 /// The tch version in the workspace's Cargo.lock: the nearest one above the manifest,
-/// looked up lexically (scripts/torch-workspace builds through a symlinked `crates/`).
+/// looked up lexically (scripts/run.py builds other torch versions through a symlinked
+/// `crates/`).
 fn tch_version(manifest: &std::path::Path) -> String {
     for dir in manifest.ancestors() {
         let lock = dir.join("Cargo.lock");

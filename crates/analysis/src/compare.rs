@@ -232,25 +232,14 @@ pub fn raw_cases(runs: &[&Run]) -> BTreeSet<CaseKey> {
 fn per_call(run: &Run, normalize: bool, raw: &BTreeSet<CaseKey>) -> Result<PerCall, AnalysisError> {
     let mut out = BTreeMap::new();
     let mut controlled = false;
-    for (k, rows) in run.samples()? {
-        let mut groups: BTreeMap<u32, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
-        for s in rows {
-            let g = groups.entry(s.execution).or_default();
-            g.0.push(s.per_call_ns());
-            g.1.extend(s.control_ns);
-            controlled |= s.control_ns.is_some();
-        }
+    for (k, execs) in run.samples_by_execution()? {
         let host_timed = !k.mode.is_device() && !raw.contains(&k);
-        let by_exec = groups.into_values().map(|(times, controls)| {
-            // the execution's median control: one sample's control is itself noisy (a
-            // ~200 µs window), the median over the execution is not, and the host's speed
-            // is what differs between processes
-            match (normalize && host_timed, controls.is_empty()) {
-                (true, false) => {
-                    let c = stats::median(&controls);
-                    times.iter().map(|t| t / c).collect()
-                }
-                _ => times,
+        let by_exec = execs.into_iter().map(|e| {
+            let control = e.median_control();
+            controlled |= control.is_some();
+            match control.filter(|_| normalize && host_timed) {
+                Some(c) => e.per_call_ns.iter().map(|t| t / c).collect(),
+                None => e.per_call_ns,
             }
         });
         out.insert(k, by_exec.collect());

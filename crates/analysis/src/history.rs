@@ -100,16 +100,11 @@ pub struct Machine {
 
 impl Machine {
     fn of(env: &Env) -> Self {
-        let backend = if env.backend.is_empty() {
-            "cpu".to_string()
-        } else {
-            env.backend.clone()
-        };
         Machine {
+            backend: env.backend_name().to_string(),
             device: env.device_name.clone().unwrap_or_else(|| "cpu".to_string()),
             arch: env.arch.clone().unwrap_or_default(),
             cpu: env.cpu_model.clone(),
-            backend,
         }
     }
 }
@@ -272,7 +267,6 @@ pub fn commit_sha(build_config: &str) -> Option<String> {
 pub struct RunRef {
     /// The run directory's name (the published name, or the run id).
     pub name: String,
-    pub dir: PathBuf,
     pub started_at: String,
 }
 
@@ -299,8 +293,6 @@ impl Point {
 pub struct Value {
     /// Mean of the replicates (ns); `None` when the case is not ok or not usable here.
     pub ns: Option<f64>,
-    /// Replicates behind `ns`.
-    pub replicates: usize,
     pub status: Status,
     pub kernel: Option<String>,
 }
@@ -325,11 +317,7 @@ impl Series {
 #[derive(Debug, Clone, PartialEq)]
 pub enum ChangeKind {
     /// A step in the time, from E-Divisive with the t-test.
-    Step {
-        p: f64,
-        n_before: usize,
-        n_after: usize,
-    },
+    Step { p: f64 },
     /// The status changed (the time, if any, is not compared).
     Status(Status, Status),
 }
@@ -427,28 +415,14 @@ pub fn find_runs(dirs: &[PathBuf]) -> Result<Vec<PathBuf>, AnalysisError> {
 type ExecValues = BTreeMap<CaseKey, Vec<(f64, Option<f64>)>>;
 
 fn exec_values(run: &Run) -> Result<ExecValues, AnalysisError> {
-    let mut out: ExecValues = BTreeMap::new();
-    for (key, samples) in run.samples()? {
-        let mut by_exec: BTreeMap<u32, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
-        for s in samples {
-            let e = by_exec.entry(s.execution).or_default();
-            e.0.push(s.per_call_ns());
-            e.1.extend(s.control_ns);
-        }
-        out.insert(
-            key,
-            by_exec
-                .into_values()
-                .map(|(t, c)| {
-                    (
-                        stats::median(&t),
-                        (!c.is_empty()).then(|| stats::median(&c)),
-                    )
-                })
-                .collect(),
-        );
-    }
-    Ok(out)
+    Ok(run
+        .samples_by_execution()?
+        .into_iter()
+        .map(|(key, execs)| {
+            let v = execs.iter().map(|e| (e.median_ns(), e.median_control()));
+            (key, v.collect())
+        })
+        .collect())
 }
 
 /// One loaded run with what history needs of it.
@@ -539,7 +513,6 @@ pub fn history(dirs: &[PathBuf], s: &Settings) -> Result<History, AnalysisError>
                     .iter()
                     .map(|l| RunRef {
                         name: l.name.clone(),
-                        dir: l.run.dir.clone(),
                         started_at: l.env.started_at.clone(),
                     })
                     .collect();
@@ -630,7 +603,6 @@ fn values(
             let v = Value {
                 ns: (status == Status::Ok && !reps.is_empty())
                     .then(|| reps.iter().sum::<f64>() / reps.len() as f64),
-                replicates: reps.len(),
                 status,
                 kernel,
             };
@@ -675,11 +647,7 @@ fn detect(index: usize, series: &Series, cp: &CpSettings) -> Vec<Change> {
                 point,
                 before_ns: Some(c.median_before),
                 after_ns: Some(c.median_after),
-                kind: ChangeKind::Step {
-                    p: c.p,
-                    n_before: c.n_before,
-                    n_after: c.n_after,
-                },
+                kind: ChangeKind::Step { p: c.p },
                 kernel,
                 build_change: build_change(point),
                 newest: point == newest,

@@ -36,15 +36,7 @@ pub struct Publication {
 /// `<date>-<device>-<backend>-torch<ver>` from env.json.
 pub fn published_name(env: &Env) -> String {
     let date = env.started_at.get(..10).unwrap_or("undated");
-    let backend = if env.backend.is_empty() {
-        "cpu"
-    } else {
-        env.backend.as_str()
-    };
-    let device = match backend {
-        "cpu" => env.cpu_model.as_str(),
-        _ => env.device_name.as_deref().unwrap_or("gpu"),
-    };
+    let (backend, device) = (env.backend_name(), env.device_label());
     let torch = if env.libtorch_version.is_empty() {
         "unknown"
     } else {
@@ -126,15 +118,7 @@ pub fn write_index(results: &Path) -> Result<PathBuf, AnalysisError> {
                 let tag = name
                     .strip_prefix(base.as_str())
                     .map_or("", |t| t.trim_start_matches('-'));
-                let backend = if env.backend.is_empty() {
-                    "cpu"
-                } else {
-                    env.backend.as_str()
-                };
-                let device = match backend {
-                    "cpu" => env.cpu_model.clone(),
-                    _ => env.device_name.clone().unwrap_or_default(),
-                };
+                let (backend, device) = (env.backend_name(), env.device_label());
                 format!(
                     "| {} | [{name}]({name}/README.md) | {device} | {backend} | {} | {} | {tag} |",
                     env.started_at.get(..10).unwrap_or("-"),

@@ -1,6 +1,9 @@
 //! The CLI on run directories with known truth: fit, predict, compare and their errors.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
+mod common;
+use common::{RESULTS, SAMPLES, opbench};
+
 use std::io::Write;
 use std::path::Path;
 use std::process::Command;
@@ -8,10 +11,6 @@ use std::process::Command;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, Normal};
-
-const RESULTS: &str = "run_id,op,variant,site,model,phase,batch,q_len,kv_len,dtype,dims,device,mode,status,samples,median_ns,mean_ns,ci_low_ns,ci_high_ns,mad_ns,flops,bytes,gflops,gbps,kernel,max_rel_err,note";
-const SAMPLES: &str =
-    "op,variant,site,model,phase,batch,q_len,kv_len,dtype,device,mode,execution,iters,total_ns";
 
 /// A case of a hand-made run: key fields, status, kernel, per-call samples (ns).
 struct Case {
@@ -104,18 +103,6 @@ fn write_run(dir: &Path, cases: &[Case]) {
         )
         .unwrap();
     }
-}
-
-fn opbench(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_opbench"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 /// `opbench compare BASE CAND --format csv`: exit code, stdout, stderr.

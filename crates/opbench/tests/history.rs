@@ -2,17 +2,15 @@
 //! order, replicates, gaps, change points, kernel and status changes, the exit code.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
+mod common;
+use common::{RESULTS, SAMPLES, opbench};
+
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rand_distr::{Distribution, Normal};
-
-const RESULTS: &str = "run_id,op,variant,site,model,phase,batch,q_len,kv_len,dtype,dims,device,mode,status,samples,median_ns,mean_ns,ci_low_ns,ci_high_ns,mad_ns,flops,bytes,gflops,gbps,kernel,max_rel_err,note";
-const SAMPLES: &str =
-    "op,variant,site,model,phase,batch,q_len,kv_len,dtype,device,mode,execution,iters,total_ns";
 
 /// One case of a run: (op, site, batch, kv, status, kernel, median ns).
 struct Row {
@@ -76,18 +74,6 @@ fn write_run(dir: &Path, gpu: bool, torch: &str, started: &str, rows: &[Row]) {
         )
         .unwrap();
     }
-}
-
-fn opbench(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_opbench"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 /// `opbench history DIR --format csv`: (exit code, change lines as column maps, stderr).

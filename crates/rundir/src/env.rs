@@ -62,6 +62,24 @@ impl Env {
         serde_json::to_string_pretty(self).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
     }
 
+    /// `cpu`, `cuda` or `hip`: the backend, `cpu` where none is recorded.
+    pub fn backend_name(&self) -> &str {
+        if self.backend.is_empty() {
+            "cpu"
+        } else {
+            &self.backend
+        }
+    }
+
+    /// What the run measured on: the GPU's name (`gpu` if unknown), or on a CPU run the CPU
+    /// model.
+    pub fn device_label(&self) -> &str {
+        match self.backend_name() {
+            "cpu" => &self.cpu_model,
+            _ => self.device_name.as_deref().unwrap_or("gpu"),
+        }
+    }
+
     /// The run's schema version: the recorded one, 1 where none is recorded.
     pub fn schema(&self) -> u32 {
         self.schema_version.max(1)

@@ -23,7 +23,7 @@ mod run;
 pub use env::Env;
 pub use key::{Backend, CaseKey, DeviceId, Mode, SeriesKey, Status};
 pub use rows::{FitRow, ResultRow, Sample, Work};
-pub use run::{Run, RunWriter, write_fits};
+pub use run::{ExecSamples, Run, RunWriter, write_fits};
 pub use shapes::{DTypeName as DType, OpKind, Phase, UnknownValue};
 
 use std::path::PathBuf;

@@ -144,6 +144,47 @@ impl Run {
         }
         Ok(out)
     }
+
+    /// `samples.csv` per case, grouped by execution (in execution order): what the
+    /// between-process statistics (compare, history) work from.
+    pub fn samples_by_execution(&self) -> Result<BTreeMap<CaseKey, Vec<ExecSamples>>, RunError> {
+        Ok(self
+            .samples()?
+            .into_iter()
+            .map(|(key, samples)| {
+                let mut by_exec: BTreeMap<u32, ExecSamples> = BTreeMap::new();
+                for s in samples {
+                    let e = by_exec.entry(s.execution).or_default();
+                    e.per_call_ns.push(s.per_call_ns());
+                    e.control_ns.extend(s.control_ns);
+                }
+                (key, by_exec.into_values().collect())
+            })
+            .collect())
+    }
+}
+
+/// One execution's samples of a case.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ExecSamples {
+    /// Per-call time of each sample.
+    pub per_call_ns: Vec<f64>,
+    /// The host-speed controls measured before the samples (none in runs without them).
+    pub control_ns: Vec<f64>,
+}
+
+impl ExecSamples {
+    /// The execution's median control: one sample's control is itself noisy (a ~200 µs
+    /// window), the median over the execution is not, and the host's speed is what differs
+    /// between processes.
+    pub fn median_control(&self) -> Option<f64> {
+        (!self.control_ns.is_empty()).then(|| stats::median(&self.control_ns))
+    }
+
+    /// The median per-call time.
+    pub fn median_ns(&self) -> f64 {
+        stats::median(&self.per_call_ns)
+    }
 }
 
 /// The schema version a results.csv header implies: 2 with `uncovered_chunks`, else 1.
@@ -285,19 +326,9 @@ impl RunWriter {
         })
     }
 
-    /// Cases the run holds (from every process so far).
-    pub fn len(&self) -> usize {
-        self.cases.len()
-    }
-
-    /// The cases the run holds.
+    /// The cases the run holds (from every process so far).
     pub fn cases(&self) -> impl Iterator<Item = &CaseKey> {
         self.cases.iter()
-    }
-
-    /// The run holds no case yet.
-    pub fn is_empty(&self) -> bool {
-        self.cases.is_empty()
     }
 
     /// The run already has this case.
