@@ -59,8 +59,46 @@ fn main() {
             .flag(format!("-D_GLIBCXX_USE_CXX11_ABI={abi}"));
     }
     build.compile("atenx");
+    println!(
+        "cargo:rustc-env=ATENX_CUDAGRAPH_FINGERPRINT={}",
+        cuda_graph_fingerprint(&include)
+    );
     if let Some(lib) = lib {
         // pass it on so crates below us can set an rpath
         println!("cargo:libtorch_lib={}", lib.display());
+    }
+}
+
+/// A fingerprint of `at::cuda::CUDAGraph`'s declaration in the headers built against: FNV-1a
+/// over the struct's lines with comments and blank lines dropped and whitespace trimmed, so
+/// that a changed member or signature changes it while a reworded comment does not.
+/// `none` when the header is missing.
+fn cuda_graph_fingerprint(include: &std::path::Path) -> String {
+    let header = include.join("ATen/cuda/CUDAGraph.h");
+    println!("cargo:rerun-if-changed={}", header.display());
+    let Ok(text) = std::fs::read_to_string(&header) else {
+        return "none".into();
+    };
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut inside = false;
+    for line in text.lines().map(str::trim) {
+        if line.starts_with("struct TORCH_CUDA_CPP_API CUDAGraph") {
+            inside = true;
+        }
+        if !inside || line.is_empty() || line.starts_with("//") {
+            continue;
+        }
+        for b in line.bytes().chain([b'\n']) {
+            hash ^= u64::from(b);
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        }
+        if line == "};" {
+            break;
+        }
+    }
+    if inside {
+        format!("{hash:016x}")
+    } else {
+        "none".into()
     }
 }

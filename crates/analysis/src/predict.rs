@@ -8,6 +8,10 @@
 //! Each part gets a host cost (dispatch + launch) and a device cost (kernel time); on a GPU
 //! the step is max(Σ host, Σ device), because eager PyTorch queues kernels ahead of the
 //! device: adding up per-op times would count the overlap twice. See [`predict`].
+//!
+//! In `graph` mode the step is what a captured step replays: every call at its `graph`-mode
+//! time (kernel plus the graph's gap to the next node, no host dispatch), summed; the host
+//! launches one replay per step, which the device time hides.
 
 use rundir::{CaseKey, DType, DeviceId, Mode, OpKind, Phase, ResultRow, Run, SeriesKey, Work};
 use shapes::{CallKind, ModelConfig, Problem, Step, StepPlan, StepProfile};
@@ -52,6 +56,8 @@ pub enum DeviceSource {
     Bound,
     /// Its bytes over the run's measured copy ceiling.
     Ceiling,
+    /// A `graph`-mode row: the call's time inside a replayed graph.
+    Graph,
     /// No kernel.
     None,
 }
@@ -65,6 +71,7 @@ impl DeviceSource {
             DeviceSource::Floor => "floor",
             DeviceSource::Bound => "bound",
             DeviceSource::Ceiling => "ceiling",
+            DeviceSource::Graph => "graph",
             DeviceSource::None => "-",
         }
     }
@@ -172,6 +179,8 @@ pub fn predict(run: &Run, q: &Query) -> Result<Prediction, AnalysisError> {
 /// [`predict`] with the run's fits already made.
 pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, AnalysisError> {
     let gpu = q.device.is_gpu();
+    // a replayed graph: no host dispatch per call; each call costs its time in a graph
+    let graph = q.mode == Mode::Graph;
     let rows: Vec<&ResultRow> = run
         .ok_rows()
         .filter(|r| r.dtype == q.dtype && r.device == q.device && r.phase == Phase::Decode)
@@ -269,8 +278,11 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
         } else {
             (per_call, source)
         };
+        let host = if graph { 0.0 } else { host };
         let (device, device_source) = if !gpu {
             (per_call, DeviceSource::Pipelined)
+        } else if graph && source != Source::Ceiling {
+            (per_call, DeviceSource::Graph)
         } else if cold > 0.0 && source == Source::Ceiling {
             (cold, DeviceSource::Ceiling)
         } else if let Some(t) = find(p.op, variant, p.site, p.batch, p.kv_len, Mode::Device) {
@@ -302,6 +314,8 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
     }
     for u in &plan.other {
         let (host, device, device_source) = match (u.kind, floor_device) {
+            (CallKind::View, _) if graph => (0.0, 0.0, DeviceSource::None),
+            (CallKind::Kernel, _) if graph => (0.0, floor_kernel, DeviceSource::Graph),
             (CallKind::View, _) => (floor_view, 0.0, DeviceSource::None),
             (CallKind::Kernel, _) if !gpu => (floor_kernel, floor_kernel, DeviceSource::Pipelined),
             (CallKind::Kernel, Some(d)) => (floor_kernel, d, DeviceSource::Floor),
@@ -312,7 +326,7 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
             variant: "-",
             site: u.name,
             calls: u.calls,
-            per_call_ns: host,
+            per_call_ns: host.max(device),
             host_ns: host,
             device_ns: device,
             source: Source::Floor,

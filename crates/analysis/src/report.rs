@@ -288,6 +288,7 @@ pub fn write_report(dir: &Path) -> Result<PathBuf, AnalysisError> {
         md += &bandwidth(&ctx, on)?;
         md += &host_vs_device(&ctx, on);
         md += &predicted_steps(&ctx, on);
+        md += &graph_replay(&ctx, on)?;
     }
     md += &gpu_over_cpu(&ctx, &devices);
     let path = dir.join("report.md");
@@ -717,4 +718,107 @@ fn gpu_over_cpu(ctx: &Ctx, devices: &BTreeSet<DeviceId>) -> String {
     }
     md.push('\n');
     md
+}
+
+/// Eager beside graph replay per profile and batch: the decode crate's pipelined and
+/// `graph` steps, the speed-up, and the step predict prices from `graph`-mode rows. Empty
+/// when the run has no graph-mode step.
+fn graph_replay(ctx: &Ctx, on: On) -> Result<String, AnalysisError> {
+    let mut md = String::new();
+    let steps: Vec<&ResultRow> = ctx
+        .ok
+        .iter()
+        .copied()
+        .filter(|r| {
+            r.device == on.device
+                && r.dtype == on.dtype
+                && r.op == OpKind::Decode
+                && r.phase == Phase::Decode
+                && r.mode == Mode::Graph
+        })
+        .collect();
+    let models: BTreeSet<&str> = steps.iter().map(|r| r.model.as_str()).collect();
+    for model in models {
+        let Ok(cfg) = ModelConfig::by_name(model) else {
+            continue;
+        };
+        let mut series = Series::new();
+        let _ = writeln!(md, "### Graph replay: {model}\n");
+        let _ = writeln!(
+            md,
+            "| profile | B | L | eager ms/step | graph ms/step | speed-up | predicted graph ms/step | predicted / measured |"
+        );
+        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|");
+        let mut rows: Vec<&ResultRow> =
+            steps.iter().copied().filter(|r| r.model == model).collect();
+        rows.sort_by_key(|r| (r.variant.clone(), r.kv_len, r.batch));
+        for r in rows {
+            let Ok(profile) = r.variant.parse::<StepProfile>() else {
+                continue;
+            };
+            let Some(graph) = r.median_ns else { continue };
+            let ctx_len = r.kv_len.map_or(0, |k| k.saturating_sub(1));
+            let eager = ctx
+                .run
+                .row(&in_mode(&r.key, Mode::Pipelined))
+                .filter(|e| e.is_ok())
+                .and_then(|e| e.median_ns);
+            let q = Query {
+                model: &cfg,
+                batch: r.batch,
+                ctx: ctx_len,
+                profile,
+                device: on.device,
+                dtype: on.dtype,
+                mode: Mode::Graph,
+            };
+            let predicted = predict_with(ctx.run, &ctx.fits, &q).ok().map(|p| p.step_ns);
+            series
+                .entry(format!("{profile} graph"))
+                .or_default()
+                .push((r.batch as f64, graph / 1e6));
+            if let Some(e) = eager {
+                series
+                    .entry(format!("{profile} eager"))
+                    .or_default()
+                    .push((r.batch as f64, e / 1e6));
+            }
+            let ms = |v: Option<f64>| v.map_or("-".into(), |v| format!("{:.2}", v / 1e6));
+            let _ = writeln!(
+                md,
+                "| {profile} | {} | {ctx_len} | {} | {:.2} | {} | {} | {} |",
+                r.batch,
+                ms(eager),
+                graph / 1e6,
+                eager.map_or("-".into(), |e| format!("{:.2}×", e / graph)),
+                ms(predicted),
+                predicted.map_or("-".into(), |p| format!(
+                    "{:+.1}%",
+                    100.0 * (p / graph - 1.0)
+                ))
+            );
+        }
+        let file = format!(
+            "{}-{}-graphs.svg",
+            slug(&on.device.to_string()),
+            slug(model)
+        );
+        plot(
+            &ctx.dir.join(&file),
+            &format!(
+                "{model} decode step on {}, {}: eager and graph replay",
+                on.device, on.dtype
+            ),
+            ("batch", "ms per step"),
+            &series,
+            &Series::new(),
+            None,
+            SeriesLabelPosition::UpperLeft,
+        )?;
+        let _ = writeln!(
+            md,
+            "\n![eager and graphs]({file})\n\nEager: the decode crate's pipelined step (host dispatch and launch included). Graph: the same step captured once into a CUDA/HIP graph, replays timed by GPU events (docs/method.md, `graph`). Predicted: every call of the step at its `graph`-mode time, summed (`opbench predict --mode graph`).\n"
+        );
+    }
+    Ok(md)
 }

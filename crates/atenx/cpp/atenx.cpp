@@ -28,7 +28,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <string>
+#include <utility>
 
 namespace {
 char* dup(const std::string& s) {
@@ -190,5 +192,96 @@ char* atx_timer_elapsed_ms(AtxTimer* t, double* ms) {
     *ms = t->start.elapsedTime(t->stop);
   });
 }
+
+// Graph capture and replay through at::cuda::CUDAGraph, which lives in the GPU library
+// (libtorch_cuda / libtorch_hip) that this shim neither includes nor links: its header pulls
+// in the CUDA runtime's. The caller resolves the five members by their mangled names and
+// passes them in; the object lives in opaque storage larger than any checked layout (the
+// layouts and their fingerprints are in lib.rs). A non-virtual member function is called
+// as a function taking `this` first, with the declared parameter types (Itanium and MSVC
+// x64 alike).
+struct AtxGraphFns {
+  void* ctor;     // CUDAGraph(bool keep_graph)
+  void* dtor;     // ~CUDAGraph()
+  void* begin;    // capture_begin(MempoolId_t, cudaStreamCaptureMode / hipStreamCaptureMode)
+  void* end;      // capture_end()
+  void* replay;   // replay()
+};
+constexpr size_t kGraphStorage = 4096;
+struct AtxGraph {
+  alignas(64) unsigned char storage[kGraphStorage];
+  AtxGraphFns f;
+  bool constructed = false;
+  c10::Device device{c10::DeviceType::CUDA, 0};
+  // the stream that was current before capture, restored after it
+  std::optional<c10::Stream> previous;
+};
+using GraphCtor = void (*)(void*, bool);
+using GraphVoid = void (*)(void*);
+using GraphBegin = void (*)(void*, std::pair<unsigned long long, unsigned long long>, int);
+
+char* atx_graph_new(AtxGraph** out, const AtxGraphFns* f, int device) {
+  return guard([&] {
+    auto* g = new AtxGraph();
+    g->f = *f;
+    g->device = c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device));
+    reinterpret_cast<GraphCtor>(g->f.ctor)(g->storage, false);
+    g->constructed = true;
+    *out = g;
+  });
+}
+void atx_graph_free(AtxGraph* g) {
+  if (!g) return;
+  try {
+    if (g->previous) {
+      c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->exchangeStream(*g->previous);
+    }
+    if (g->constructed) reinterpret_cast<GraphVoid>(g->f.dtor)(g->storage);
+  } catch (...) {}
+  delete g;
+}
+// Make a stream from c10's pool current (capture needs a non-default stream); what runs
+// now on the host goes there, warm-up included.
+char* atx_graph_enter(AtxGraph* g) {
+  return guard([&] {
+    if (g->previous) return;
+    auto* impl = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
+    auto side = impl->getStreamFromGlobalPool(g->device, false);
+    // the side stream waits for what the current stream queued (inputs being written)
+    c10::Event ready{c10::DeviceType::CUDA};
+    auto current = impl->getStream(g->device);
+    ready.record(current);
+    ready.block(side);
+    g->previous = impl->exchangeStream(side);
+  });
+}
+// Back to the stream that was current, after the side stream's work is done.
+char* atx_graph_leave(AtxGraph* g) {
+  return guard([&] {
+    if (!g->previous) return;
+    auto* impl = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
+    auto side = impl->exchangeStream(*g->previous);
+    c10::Event done{c10::DeviceType::CUDA};
+    done.record(side);
+    done.block(*g->previous);
+    g->previous.reset();
+  });
+}
+// Capture mode: 0 global (any unsafe call from any thread fails the capture), as
+// torch.cuda.graph's default.
+char* atx_graph_begin(AtxGraph* g) {
+  return guard([&] {
+    reinterpret_cast<GraphBegin>(g->f.begin)(g->storage, {0ULL, 0ULL}, 0);
+  });
+}
+char* atx_graph_end(AtxGraph* g) {
+  return guard([&] { reinterpret_cast<GraphVoid>(g->f.end)(g->storage); });
+}
+// Launch the instantiated graph on the current stream.
+char* atx_graph_replay(AtxGraph* g) {
+  return guard([&] { reinterpret_cast<GraphVoid>(g->f.replay)(g->storage); });
+}
+// Size of the opaque storage, for the layout test.
+size_t atx_graph_storage() { return kGraphStorage; }
 
 }  // extern "C"

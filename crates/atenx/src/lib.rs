@@ -6,6 +6,8 @@
 //!   [`sdp_enabled`] reads the global SDP switches.
 //! - Build facts: [`torch_version`], [`show_config`], [`has_rocm`], [`runtime_version`],
 //!   cuDNN / MIOpen / hipBLASLt versions.
+//! - [`Graph`]: capture calls into a CUDA (or HIP) graph and replay them, through libtorch's
+//!   own `at::cuda::CUDAGraph`, resolved by name from the GPU library ([`GraphApi`]).
 //! - [`DeviceTimer`]: GPU events on the stream PyTorch uses, through c10's device-generic
 //!   event, so one binary times kernels on CUDA and ROCm builds alike.
 //!
@@ -57,6 +59,14 @@ unsafe extern "C" {
     fn atx_timer_start(t: *mut c_void) -> *mut c_char;
     fn atx_timer_stop(t: *mut c_void) -> *mut c_char;
     fn atx_timer_elapsed_ms(t: *mut c_void, ms: *mut f64) -> *mut c_char;
+    fn atx_graph_new(out: *mut *mut c_void, f: *const GraphFns, device: c_int) -> *mut c_char;
+    fn atx_graph_free(g: *mut c_void);
+    fn atx_graph_enter(g: *mut c_void) -> *mut c_char;
+    fn atx_graph_leave(g: *mut c_void) -> *mut c_char;
+    fn atx_graph_begin(g: *mut c_void) -> *mut c_char;
+    fn atx_graph_end(g: *mut c_void) -> *mut c_char;
+    fn atx_graph_replay(g: *mut c_void) -> *mut c_char;
+    fn atx_graph_storage() -> usize;
 }
 
 /// Turn the shim's error convention (null or a malloc'd message) into a Result.
@@ -248,6 +258,183 @@ impl Drop for DeviceTimer {
     }
 }
 
+/// The members of `at::cuda::CUDAGraph` the shim calls, resolved from the GPU library.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct GraphFns {
+    ctor: *const c_void,
+    dtor: *const c_void,
+    begin: *const c_void,
+    end: *const c_void,
+    replay: *const c_void,
+}
+
+/// The declarations of `at::cuda::CUDAGraph` this shim's opaque storage and calls were
+/// checked against: (fingerprint of the struct in `ATen/cuda/CUDAGraph.h`, the torch
+/// versions that declare it so, `sizeof` on x86-64 Linux counted from its members). The
+/// calls use only the constructor `(bool)`, the destructor, `capture_begin(MempoolId_t,
+/// cudaStreamCaptureMode)`, `capture_end()` and `replay()`, whose signatures all four
+/// share; the storage is [`graph_storage_bytes`].
+pub const CHECKED_GRAPH_LAYOUTS: &[(&str, &str, usize)] = &[
+    ("7003571e14bff02e", "2.9", 104),
+    ("41f7b7dff8bbce36", "2.10, 2.11", 104),
+    ("dadfd8ccc3790ed0", "2.13", 344),
+    ("6b2b2010e17639fb", "2.15", 448),
+];
+
+/// The fingerprint of the `CUDAGraph` declaration in the headers this crate was built
+/// against (`none` without the header).
+pub const GRAPH_FINGERPRINT: &str = env!("ATENX_CUDAGRAPH_FINGERPRINT");
+
+/// Bytes of opaque storage the shim gives a `CUDAGraph`.
+pub fn graph_storage_bytes() -> usize {
+    unsafe { atx_graph_storage() }
+}
+
+/// The checked layout matching the headers built against, or why graphs are not offered.
+pub fn graph_layout() -> Result<(&'static str, usize), String> {
+    CHECKED_GRAPH_LAYOUTS
+        .iter()
+        .find(|(fp, _, _)| *fp == GRAPH_FINGERPRINT)
+        .map(|&(_, versions, size)| (versions, size))
+        .ok_or_else(|| {
+            format!(
+                "at::cuda::CUDAGraph as declared by torch {}'s headers (fingerprint {GRAPH_FINGERPRINT}) \
+                 was not checked against the shim's storage and signatures",
+                torch_version()
+            )
+        })
+}
+
+/// `at::cuda::CUDAGraph`'s members by mangled name: Itanium (Linux) and MSVC (Windows), with
+/// the capture mode's type as CUDA (`cudaStreamCaptureMode`) or hipified ROCm
+/// (`hipStreamCaptureMode`) builds name it.
+const GRAPH_SYMBOLS: [&[&str]; 5] = [
+    &[
+        "_ZN2at4cuda9CUDAGraphC1Eb",
+        "??0CUDAGraph@cuda@at@@QEAA@_N@Z",
+    ],
+    &["_ZN2at4cuda9CUDAGraphD1Ev", "??1CUDAGraph@cuda@at@@QEAA@XZ"],
+    &[
+        "_ZN2at4cuda9CUDAGraph13capture_beginESt4pairIyyE21cudaStreamCaptureMode",
+        "_ZN2at4cuda9CUDAGraph13capture_beginESt4pairIyyE20hipStreamCaptureMode",
+        "?capture_begin@CUDAGraph@cuda@at@@QEAAXU?$pair@_K_K@std@@W4cudaStreamCaptureMode@@@Z",
+        "?capture_begin@CUDAGraph@cuda@at@@QEAAXU?$pair@_K_K@std@@W4hipStreamCaptureMode@@@Z",
+    ],
+    &[
+        "_ZN2at4cuda9CUDAGraph11capture_endEv",
+        "?capture_end@CUDAGraph@cuda@at@@QEAAXXZ",
+    ],
+    &[
+        "_ZN2at4cuda9CUDAGraph6replayEv",
+        "?replay@CUDAGraph@cuda@at@@QEAAXXZ",
+    ],
+];
+
+/// libtorch's graph class, resolved from its GPU library (`libtorch_cuda.so`,
+/// `torch_hip.dll`, ...), ready to make [`Graph`]s.
+#[derive(Debug, Clone, Copy)]
+pub struct GraphApi {
+    fns: GraphFns,
+}
+
+// SAFETY: the pointers are addresses of functions in a library loaded for the process's life.
+unsafe impl Send for GraphApi {}
+unsafe impl Sync for GraphApi {}
+
+impl GraphApi {
+    /// Resolve the members from `library` (already loaded; this takes another reference and
+    /// keeps it). Errors name what is missing: a layout not checked, or a symbol not found.
+    pub fn load(library: &str) -> Result<GraphApi, String> {
+        graph_layout()?;
+        // SAFETY: loading a library that is already loaded runs no initialisers again.
+        let lib = unsafe { libloading::Library::new(library) }
+            .map_err(|e| format!("cannot open {library}: {e}"))?;
+        let mut found = [std::ptr::null(); 5];
+        for (slot, names) in found.iter_mut().zip(GRAPH_SYMBOLS) {
+            *slot = names
+                .iter()
+                .find_map(|n| {
+                    let mut z = n.as_bytes().to_vec();
+                    z.push(0);
+                    // SAFETY: only the address is taken; the shim calls it with the declared
+                    // signature.
+                    unsafe { lib.get::<*const c_void>(&z) }.ok().map(|s| *s)
+                })
+                .ok_or_else(|| format!("{library} has no {} (at::cuda::CUDAGraph)", names[0]))?;
+        }
+        std::mem::forget(lib);
+        let [ctor, dtor, begin, end, replay] = found;
+        Ok(GraphApi {
+            fns: GraphFns {
+                ctor,
+                dtor,
+                begin,
+                end,
+                replay,
+            },
+        })
+    }
+}
+
+/// A captured graph: [`Graph::capture`] records what a closure queues on the GPU, and
+/// [`Graph::replay`] launches all of it again with one call, on the current stream.
+///
+/// Capture runs on a side stream from c10's pool (capture needs a non-default stream) after
+/// `warmup` eager runs there, in global capture mode: a call that synchronizes the host or
+/// allocates outside the graph's private memory pool fails the capture, which then returns
+/// the error. Tensors the closure allocates live in the graph's pool and are rewritten by
+/// every replay.
+#[derive(Debug)]
+pub struct Graph {
+    raw: *mut c_void,
+}
+
+impl Graph {
+    /// Capture `f` on `device`; returns the graph and what `f` returned during capture (its
+    /// tensors are the ones every replay writes).
+    pub fn capture<T>(
+        api: &GraphApi,
+        device: usize,
+        warmup: usize,
+        mut f: impl FnMut() -> Result<T, TchError>,
+    ) -> Result<(Graph, T), TchError> {
+        let index = c_int::try_from(device).map_err(|e| TchError::Convert(e.to_string()))?;
+        let mut raw = std::ptr::null_mut();
+        check(unsafe { atx_graph_new(&mut raw, &api.fns, index) })?;
+        let graph = Graph { raw };
+        check(unsafe { atx_graph_enter(graph.raw) })?;
+        let captured: Result<T, TchError> = (|| {
+            for _ in 0..warmup {
+                drop(f()?);
+            }
+            tch::Cuda::synchronize(device as i64);
+            check(unsafe { atx_graph_begin(graph.raw) })?;
+            let out = f();
+            // end the capture whatever happened, or the stream stays in capture mode
+            let ended = check(unsafe { atx_graph_end(graph.raw) });
+            let out = out?;
+            ended?;
+            Ok(out)
+        })();
+        let left = check(unsafe { atx_graph_leave(graph.raw) });
+        let out = captured?;
+        left?;
+        Ok((graph, out))
+    }
+
+    /// Launch the graph on the current stream (returns at once).
+    pub fn replay(&mut self) -> Result<(), TchError> {
+        check(unsafe { atx_graph_replay(self.raw) })
+    }
+}
+
+impl Drop for Graph {
+    fn drop(&mut self) {
+        unsafe { atx_graph_free(self.raw) }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -275,6 +462,39 @@ mod tests {
         // the fused kernels have no CPU dispatch in any build, GPU or not
         assert!(sdpa_flash(&q, &q, &q, false, None).is_err());
         assert!(sdpa_cudnn(&q, &q, &q, false, None).is_err());
+    }
+
+    /// The declaration built against must be one whose storage and signatures were checked:
+    /// a new torch whose `CUDAGraph` changed fails here until someone checks it.
+    #[test]
+    fn graph_layout_is_checked_for_the_linked_torch() {
+        let (versions, size) = graph_layout().unwrap_or_else(|e| panic!("{e}"));
+        let v = torch_version();
+        let minor = v.split('.').take(2).collect::<Vec<_>>().join(".");
+        assert!(
+            versions.split(", ").any(|x| x == minor),
+            "torch {v}'s CUDAGraph matches the layout checked for {versions}: add {minor} there \
+             after checking it"
+        );
+        assert!(
+            size * 4 <= graph_storage_bytes(),
+            "{size} vs {}",
+            graph_storage_bytes()
+        );
+    }
+
+    #[test]
+    fn graph_symbols_missing_is_an_error_naming_them() {
+        // libtorch_cpu (loaded: the test links it) has no CUDAGraph
+        let cpu = if cfg!(windows) {
+            "torch_cpu.dll"
+        } else {
+            "libtorch_cpu.so"
+        };
+        let e = GraphApi::load(cpu).unwrap_err();
+        assert!(e.contains("_ZN2at4cuda9CUDAGraphC1Eb"), "{e}");
+        let e = GraphApi::load("no-such-library-opbench").unwrap_err();
+        assert!(e.contains("cannot open no-such-library-opbench"), "{e}");
     }
 
     #[test]

@@ -25,6 +25,7 @@ pub mod dtype;
 pub mod env;
 pub mod floor;
 pub mod gpu_facts;
+pub mod graph;
 pub mod op;
 pub mod plan;
 pub mod record;

@@ -104,8 +104,31 @@ pub trait Prepared {
     /// allocated as eager PyTorch allocates it (through the caching allocator on GPUs).
     fn run(&mut self) -> Result<(), TchError>;
 
+    /// Run once and return what the check compares: the output, or a documented slice of
+    /// it, still on the device. Graph mode captures this call and checks what a replay
+    /// wrote into the captured tensor.
+    fn output(&mut self) -> Result<Tensor, TchError>;
+
+    /// The float64 CPU reference for [`Prepared::output`], from the same inputs.
+    fn reference(&mut self) -> Result<Tensor, TchError>;
+
     /// Run once and return the output beside the float64 CPU reference on the same inputs.
-    fn check(&mut self) -> Result<Check, TchError>;
+    fn check(&mut self) -> Result<Check, TchError> {
+        let output = self.output()?;
+        let reference = self.reference()?;
+        Ok(Check { output, reference })
+    }
+
+    /// How many calls of the case one [`Prepared::run`] makes (a graph replay runs many).
+    fn calls_per_run(&self) -> u64 {
+        1
+    }
+
+    /// Calls captured into one graph in `graph` mode: enough that the replay's own launch
+    /// is a small part of the graph. A whole decode step takes one.
+    fn graph_calls(&self) -> u64 {
+        16
+    }
 
     /// What actually ran, where it can be known (SDPA: the backend chosen).
     fn kernel(&self) -> Option<String> {

@@ -83,16 +83,17 @@ pub fn time_calls(
 ) -> Result<Duration, TchError> {
     if mode.is_device() {
         let clock = clock.ok_or_else(|| TchError::Kind("device-side timing needs a GPU".into()))?;
-        return if mode == Mode::Device {
-            clock.time(p, iters)
-        } else {
+        return if mode == Mode::DeviceCold {
             clock.time_cold(p, iters)
+        } else {
+            // device, and graph, whose `p` is a replay
+            clock.time(p, iters)
         };
     }
     device.sync();
     let t0 = Instant::now();
     match mode {
-        Mode::Device | Mode::DeviceCold => unreachable!("handled above"),
+        Mode::Device | Mode::DeviceCold | Mode::Graph => unreachable!("handled above"),
         Mode::Pipelined => {
             for _ in 0..iters {
                 p.run()?;
@@ -153,8 +154,11 @@ impl Prepared for Planted<'_> {
         }
         Ok(())
     }
-    fn check(&mut self) -> Result<crate::Check, TchError> {
-        self.inner.check()
+    fn output(&mut self) -> Result<tch::Tensor, TchError> {
+        self.inner.output()
+    }
+    fn reference(&mut self) -> Result<tch::Tensor, TchError> {
+        self.inner.reference()
     }
 }
 
@@ -534,6 +538,16 @@ pub fn run_op(
             }
         };
         for (mode, key) in &keys {
+            let unavailable = match mode {
+                Mode::Graph => crate::graph::available(device).err(),
+                _ => None,
+            };
+            if let Some(why) = unavailable {
+                let mut row = base_row(&run_id, key, problem, dt, Status::Unsupported);
+                row.note = Some(why);
+                sink.write(&row, &[])?;
+                continue;
+            }
             if mode.is_device() {
                 if let Err(why) = &clocks[d] {
                     let mut row = base_row(&run_id, key, problem, dt, Status::Unsupported);
@@ -542,9 +556,31 @@ pub fn run_op(
                     continue;
                 }
             }
+            // graph mode times replays of a captured copy of the case
+            let mut graphed = None;
+            let mut err = err;
+            if *mode == Mode::Graph {
+                match crate::graph::capture(prepared.as_mut(), device, dt) {
+                    Ok((g, e)) => {
+                        graphed = Some(g);
+                        err = e;
+                    }
+                    Err((failure, rel)) => {
+                        let mut row = base_row(&run_id, key, problem, dt, failure.status);
+                        row.max_rel_err = rel;
+                        row.note = Some(failure.reason);
+                        sink.write(&row, &[])?;
+                        continue;
+                    }
+                }
+            }
+            let timed: &mut dyn Prepared = match graphed.as_mut() {
+                Some(g) => g,
+                None => prepared.as_mut(),
+            };
             let (mut row, samples) = time_case(
                 &mut group,
-                prepared.as_mut(),
+                timed,
                 Timed {
                     problem,
                     dt,
@@ -637,6 +673,8 @@ fn time_case(
         execution,
     } = t;
     let bytes = prepared.bytes().unwrap_or_else(|| problem.bytes(dt.size()));
+    // calls per timed unit: a graph replay runs many
+    let calls = prepared.calls_per_run().max(1);
     group.throughput(Throughput::ElementsAndBytes {
         elements: problem.flops(),
         bytes,
@@ -658,7 +696,9 @@ fn time_case(
                 match time_calls_planted(prepared, device, mode, iters, clock.as_deref_mut(), plant)
                 {
                     Ok(d) => {
-                        record.borrow_mut().push((iters, d.as_nanos() as f64, host));
+                        record
+                            .borrow_mut()
+                            .push((iters * calls, d.as_nanos() as f64, host));
                         d
                     }
                     Err(e) => {

@@ -17,11 +17,17 @@ impl Prepared for WrongPrepared {
     fn run(&mut self) -> Result<(), TchError> {
         Ok(())
     }
+    fn output(&mut self) -> Result<Tensor, TchError> {
+        self.x.f_add_scalar(1e-2)
+    }
+    fn reference(&mut self) -> Result<Tensor, TchError> {
+        self.x.f_to_kind(tch::Kind::Double)
+    }
     fn check(&mut self) -> Result<Check, TchError> {
         match self.how {
             "off" => Ok(Check {
-                output: self.x.f_add_scalar(1e-2)?,
-                reference: self.x.f_to_kind(tch::Kind::Double)?,
+                output: self.output()?,
+                reference: self.reference()?,
             }),
             "missing" => Err(TchError::Torch(
                 "Could not run 'aten::foo' with arguments from the 'CPU' backend.\nException raised from x".into(),

@@ -17,7 +17,7 @@
 //! size on every case.
 
 use harness::tensors::{f64_cpu, randn};
-use harness::{Check, DType, Device, Failure, Op, Prepared};
+use harness::{DType, Device, Failure, Op, Prepared};
 use shapes::{Dims, OpKind, Problem};
 use tch::{TchError, Tensor};
 
@@ -39,6 +39,14 @@ impl PreparedLinear {
     fn forward(&self) -> Result<Tensor, TchError> {
         self.x.f_linear::<Tensor>(&self.w, None)
     }
+
+    /// Rows and columns of the output the check compares.
+    fn checked(&self) -> (i64, i64) {
+        (
+            self.x.size()[0].min(CHECK_ROWS),
+            self.w.size()[0].min(CHECK_COLS),
+        )
+    }
 }
 
 impl Prepared for PreparedLinear {
@@ -51,15 +59,16 @@ impl Prepared for PreparedLinear {
         Ok(())
     }
 
-    fn check(&mut self) -> Result<Check, TchError> {
-        let y = self.forward()?;
-        let rows = self.x.size()[0].min(CHECK_ROWS);
-        let cols = self.w.size()[0].min(CHECK_COLS);
-        let output = y.f_narrow(0, 0, rows)?.f_narrow(1, 0, cols)?;
+    fn output(&mut self) -> Result<Tensor, TchError> {
+        let (rows, cols) = self.checked();
+        self.forward()?.f_narrow(0, 0, rows)?.f_narrow(1, 0, cols)
+    }
+
+    fn reference(&mut self) -> Result<Tensor, TchError> {
+        let (rows, cols) = self.checked();
         let x = f64_cpu(&self.x.f_narrow(0, 0, rows)?)?;
         let w = f64_cpu(&self.w.f_narrow(0, 0, cols)?)?;
-        let reference = x.f_matmul(&w.f_transpose(0, 1)?)?;
-        Ok(Check { output, reference })
+        x.f_matmul(&w.f_transpose(0, 1)?)
     }
 }
 

@@ -273,6 +273,16 @@ fn predict_verb(args: &PredictArgs) -> Result<u8, CliError> {
     };
     let pred = analysis::predict::predict(&run, &q)?;
     print::prediction(&run, &q, &pred);
+    // what graphs would give, where the run has graph-mode rows to price it from
+    if q.mode != Mode::Graph && device.is_gpu() {
+        let gq = analysis::predict::Query {
+            mode: Mode::Graph,
+            ..q.clone()
+        };
+        if let Ok(graph) = analysis::predict::predict(&run, &gq) {
+            print::graph_outlook(&run, &q, &pred, &graph);
+        }
+    }
     Ok(0)
 }
 

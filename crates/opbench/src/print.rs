@@ -174,6 +174,30 @@ pub fn prediction(run: &Run, q: &Query, pred: &Prediction) {
     }
 }
 
+/// What CUDA/HIP graphs would give: the step priced from `graph`-mode rows beside the
+/// eager prediction, and the graphed step the decode crate measured, where the run has it.
+pub fn graph_outlook(run: &Run, q: &Query, eager: &Prediction, graph: &Prediction) {
+    println!(
+        "with graphs (the step captured once and replayed): predicted {:.3} ms/step, {:.1} tokens/s, {:.2}× the eager {} prediction",
+        graph.step_ns / 1e6,
+        graph.tokens_per_s(),
+        eager.step_ns / graph.step_ns,
+        q.mode
+    );
+    let gq = Query {
+        mode: Mode::Graph,
+        ..q.clone()
+    };
+    if let Some(m) = step_row(run, &gq, Mode::Graph).and_then(|r| r.median_ns) {
+        println!(
+            "  measured graphed step (decode crate, graph mode): {:.3} ms; predicted / measured = {:.3} ({:+.1}%)",
+            m / 1e6,
+            graph.step_ns / m,
+            100.0 * (graph.step_ns / m - 1.0)
+        );
+    }
+}
+
 /// Lines in report order: regressions first, then by verdict, flagged before unflagged.
 fn sorted(cmp: &Comparison) -> Vec<&Line> {
     let mut out: Vec<&Line> = cmp.lines.iter().collect();

@@ -420,6 +420,7 @@ fn predict_composes_a_hand_made_run() {
     let mut cases = Vec::new();
     let mut host_total = 0.0;
     let mut device_total = 0.0;
+    let mut graph_total = 0.0;
     for p in shapes::derive(&cfg, shapes::Step::decode(1, 128)) {
         let variant = match (p.op, p.site) {
             (shapes::OpKind::Linear, "qkv_proj" | "gate_up_proj") => continue,
@@ -443,6 +444,12 @@ fn predict_composes_a_hand_made_run() {
         d.kv = p.kv_len;
         d.mode = "device";
         cases.push(d);
+        // inside a replayed graph: a fifth, no host dispatch
+        let mut g = case(op, variant, site, 1, vec![t / 5.0; 5]);
+        g.kv = p.kv_len;
+        g.mode = "graph";
+        cases.push(g);
+        graph_total += t / 5.0 * p.calls_per_step as f64;
     }
     let floor = |variant: &'static str, mode: &'static str, t: f64| {
         let mut c = case("floor", variant, "add1", 1, vec![t; 5]);
@@ -452,6 +459,7 @@ fn predict_composes_a_hand_made_run() {
     cases.push(floor("add", "pipelined", 4_000.0));
     cases.push(floor("view", "pipelined", 1_000.0));
     cases.push(floor("add", "device", 2_000.0));
+    cases.push(floor("add", "graph", 1_500.0));
     // the calls no op crate measures, as the step's plan lists them
     let cfg = shapes::ModelConfig::builtin("qwen3-0.6b").unwrap();
     let plan = shapes::StepPlan::new(
@@ -472,6 +480,8 @@ fn predict_composes_a_hand_made_run() {
     );
     host_total += kernels * 4_000.0 + views * 1_000.0;
     device_total += kernels * 2_000.0;
+    // in a graph a view costs nothing and a kernel the floor's graph time
+    graph_total += kernels * 1_500.0;
     // the decode crate's measured step: pipelined, and its device time by GPU events
     let mut step = case("decode", "hf-eager", "step", 1, vec![2.0 * host_total; 5]);
     step.kv = Some(129);
@@ -480,7 +490,10 @@ fn predict_composes_a_hand_made_run() {
     step_device.mode = "device";
     step_device.note =
         "one decode step; upper bound: in 3 of 12 chunks the host outlasted the lead";
-    cases.extend([step, step_device]);
+    let mut step_graph = case("decode", "hf-eager", "step", 1, vec![graph_total / 0.9; 5]);
+    step_graph.kv = Some(129);
+    step_graph.mode = "graph";
+    cases.extend([step, step_device, step_graph]);
     write_run(&run, &cases);
     let (code, out, err) = opbench(&[
         "predict",
@@ -520,6 +533,36 @@ fn predict_composes_a_hand_made_run() {
         out.contains("\n  upper bound: in 3 chunks the host's enqueue outlasted the lead"),
         "{out}"
     );
+    // what graphs would give: every call at its graph time, beside the eager prediction
+    let with_graphs = format!(
+        "with graphs (the step captured once and replayed): predicted {:.3} ms/step, {:.1} tokens/s, {:.2}× the eager pipelined prediction",
+        graph_total / 1e6,
+        1e9 / graph_total,
+        host_total.max(device_total) / graph_total
+    );
+    assert!(out.contains(&with_graphs), "want {with_graphs}\n{out}");
+    assert!(
+        out.contains("predicted / measured = 0.900 (-10.0%)"),
+        "{out}"
+    );
+    let (code, out, err) = opbench(&[
+        "predict",
+        run.to_str().unwrap(),
+        "--model",
+        "qwen3-0.6b",
+        "--batch",
+        "1",
+        "--ctx",
+        "128",
+        "--mode",
+        "graph",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(&format!("predicted: {:.3} ms/step", graph_total / 1e6)),
+        "{out}"
+    );
+    assert!(out.contains("host dispatch+launch 0.000 ms"), "{out}");
     // with a measured copy ceiling of 1 GB/s, a site whose bytes take longer than its
     // (cache-warm) time alone is priced at its bytes over the ceiling
     let mut copy = case("ceiling", "copy", "copy", 1, vec![268_435_456.0; 5]);

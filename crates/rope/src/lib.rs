@@ -16,7 +16,7 @@
 //! CPU from the positions and θ directly (so the table is checked too).
 
 use harness::tensors::{f64_cpu, randn};
-use harness::{Check, DType, Device, Failure, Op, Prepared, dtype};
+use harness::{DType, Device, Failure, Op, Prepared, dtype};
 use shapes::{Dims, OpKind, Problem};
 use tch::{Kind, TchError, Tensor};
 
@@ -143,7 +143,7 @@ impl PreparedRope {
     }
 
     /// One call's result as a tensor, for the check.
-    fn output(&mut self) -> Result<Tensor, TchError> {
+    fn result(&mut self) -> Result<Tensor, TchError> {
         match (self.forward()?, &self.prep) {
             (Some(t), _) => Ok(t),
             (None, Prep::Halves { out, .. }) => Ok(out.shallow_clone()),
@@ -157,9 +157,12 @@ impl Prepared for PreparedRope {
         self.forward().map(drop)
     }
 
-    fn check(&mut self) -> Result<Check, TchError> {
-        let output = self.output()?;
-        let reference = match &self.x {
+    fn output(&mut self) -> Result<Tensor, TchError> {
+        self.result()
+    }
+
+    fn reference(&mut self) -> Result<Tensor, TchError> {
+        Ok(match &self.x {
             Some(x) => {
                 let s = x.size();
                 let (b, q, d) = (s[0], s[2], s[3]);
@@ -177,8 +180,7 @@ impl Prepared for PreparedRope {
                 let (cos, sin) = ref_table(self.theta, d, b, q, self.l)?;
                 Tensor::f_cat(&[&cos, &sin], -1)?
             }
-        };
-        Ok(Check { output, reference })
+        })
     }
 }
 

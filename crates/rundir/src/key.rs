@@ -81,13 +81,17 @@ names! {
         Device = "device",
         /// GPU events around each call after an L2 flush. GPU only.
         DeviceCold = "device_cold",
+        /// n calls captured into one CUDA graph (hipGraph on ROCm), replays timed by GPU
+        /// events behind a lead, per call: kernel time plus the graph's own gaps, no host
+        /// dispatch. GPU only (schema 4).
+        Graph = "graph",
     }
 }
 
 impl Mode {
     /// Timed by GPU events (device time), not by the host's clock.
     pub fn is_device(self) -> bool {
-        matches!(self, Mode::Device | Mode::DeviceCold)
+        matches!(self, Mode::Device | Mode::DeviceCold | Mode::Graph)
     }
 }
 

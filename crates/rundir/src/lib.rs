@@ -34,7 +34,8 @@ use std::path::PathBuf;
 ///   in `note`, and is read into [`ResultRow::uncovered_chunks`] from there.
 /// - 2: typed columns, `uncovered_chunks`, `schema_version` in env.json.
 /// - 3: status `skipped` (a single call over the cap), env.json `torch_settings`.
-pub const SCHEMA_VERSION: u32 = 3;
+/// - 4: mode `graph` (replays of a captured CUDA/HIP graph).
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// The oldest schema version the readers accept.
 pub const OLDEST_READABLE: u32 = 1;

@@ -105,7 +105,8 @@ impl Grid {
                     key,
                     message,
                 };
-                if list.is_empty() {
+                // no prefill lengths: a decode-only profile
+                if list.is_empty() && !key.starts_with("prefill") {
                     return Err(invalid("empty: a profile needs at least one value".into()));
                 }
                 if key != "decode_ctx" && list.contains(&0) {
