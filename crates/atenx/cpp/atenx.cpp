@@ -17,6 +17,7 @@
 #include <ATen/native/transformers/sdp_utils_cpp.h>
 #include <c10/core/Event.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/csrc/autograd/profiler_kineto.h>
 // torch >= 2.10 moved TORCH_VERSION to a header-only folder (pytorch#164381); 2.9 has it
 // in <torch/version.h>
 #if __has_include(<torch/headeronly/version.h>)
@@ -283,5 +284,61 @@ char* atx_graph_replay(AtxGraph* g) {
 }
 // Size of the opaque storage, for the layout test.
 size_t atx_graph_storage() { return kGraphStorage; }
+
+// Tracing with PyTorch's Kineto profiler (the C++ API torch.profiler drives): CPU ops, and
+// with `gpu` the device activities CUPTI (roctracer / rocprofiler on ROCm) reports. Events
+// come back as text, one per line, tab-separated:
+// activity (libkineto's number), device type, duration ns, correlation id, linked
+// correlation id, device resource (stream), start ns, name.
+namespace {
+namespace tpi = torch::profiler::impl;
+namespace tap = torch::autograd::profiler;
+std::set<tpi::ActivityType> trace_activities(int gpu) {
+  std::set<tpi::ActivityType> a{tpi::ActivityType::CPU};
+  if (gpu) a.insert(tpi::ActivityType::CUDA);
+  return a;
+}
+}  // namespace
+
+char* atx_trace_start(int gpu) {
+  return guard([&] {
+    tpi::ProfilerConfig config(tpi::ProfilerState::KINETO);
+    auto acts = trace_activities(gpu);
+    tap::prepareProfiler(config, acts);
+    tap::enableProfiler(config, acts);
+  });
+}
+
+char* atx_trace_stop(char** out) {
+  return guard([&] {
+    auto result = tap::disableProfiler();
+    std::string s;
+    if (result) {
+      for (const auto& e : result->events()) {
+        std::string name = e.name();
+        for (auto& c : name) {
+          if (c == '\t' || c == '\n' || c == '\r') c = ' ';
+        }
+        s += std::to_string(static_cast<int>(e.activityType()));
+        s += '\t';
+        s += std::to_string(static_cast<int>(e.deviceType()));
+        s += '\t';
+        s += std::to_string(e.durationNs());
+        s += '\t';
+        s += std::to_string(e.correlationId());
+        s += '\t';
+        s += std::to_string(e.linkedCorrelationId());
+        s += '\t';
+        s += std::to_string(e.deviceResourceId());
+        s += '\t';
+        s += std::to_string(e.startNs());
+        s += '\t';
+        s += name;
+        s += '\n';
+      }
+    }
+    *out = dup(s);
+  });
+}
 
 }  // extern "C"

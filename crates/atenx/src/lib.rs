@@ -8,6 +8,8 @@
 //!   cuDNN / MIOpen / hipBLASLt versions.
 //! - [`Graph`]: capture calls into a CUDA (or HIP) graph and replay them, through libtorch's
 //!   own `at::cuda::CUDAGraph`, resolved by name from the GPU library ([`GraphApi`]).
+//! - [`trace_start`] / [`trace_stop`]: PyTorch's Kineto profiler (what `torch.profiler`
+//!   drives), CPU ops and device activities as [`TraceEvent`]s.
 //! - [`DeviceTimer`]: GPU events on the stream PyTorch uses, through c10's device-generic
 //!   event, so one binary times kernels on CUDA and ROCm builds alike.
 //!
@@ -67,6 +69,8 @@ unsafe extern "C" {
     fn atx_graph_end(g: *mut c_void) -> *mut c_char;
     fn atx_graph_replay(g: *mut c_void) -> *mut c_char;
     fn atx_graph_storage() -> usize;
+    fn atx_trace_start(gpu: c_int) -> *mut c_char;
+    fn atx_trace_stop(out: *mut *mut c_char) -> *mut c_char;
 }
 
 /// Turn the shim's error convention (null or a malloc'd message) into a Result.
@@ -435,6 +439,99 @@ impl Drop for Graph {
     }
 }
 
+/// The kind of a traced activity: libkineto's `ActivityType`, whose first twelve values are
+/// the same in torch 2.9 to 2.15. Any other value is kept as its number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Activity {
+    /// An ATen op (or other RecordFunction) on the host.
+    CpuOp,
+    UserAnnotation,
+    GpuUserAnnotation,
+    /// A device copy (host↔device or device↔device).
+    Memcpy,
+    Memset,
+    /// A kernel on the device.
+    Kernel,
+    ExternalCorrelation,
+    /// A CUDA (or HIP) runtime API call on the host: launches, syncs, copies.
+    Runtime,
+    /// A driver API call (`cuLaunchKernelEx`).
+    Driver,
+    CpuInstant,
+    PythonFunction,
+    Overhead,
+    /// A kind this table does not name, by libkineto's number.
+    Other(u8),
+}
+
+impl Activity {
+    pub fn from_kineto(n: u8) -> Activity {
+        use Activity::*;
+        match n {
+            0 => CpuOp,
+            1 => UserAnnotation,
+            2 => GpuUserAnnotation,
+            3 => Memcpy,
+            4 => Memset,
+            5 => Kernel,
+            6 => ExternalCorrelation,
+            7 => Runtime,
+            8 => Driver,
+            9 => CpuInstant,
+            10 => PythonFunction,
+            11 => Overhead,
+            n => Other(n),
+        }
+    }
+}
+
+/// One event of a trace, as Kineto reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TraceEvent {
+    pub activity: Activity,
+    /// It ran on the GPU (kernels, copies, memsets), not the host.
+    pub on_device: bool,
+    pub name: String,
+    pub duration_ns: u64,
+    /// Ties a device activity to the runtime or driver call that launched it.
+    pub correlation: u64,
+    /// For a device activity: the correlation of the CPU op that launched it.
+    pub linked_correlation: u64,
+    /// The stream (device activities) or thread (host events).
+    pub resource: i64,
+    pub start_ns: u64,
+}
+
+fn parse_event(line: &str) -> Option<TraceEvent> {
+    let mut f = line.splitn(8, '\t');
+    let activity = Activity::from_kineto(f.next()?.parse().ok()?);
+    let device_type: i32 = f.next()?.parse().ok()?;
+    Some(TraceEvent {
+        activity,
+        // c10::DeviceType::CPU is 0
+        on_device: device_type != 0,
+        duration_ns: f.next()?.parse().ok()?,
+        correlation: f.next()?.parse().ok()?,
+        linked_correlation: f.next()?.parse().ok()?,
+        resource: f.next()?.parse().ok()?,
+        start_ns: f.next()?.parse().ok()?,
+        name: f.next()?.to_string(),
+    })
+}
+
+/// Start PyTorch's Kineto profiler: CPU ops, and with `gpu` the device activities. The
+/// first trace of a process also records initialisation: trace once and discard it.
+pub fn trace_start(gpu: bool) -> Result<(), TchError> {
+    check(unsafe { atx_trace_start(c_int::from(gpu)) })
+}
+
+/// Stop the profiler and return what it recorded.
+pub fn trace_stop() -> Result<Vec<TraceEvent>, TchError> {
+    let mut out: *mut c_char = std::ptr::null_mut();
+    check(unsafe { atx_trace_stop(&mut out) })?;
+    Ok(owned_string(out).lines().filter_map(parse_event).collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -495,6 +592,36 @@ mod tests {
         assert!(e.contains("_ZN2at4cuda9CUDAGraphC1Eb"), "{e}");
         let e = GraphApi::load("no-such-library-opbench").unwrap_err();
         assert!(e.contains("cannot open no-such-library-opbench"), "{e}");
+    }
+
+    #[test]
+    fn a_cpu_trace_lists_the_aten_ops_of_a_call() {
+        let x = Tensor::ones([4, 8], (tch::Kind::Float, tch::Device::Cpu));
+        trace_start(false).unwrap();
+        drop(trace_stop().unwrap());
+        trace_start(false).unwrap();
+        let y = x.f_mul_scalar(2.0).unwrap().f_add(&x).unwrap();
+        let events = trace_stop().unwrap();
+        assert_eq!(y.double_value(&[0, 0]), 3.0);
+        let ops: Vec<&str> = events
+            .iter()
+            .filter(|e| e.activity == Activity::CpuOp)
+            .map(|e| e.name.as_str())
+            .collect();
+        assert!(ops.contains(&"aten::mul"), "{ops:?}");
+        assert!(ops.contains(&"aten::add"), "{ops:?}");
+        assert!(events.iter().all(|e| !e.on_device), "{events:?}");
+    }
+
+    #[test]
+    fn unknown_activity_kinds_keep_their_number() {
+        assert_eq!(Activity::from_kineto(5), Activity::Kernel);
+        assert_eq!(Activity::from_kineto(42), Activity::Other(42));
+        let e = parse_event("5\t1\t3300\t7\t3\t12\t100\tnvjet_sm90_hsh 64x8").unwrap();
+        assert_eq!(e.activity, Activity::Kernel);
+        assert!(e.on_device);
+        assert_eq!(e.name, "nvjet_sm90_hsh 64x8");
+        assert_eq!(parse_event("garbage"), None);
     }
 
     #[test]

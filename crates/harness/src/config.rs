@@ -17,6 +17,7 @@
 //! | `OPBENCH_THREADS` | libtorch's default | CPU threads (`torch.set_num_threads`) |
 //! | `OPBENCH_SHAPES` | `shapes/` found upward | folder with model files and `grid.toml` |
 //! | `OPBENCH_CALL_CAP_MS` | `1000` | a case whose one call takes longer is a `skipped` row (0: no cap) |
+//! | `OPBENCH_TRACE` | unset | a trace pass instead of timing: `kineto` (or `1`), `logs` (GPU libraries' logs); writes traces.csv, kernels.csv |
 //! | `OPBENCH_L2_BYTES` | the runtime's, else 256 MiB | last-level cache the `device_cold` mode flushes |
 
 use std::path::{Path, PathBuf};
@@ -68,6 +69,8 @@ pub struct Config {
     pub call_cap: Option<Duration>,
     /// `OPBENCH_CONTROL=0` turns off the host-speed control measured before every sample.
     pub control: bool,
+    /// `OPBENCH_TRACE`: a trace pass (no timing) instead of a timed one.
+    pub trace: Option<crate::trace::TraceMode>,
 }
 
 fn var(name: &str) -> Option<String> {
@@ -202,6 +205,7 @@ impl Config {
                 0 => None,
                 ms => Some(Duration::from_millis(ms)),
             },
+            trace: crate::trace::TraceMode::parse(&var("OPBENCH_TRACE").unwrap_or_default())?,
             l2_bytes: match var("OPBENCH_L2_BYTES") {
                 None => None,
                 Some(_) => match number("OPBENCH_L2_BYTES", 0u64)? {

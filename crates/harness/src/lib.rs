@@ -32,6 +32,7 @@ pub mod record;
 pub mod select;
 pub mod tensors;
 pub mod timing;
+pub mod trace;
 
 pub use ceiling::Ceiling;
 pub use config::Config;

@@ -79,6 +79,7 @@ fn config(out: &std::path::Path) -> Config {
         plant_pct: 0.0,
         control: true,
         l2_bytes: None,
+        trace: None,
         call_cap: None,
     }
 }

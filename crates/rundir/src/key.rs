@@ -96,6 +96,50 @@ impl Mode {
 }
 
 names! {
+    /// What a line of `kernels.csv` counts (schema 4).
+    Activity {
+        /// A kernel on the device.
+        Kernel = "kernel",
+        /// A device copy; `DtoH` in its name is a copy back to the host.
+        Memcpy = "memcpy",
+        Memset = "memset",
+        /// An ATen op the call dispatched at the top level (host).
+        CpuOp = "cpu_op",
+        /// A GPU runtime API call (launches, copies, syncs).
+        Runtime = "runtime",
+        /// A GPU driver API call.
+        Driver = "driver",
+        /// What a GPU library's log named (GEMM algorithm, solution, MIOpen solver).
+        Library = "library",
+        /// A kind the tracer reported that opbench does not name; `name` keeps it raw.
+        Other = "other",
+    }
+}
+
+names! {
+    /// How a case's trace ended (`traces.csv`, schema 4).
+    TraceStatus {
+        Ok = "ok",
+        /// No trace could be taken (no Kineto, no device events after warm-up); `note`
+        /// says why. Never read as "no kernels".
+        Unavailable = "unavailable",
+        /// The case failed while traced.
+        Error = "error",
+    }
+}
+
+names! {
+    /// Where a trace row came from.
+    TraceSource {
+        /// PyTorch's Kineto profiler (CUPTI, roctracer or rocprofiler-sdk underneath).
+        Kineto = "kineto",
+        /// The GPU libraries' own logs, from a child process (cuBLASLt, rocBLAS,
+        /// hipBLASLt, MIOpen).
+        Logs = "logs",
+    }
+}
+
+names! {
     /// What a device runs on. ROCm builds of PyTorch run HIP through the `cuda` device API;
     /// opbench labels such a GPU `hip`.
     Backend {

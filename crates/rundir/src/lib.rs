@@ -19,12 +19,16 @@ mod env;
 pub mod key;
 mod rows;
 mod run;
+mod trace;
 
 pub use env::Env;
-pub use key::{Backend, CaseKey, DeviceId, Mode, SeriesKey, Status};
+pub use key::{
+    Activity, Backend, CaseKey, DeviceId, Mode, SeriesKey, Status, TraceSource, TraceStatus,
+};
 pub use rows::{FitRow, ResultRow, Sample, Work};
 pub use run::{ExecSamples, Run, RunWriter, write_fits};
 pub use shapes::{DTypeName as DType, OpKind, Phase, UnknownValue};
+pub use trace::{KernelRow, TraceRow};
 
 use std::path::PathBuf;
 
@@ -34,7 +38,8 @@ use std::path::PathBuf;
 ///   in `note`, and is read into [`ResultRow::uncovered_chunks`] from there.
 /// - 2: typed columns, `uncovered_chunks`, `schema_version` in env.json.
 /// - 3: status `skipped` (a single call over the cap), env.json `torch_settings`.
-/// - 4: mode `graph` (replays of a captured CUDA/HIP graph).
+/// - 4: mode `graph` (replays of a captured CUDA/HIP graph); `traces.csv` and
+///   `kernels.csv` from the trace pass.
 pub const SCHEMA_VERSION: u32 = 4;
 
 /// The oldest schema version the readers accept.

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use crate::csvio::Header;
 use crate::key::CaseKey;
 use crate::rows::{FitRow, ResultRow, Sample};
+use crate::trace::{KernelRow, TraceRow};
 use crate::{Env, OLDEST_READABLE, RunError, SCHEMA_VERSION};
 
 /// A loaded, validated run directory.
@@ -128,6 +129,24 @@ impl Run {
         self.results.iter().find(|r| &r.key == key)
     }
 
+    /// `traces.csv` (empty when the run has no trace pass).
+    pub fn traces(&self) -> Result<Vec<TraceRow>, RunError> {
+        let path = self.dir.join("traces.csv");
+        if !path.is_file() {
+            return Ok(Vec::new());
+        }
+        read_records(&path, &TraceRow::columns(), TraceRow::read)
+    }
+
+    /// `kernels.csv` (empty when the run has no trace pass).
+    pub fn kernels(&self) -> Result<Vec<KernelRow>, RunError> {
+        let path = self.dir.join("kernels.csv");
+        if !path.is_file() {
+            return Ok(Vec::new());
+        }
+        read_records(&path, &KernelRow::columns(), KernelRow::read)
+    }
+
     /// `samples.csv`, grouped by case, validated (every sample at least one call in a
     /// finite positive time).
     pub fn samples(&self) -> Result<BTreeMap<CaseKey, Vec<Sample>>, RunError> {
@@ -233,6 +252,10 @@ pub struct RunWriter {
     cases: std::collections::BTreeSet<CaseKey>,
     results: csv::Writer<File>,
     samples: csv::Writer<File>,
+    /// traces.csv and kernels.csv, opened by the first trace written.
+    traces: Option<(csv::Writer<File>, csv::Writer<File>)>,
+    /// Cases the run has a trace of.
+    traced: std::collections::BTreeSet<CaseKey>,
 }
 
 /// Open `path` for appending; a new or empty file gets `header` first.
@@ -317,7 +340,21 @@ impl RunWriter {
         } else {
             Default::default()
         };
+        let traced = if path.join("traces.csv").is_file() {
+            read_records(
+                &path.join("traces.csv"),
+                &TraceRow::columns(),
+                TraceRow::read,
+            )?
+            .into_iter()
+            .map(|t| t.key)
+            .collect()
+        } else {
+            Default::default()
+        };
         Ok(RunWriter {
+            traces: None,
+            traced,
             cases,
             results: appender(&path.join("results.csv"), &ResultRow::columns())?,
             samples: appender(&path.join("samples.csv"), &Sample::columns())?,
@@ -334,6 +371,34 @@ impl RunWriter {
     /// The run already has this case.
     pub fn contains(&self, key: &CaseKey) -> bool {
         self.cases.contains(key)
+    }
+
+    /// The run already has a trace of this case.
+    pub fn has_trace(&self, key: &CaseKey) -> bool {
+        self.traced.contains(key)
+    }
+
+    /// Append one case's trace: its activities to kernels.csv, then its row to traces.csv.
+    pub fn write_trace(&mut self, row: &TraceRow, kernels: &[KernelRow]) -> Result<(), RunError> {
+        let (tp, kp) = (self.path.join("traces.csv"), self.path.join("kernels.csv"));
+        if self.traces.is_none() {
+            self.traces = Some((
+                appender(&tp, &TraceRow::columns())?,
+                appender(&kp, &KernelRow::columns())?,
+            ));
+        }
+        let Some((t, k)) = self.traces.as_mut() else {
+            return Ok(());
+        };
+        for r in kernels {
+            k.write_record(r.record()).map_err(|e| csv_err(&kp, &e))?;
+        }
+        k.flush().map_err(io(&kp))?;
+        t.write_record(row.record(&self.run_id))
+            .map_err(|e| csv_err(&tp, &e))?;
+        t.flush().map_err(io(&tp))?;
+        self.traced.insert(row.key.clone());
+        Ok(())
     }
 
     /// Append one case: its samples, then its result row; both flushed before returning.
