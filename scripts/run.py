@@ -388,6 +388,8 @@ def leaves_out(full, smaller):
 
 def bench(args):
     env = build_env()
+    # a trace pass runs after timing, in its own processes: never in a timed one
+    trace = env.pop("OPBENCH_TRACE", "")
     run_id = env.setdefault("OPBENCH_RUN", time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
     out = Path(env.get("OPBENCH_OUT") or ROOT / "target" / "opbench")
     env["OPBENCH_OUT"] = str(out)
@@ -460,6 +462,12 @@ def bench(args):
             say(f"{failed} of {n} executions failed")
     took = time.monotonic() - t0
     say(f"took {hms(took)} (estimated {hms(secs)})")
+    if trace not in ("", "0"):
+        say(f"trace pass (OPBENCH_TRACE={trace}): traces.csv and kernels.csv, no timing")
+        t = dict(env, OPBENCH_TRACE=trace)
+        t.pop("OPBENCH_PLAN_FILE", None)
+        if cargo(t, "bench", *args, check=False) != 0:
+            say("the trace pass failed; the timed rows are kept")
     print(f"opbench: run directory: {run_dir}")
 
 

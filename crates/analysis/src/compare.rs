@@ -29,7 +29,8 @@
 //! where the raw times found 1%. Samples without a control (runs before it existed) are
 //! compared raw.
 //!
-//! Flags: `kernel-changed` (the `kernel` column differs), `status-changed` (ok became
+//! Flags: `kernel-changed` (the `kernel` column differs, or where both runs have a trace
+//! pass, the case's dominant kernel in traces.csv), `status-changed` (ok became
 //! unsupported/oom/mismatch/error, or back), `new`, `gone`. A line `fails` (the CLI's exit
 //! code 1) when a case is `slower`, fell back to the `math` kernel from another, or lost
 //! its `ok` status.
@@ -324,6 +325,15 @@ pub fn compare(base: &Run, cand: &Run, s: Settings) -> Result<Comparison, Analys
             .collect()
     };
     let (bi, ci) = (index(base), index(cand));
+    // the trace pass's dominant kernel of each case (traces are keyed in pipelined mode)
+    let dominant = |run: &Run| -> Result<BTreeMap<CaseKey, String>, AnalysisError> {
+        Ok(run
+            .traces()?
+            .into_iter()
+            .filter_map(|t| Some((t.key, t.dominant_kernel?)))
+            .collect())
+    };
+    let (bd, cd) = (dominant(base)?, dominant(cand)?);
     let keys: BTreeSet<&CaseKey> = bi.keys().chain(ci.keys()).collect();
     let mut lines = Vec::new();
     for key in keys {
@@ -355,6 +365,19 @@ pub fn compare(base: &Run, cand: &Run, s: Settings) -> Result<Comparison, Analys
                     // falling back to the composite kernel is the regression users must see
                     line.fails |= ck == "math" && bk != "math";
                     line.flags.push(Flag::KernelChanged(bk, ck));
+                } else {
+                    let traced = CaseKey {
+                        series: rundir::SeriesKey {
+                            mode: rundir::Mode::Pipelined,
+                            ..key.series.clone()
+                        },
+                        batch: key.batch,
+                    };
+                    if let (Some(bk), Some(ck)) = (bd.get(&traced), cd.get(&traced)) {
+                        if bk != ck {
+                            line.flags.push(Flag::KernelChanged(bk.clone(), ck.clone()));
+                        }
+                    }
                 }
                 let bound = key.mode.is_device() && (b.is_upper_bound() || c.is_upper_bound());
                 if b.status == Status::Ok && c.status == Status::Ok && bound {

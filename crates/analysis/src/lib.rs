@@ -12,6 +12,7 @@
 //! - [`report::write_report`]: report.md and its SVG plots.
 //! - [`publish::publish`]: a run copied into `results/`, with its fits and report, and
 //!   listed in `results/README.md`.
+//! - [`traced::step_check`]: the trace pass's decode step against predict's plan.
 //! - [`history::history`]: many runs as series of builds per machine, with change points
 //!   (E-Divisive with a t-test); [`history_report::write_history_report`] draws the trends.
 
@@ -23,6 +24,7 @@ pub mod merge;
 pub mod predict;
 pub mod publish;
 pub mod report;
+pub mod traced;
 
 use std::path::PathBuf;
 

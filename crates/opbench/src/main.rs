@@ -283,6 +283,11 @@ fn predict_verb(args: &PredictArgs) -> Result<u8, CliError> {
             print::graph_outlook(&run, &q, &pred, &graph);
         }
     }
+    // the trace pass's step beside the plan, where the run has one
+    let traces = analysis::traced::Traces::load(&run)?;
+    if let Some(check) = analysis::traced::step_check(&traces, &q) {
+        print::step_check(&pred, &check);
+    }
     Ok(0)
 }
 

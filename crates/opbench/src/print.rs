@@ -198,6 +198,24 @@ pub fn graph_outlook(run: &Run, q: &Query, eager: &Prediction, graph: &Predictio
     }
 }
 
+/// The traced step beside the plan: kernel counts, device time, calls the plan lacks.
+pub fn step_check(pred: &Prediction, c: &analysis::traced::StepCheck) {
+    println!(
+        "traced step (trace pass): {} kernels, device {}; plan: {} kernels, predicted kernels {:.3} ms",
+        c.traced_kernels,
+        c.traced_device_ns
+            .map_or("-".into(), |d| format!("{:.3} ms", d / 1e6)),
+        c.planned_kernels.map_or_else(
+            || format!("? (untraced cases: {})", c.untraced.join(", ")),
+            |k| k.to_string()
+        ),
+        pred.device_ns / 1e6
+    );
+    for (op, traced, planned) in &c.unplanned {
+        println!("  in the trace, not in the plan: {op} {traced} per step (plan: {planned})");
+    }
+}
+
 /// Lines in report order: regressions first, then by verdict, flagged before unflagged.
 fn sorted(cmp: &Comparison) -> Vec<&Line> {
     let mut out: Vec<&Line> = cmp.lines.iter().collect();

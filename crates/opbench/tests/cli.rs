@@ -320,6 +320,32 @@ fn compare_flags_kernel_and_status_changes_and_new_and_gone() {
     assert!(flags("fused/q_norm").contains("status-changed (ok -> unsupported)"));
     assert!(flags("hf/cache").contains("gone"));
     assert!(flags("halves/q").contains("new"));
+    // a GEMM's kernel is known only from the trace pass: a changed dominant kernel is flagged
+    let trace = |dir: &Path, kernel: &str| {
+        std::fs::write(
+            dir.join("traces.csv"),
+            format!(
+                "op,variant,site,model,phase,batch,q_len,kv_len,dtype,device,mode,status,source,calls,kernels,memcpys,memsets,syncs,d2h_copies,runtime_calls,device_ns,dominant_kernel,fallback,note,run_id\n\
+                 rmsnorm,fused,q_norm,qwen3-0.6b,decode,1,1,,f16,cuda:0,pipelined,ok,kineto,3,1,0,0,0,0,1,2000,{kernel},,,t\n"
+            ),
+        )
+        .unwrap();
+    };
+    for (run, kernel) in [("a", "nvjet_64x8"), ("b", "nvjet_8x64")] {
+        let d = dir.path().join(run);
+        write_run(&d, &[case("rmsnorm", "fused", "q_norm", 1, t(&mut rng))]);
+        trace(&d, kernel);
+    }
+    let (_, out, err) = compare_csv(&dir.path().join("a"), &dir.path().join("b"));
+    let v = verdicts(&out);
+    let f = v
+        .iter()
+        .find(|x| x.0 == "fused/q_norm")
+        .unwrap_or_else(|| panic!("{out}{err}"));
+    assert!(
+        f.2.contains("kernel-changed (nvjet_64x8 -> nvjet_8x64)"),
+        "{f:?}"
+    );
 }
 
 #[test]

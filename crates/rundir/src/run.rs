@@ -305,7 +305,9 @@ impl RunWriter {
                 .iter()
                 .chain(first.settings.iter())
                 .map(|(k, _)| k)
-                .filter(|k| *k != "seed")
+                // what differs between processes of one run by design: a merged run's
+                // seeds and executions, each process's seed
+                .filter(|k| !["seed", "seeds", "executions"].contains(&k.as_str()))
                 .collect::<std::collections::BTreeSet<_>>()
                 .into_iter()
                 .filter(|k| env.settings.get(*k) != first.settings.get(*k))
