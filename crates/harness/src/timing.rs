@@ -678,7 +678,11 @@ fn trace_op(
                                     refused.failure.status, refused.failure.reason
                                 ),
                             );
-                            row.status = TraceStatus::Error;
+                            // a case this build does not provide has nothing to trace; one
+                            // that failed is an error
+                            if refused.failure.status != Status::Unsupported {
+                                row.status = TraceStatus::Error;
+                            }
                             (row, Vec::new())
                         }
                         Ok((mut p, _)) => match &kineto {

@@ -180,9 +180,11 @@ pub fn summarize(
         .max_by_key(|(_, a)| a.1)
         .map(|((_, n), _)| n.clone());
     let mut fallback = Vec::new();
-    if gpu && kernels == 0.0 {
+    // a device-to-device copy is device work too (a copy engine, not a kernel)
+    if gpu && kernels + count(Activity::Memcpy) + count(Activity::Memset) == 0.0 {
         fallback.push(
-            "launches no device kernel: it ran on the host, or it is metadata only".to_string(),
+            "no device work: no kernel, copy or memset ran, so it ran on the host or is metadata only"
+                .to_string(),
         );
     }
     if gpu && d2h > 0.0 {
@@ -634,9 +636,20 @@ mod tests {
         ];
         let (row, _) = summarize(&key, &host_only, 1, true, 0);
         let why = row.fallback.unwrap();
-        assert!(
-            why.contains("no device kernel") && why.contains("device→host"),
-            "{why}"
-        );
+        assert!(why.contains("device→host"), "{why}");
+        let metadata = vec![ev(Kin::CpuOp, "aten::transpose", 0, 100, 1, 0, false)];
+        let (row, _) = summarize(&key, &metadata, 1, true, 0);
+        assert!(row.fallback.unwrap().starts_with("no device work"));
+        // a device-to-device copy is device work, not a fallback
+        let copy = vec![ev(
+            Kin::Memcpy,
+            "Memcpy DtoD (Device -> Device)",
+            0,
+            100,
+            1,
+            0,
+            true,
+        )];
+        assert_eq!(summarize(&key, &copy, 1, true, 0).0.fallback, None);
     }
 }
