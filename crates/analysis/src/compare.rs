@@ -366,13 +366,7 @@ pub fn compare(base: &Run, cand: &Run, s: Settings) -> Result<Comparison, Analys
                     line.fails |= ck == "math" && bk != "math";
                     line.flags.push(Flag::KernelChanged(bk, ck));
                 } else {
-                    let traced = CaseKey {
-                        series: rundir::SeriesKey {
-                            mode: rundir::Mode::Pipelined,
-                            ..key.series.clone()
-                        },
-                        batch: key.batch,
-                    };
+                    let traced = key.in_mode(rundir::Mode::Pipelined);
                     if let (Some(bk), Some(ck)) = (bd.get(&traced), cd.get(&traced)) {
                         if bk != ck {
                             line.flags.push(Flag::KernelChanged(bk.clone(), ck.clone()));

@@ -546,7 +546,7 @@ fn host_vs_device(ctx: &Ctx, on: On) -> String {
     );
     let _ = writeln!(md, "|---|---|---|---|---|---|---|");
     for d in dev_rows {
-        let pipelined = in_mode(&d.key, Mode::Pipelined);
+        let pipelined = d.key.in_mode(Mode::Pipelined);
         let p = ctx.run.row(&pipelined).filter(|r| r.is_ok());
         if let (Some(p), Some(dv)) = (p.and_then(|p| p.median_ns), d.median_ns) {
             let _ = writeln!(
@@ -568,13 +568,6 @@ fn host_vs_device(ctx: &Ctx, on: On) -> String {
         "\nHost share = (pipelined − device) / pipelined: the part of a call the GPU spends waiting for the host. ≤: an upper bound (the row's `uncovered_chunks`).\n"
     );
     md
-}
-
-/// The same case in another mode.
-fn in_mode(key: &rundir::CaseKey, mode: Mode) -> rundir::CaseKey {
-    let mut k = key.clone();
-    k.series.mode = mode;
-    k
 }
 
 /// The batches a device's decode ops were measured at.
@@ -763,7 +756,7 @@ fn graph_replay(ctx: &Ctx, on: On) -> Result<String, AnalysisError> {
             let ctx_len = r.kv_len.map_or(0, |k| k.saturating_sub(1));
             let eager = ctx
                 .run
-                .row(&in_mode(&r.key, Mode::Pipelined))
+                .row(&r.key.in_mode(Mode::Pipelined))
                 .filter(|e| e.is_ok())
                 .and_then(|e| e.median_ns);
             let q = Query {

@@ -68,13 +68,7 @@ impl Traces {
 
 /// The same case in `pipelined` mode, as traces are keyed.
 pub fn pipelined(key: &CaseKey) -> CaseKey {
-    CaseKey {
-        series: SeriesKey {
-            mode: Mode::Pipelined,
-            ..key.series.clone()
-        },
-        batch: key.batch,
-    }
+    key.in_mode(Mode::Pipelined)
 }
 
 /// Check the traced step of `q` against its plan; `None` when the step was not traced.
@@ -176,4 +170,42 @@ pub fn top_ops(traces: &Traces, key: &CaseKey) -> String {
         })
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// Whether what cuBLASLt's log said it chose (`... tile 8x64 ... cluster 2x1x1`) is the
+/// kernel the trace saw: NVIDIA's `nvjet` kernel names carry the same tile (`_8x64_`) and
+/// cluster shape (`_2x1_`). `None` when either side does not say.
+pub fn log_names_kernel(log: &str, kernel: &str) -> Option<bool> {
+    let word = |key: &str| {
+        let mut it = log.split_whitespace();
+        it.find(|w| *w == key).and(it.next())
+    };
+    let tile = word("tile")?;
+    let cluster = word("cluster")?;
+    // the kernel names the cluster's first two dimensions
+    let cluster2: String = cluster.split('x').take(2).collect::<Vec<_>>().join("x");
+    if !kernel.starts_with("nvjet") {
+        return None;
+    }
+    Some(kernel.contains(&format!("_{tile}_")) && kernel.contains(&format!("_{cluster2}_")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::log_names_kernel;
+
+    #[test]
+    fn a_cublaslt_log_line_names_the_traced_nvjet_kernel() {
+        let log = "cublasLtHSHMatmul algo 66 tile 8x64 stages 64xAUTO cluster 2x1x1";
+        assert_eq!(
+            log_names_kernel(log, "nvjet_sm90_hsh_8x64_64x16_2x1_v_bz_TNN"),
+            Some(true)
+        );
+        assert_eq!(
+            log_names_kernel(log, "nvjet_sm90_hsh_64x8_64x16_4x1_v_bz_TNT"),
+            Some(false)
+        );
+        assert_eq!(log_names_kernel(log, "ampere_h16816gemm"), None);
+        assert_eq!(log_names_kernel("rocblas-bench m=1", "nvjet_x"), None);
+    }
 }

@@ -241,3 +241,123 @@ fn history_of_the_published_runs_is_one_series_per_machine() {
         .count();
     assert!(svgs >= 5, "{svgs} trend plots");
 }
+
+const H200_GRAPHS: &str = "2026-11-30-nvidia-h200-cuda-torch2.11.0-graphs-trace";
+const H200_AFTER_TRACE: &str = "2026-11-30-nvidia-h200-cuda-torch2.11.0-linear-after-trace";
+
+/// Every decode-grid case of qwen3-0.6b has a graph row, ok or with the reason it is not;
+/// the graphed steps replay faster than eager at every batch.
+#[test]
+fn graph_rows_cover_the_decode_grid() {
+    let run = load(H200_GRAPHS);
+    assert_eq!(run.schema, 4);
+    let pipelined: Vec<&rundir::ResultRow> = run
+        .results
+        .iter()
+        .filter(|r| r.mode == Mode::Pipelined && r.op != rundir::OpKind::Ceiling)
+        .collect();
+    assert!(pipelined.len() > 100);
+    for p in pipelined {
+        let g = run
+            .row(&p.key.in_mode(Mode::Graph))
+            .unwrap_or_else(|| panic!("no graph row for {}", p.key));
+        assert!(
+            g.is_ok() || g.note.as_deref().is_some_and(|n| !n.is_empty()),
+            "{}",
+            g.key
+        );
+    }
+    let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
+    for profile in [StepProfile::Fused, StepProfile::HfEager] {
+        for b in [1, 8, 64] {
+            let q = Query {
+                model: &cfg,
+                batch: b,
+                ctx: 1024,
+                profile,
+                device: "cuda:0".parse::<DeviceId>().unwrap(),
+                dtype: DType::F16,
+                mode: Mode::Graph,
+            };
+            let graph = run.row(&q.step_key(Mode::Graph)).unwrap();
+            let eager = run.row(&q.step_key(Mode::Pipelined)).unwrap();
+            let (g, e) = (graph.median_ns.unwrap(), eager.median_ns.unwrap());
+            assert!(e / g > 1.5, "{profile} B={b}: eager {e} graph {g}");
+            // what predict --mode graph printed when the run was published
+            let p = predict(&run, &q).unwrap();
+            assert!(
+                (0.7..1.0).contains(&(p.step_ns / g)),
+                "{profile} B={b}: {}",
+                p.step_ns / g
+            );
+        }
+    }
+}
+
+/// Every GPU case has a trace; linear cases name their GEMM kernel at every batch; and
+/// cuBLASLt's own log names the same kernel (tile and cluster shape) for each of them.
+#[test]
+fn traces_name_every_gemm_and_the_logs_agree() {
+    let run = load(H200_GRAPHS);
+    let traces = analysis::traced::Traces::load(&run).unwrap();
+    for r in run.results.iter().filter(|r| r.mode == Mode::Pipelined) {
+        let t = traces
+            .of(&r.key)
+            .unwrap_or_else(|| panic!("no trace of {}", r.key));
+        match r.status {
+            rundir::Status::Ok => assert_eq!(t.status, rundir::TraceStatus::Ok, "{}", r.key),
+            _ => assert!(
+                t.note
+                    .as_deref()
+                    .unwrap()
+                    .starts_with("trace unavailable: ")
+            ),
+        }
+    }
+    let logs_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../results")
+        .join(H200_GRAPHS);
+    let logs = Run {
+        dir: logs_dir.join("cublaslt-logs"),
+        ..load(H200_GRAPHS)
+    };
+    let logged = analysis::traced::Traces::load(&logs).unwrap();
+    let linear: Vec<_> = traces
+        .rows
+        .values()
+        .filter(|t| t.key.series.op == rundir::OpKind::Linear)
+        .collect();
+    assert_eq!(linear.len(), 30);
+    for t in linear {
+        let kernel = t.dominant_kernel.as_deref().unwrap();
+        assert!(kernel.starts_with("nvjet_sm90"), "{kernel}");
+        let log = logged
+            .of(&t.key)
+            .unwrap()
+            .dominant_kernel
+            .as_deref()
+            .unwrap();
+        assert_eq!(
+            analysis::traced::log_names_kernel(log, kernel),
+            Some(true),
+            "{}: log {log}, trace {kernel}",
+            t.key
+        );
+    }
+}
+
+/// The linear cases timed again after the trace pass: device and graph rows unchanged.
+#[test]
+fn a_trace_pass_leaves_timing_unchanged() {
+    let (a, b) = (load(H200_GRAPHS), load(H200_AFTER_TRACE));
+    let cmp = compare(&a, &b, Settings::new(0.05, 0.01).unwrap()).unwrap();
+    let lines: Vec<_> = cmp
+        .lines
+        .iter()
+        .filter(|l| l.key.series.op == rundir::OpKind::Linear && l.key.mode.is_device())
+        .filter(|l| l.verdict != Verdict::None)
+        .collect();
+    assert!(lines.len() >= 50, "{}", lines.len());
+    let same = lines.iter().filter(|l| l.verdict == Verdict::Same).count();
+    assert!(same * 10 >= lines.len() * 9, "{same} of {}", lines.len());
+}

@@ -316,6 +316,17 @@ impl CaseKey {
         self.series.fields(Some(self.batch))
     }
 
+    /// The same case timed in `mode`.
+    pub fn in_mode(&self, mode: Mode) -> CaseKey {
+        CaseKey {
+            series: SeriesKey {
+                mode,
+                ..self.series.clone()
+            },
+            batch: self.batch,
+        }
+    }
+
     pub(crate) fn read(l: &Line<'_>) -> Result<Self, RunError> {
         Ok(CaseKey {
             series: SeriesKey::read(l)?,
