@@ -133,7 +133,8 @@ pub struct PredictArgs {
     /// dtype (default: f16 on a GPU, f32 on the CPU).
     #[arg(long, value_parser = PossibleValuesParser::new(["f32", "f16", "bf16"]).try_map(|s| s.parse::<DType>()))]
     dtype: Option<DType>,
-    /// Timing mode to compose (pipelined is what an eager decode loop sees).
+    /// Timing mode to compose: pipelined is what an eager decode loop sees; graph prices the
+    /// step captured once and replayed (CUDA/HIP graphs) from the run's graph-mode rows.
     #[arg(long, default_value = "pipelined", value_parser = choice!(Mode))]
     mode: Mode,
 }
