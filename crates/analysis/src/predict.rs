@@ -200,18 +200,26 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
                 .and_then(|r| r.median_ns)
         };
     let elem = q.dtype.size();
+    // transformers' calls are made from Python: its floors are Python's (scripts/peer.py)
+    let python = q.profile == StepProfile::Transformers;
+    let (add, view) = if python {
+        ("py-add", "py-view")
+    } else {
+        ("add", "view")
+    };
     let floor = |variant: &str, mode: Mode| find(OpKind::Floor, variant, "add1", 1, None, mode);
-    let floor_kernel = floor("add", q.mode).ok_or_else(|| {
+    let floor_kernel = floor(add, q.mode).ok_or_else(|| {
         AnalysisError::Input(format!(
-            "{}: no dispatch floor for {} {} {} (run `cargo bench -p harness` into the same run)",
+            "{}: no dispatch floor `{add}` for {} {} {} (run `cargo bench -p harness`{} into the same run)",
             run.dir.display(),
             q.device,
             q.dtype,
-            q.mode
+            q.mode,
+            if python { " and scripts/peer.py" } else { "" }
         ))
     })?;
     // a run without the view floor prices a view as a kernel's dispatch: an upper bound
-    let floor_view = floor("view", q.mode).unwrap_or(floor_kernel);
+    let floor_view = floor(view, q.mode).unwrap_or(floor_kernel);
     let floor_device = floor("add", Mode::Device);
     // the measured copy ceiling (bytes/ns): a step streams every weight and the KV cache
     // from memory, while an op benchmarked alone re-reads the same buffers and may be
@@ -224,6 +232,8 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
 
     let plan = StepPlan::new(q.model, q.profile, Step::decode(q.batch, q.ctx));
     let mut components = Vec::new();
+    // every case the run lacks, named together
+    let mut missing: Vec<String> = Vec::new();
     for call in &plan.measured {
         let (p, variant) = (&call.problem, call.variant);
         let series = SeriesKey {
@@ -249,19 +259,14 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
             (Some(t), _) => (t, Source::Measured),
             (None, Some(f)) => (f.fit.predict(work).max(floor_kernel), Source::Fit),
             (None, None) => {
-                return Err(AnalysisError::Input(format!(
-                    "{}: no measurement or fit for {}/{variant}/{} {} B={} kv_len={} {} {} {} \
-                     (measured decode lengths are the grid's; fits need 3 batches)",
-                    run.dir.display(),
+                missing.push(format!(
+                    "{}/{variant}/{} B={} kv_len={}",
                     p.op,
                     p.site,
-                    p.model,
                     p.batch,
                     p.kv_len.map_or("-".into(), |k| k.to_string()),
-                    q.dtype,
-                    q.device,
-                    q.mode
-                )));
+                ));
+                continue;
             }
         };
         // host cost: the series at its smallest batch, where dispatch dominates (noise on a
@@ -285,7 +290,15 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
             (per_call, DeviceSource::Graph)
         } else if cold > 0.0 && source == Source::Ceiling {
             (cold, DeviceSource::Ceiling)
-        } else if let Some(t) = find(p.op, variant, p.site, p.batch, p.kv_len, Mode::Device) {
+        } else if let Some(t) = find(
+            p.op,
+            // a call made from Python runs the same kernels as tch's
+            variant.strip_prefix("py-").unwrap_or(variant),
+            p.site,
+            p.batch,
+            p.kv_len,
+            Mode::Device,
+        ) {
             (t, DeviceSource::Events)
         } else if let Some(rate) = fit.and_then(|f| f.fit.rate()) {
             let t = (work / rate).max(floor_device.unwrap_or(0.0)).min(per_call);
@@ -313,6 +326,35 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
         });
     }
     for u in &plan.other {
+        if u.kind == CallKind::Framework {
+            // measured by scripts/peer.py at this batch, host only
+            match rows
+                .iter()
+                .find(|r| {
+                    r.op == OpKind::Decode
+                        && r.variant == "transformers"
+                        && r.site == u.name
+                        && r.model == q.model.name
+                        && r.batch == q.batch
+                        && r.mode == q.mode
+                })
+                .and_then(|r| r.median_ns)
+            {
+                Some(t) => components.push(Component {
+                    op: None,
+                    variant: "-",
+                    site: u.name,
+                    calls: u.calls,
+                    per_call_ns: t,
+                    host_ns: t,
+                    device_ns: 0.0,
+                    source: Source::Measured,
+                    device_source: DeviceSource::None,
+                }),
+                None => missing.push(format!("decode/transformers/{} B={}", u.name, q.batch)),
+            }
+            continue;
+        }
         let (host, device, device_source) = match (u.kind, floor_device) {
             (CallKind::View, _) if graph => (0.0, 0.0, DeviceSource::None),
             (CallKind::Kernel, _) if graph => (0.0, floor_kernel, DeviceSource::Graph),
@@ -320,6 +362,7 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
             (CallKind::Kernel, _) if !gpu => (floor_kernel, floor_kernel, DeviceSource::Pipelined),
             (CallKind::Kernel, Some(d)) => (floor_kernel, d, DeviceSource::Floor),
             (CallKind::Kernel, None) => (floor_kernel, floor_kernel, DeviceSource::Bound),
+            (CallKind::Framework, _) => unreachable!("priced above"),
         };
         components.push(Component {
             op: None,
@@ -332,6 +375,25 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
             source: Source::Floor,
             device_source,
         });
+    }
+    if !missing.is_empty() {
+        return Err(AnalysisError::Input(format!(
+            "{}: no measurement or fit for {} case(s) of the {} step at {} {} {}: {} \
+             (measured decode lengths are the grid's; fits need 3 batches{})",
+            run.dir.display(),
+            missing.len(),
+            q.profile,
+            q.dtype,
+            q.device,
+            q.mode,
+            missing.join(", "),
+            if python {
+                "; the transformers profile's rows come from scripts/peer.py, which needs \
+                 transformers for the framework rows"
+            } else {
+                ""
+            }
+        )));
     }
     let sum = |f: fn(&Component) -> f64| {
         components

@@ -20,7 +20,8 @@ impl From<shapes::StepProfile> for Flavor {
     /// The forward that writes a profile's step (shapes::StepPlan lists its calls).
     fn from(p: shapes::StepProfile) -> Self {
         match p {
-            shapes::StepProfile::HfEager => Flavor::HfEager,
+            // transformers' step is hf-eager's structure, run from Python (scripts/peer.py)
+            shapes::StepProfile::HfEager | shapes::StepProfile::Transformers => Flavor::HfEager,
             shapes::StepProfile::Fused => Flavor::Fused,
         }
     }

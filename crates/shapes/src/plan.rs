@@ -18,21 +18,44 @@ pub enum StepProfile {
     /// aten `rms_norm`, fused QKV and gate-up projections, a static cache written with
     /// `index_copy`, SDPA.
     Fused,
+    /// The user's own stack: HF transformers' Qwen3 step from Python (scripts/peer.py): the
+    /// hf-eager calls as transformers makes them from Python (`py-` variants), plus the
+    /// framework's own work (module calls, mask creation, cache bookkeeping).
+    Transformers,
 }
 
 impl StepProfile {
+    /// The profiles the decode crate builds in tch.
     pub const ALL: [StepProfile; 2] = [StepProfile::HfEager, StepProfile::Fused];
+    /// Every profile `predict` composes.
+    pub const EVERY: [StepProfile; 3] = [
+        StepProfile::HfEager,
+        StepProfile::Fused,
+        StepProfile::Transformers,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
             StepProfile::HfEager => "hf-eager",
             StepProfile::Fused => "fused",
+            StepProfile::Transformers => "transformers",
         }
     }
 
     /// The variant this profile runs at an op's site; `None` where it does not call that
     /// site (a fused profile's separate q/k/v, say).
     pub fn variant(self, op: OpKind, site: &str) -> Option<&'static str> {
+        if self == StepProfile::Transformers {
+            // what transformers calls, timed from Python by scripts/peer.py
+            return match StepProfile::HfEager.variant(op, site)? {
+                "aten" => Some("py-aten"),
+                "hf" => Some("py-hf"),
+                "rotate_half" => Some("py-rotate_half"),
+                "auto" => Some("py-auto"),
+                "cat" => Some("py-cat"),
+                _ => None,
+            };
+        }
         let fused = self == StepProfile::Fused;
         match op {
             OpKind::Linear => match (site, fused) {
@@ -60,10 +83,10 @@ impl fmt::Display for StepProfile {
 impl FromStr for StepProfile {
     type Err = UnknownValue;
     fn from_str(s: &str) -> Result<Self, UnknownValue> {
-        Self::ALL
+        Self::EVERY
             .into_iter()
             .find(|p| p.as_str() == s)
-            .ok_or_else(|| UnknownValue::new(s, &Self::ALL.map(Self::as_str)))
+            .ok_or_else(|| UnknownValue::new(s, &Self::EVERY.map(Self::as_str)))
     }
 }
 
@@ -72,6 +95,9 @@ impl FromStr for StepProfile {
 pub enum CallKind {
     Kernel,
     View,
+    /// The framework's own work between the ops (transformers from Python), priced from
+    /// scripts/peer.py's `decode/transformers/<name>` rows.
+    Framework,
 }
 
 /// A kind of call of the step that no op crate measures.
@@ -89,66 +115,89 @@ pub struct OtherCall {
 /// name, kind, calls per layer and per step for [hf-eager, fused], what it is.
 /// generate()'s own bookkeeping (logits copy, appending the token, stopping checks) is not
 /// part of the model forward and is not counted.
-/// (name, kind, calls per layer [hf-eager, fused], calls per step [hf-eager, fused], what).
-type OtherRow = (&'static str, CallKind, [usize; 2], [usize; 2], &'static str);
+/// (name, kind, calls per layer [hf-eager, fused, transformers], calls per step [the same],
+/// what).
+type OtherRow = (&'static str, CallKind, [usize; 3], [usize; 3], &'static str);
 
 const OTHER: &[OtherRow] = &[
     (
         "residual_add",
         CallKind::Kernel,
-        [2, 2],
-        [0, 0],
+        [2, 2, 2],
+        [0, 0, 0],
         "hidden + attention output, hidden + MLP output",
     ),
     (
         "silu",
         CallKind::Kernel,
-        [1, 1],
-        [0, 0],
+        [1, 1, 1],
+        [0, 0, 0],
         "act_fn(gate_proj(x))",
     ),
     (
         "swiglu_mul",
         CallKind::Kernel,
-        [1, 1],
-        [0, 0],
+        [1, 1, 1],
+        [0, 0, 0],
         "act_fn(gate) * up",
     ),
     (
         "attn_contiguous",
         CallKind::Kernel,
-        [1, 1],
-        [0, 0],
+        [1, 1, 1],
+        [0, 0, 0],
         "attn_output.transpose(1, 2).contiguous()",
     ),
     (
         "embedding",
         CallKind::Kernel,
-        [0, 0],
-        [1, 1],
+        [0, 0, 0],
+        [1, 1, 1],
         "embed_tokens(input_ids)",
     ),
     (
         "positions",
         CallKind::Kernel,
-        [0, 0],
-        [1, 2],
+        [0, 0, 0],
+        [1, 2, 1],
         "position ids (fused: and the static cache's positions)",
     ),
     (
         "argmax",
         CallKind::Kernel,
-        [0, 0],
-        [1, 1],
+        [0, 0, 0],
+        [1, 1, 1],
         "greedy choice of the next token",
     ),
     (
         "views",
         CallKind::View,
-        [8, 12],
-        [6, 6],
+        [8, 12, 8],
+        [6, 6, 6],
         "view/transpose/reshape of q, k, v and the attention output (fused: also split, chunk \
          and the cache narrows); per step: position and cos/sin unsqueezes, last-token narrow, squeeze",
+    ),
+    (
+        "module_call",
+        CallKind::Framework,
+        [0, 0, 4],
+        [0, 0, 4],
+        "nn.Module calls beyond the measured ones: per layer the decoder layer, self_attn, mlp \
+         and act_fn; per step the causal LM, the model, embed_tokens and the final norm's caller",
+    ),
+    (
+        "mask",
+        CallKind::Framework,
+        [0, 0, 0],
+        [0, 0, 1],
+        "create_causal_mask (returns None for SDPA decode, after its checks)",
+    ),
+    (
+        "cache_update",
+        CallKind::Framework,
+        [0, 0, 1],
+        [0, 0, 0],
+        "DynamicCache.update's bookkeeping beyond its two cat appends",
     ),
 ];
 
@@ -180,7 +229,11 @@ impl StepPlan {
                 Some(PlannedCall { problem, variant })
             })
             .collect();
-        let which = usize::from(profile == StepProfile::Fused);
+        let which = match profile {
+            StepProfile::HfEager => 0,
+            StepProfile::Fused => 1,
+            StepProfile::Transformers => 2,
+        };
         let layers = cfg.num_hidden_layers;
         let other = OTHER
             .iter()
