@@ -276,7 +276,10 @@ def main(argv):
             tie_word_embeddings=cfg.get("tie_word_embeddings", False), attn_implementation="sdpa",
         )
         say(f"building {model_name} with random weights (transformers {transformers.__version__})")
-        model = Qwen3ForCausalLM(hf_cfg).to(device=device, dtype=dtype).eval()
+        # as from_pretrained(torch_dtype=...) builds it: parameters in the dtype, the rotary
+        # embedding's inv_freq buffer in float32 (a .to(dtype) would cast it and lose the
+        # precision of cos/sin at long positions)
+        model = Qwen3ForCausalLM._from_config(hf_cfg, torch_dtype=dtype).to(device).eval()
         torch.set_grad_enabled(False)
     else:
         torch.set_grad_enabled(False)

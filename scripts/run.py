@@ -251,6 +251,8 @@ def test(env=None):
     step("crosscheck.py")
     # with the Python that has torch: the cross-check rebuilds cases in PyTorch
     subprocess.run([env["OPBENCH_TORCH_PYTHON"], str(ROOT / "scripts" / "crosscheck_test.py")], env=env, check=True)
+    step("peer.py")
+    subprocess.run([env["OPBENCH_TORCH_PYTHON"], str(ROOT / "scripts" / "peer_test.py")], env=env, check=True)
     step("bench cases once (quick grid)")
     cargo(
         dict(env, OPBENCH_PROFILE="quick", OPBENCH_DEVICE=env.get("OPBENCH_DEVICE", "cpu")),
@@ -462,6 +464,16 @@ def bench(args):
             say(f"{failed} of {n} executions failed")
     took = time.monotonic() - t0
     say(f"took {hms(took)} (estimated {hms(secs)})")
+    # the user's own stack: HF transformers from Python, into the same run (OPBENCH_PEER=0: not)
+    if env.get("OPBENCH_PEER", "1") != "0":
+        # without transformers it writes the Python op rows and says what it skipped
+        py = env["OPBENCH_TORCH_PYTHON"]
+        t1 = time.monotonic()
+        rc = subprocess.run([py, str(ROOT / "scripts" / "peer.py"), str(run_dir)], env=env).returncode
+        if rc != 0:
+            say(f"scripts/peer.py failed (exit {rc}); the timed rows are kept")
+        else:
+            say(f"peer rows took {hms(time.monotonic() - t1)}")
     if trace not in ("", "0"):
         say(f"trace pass (OPBENCH_TRACE={trace}): traces.csv and kernels.csv, no timing")
         t = dict(env, OPBENCH_TRACE=trace)

@@ -421,6 +421,31 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
     })
 }
 
+/// A step split three ways, from the transformers prediction and the same step's
+/// libtorch-only (hf-eager) prediction.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Split {
+    /// Σ kernel time on a GPU (it overlaps the host's work); `None` on the CPU, where a
+    /// call's work and dispatch are one pipelined time.
+    pub kernels_ns: Option<f64>,
+    /// The host time the same calls cost when made from tch: ATen's dispatch and launch (on
+    /// the CPU, dispatch and work together).
+    pub dispatch_ns: f64,
+    /// The rest of the host's time: Python, nn.Module calls, transformers' own work.
+    pub python_ns: f64,
+}
+
+impl Split {
+    pub fn of(transformers: &Prediction, libtorch: &Prediction) -> Split {
+        let host = |p: &Prediction| if p.gpu { p.host_ns } else { p.serial_ns };
+        Split {
+            kernels_ns: transformers.gpu.then_some(transformers.device_ns),
+            dispatch_ns: host(libtorch),
+            python_ns: (host(transformers) - host(libtorch)).max(0.0),
+        }
+    }
+}
+
 /// The default device of a run: its GPU when it has one.
 pub fn default_device(run: &Run) -> DeviceId {
     run.results

@@ -290,6 +290,7 @@ pub fn write_report(dir: &Path) -> Result<PathBuf, AnalysisError> {
         md += &bandwidth(&ctx, on)?;
         md += &host_vs_device(&ctx, on);
         md += &predicted_steps(&ctx, on);
+        md += &breakdown(&ctx, on)?;
         md += &graph_replay(&ctx, on)?;
         md += &traced_kernels(&ctx, on);
     }
@@ -606,7 +607,14 @@ fn predicted_steps(ctx: &Ctx, on: On) -> String {
             "| profile | B | ms/step | tokens/s | host ms | kernels ms | bound | measured ms/step | measured device ms |"
         );
         let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|");
-        for profile in StepProfile::ALL {
+        let peer = ctx
+            .ok
+            .iter()
+            .any(|r| r.op == OpKind::Decode && r.variant == "transformers");
+        for profile in StepProfile::EVERY {
+            if profile == StepProfile::Transformers && !peer {
+                continue;
+            }
             for b in batches(ctx, on) {
                 let q = Query {
                     model: &cfg,
@@ -714,6 +722,217 @@ fn gpu_over_cpu(ctx: &Ctx, devices: &BTreeSet<DeviceId>) -> String {
     }
     md.push('\n');
     md
+}
+
+/// Where each profile's step goes, at its measured batches: predicted stacked into kernels
+/// not hidden by the host, libtorch's dispatch and Python + framework, beside the measured
+/// step. Profiles: hf-eager and fused (tch), transformers (scripts/peer.py) where the run
+/// has them, and the graphed fused step where it has graph rows.
+fn breakdown(ctx: &Ctx, on: On) -> Result<String, AnalysisError> {
+    let mut md = String::new();
+    let steps: BTreeSet<(String, usize, usize)> = ctx
+        .ok
+        .iter()
+        .filter(|r| {
+            r.device == on.device
+                && r.dtype == on.dtype
+                && r.op == OpKind::Decode
+                && r.phase == Phase::Decode
+                && r.site == "step"
+                && r.mode == Mode::Pipelined
+        })
+        .map(|r| {
+            (
+                r.model.clone(),
+                r.kv_len.unwrap_or(1).saturating_sub(1),
+                r.batch,
+            )
+        })
+        .collect();
+    let models: BTreeSet<(String, usize)> = steps.iter().map(|(m, l, _)| (m.clone(), *l)).collect();
+    for (model, ctx_len) in models {
+        let Ok(cfg) = ModelConfig::by_name(&model) else {
+            continue;
+        };
+        let batches: Vec<usize> = steps
+            .iter()
+            .filter(|(m, l, _)| *m == model && *l == ctx_len)
+            .map(|(_, _, b)| *b)
+            .collect();
+        // (label, [kernels beyond the host, dispatch, python], measured)
+        let mut bars: Vec<(String, [f64; 3], Option<f64>)> = Vec::new();
+        let profiles: Vec<(StepProfile, Mode)> = StepProfile::EVERY
+            .into_iter()
+            .map(|p| (p, Mode::Pipelined))
+            .chain([(StepProfile::Fused, Mode::Graph)])
+            .collect();
+        for (profile, mode) in profiles {
+            for &b in &batches {
+                let q = Query {
+                    model: &cfg,
+                    batch: b,
+                    ctx: ctx_len,
+                    profile,
+                    device: on.device,
+                    dtype: on.dtype,
+                    mode,
+                };
+                let Ok(p) = predict_with(ctx.run, &ctx.fits, &q) else {
+                    continue;
+                };
+                let tch = Query {
+                    profile: StepProfile::HfEager,
+                    ..q.clone()
+                };
+                let host = if p.gpu { p.host_ns } else { p.serial_ns };
+                let (dispatch, python) = match profile {
+                    StepProfile::Transformers => match predict_with(ctx.run, &ctx.fits, &tch) {
+                        Ok(l) => {
+                            let s = crate::predict::Split::of(&p, &l);
+                            (s.dispatch_ns.min(host), s.python_ns)
+                        }
+                        Err(_) => (0.0, host),
+                    },
+                    _ => (host, 0.0),
+                };
+                let kernels = (p.step_ns - host).max(0.0);
+                let measured = step_row(ctx.run, &q, mode).and_then(|r| r.median_ns);
+                let label = format!(
+                    "{}{} B={b}",
+                    profile,
+                    if mode == Mode::Graph { " graphs" } else { "" }
+                );
+                bars.push((
+                    label,
+                    [kernels / 1e6, dispatch / 1e6, python / 1e6],
+                    measured.map(|m| m / 1e6),
+                ));
+            }
+        }
+        if bars.is_empty() {
+            continue;
+        }
+        let file = format!(
+            "{}-{}-breakdown.svg",
+            slug(&on.device.to_string()),
+            slug(&model)
+        );
+        let path = ctx.dir.join(&file);
+        draw_breakdown(
+            &path,
+            &format!(
+                "{model} decode step, L = {ctx_len}, {} {}",
+                on.device, on.dtype
+            ),
+            &bars,
+        )?;
+        let _ = writeln!(md, "### Where the step goes: {model}, L = {ctx_len}\n");
+        let _ = writeln!(md, "![breakdown]({file})\n");
+        let _ = writeln!(
+            md,
+            "| step | kernels beyond the host ms | libtorch dispatch ms | Python + framework ms | predicted ms | measured ms | predicted / measured |"
+        );
+        let _ = writeln!(md, "|---|---|---|---|---|---|---|");
+        for (label, [k, d, p], m) in &bars {
+            let total = k + d + p;
+            let _ = writeln!(
+                md,
+                "| {label} | {k:.2} | {d:.2} | {p:.2} | {total:.2} | {} | {} |",
+                m.map_or("-".into(), |m| format!("{m:.2}")),
+                m.map_or("-".into(), |m| format!(
+                    "{:+.1}%",
+                    100.0 * (total / m - 1.0)
+                ))
+            );
+        }
+        let _ = writeln!(
+            md,
+            "\nPredicted bars stack the host's time — libtorch's dispatch and launch (the calls as tch makes them) and, for transformers, Python and the framework (the same calls from Python, module calls, mask, cache bookkeeping: scripts/peer.py) — and the kernel time the host does not hide; the grey bar beside each is the measured step (`opbench predict --profile P` prints the parts). On the CPU, \"dispatch\" is libtorch's whole call, work included.\n"
+        );
+    }
+    Ok(md)
+}
+
+/// Stacked bars (kernels beyond the host, dispatch, Python + framework) with the measured
+/// step beside each.
+fn draw_breakdown(
+    path: &Path,
+    title: &str,
+    bars: &[(String, [f64; 3], Option<f64>)],
+) -> Result<(), AnalysisError> {
+    let top = bars
+        .iter()
+        .map(|(_, p, m)| (p.iter().sum::<f64>()).max(m.unwrap_or(0.0)))
+        .fold(0.0, f64::max)
+        * 1.25;
+    let n = bars.len();
+    let root = SVGBackend::new(path, (160 + 90 * n as u32, 480)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| draw_err(path, e))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(70)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..n as f64, 0.0..top.max(1e-3))
+        .map_err(|e| draw_err(path, e))?;
+    let labels: Vec<String> = bars.iter().map(|b| b.0.clone()).collect();
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        // ticks every half bar: a label under each pair's middle, none between
+        .x_labels(2 * n + 1)
+        .x_label_formatter(&|x| {
+            let i = x.floor() as usize;
+            if (x - x.floor() - 0.5).abs() < 0.01 {
+                labels.get(i).cloned().unwrap_or_default()
+            } else {
+                String::new()
+            }
+        })
+        .y_desc("ms per step")
+        .label_style(("sans-serif", 11))
+        .draw()
+        .map_err(|e| draw_err(path, e))?;
+    let parts = [
+        ("kernels beyond the host", COLORS[0]),
+        ("libtorch dispatch", COLORS[1]),
+        ("Python + framework", COLORS[2]),
+    ];
+    for (j, (name, color)) in parts.iter().enumerate() {
+        let color = *color;
+        chart
+            .draw_series(bars.iter().enumerate().map(|(i, (_, p, _))| {
+                let below: f64 = p[..j].iter().sum();
+                Rectangle::new(
+                    [(i as f64 + 0.1, below), (i as f64 + 0.5, below + p[j])],
+                    color.filled(),
+                )
+            }))
+            .map_err(|e| draw_err(path, e))?
+            .label(*name)
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
+    }
+    chart
+        .draw_series(bars.iter().enumerate().filter_map(|(i, (_, _, m))| {
+            m.map(|m| {
+                Rectangle::new(
+                    [(i as f64 + 0.5, 0.0), (i as f64 + 0.85, m)],
+                    BLACK.mix(0.35).filled(),
+                )
+            })
+        }))
+        .map_err(|e| draw_err(path, e))?
+        .label("measured")
+        .legend(|(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], BLACK.mix(0.35).filled()));
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.4))
+        .label_font(("sans-serif", 12))
+        .draw()
+        .map_err(|e| draw_err(path, e))?;
+    root.present().map_err(|e| draw_err(path, e))
 }
 
 /// Eager beside graph replay per profile and batch: the decode crate's pipelined and

@@ -124,8 +124,9 @@ pub struct PredictArgs {
     /// Cache length L before the step.
     #[arg(long)]
     ctx: usize,
-    /// How the step is written: transformers as it runs eagerly, or fused.
-    #[arg(long, default_value = "hf-eager", value_parser = choice!(StepProfile))]
+    /// How the step is written: hf-eager (transformers' ops, from tch), fused, or
+    /// transformers (the user's stack from Python: rows from scripts/peer.py).
+    #[arg(long, default_value = "hf-eager", value_parser = PossibleValuesParser::new(StepProfile::EVERY.map(StepProfile::as_str)).try_map(|s| s.parse::<StepProfile>()))]
     profile: StepProfile,
     /// Device label in the run, e.g. cuda:0 (default: its GPU if it has one, else cpu).
     #[arg(long)]
@@ -274,6 +275,16 @@ fn predict_verb(args: &PredictArgs) -> Result<u8, CliError> {
     };
     let pred = analysis::predict::predict(&run, &q)?;
     print::prediction(&run, &q, &pred);
+    // the user's stack: how much of it is Python and the framework
+    if q.profile == StepProfile::Transformers {
+        let tch = analysis::predict::Query {
+            profile: StepProfile::HfEager,
+            ..q.clone()
+        };
+        if let Ok(libtorch) = analysis::predict::predict(&run, &tch) {
+            print::python_split(&run, &q, &pred, &libtorch);
+        }
+    }
     // what graphs would give, where the run has graph-mode rows to price it from
     if q.mode != Mode::Graph && device.is_gpu() {
         let gq = analysis::predict::Query {

@@ -146,7 +146,12 @@ pub fn prediction(run: &Run, q: &Query, pred: &Prediction) {
     };
     if let Some((_, m, lo, hi)) = measured(q.mode) {
         println!(
-            "measured (decode crate): {:.3} ms/step [{:.3}, {:.3}], {:.1} tokens/s; predicted / measured = {:.3} ({:+.1}%)",
+            "measured ({}): {:.3} ms/step [{:.3}, {:.3}], {:.1} tokens/s; predicted / measured = {:.3} ({:+.1}%)",
+            if q.profile == shapes::StepProfile::Transformers {
+                "scripts/peer.py, HF transformers"
+            } else {
+                "decode crate"
+            },
             m / 1e6,
             lo / 1e6,
             hi / 1e6,
@@ -171,6 +176,64 @@ pub fn prediction(run: &Run, q: &Query, pred: &Prediction) {
                 );
             }
         }
+    }
+}
+
+/// The transformers step split three ways: kernels, libtorch's dispatch (the same calls
+/// made from tch) and Python + the framework (the rest of the host's time), predicted and,
+/// where the run has both steps, measured.
+pub fn python_split(run: &Run, q: &Query, pred: &Prediction, libtorch: &Prediction) {
+    let s = analysis::predict::Split::of(pred, libtorch);
+    let pct = |v: f64| 100.0 * v / pred.step_ns;
+    let kernels = s.kernels_ns.map_or(String::new(), |k| {
+        format!(
+            "kernels {:.3} ms ({:.0}% of the step, overlapped with the host), ",
+            k / 1e6,
+            pct(k)
+        )
+    });
+    println!(
+        "split of the predicted step: {kernels}{} {:.3} ms ({:.0}%), Python + framework {:.3} ms ({:.0}%)",
+        if pred.gpu {
+            "libtorch dispatch and launch"
+        } else {
+            "libtorch calls (dispatch and work)"
+        },
+        s.dispatch_ns / 1e6,
+        pct(s.dispatch_ns),
+        s.python_ns / 1e6,
+        pct(s.python_ns)
+    );
+    let tq = Query {
+        profile: shapes::StepProfile::HfEager,
+        ..q.clone()
+    };
+    let m = |q: &Query| step_row(run, q, Mode::Pipelined).and_then(|r| r.median_ns);
+    if let (Some(hf), Some(tch)) = (m(q), m(&tq)) {
+        println!(
+            "measured: the transformers step {:.3} ms, the same step in tch (decode crate, hf-eager) {:.3} ms: Python + framework {:.3} ms ({:.0}% of the step)",
+            hf / 1e6,
+            tch / 1e6,
+            (hf - tch) / 1e6,
+            100.0 * (hf - tch) / hf
+        );
+    }
+    if let Some(g) = run
+        .ok_rows()
+        .find(|r| {
+            r.op == rundir::OpKind::Decode
+                && r.variant == "transformers"
+                && r.site == "generate"
+                && r.batch == q.batch
+                && r.device == q.device
+        })
+        .and_then(|r| r.median_ns)
+    {
+        println!(
+            "generate(): {:.1} tokens/s as the user sees it ({:.3} ms per new token, prompt and loop included)",
+            q.batch as f64 * 1e9 / g,
+            g / 1e6
+        );
     }
 }
 

@@ -632,6 +632,123 @@ fn predict_composes_a_hand_made_run() {
     assert!(err.contains("no measurement or fit for"), "{err}");
 }
 
+/// The transformers profile: the hf-eager calls made from Python (scripts/peer.py's `py-`
+/// rows) plus the framework's work, split into kernels, libtorch dispatch and Python.
+#[test]
+fn predict_prices_the_transformers_step_and_splits_it() {
+    let cfg = shapes::ModelConfig::builtin("qwen3-0.6b").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("r");
+    let step = shapes::Step::decode(1, 128);
+    let (mut cases, mut tch_host, mut py_host, mut device) = (Vec::new(), 0.0, 0.0, 0.0);
+    for c in shapes::StepPlan::new(&cfg, shapes::StepProfile::HfEager, step).measured {
+        let p = &c.problem;
+        let n = p.calls_per_step as f64;
+        let (site, op): (&'static str, &'static str) = (p.site, p.op.as_str());
+        let py: &'static str = shapes::StepProfile::Transformers
+            .variant(p.op, p.site)
+            .unwrap();
+        for (variant, mode, t) in [
+            (c.variant, "pipelined", 10_000.0),
+            (c.variant, "device", 2_000.0),
+            (py, "pipelined", 16_000.0),
+        ] {
+            let mut k = case(op, variant, site, 1, vec![t; 5]);
+            k.kv = p.kv_len;
+            k.mode = mode;
+            cases.push(k);
+        }
+        tch_host += 10_000.0 * n;
+        py_host += 16_000.0 * n;
+        device += 2_000.0 * n;
+    }
+    let plan = shapes::StepPlan::new(&cfg, shapes::StepProfile::Transformers, step);
+    let calls = |kind| {
+        plan.other
+            .iter()
+            .filter(|c| c.kind == kind)
+            .map(|c| c.calls)
+            .sum::<usize>() as f64
+    };
+    let (kernels, views) = (
+        calls(shapes::CallKind::Kernel),
+        calls(shapes::CallKind::View),
+    );
+    for (variant, mode, t) in [
+        ("add", "pipelined", 4_000.0),
+        ("view", "pipelined", 1_000.0),
+        ("add", "device", 1_000.0),
+        ("py-add", "pipelined", 6_000.0),
+        ("py-view", "pipelined", 2_000.0),
+    ] {
+        let mut c = case("floor", variant, "add1", 1, vec![t; 5]);
+        c.mode = mode;
+        cases.push(c);
+    }
+    tch_host += kernels * 4_000.0 + views * 1_000.0;
+    py_host += kernels * 6_000.0 + views * 2_000.0;
+    device += kernels * 1_000.0;
+    let write = |cases: &[Case]| write_run(&run, cases);
+    // without the framework rows (a machine without transformers), every missing one is named
+    write(&cases);
+    let args = [
+        "predict",
+        run.to_str().unwrap(),
+        "--model",
+        "qwen3-0.6b",
+        "--batch",
+        "1",
+        "--ctx",
+        "128",
+        "--profile",
+        "transformers",
+    ];
+    let (code, _, err) = opbench(&args);
+    assert_eq!(code, 2);
+    for missing in [
+        "decode/transformers/module_call",
+        "decode/transformers/mask",
+        "decode/transformers/cache_update",
+    ] {
+        assert!(err.contains(missing), "{err}");
+    }
+    assert!(err.contains("scripts/peer.py"), "{err}");
+    for (site, t) in [
+        ("module_call", 1_000.0),
+        ("mask", 30_000.0),
+        ("cache_update", 2_000.0),
+    ] {
+        cases.push(case("decode", "transformers", site, 1, vec![t; 5]));
+    }
+    py_host += 116.0 * 1_000.0 + 30_000.0 + 28.0 * 2_000.0;
+    let mut measured = case("decode", "transformers", "step", 1, vec![py_host / 0.8; 5]);
+    measured.kv = Some(129);
+    cases.push(measured);
+    write(&cases);
+    let (code, out, err) = opbench(&args);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(&format!("predicted: {:.3} ms/step", py_host / 1e6)),
+        "want {}\n{out}",
+        py_host / 1e6
+    );
+    assert!(
+        out.contains("measured (scripts/peer.py, HF transformers)")
+            && out.contains("predicted / measured = 0.800 (-20.0%)"),
+        "{out}"
+    );
+    let split = format!(
+        "split of the predicted step: kernels {:.3} ms ({:.0}% of the step, overlapped with the host), libtorch dispatch and launch {:.3} ms ({:.0}%), Python + framework {:.3} ms ({:.0}%)",
+        device / 1e6,
+        100.0 * device / py_host,
+        tch_host / 1e6,
+        100.0 * tch_host / py_host,
+        (py_host - tch_host) / 1e6,
+        100.0 * (py_host - tch_host) / py_host
+    );
+    assert!(out.contains(&split), "want {split}\n{out}");
+}
+
 #[test]
 fn report_and_publish_a_run_once() {
     let dir = tempfile::tempdir().unwrap();

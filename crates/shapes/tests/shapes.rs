@@ -276,4 +276,40 @@ fn the_step_plan_counts_what_modeling_qwen3_calls() {
         sites(StepProfile::Fused).contains(&"qkv_proj")
             && !sites(StepProfile::Fused).contains(&"q_proj")
     );
+    // transformers: hf-eager's calls made from Python, plus the framework's own work
+    let tr = StepPlan::new(&cfg, StepProfile::Transformers, Step::decode(1, 128));
+    let hf = StepPlan::new(&cfg, StepProfile::HfEager, Step::decode(1, 128));
+    assert_eq!(tr.measured.len(), hf.measured.len());
+    for (t, h) in tr.measured.iter().zip(&hf.measured) {
+        assert_eq!(t.problem, h.problem);
+        assert_eq!(t.variant, format!("py-{}", h.variant));
+    }
+    assert_eq!(
+        count(StepProfile::Transformers, CallKind::Kernel),
+        5 * 28 + 3
+    );
+    assert_eq!(count(StepProfile::Transformers, CallKind::View), 8 * 28 + 6);
+    let framework: Vec<(&str, usize)> = tr
+        .other
+        .iter()
+        .filter(|c| c.kind == CallKind::Framework)
+        .map(|c| (c.name, c.calls))
+        .collect();
+    assert_eq!(
+        framework,
+        [
+            ("module_call", 4 * 28 + 4),
+            ("mask", 1),
+            ("cache_update", 28)
+        ]
+    );
+    assert_eq!(count(StepProfile::HfEager, CallKind::Framework), 0);
+    assert_eq!(
+        "transformers".parse::<StepProfile>().unwrap(),
+        StepProfile::Transformers
+    );
+    assert!(
+        !StepProfile::ALL.contains(&StepProfile::Transformers),
+        "the decode crate builds tch steps only"
+    );
 }
