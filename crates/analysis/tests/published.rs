@@ -98,7 +98,7 @@ fn predict_names_what_the_run_lacks() {
     assert!(matches!(e, AnalysisError::Input(_)));
     assert!(
         e.to_string()
-            .contains("no dispatch floor for cpu f16 pipelined"),
+            .contains("no dispatch floor `add` for cpu f16 pipelined"),
         "{e}"
     );
 }
