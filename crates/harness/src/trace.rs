@@ -366,24 +366,13 @@ pub fn from_logs(key: &CaseKey, text: &str) -> (TraceRow, Vec<KernelRow>) {
         })
         .collect();
     let row = TraceRow {
-        key: key.clone(),
-        status: TraceStatus::Ok,
-        source: TraceSource::Logs,
-        calls: 0,
-        kernels: 0.0,
-        memcpys: 0.0,
-        memsets: 0.0,
-        syncs: 0.0,
-        d2h_copies: 0.0,
-        runtime_calls: 0.0,
-        device_ns: None,
         dominant_kernel: dominant,
-        fallback: None,
         note: Some(
             "from the GPU libraries' logs (per_call counts log lines over the child's whole run, \
              its check included): names what the library chose, not every kernel"
                 .into(),
         ),
+        ..TraceRow::empty(key.clone(), TraceStatus::Ok, TraceSource::Logs)
     };
     (row, rows)
 }

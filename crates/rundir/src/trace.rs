@@ -82,8 +82,16 @@ impl TraceRow {
     /// A row saying no trace could be taken, and why.
     pub fn unavailable(key: CaseKey, source: TraceSource, why: impl Into<String>) -> Self {
         TraceRow {
+            note: Some(format!("trace unavailable: {}", why.into())),
+            ..TraceRow::empty(key, TraceStatus::Unavailable, source)
+        }
+    }
+
+    /// A row with no counts, to fill in (a library log has names, no counts).
+    pub fn empty(key: CaseKey, status: TraceStatus, source: TraceSource) -> Self {
+        TraceRow {
             key,
-            status: TraceStatus::Unavailable,
+            status,
             source,
             calls: 0,
             kernels: 0.0,
@@ -95,7 +103,7 @@ impl TraceRow {
             device_ns: None,
             dominant_kernel: None,
             fallback: None,
-            note: Some(format!("trace unavailable: {}", why.into())),
+            note: None,
         }
     }
 
