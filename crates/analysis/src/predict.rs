@@ -438,10 +438,13 @@ pub struct Split {
 impl Split {
     pub fn of(transformers: &Prediction, libtorch: &Prediction) -> Split {
         let host = |p: &Prediction| if p.gpu { p.host_ns } else { p.serial_ns };
+        // where the calls from Python priced below tch's (noise, or a faster path), the
+        // Python part is nothing and dispatch is the whole host time
+        let dispatch = host(libtorch).min(host(transformers));
         Split {
             kernels_ns: transformers.gpu.then_some(transformers.device_ns),
-            dispatch_ns: host(libtorch),
-            python_ns: (host(transformers) - host(libtorch)).max(0.0),
+            dispatch_ns: dispatch,
+            python_ns: host(transformers) - dispatch,
         }
     }
 }
