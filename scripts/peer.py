@@ -138,8 +138,9 @@ class Timer:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
-    def pipelined(self, fn):
-        """Per-call ns of `samples` samples: n calls back to back, one synchronize."""
+    def pipelined(self, fn, before=None, max_calls=None):
+        """Per-call ns of `samples` samples: n calls back to back, one synchronize.
+        `before` runs ahead of each sample, outside the timed region; `max_calls` caps n."""
         self.sync()
         t0 = time.perf_counter()
         calls = 0
@@ -149,8 +150,12 @@ class Timer:
         self.sync()
         per = max((time.perf_counter() - t0) / calls, 1e-7)
         n = max(1, int(self.measure_s / self.samples / per))
+        if max_calls:
+            n = min(n, max_calls)
         out = []
         for _ in range(self.samples):
+            if before:
+                before()
             self.sync()
             t0 = time.perf_counter_ns()
             for _ in range(n):
@@ -324,30 +329,13 @@ def main(argv):
                     out = model(input_ids=state["tok"], past_key_values=cache, use_cache=True)
                     state["tok"] = out.logits[:, -1:].argmax(-1)
 
-                # every sample starts from L: crop what the steps appended
                 def crop():
                     extra = cache.get_seq_length() - ctx
                     if extra > 0:
                         cache.crop(-extra)
 
-                for _ in range(3):
-                    step()
-                crop()
-                timer.sync()
-                t0 = time.perf_counter()
-                step()
-                timer.sync()
-                per = time.perf_counter() - t0
-                n = max(1, min(16, int(timer.measure_s / a.samples / per)))
-                times = []
-                for _ in range(a.samples):
-                    crop()
-                    timer.sync()
-                    t0 = time.perf_counter_ns()
-                    for _ in range(n):
-                        step()
-                    timer.sync()
-                    times.append((time.perf_counter_ns() - t0) / n)
+                # every sample starts from L: crop what the steps appended, before it
+                times, n = timer.pipelined(step, before=crop, max_calls=16)
                 crop()
                 del cache
                 run.write(k, f"batch={b} L={ctx}", times,

@@ -200,13 +200,8 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
                 .and_then(|r| r.median_ns)
         };
     let elem = q.dtype.size();
-    // transformers' calls are made from Python: its floors are Python's (scripts/peer.py)
     let python = q.profile == StepProfile::Transformers;
-    let (add, view) = if python {
-        ("py-add", "py-view")
-    } else {
-        ("add", "view")
-    };
+    let (add, view) = q.profile.floors();
     let floor = |variant: &str, mode: Mode| find(OpKind::Floor, variant, "add1", 1, None, mode);
     let floor_kernel = floor(add, q.mode).ok_or_else(|| {
         AnalysisError::Input(format!(
@@ -292,8 +287,7 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
             (cold, DeviceSource::Ceiling)
         } else if let Some(t) = find(
             p.op,
-            // a call made from Python runs the same kernels as tch's
-            variant.strip_prefix("py-").unwrap_or(variant),
+            q.profile.kernel_variant(p.op, p.site).unwrap_or(variant),
             p.site,
             p.batch,
             p.kv_len,

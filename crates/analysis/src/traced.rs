@@ -58,17 +58,14 @@ impl Traces {
 
     /// The trace of the case `key` (in any mode).
     pub fn of(&self, key: &CaseKey) -> Option<&TraceRow> {
-        self.rows.get(&pipelined(key))
+        self.rows.get(&key.in_mode(Mode::Pipelined))
     }
 
     fn activities(&self, key: &CaseKey) -> &[KernelRow] {
-        self.kernels.get(&pipelined(key)).map_or(&[], Vec::as_slice)
+        self.kernels
+            .get(&key.in_mode(Mode::Pipelined))
+            .map_or(&[], Vec::as_slice)
     }
-}
-
-/// The same case in `pipelined` mode, as traces are keyed.
-pub fn pipelined(key: &CaseKey) -> CaseKey {
-    key.in_mode(Mode::Pipelined)
 }
 
 /// Check the traced step of `q` against its plan; `None` when the step was not traced.

@@ -23,8 +23,12 @@ use tch::{TchError, Tensor};
 use crate::op::{Failure, Prepared, Status, first_line, rel_err};
 use crate::{Check, DType, Device, dtype};
 
-/// libtorch's graph class, resolved once per process.
-fn api() -> Result<&'static atenx::GraphApi, String> {
+/// libtorch's graph class on `device`, resolved once per process, or why graph mode cannot
+/// run there.
+pub fn available(device: Device) -> Result<&'static atenx::GraphApi, String> {
+    if !device.is_gpu() {
+        return Err("graph replay needs a GPU (CUDA graphs / hipGraph)".into());
+    }
     static API: OnceLock<Result<atenx::GraphApi, String>> = OnceLock::new();
     API.get_or_init(|| {
         let lib = crate::load_gpu_library().ok_or_else(|| {
@@ -35,14 +39,6 @@ fn api() -> Result<&'static atenx::GraphApi, String> {
     })
     .as_ref()
     .map_err(Clone::clone)
-}
-
-/// Whether graph mode can run here, and why not.
-pub fn available(device: Device) -> Result<(), String> {
-    if !device.is_gpu() {
-        return Err("graph replay needs a GPU (CUDA graphs / hipGraph)".into());
-    }
-    api().map(drop)
 }
 
 /// A captured case: each [`Prepared::run`] is one replay of `calls` calls.
@@ -102,8 +98,7 @@ pub fn capture(
     device: Device,
     dt: DType,
 ) -> Result<(GraphCase, f64), (Failure, Option<f64>)> {
-    available(device).map_err(|why| (Failure::unsupported(why), None))?;
-    let api = api().map_err(|why| (Failure::unsupported(why), None))?;
+    let api = available(device).map_err(|why| (Failure::unsupported(why), None))?;
     let fail = |e: TchError| (capture_failure(&e), None);
     // the eager output's storage: a captured output elsewhere was allocated by the graph
     // and can be poisoned; one at the same place is written in place (a cache)

@@ -689,10 +689,13 @@ fn trace_op(
                             Ok(()) => {
                                 let calls = trace::calls_for(p.graph_calls());
                                 match trace::trace_kineto(p.as_mut(), device, calls) {
-                                    Ok(events) => {
-                                        // the tracer's own synchronize is inside the trace
-                                        trace::summarize(&key, &events, calls, device.is_gpu(), 1)
-                                    }
+                                    Ok(events) => trace::summarize(
+                                        &key,
+                                        &events,
+                                        calls,
+                                        device.is_gpu(),
+                                        trace::TRACER_SYNCS,
+                                    ),
                                     Err(why) => {
                                         let mut row = TraceRow::unavailable(
                                             key.clone(),

@@ -225,6 +225,9 @@ pub fn summarize(
     (row, rows)
 }
 
+/// Synchronizes [`trace_kineto`] itself issues inside the trace (not the case's).
+pub const TRACER_SYNCS: u64 = 1;
+
 /// Trace `calls` calls of a prepared case with Kineto. `Err` is why no trace could be taken.
 pub fn trace_kineto(
     p: &mut dyn Prepared,

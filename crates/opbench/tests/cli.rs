@@ -436,6 +436,21 @@ fn fit_writes_designs_columns_and_recovers_a_planted_line() {
     assert_eq!(row[21], "affine");
 }
 
+/// Calls per step of a plan that no op crate measures: kernel launches, views.
+fn unmeasured_kernels_and_views(plan: &shapes::StepPlan) -> (f64, f64) {
+    let calls = |kind| {
+        plan.other
+            .iter()
+            .filter(|c| c.kind == kind)
+            .map(|c| c.calls)
+            .sum::<usize>() as f64
+    };
+    (
+        calls(shapes::CallKind::Kernel),
+        calls(shapes::CallKind::View),
+    )
+}
+
 #[test]
 fn predict_composes_a_hand_made_run() {
     // every site of qwen3-0.6b hf-eager at B=1, L=128 priced at a known time, on a GPU:
@@ -493,17 +508,7 @@ fn predict_composes_a_hand_made_run() {
         shapes::StepProfile::HfEager,
         shapes::Step::decode(1, 128),
     );
-    let count = |kind| {
-        plan.other
-            .iter()
-            .filter(|c| c.kind == kind)
-            .map(|c| c.calls)
-            .sum::<usize>() as f64
-    };
-    let (kernels, views) = (
-        count(shapes::CallKind::Kernel),
-        count(shapes::CallKind::View),
-    );
+    let (kernels, views) = unmeasured_kernels_and_views(&plan);
     host_total += kernels * 4_000.0 + views * 1_000.0;
     device_total += kernels * 2_000.0;
     // in a graph a view costs nothing and a kernel the floor's graph time
@@ -663,17 +668,7 @@ fn predict_prices_the_transformers_step_and_splits_it() {
         device += 2_000.0 * n;
     }
     let plan = shapes::StepPlan::new(&cfg, shapes::StepProfile::Transformers, step);
-    let calls = |kind| {
-        plan.other
-            .iter()
-            .filter(|c| c.kind == kind)
-            .map(|c| c.calls)
-            .sum::<usize>() as f64
-    };
-    let (kernels, views) = (
-        calls(shapes::CallKind::Kernel),
-        calls(shapes::CallKind::View),
-    );
+    let (kernels, views) = unmeasured_kernels_and_views(&plan);
     for (variant, mode, t) in [
         ("add", "pipelined", 4_000.0),
         ("view", "pipelined", 1_000.0),

@@ -42,6 +42,25 @@ impl StepProfile {
         }
     }
 
+    /// The variant whose kernels this profile's call at a site runs: the call itself, except
+    /// for transformers, whose calls from Python run the same kernels as hf-eager's from tch
+    /// (device time comes from those rows).
+    pub fn kernel_variant(self, op: OpKind, site: &str) -> Option<&'static str> {
+        match self {
+            StepProfile::Transformers => StepProfile::HfEager.variant(op, site),
+            p => p.variant(op, site),
+        }
+    }
+
+    /// The dispatch floors (`floor` variants: a kernel launch, a view) this profile's calls
+    /// pay: Python's for transformers (scripts/peer.py), libtorch's otherwise.
+    pub fn floors(self) -> (&'static str, &'static str) {
+        match self {
+            StepProfile::Transformers => ("py-add", "py-view"),
+            _ => ("add", "view"),
+        }
+    }
+
     /// The variant this profile runs at an op's site; `None` where it does not call that
     /// site (a fused profile's separate q/k/v, say).
     pub fn variant(self, op: OpKind, site: &str) -> Option<&'static str> {
