@@ -496,6 +496,40 @@ def main(argv):
             f, nb, d = work("kvcache", site)
             case(kk, d, lambda: torch.cat([cache_t, new], dim=-2), err,
                  "torch.cat from Python (DynamicLayer.update's append)", f, nb)
+        # the element-wise calls between the ops: residual adds, the MLP's act_fn and product,
+        # the attention output's transpose(1, 2).contiguous() (eltwise crate's sites)
+        act = layer.mlp.act_fn if model is not None else F.silu
+        hs_a = torch.randn(b, 1, hidden, device=device, dtype=dtype)
+        hs_b = torch.randn(b, 1, hidden, device=device, dtype=dtype)
+        gate = torch.randn(b, 1, inter, device=device, dtype=dtype)
+        up = torch.randn(b, 1, inter, device=device, dtype=dtype)
+        silu_out = act(gate)
+        attn_o = torch.randn(b, H, 1, D, device=device, dtype=dtype)
+        sig = lambda t: t * torch.sigmoid(t)
+        emb = model.model.embed_tokens if model is not None else torch.nn.Embedding(vocab, hidden).to(device, dtype)
+        tok_ids = torch.randint(0, vocab, (b, 1), device=device)
+        logits = torch.randn(b, 1, vocab, device=device, dtype=dtype)
+        logits[torch.arange(b), 0, torch.randint(0, vocab, (b,))] = 100.0  # a clear winner per row
+        for site, call, ref_of, how in [
+            ("embedding", lambda: emb(tok_ids), lambda: emb.weight.double().cpu()[tok_ids.cpu()],
+             f"{type(emb).__name__} (embed_tokens) from Python"),
+            ("argmax", lambda: logits[:, -1:].argmax(-1), lambda: logits.double().cpu()[:, -1:].argmax(-1).double(),
+             "logits[:, -1:].argmax(-1) from Python (the greedy choice)"),
+            ("residual_add", lambda: hs_a + hs_b, lambda: hs_a.double().cpu() + hs_b.double().cpu(),
+             "residual + branch output from Python"),
+            ("silu", lambda: act(gate), lambda: sig(gate.double().cpu()), f"{type(act).__name__} from Python"),
+            ("swiglu_mul", lambda: silu_out * up, lambda: silu_out.double().cpu() * up.double().cpu(),
+             "act_fn(gate) * up from Python"),
+            ("attn_contiguous", lambda: attn_o.transpose(1, 2).contiguous(),
+             lambda: attn_o.double().cpu().transpose(1, 2).contiguous(),
+             "attn_output.transpose(1, 2).contiguous() from Python (no copy at q = 1)"),
+        ]:
+            kk = key("eltwise", "py-aten", site, b)
+            if run.has(kk):
+                continue
+            err = rel_err(call(), ref_of())
+            f, nb, d = work("eltwise", site)
+            case(kk, d, call, err, how, f, nb)
         # the framework's own work
         if model is not None:
             kk = key("decode", "transformers", "cache_update", b, ctx + 1)
@@ -551,6 +585,40 @@ def main(argv):
         if run.has(kk):
             continue
         case(kk, "-", fn, rel_err(fn(), ref()), f"{what} from Python")
+    # the host's context factor from Python (opbench's floor `mixed` / `blocked`): the same
+    # eight kinds of one-element call, switching kind on every call or in runs of a kind
+    a1 = torch.full((1, 1), 1.5, device=device, dtype=dtype)
+    b1 = torch.full((1, 1), 0.25, device=device, dtype=dtype)
+    x8 = torch.randn(1, 8, device=device, dtype=dtype)
+    w8 = (0.35 * torch.randn(8, 8)).to(device=device, dtype=dtype)
+    mix = [lambda: a1 + b1, lambda: a1 * b1, lambda: -a1, lambda: torch.rsqrt(b1), lambda: F.silu(a1),
+           lambda: torch.cat([a1, b1], 1), lambda: x8.mean(-1, keepdim=True), lambda: F.linear(x8, w8)]
+    rounds = 64
+    orders = {"py-mixed": [f for _ in range(rounds) for f in mix], "py-blocked": [f for f in mix for _ in range(rounds)]}
+
+    def every(t):
+        a_, b_, x_, w_ = t
+        return torch.cat([(a_ + b_).reshape(-1), (a_ * b_).reshape(-1), (-a_).reshape(-1), torch.rsqrt(b_).reshape(-1),
+                          F.silu(a_).reshape(-1), torch.cat([a_, b_], 1).reshape(-1),
+                          x_.mean(-1, keepdim=True).reshape(-1), F.linear(x_, w_).reshape(-1)])
+    err = rel_err(every((a1, b1, x8, w8)), every(tuple(t.double().cpu() for t in (a1, b1, x8, w8))))
+    for variant, calls in orders.items():
+        kk = ("floor", variant, "add1", "none", "decode", 1, 1, "", dt_name, label, "pipelined")
+        if run.has(kk):
+            continue
+        if not err <= TOL[dt_name]:
+            run.write(kk, "-", [], f"relative error {err:.3e} against the float64 reference exceeds {TOL[dt_name]}",
+                      0, 0, err, status="mismatch")
+            continue
+
+        def unit(calls=calls):
+            for f in calls:
+                f()
+        times, n = timer.pipelined(unit)
+        how = "switching kind on every call" if variant == "py-mixed" else f"{rounds} calls of a kind in a row"
+        run.write(kk, "-", [t / len(calls) for t in times],
+                  f"{rounds} calls of each of 8 kinds of one-element call (add, mul, neg, rsqrt, silu, cat, mean, "
+                  f"linear) from Python per timed unit, {how}; {note_base}", 0, 0, err, iters=n * len(calls))
     say(f"rows written to {run.path}")
 
 

@@ -61,7 +61,10 @@ class OpPass(unittest.TestCase):
             got = {(r["op"], r["variant"], r["site"]): r for r in rows}
             for k in [("linear", "py-aten", "q_proj"), ("linear", "py-aten", "lm_head"), ("rmsnorm", "py-hf", "q_norm"),
                       ("rope", "py-rotate_half", "k"), ("sdpa", "py-auto", "attn"), ("kvcache", "py-cat", "v"),
-                      ("floor", "py-add", "add1"), ("floor", "py-view", "add1"), ("decode", "python", "module_call")]:
+                      ("eltwise", "py-aten", "residual_add"), ("eltwise", "py-aten", "silu"),
+                      ("eltwise", "py-aten", "swiglu_mul"), ("eltwise", "py-aten", "attn_contiguous"),
+                      ("eltwise", "py-aten", "embedding"), ("eltwise", "py-aten", "argmax"),
+                      ("floor", "py-add", "add1"), ("floor", "py-mixed", "add1"), ("floor", "py-blocked", "add1"), ("floor", "py-view", "add1"), ("decode", "python", "module_call")]:
                 self.assertIn(k, got)
                 r = got[k]
                 self.assertEqual(r["status"], "ok", r)

@@ -9,9 +9,12 @@
 //! the step is max(Σ host, Σ device), because eager PyTorch queues kernels ahead of the
 //! device: adding up per-op times would count the overlap twice. See [`predict`].
 //!
-//! In `graph` mode the step is what a captured step replays: every call at its `graph`-mode
-//! time (kernel plus the graph's gap to the next node, no host dispatch), summed; the host
-//! launches one replay per step, which the device time hides.
+//! In `graph` mode the step is what a captured step replays: every call at its `graph_cold`
+//! time where the run has one (its model state — weights, KV cache — read from memory, as a
+//! step that streams every layer's state reads it), else its `graph` time (kernel plus the
+//! graph's gap to the next node, no host dispatch), summed; the host launches one replay per
+//! step, which the device time hides. The eager prediction's device time adds the same cold
+//! penalty (`graph_cold` − `graph`) to a call's `device` row.
 
 use rundir::{CaseKey, DType, DeviceId, Mode, OpKind, Phase, ResultRow, Run, SeriesKey, Work};
 use shapes::{CallKind, ModelConfig, Problem, Step, StepPlan, StepProfile};
@@ -58,6 +61,10 @@ pub enum DeviceSource {
     Ceiling,
     /// A `graph`-mode row: the call's time inside a replayed graph.
     Graph,
+    /// A `graph_cold`-mode row: inside a replayed graph, its state read from memory.
+    GraphCold,
+    /// A `device` row plus the cold penalty its `graph_cold` and `graph` rows measure.
+    EventsCold,
     /// No kernel.
     None,
 }
@@ -72,6 +79,8 @@ impl DeviceSource {
             DeviceSource::Bound => "bound",
             DeviceSource::Ceiling => "ceiling",
             DeviceSource::Graph => "graph",
+            DeviceSource::GraphCold => "graph_cold",
+            DeviceSource::EventsCold => "events+cold",
             DeviceSource::None => "-",
         }
     }
@@ -109,6 +118,17 @@ pub struct Prediction {
     pub step_ns: f64,
     pub batch: usize,
     pub gpu: bool,
+    /// The host's context factor applied to every host cost (GPU, eager, adjusted): a call
+    /// inside a step of different calls over the same call repeated alone, from the floor's
+    /// `mixed` and `blocked` rows at their controls; `None` where not applied.
+    pub context: Option<f64>,
+    /// The host speed every host cost was scaled to (a control, ns per add), and whether
+    /// it is the measured step's own; `None` where not applied.
+    pub host_speed: Option<(f64, bool)>,
+    /// What a kernel costs the device more among other kinds of kernel than among its own
+    /// (floor `mixed` − `blocked` in `graph` mode for a graph, in `device` mode otherwise),
+    /// added to each kernel call's device time on a GPU; `None` where the run lacks them.
+    pub switch_ns: Option<f64>,
 }
 
 impl Prediction {
@@ -118,6 +138,47 @@ impl Prediction {
     /// The host sets the pace (on a GPU).
     pub fn host_bound(&self) -> bool {
         self.host_ns >= self.device_ns
+    }
+}
+
+/// How host costs measured alone become host costs inside a step (docs/method.md,
+/// "Composing a step"). GPU eager steps only: a graph has no host cost per call, and on the
+/// CPU a call's host time is its work too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HostModel {
+    /// Host costs as each row measured them alone.
+    AsMeasured,
+    /// Times the context factor: the floor's `mixed` over `blocked` (the same one-element
+    /// calls switching kind on every call, or in runs of a kind), each at its own control.
+    Context,
+    /// Each row's host cost scaled to one host speed first (by the rows' controls, the
+    /// floor's add timed beside each sample: to the measured step's own control where the
+    /// decode crate measured it, else to the run's median), then times the context factor.
+    Controlled,
+}
+
+impl HostModel {
+    pub const ALL: [HostModel; 3] = [
+        HostModel::AsMeasured,
+        HostModel::Context,
+        HostModel::Controlled,
+    ];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HostModel::AsMeasured => "as-measured",
+            HostModel::Context => "context",
+            HostModel::Controlled => "controlled",
+        }
+    }
+}
+
+impl std::str::FromStr for HostModel {
+    type Err = rundir::UnknownValue;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|m| m.as_str() == s)
+            .ok_or_else(|| rundir::UnknownValue::new(s, &Self::ALL.map(Self::as_str)))
     }
 }
 
@@ -131,6 +192,7 @@ pub struct Query<'a> {
     pub device: DeviceId,
     pub dtype: DType,
     pub mode: Mode,
+    pub host: HostModel,
 }
 
 impl Query<'_> {
@@ -199,6 +261,18 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
                 })
                 .and_then(|r| r.median_ns)
         };
+    let row_of =
+        |op: OpKind, variant: &str, site: &str, batch: usize, kv: Option<usize>, mode: Mode| {
+            rows.iter().copied().find(|r| {
+                r.op == op
+                    && r.variant == variant
+                    && r.site == site
+                    && (r.model == q.model.name || r.model == "none")
+                    && r.batch == batch
+                    && r.kv_len == kv
+                    && r.mode == mode
+            })
+        };
     let elem = q.dtype.size();
     let python = q.profile == StepProfile::Transformers;
     let (add, view) = q.profile.floors();
@@ -216,6 +290,55 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
     // a run without the view floor prices a view as a kernel's dispatch: an upper bound
     let floor_view = floor(view, q.mode).unwrap_or(floor_kernel);
     let floor_device = floor("add", Mode::Device);
+    // what switching between kinds of call costs the host, over the same calls in runs of
+    // a kind (the way an op case repeats its call): applied to host costs on a GPU, where
+    // the host cost is dispatch and launch; on the CPU a call's host time is its work too,
+    // which switching does not slow the same way, so it is reported, not applied
+    let eager_gpu = gpu && !graph;
+    let adjust = eager_gpu && q.host == HostModel::Controlled;
+    // the host speed to price at: the measured step's control, else the run's median
+    let controls: Vec<f64> = rows
+        .iter()
+        .filter(|r| r.mode == q.mode)
+        .filter_map(|r| r.control_ns)
+        .collect();
+    let step_control = step_row(run, q, q.mode).and_then(|r| r.control_ns);
+    let host_speed = match (adjust, step_control) {
+        (false, _) => None,
+        (true, Some(c)) => Some((c, true)),
+        (true, None) if !controls.is_empty() => Some((stats::median(&controls), false)),
+        (true, None) => None,
+    };
+    // a row's host cost at that speed: scaled by (reference control / the row's control)
+    let at_speed = |r: Option<&ResultRow>| -> f64 {
+        match (host_speed, r.and_then(|r| r.control_ns)) {
+            (Some((want, _)), Some(had)) if had > 0.0 => want / had,
+            _ => 1.0,
+        }
+    };
+    let (mixed, blocked) = q.profile.context_floors();
+    let per_call_at_speed = |variant: &str| {
+        row_of(OpKind::Floor, variant, "add1", 1, None, q.mode)
+            .and_then(|r| Some(r.median_ns? * at_speed(Some(r))))
+    };
+    let context = match (per_call_at_speed(mixed), per_call_at_speed(blocked)) {
+        (Some(m), Some(b)) if b > 0.0 && eager_gpu && q.host != HostModel::AsMeasured => {
+            Some(m / b)
+        }
+        _ => None,
+    };
+    let factor = context.unwrap_or(1.0);
+    // the device's side of the same: op cases repeat one kernel, a step switches kernels
+    // on every call (graph mode: each node after a different node)
+    let device_mode = if graph { Mode::Graph } else { Mode::Device };
+    let switch_ns = match (floor("mixed", device_mode), floor("blocked", device_mode)) {
+        (Some(m), Some(b)) if gpu => Some((m - b).max(0.0)),
+        _ => None,
+    };
+    let switch = switch_ns.unwrap_or(0.0);
+    let floor_row = |variant: &str| row_of(OpKind::Floor, variant, "add1", 1, None, q.mode);
+    let kernel_factor = factor * at_speed(floor_row(add));
+    let view_factor = factor * at_speed(floor_row(view).or(floor_row(add)));
     // the measured copy ceiling (bytes/ns): a step streams every weight and the KV cache
     // from memory, while an op benchmarked alone re-reads the same buffers and may be
     // served from cache; no call can move its bytes faster than the ceiling
@@ -225,12 +348,46 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
         .and_then(|r| r.gbps)
         .filter(|g| *g > 0.0);
 
+    // a call priced at the dispatch floors: its host cost and device time, and where the
+    // device time came from
+    let at_floor = |kind: CallKind| -> (f64, f64, DeviceSource) {
+        match (kind, floor_device) {
+            (CallKind::View, _) if graph => (0.0, 0.0, DeviceSource::None),
+            (CallKind::Kernel, _) if graph => (0.0, floor_kernel + switch, DeviceSource::Graph),
+            (CallKind::View, _) => (floor_view * view_factor, 0.0, DeviceSource::None),
+            (CallKind::Kernel, _) if !gpu => (floor_kernel, floor_kernel, DeviceSource::Pipelined),
+            (CallKind::Kernel, Some(d)) => (
+                floor_kernel * kernel_factor,
+                d + switch,
+                DeviceSource::Floor,
+            ),
+            (CallKind::Kernel, None) => (
+                floor_kernel * kernel_factor,
+                floor_kernel,
+                DeviceSource::Bound,
+            ),
+            (CallKind::Framework, _) => (0.0, 0.0, DeviceSource::None),
+        }
+    };
+    // whether the run measured a site in a variant at all: runs from before a site or
+    // variant existed price it as they did then (eltwise sites at the floors, a stand-in
+    // variant)
+    let has_site = |op: OpKind, variant: &str, site: &str| {
+        rows.iter()
+            .any(|r| r.op == op && r.variant == variant && r.site == site)
+    };
+
     let plan = StepPlan::new(q.model, q.profile, Step::decode(q.batch, q.ctx));
     let mut components = Vec::new();
     // every case the run lacks, named together
     let mut missing: Vec<String> = Vec::new();
     for call in &plan.measured {
-        let (p, variant) = (&call.problem, call.variant);
+        let p = &call.problem;
+        // a run from before this variant existed: what it measured in its place
+        let variant = match StepProfile::stand_in(call.variant) {
+            Some(old) if !has_site(p.op, call.variant, p.site) => old,
+            _ => call.variant,
+        };
         let series = SeriesKey {
             op: p.op,
             variant: variant.into(),
@@ -249,10 +406,42 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
             Some(f) if f.work == Work::Flops => p.flops() as f64,
             _ => bytes,
         };
-        let (per_call, source) = match (find(p.op, variant, p.site, p.batch, p.kv_len, q.mode), fit)
-        {
+        // what reading the call's state from memory adds inside a graph
+        let graph_at = |mode| find(p.op, variant, p.site, p.batch, p.kv_len, mode);
+        let cold_graph = graph_at(Mode::GraphCold);
+        let cold_penalty = match (cold_graph, graph_at(Mode::Graph)) {
+            (Some(c), Some(w)) => (c - w).max(0.0),
+            _ => 0.0,
+        };
+        let measured = if graph {
+            cold_graph.or(graph_at(Mode::Graph))
+        } else {
+            find(p.op, variant, p.site, p.batch, p.kv_len, q.mode)
+        };
+        let (per_call, source) = match (measured, fit) {
             (Some(t), _) => (t, Source::Measured),
             (None, Some(f)) => (f.fit.predict(work).max(floor_kernel), Source::Fit),
+            (None, None) if p.op == OpKind::Eltwise && !has_site(p.op, variant, p.site) => {
+                // no kernel when it moves nothing (attn_contiguous at q = 1)
+                let kind = if p.bytes(elem) == 0 {
+                    CallKind::View
+                } else {
+                    CallKind::Kernel
+                };
+                let (host, device, device_source) = at_floor(kind);
+                components.push(Component {
+                    op: Some(p.op),
+                    variant,
+                    site: p.site,
+                    calls: p.calls_per_step,
+                    per_call_ns: host.max(device),
+                    host_ns: host,
+                    device_ns: device,
+                    source: Source::Floor,
+                    device_source,
+                });
+                continue;
+            }
             (None, None) => {
                 missing.push(format!(
                     "{}/{variant}/{} B={} kv_len={}",
@@ -266,23 +455,31 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
         };
         // host cost: the series at its smallest batch, where dispatch dominates (noise on a
         // shared host makes a minimum over batches biased low)
-        let host = rows
+        let host_row = rows
             .iter()
+            .copied()
             .filter(|r| r.key.series == series)
-            .min_by_key(|r| r.batch)
+            .min_by_key(|r| r.batch);
+        let host = host_row
             .and_then(|r| r.median_ns)
-            .map_or(per_call, |h| h.min(per_call));
+            .map_or(per_call, |h| h.min(per_call))
+            * at_speed(host_row);
         let cold = copy_gbps.map_or(0.0, |g| bytes / g);
         let (per_call, source) = if cold > per_call {
             (cold, Source::Ceiling)
         } else {
             (per_call, source)
         };
-        let host = if graph { 0.0 } else { host };
+        let host = if graph { 0.0 } else { host * factor };
         let (device, device_source) = if !gpu {
             (per_call, DeviceSource::Pipelined)
         } else if graph && source != Source::Ceiling {
-            (per_call, DeviceSource::Graph)
+            let from = if cold_graph.is_some() {
+                DeviceSource::GraphCold
+            } else {
+                DeviceSource::Graph
+            };
+            (per_call, from)
         } else if cold > 0.0 && source == Source::Ceiling {
             (cold, DeviceSource::Ceiling)
         } else if let Some(t) = find(
@@ -293,7 +490,11 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
             p.kv_len,
             Mode::Device,
         ) {
-            (t, DeviceSource::Events)
+            if cold_penalty > 0.0 {
+                (t + cold_penalty, DeviceSource::EventsCold)
+            } else {
+                (t, DeviceSource::Events)
+            }
         } else if let Some(rate) = fit.and_then(|f| f.fit.rate()) {
             let t = (work / rate).max(floor_device.unwrap_or(0.0)).min(per_call);
             (t, DeviceSource::Fit)
@@ -306,6 +507,12 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
             (cold, DeviceSource::Ceiling)
         } else {
             (device, device_source)
+        };
+        // a call that launches nothing (a view-like call) switches no kernel
+        let device = if gpu && device > 0.0 {
+            device + switch
+        } else {
+            device
         };
         components.push(Component {
             op: Some(p.op),
@@ -322,25 +529,22 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
     for u in &plan.other {
         if u.kind == CallKind::Framework {
             // measured by scripts/peer.py at this batch, host only
-            match rows
-                .iter()
-                .find(|r| {
-                    r.op == OpKind::Decode
-                        && r.variant == "transformers"
-                        && r.site == u.name
-                        && r.model == q.model.name
-                        && r.batch == q.batch
-                        && r.mode == q.mode
-                })
-                .and_then(|r| r.median_ns)
-            {
+            let framework = rows.iter().copied().find(|r| {
+                r.op == OpKind::Decode
+                    && r.variant == "transformers"
+                    && r.site == u.name
+                    && r.model == q.model.name
+                    && r.batch == q.batch
+                    && r.mode == q.mode
+            });
+            match framework.and_then(|r| r.median_ns) {
                 Some(t) => components.push(Component {
                     op: None,
                     variant: "-",
                     site: u.name,
                     calls: u.calls,
                     per_call_ns: t,
-                    host_ns: t,
+                    host_ns: t * factor * at_speed(framework),
                     device_ns: 0.0,
                     source: Source::Measured,
                     device_source: DeviceSource::None,
@@ -349,15 +553,7 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
             }
             continue;
         }
-        let (host, device, device_source) = match (u.kind, floor_device) {
-            (CallKind::View, _) if graph => (0.0, 0.0, DeviceSource::None),
-            (CallKind::Kernel, _) if graph => (0.0, floor_kernel, DeviceSource::Graph),
-            (CallKind::View, _) => (floor_view, 0.0, DeviceSource::None),
-            (CallKind::Kernel, _) if !gpu => (floor_kernel, floor_kernel, DeviceSource::Pipelined),
-            (CallKind::Kernel, Some(d)) => (floor_kernel, d, DeviceSource::Floor),
-            (CallKind::Kernel, None) => (floor_kernel, floor_kernel, DeviceSource::Bound),
-            (CallKind::Framework, _) => unreachable!("priced above"),
-        };
+        let (host, device, device_source) = at_floor(u.kind);
         components.push(Component {
             op: None,
             variant: "-",
@@ -412,6 +608,9 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
         step_ns,
         batch: q.batch,
         gpu,
+        context,
+        host_speed,
+        switch_ns,
     })
 }
 

@@ -16,7 +16,7 @@ use rundir::{DType, DeviceId, Mode, OpKind, Phase, ResultRow, Run};
 use shapes::{ModelConfig, StepProfile};
 
 use crate::fit::{Fits, fit_run};
-use crate::predict::{Query, predict_with, step_row};
+use crate::predict::{HostModel, Query, predict_with, step_row};
 use crate::{AnalysisError, slug};
 
 /// The variants drawn on the bandwidth plot: one per op, as the hf-eager profile runs it
@@ -30,12 +30,13 @@ const BANDWIDTH_SERIES: &[(OpKind, &str)] = &[
 ];
 
 /// The ops plotted per device, in order.
-const PLOTTED: [OpKind; 6] = [
+const PLOTTED: [OpKind; 7] = [
     OpKind::Linear,
     OpKind::RmsNorm,
     OpKind::Rope,
     OpKind::Sdpa,
     OpKind::KvCache,
+    OpKind::Eltwise,
     OpKind::Decode,
 ];
 
@@ -47,6 +48,7 @@ fn representative_site(op: OpKind) -> &'static str {
         OpKind::Rope => "q",
         OpKind::Sdpa => "attn",
         OpKind::KvCache => "k",
+        OpKind::Eltwise => "silu",
         OpKind::Decode => "step",
         OpKind::Floor | OpKind::Ceiling => "",
     }
@@ -624,6 +626,7 @@ fn predicted_steps(ctx: &Ctx, on: On) -> String {
                     device: on.device,
                     dtype: on.dtype,
                     mode: Mode::Pipelined,
+                    host: HostModel::AsMeasured,
                 };
                 match predict_with(ctx.run, &ctx.fits, &q) {
                     Ok(p) => {
@@ -776,6 +779,7 @@ fn breakdown(ctx: &Ctx, on: On) -> Result<String, AnalysisError> {
                     device: on.device,
                     dtype: on.dtype,
                     mode,
+                    host: HostModel::AsMeasured,
                 };
                 let Ok(p) = predict_with(ctx.run, &ctx.fits, &q) else {
                     continue;
@@ -986,6 +990,7 @@ fn graph_replay(ctx: &Ctx, on: On) -> Result<String, AnalysisError> {
                 device: on.device,
                 dtype: on.dtype,
                 mode: Mode::Graph,
+                host: HostModel::AsMeasured,
             };
             let predicted = predict_with(ctx.run, &ctx.fits, &q).ok().map(|p| p.step_ns);
             series
@@ -1032,7 +1037,7 @@ fn graph_replay(ctx: &Ctx, on: On) -> Result<String, AnalysisError> {
         )?;
         let _ = writeln!(
             md,
-            "\n![eager and graphs]({file})\n\nEager: the decode crate's pipelined step (host dispatch and launch included). Graph: the same step captured once into a CUDA/HIP graph, replays timed by GPU events (docs/method.md, `graph`). Predicted: every call of the step at its `graph`-mode time, summed (`opbench predict --mode graph`).\n"
+            "\n![eager and graphs]({file})\n\nEager: the decode crate's pipelined step (host dispatch and launch included). Graph: the same step captured once into a CUDA/HIP graph, replays timed by GPU events (docs/method.md, `graph`). Predicted: every call of the step at its `graph_cold`-mode time where the run has one (its weights or KV cache read from memory), else its `graph`-mode time, plus the device's switching cost per kernel (floor `mixed` − `blocked` in graph mode), summed (`opbench predict --mode graph`).\n"
         );
     }
     Ok(md)
@@ -1149,6 +1154,7 @@ fn traced_kernels(ctx: &Ctx, on: On) -> String {
             device: on.device,
             dtype: s.dtype,
             mode: Mode::Pipelined,
+            host: HostModel::AsMeasured,
         };
         let Some(c) = step_check(&ctx.traces, &q) else {
             continue;

@@ -8,13 +8,15 @@ use std::path::PathBuf;
 use analysis::AnalysisError;
 use analysis::compare::{Flag, Settings, Verdict, compare};
 use analysis::fit::fit_run;
-use analysis::predict::{Query, predict};
+use analysis::predict::{HostModel, Query, predict};
 use rundir::{DType, DeviceId, Mode, Run};
 use shapes::{ModelConfig, StepProfile};
 
 const CPU: &str = "2026-11-29-intel-r-xeon-r-processor-cpu-torch2.11.0";
 const H200: &str = "2026-11-29-nvidia-h200-cuda-torch2.11.0";
 const H200_CROSSCHECK: &str = "2026-11-29-nvidia-h200-cuda-torch2.11.0-crosscheck";
+const H200_COLD: &str = "2026-11-30-nvidia-h200-cuda-torch2.11.0-graph-cold";
+const H200_REPLICA: &str = "2026-11-30-nvidia-h200-cuda-torch2.11.0-graphs-replica";
 
 fn load(name: &str) -> Run {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -59,6 +61,7 @@ fn predict_composes_the_plan_and_says_the_h200_step_is_host_bound() {
                 device: "cuda:0".parse().unwrap(),
                 dtype: DType::F16,
                 mode: Mode::Pipelined,
+                host: HostModel::AsMeasured,
             };
             let p = predict(&run, &q).unwrap();
             assert!(p.gpu && p.host_bound(), "{profile} B={batch}");
@@ -93,6 +96,7 @@ fn predict_names_what_the_run_lacks() {
         device: DeviceId::CPU,
         dtype: DType::F16,
         mode: Mode::Pipelined,
+        host: HostModel::AsMeasured,
     };
     let e = predict(&run, &q).unwrap_err();
     assert!(matches!(e, AnalysisError::Input(_)));
@@ -278,6 +282,7 @@ fn graph_rows_cover_the_decode_grid() {
                 device: "cuda:0".parse::<DeviceId>().unwrap(),
                 dtype: DType::F16,
                 mode: Mode::Graph,
+                host: HostModel::AsMeasured,
             };
             let graph = run.row(&q.step_key(Mode::Graph)).unwrap();
             let eager = run.row(&q.step_key(Mode::Pipelined)).unwrap();
@@ -360,4 +365,82 @@ fn a_trace_pass_leaves_timing_unchanged() {
     assert!(lines.len() >= 50, "{}", lines.len());
     let same = lines.iter().filter(|l| l.verdict == Verdict::Same).count();
     assert!(same * 10 >= lines.len() * 9, "{same} of {}", lines.len());
+}
+
+/// Issue #16's target, in two processes of one session: the graphed decode step predicted
+/// from the op cases' graph (cold where they read model state) rows within ±10% of the
+/// decode crate's measured graphed step, both profiles, B = 1, 8, 64.
+#[test]
+fn graph_predictions_are_within_ten_percent_in_two_runs() {
+    let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
+    for name in [H200_COLD, H200_REPLICA] {
+        let run = load(name);
+        for profile in [StepProfile::Fused, StepProfile::HfEager] {
+            for b in [1, 8, 64] {
+                let q = Query {
+                    model: &cfg,
+                    batch: b,
+                    ctx: 1024,
+                    profile,
+                    device: "cuda:0".parse::<DeviceId>().unwrap(),
+                    dtype: DType::F16,
+                    mode: Mode::Graph,
+                    host: HostModel::AsMeasured,
+                };
+                let measured = run
+                    .row(&q.step_key(Mode::Graph))
+                    .unwrap()
+                    .median_ns
+                    .unwrap();
+                let p = predict(&run, &q).unwrap();
+                let ratio = p.step_ns / measured;
+                assert!(
+                    (0.9..=1.1).contains(&ratio),
+                    "{name} {profile} B={b}: predicted / measured {ratio:.3}"
+                );
+                // the GEMMs and attention were priced from their cold rows, and the
+                // switching cost was measured
+                let from_cold = p
+                    .components
+                    .iter()
+                    .filter(|c| c.device_source == analysis::predict::DeviceSource::GraphCold)
+                    .count();
+                assert!(from_cold >= 5, "{name} {profile} B={b}: {from_cold}");
+                assert!(p.switch_ns.is_some_and(|s| s > 0.0), "{name}");
+            }
+        }
+    }
+}
+
+/// graph_cold reads the weights from memory: every projection whose weights fit the L2
+/// (60 MiB on the H200) costs more than when replayed warm; lm_head (297 MiB) does not.
+#[test]
+fn graph_cold_pays_for_reading_weights_from_memory() {
+    let run = load(H200_COLD);
+    let linear: Vec<_> = run
+        .ok_rows()
+        .filter(|r| r.op == rundir::OpKind::Linear && r.mode == Mode::GraphCold)
+        .collect();
+    // 10 sites (q, k, v, o, gate, up, down, lm_head, fused qkv and gate_up) at B = 1, 8, 64
+    assert_eq!(linear.len(), 30);
+    for cold in linear {
+        let warm = run.row(&cold.key.in_mode(Mode::Graph)).unwrap();
+        let ratio = cold.median_ns.unwrap() / warm.median_ns.unwrap();
+        if cold.site == "lm_head" {
+            assert!((0.97..1.03).contains(&ratio), "{}: {ratio}", cold.key);
+        } else if cold.batch == 1 && matches!(cold.site.as_str(), "k_proj" | "v_proj" | "o_proj") {
+            // the slow 8x64-tile kernel cuBLASLt picks for these at B = 1 (the -graphs-trace
+            // run's traces) is not held up by memory: cold costs the same or less (measured,
+            // not understood: k and v 6.5 µs cold against 7.3 warm)
+            assert!((0.8..1.05).contains(&ratio), "{}: {ratio}", cold.key);
+        } else {
+            assert!(ratio > 1.05, "{}: {ratio}", cold.key);
+        }
+        assert!(
+            cold.note
+                .as_deref()
+                .unwrap()
+                .contains("copies of the state")
+        );
+    }
 }

@@ -112,6 +112,12 @@ fn find_sleep() -> Option<SleepFn> {
 }
 
 impl DeviceClock {
+    /// The last-level cache size the cold modes defeat: `OPBENCH_L2_BYTES`, the runtime's,
+    /// else 256 MiB.
+    pub fn l2_bytes(&self) -> u64 {
+        self.l2_bytes
+    }
+
     /// Set up events and calibrate the delay on `device` (a GPU).
     /// `l2_bytes` overrides the last-level cache size the cold mode flushes (`OPBENCH_L2_BYTES`).
     pub fn new(device: Device, l2_bytes: Option<u64>) -> Result<Self, TchError> {

@@ -12,6 +12,12 @@
 //!   lead, as `device` mode) over the calls it holds is the row's time per call: kernel time
 //!   plus the graph's own gap between kernels, with no host dispatch.
 //!
+//! `graph_cold` mode captures the timing graph after [`Prepared::spread_state`]: each call
+//! of the graph reads its own copy of the case's model state (weights, KV cache), with
+//! enough copies to pass twice the last-level cache ([`cold_copies`]), so the state comes
+//! from memory as it does in a step that streams every layer's weights. The case keeps its
+//! copies alive as long as the graph that reads them.
+//!
 //! A case that cannot be captured (a call that synchronizes the host, a backend that does not
 //! allow capture) is an `unsupported` row with libtorch's reason; on the CPU and on a build
 //! whose `CUDAGraph` layout was not checked, too.
@@ -41,14 +47,40 @@ pub fn available(device: Device) -> Result<&'static atenx::GraphApi, String> {
     .map_err(Clone::clone)
 }
 
+/// Most copies of a case's state `graph_cold` makes (their memory is bounded by twice the
+/// last-level cache plus one copy).
+pub const MAX_COLD_COPIES: usize = 64;
+
+/// Copies of `state_bytes` of state that pass twice `l2_bytes` together (at least 1, at most
+/// [`MAX_COLD_COPIES`]), and the calls a graph of at least `calls` calls holds to visit each
+/// copy equally often.
+pub fn cold_copies(state_bytes: u64, l2_bytes: u64, calls: u64) -> (usize, u64) {
+    let copies = (2 * l2_bytes)
+        .div_ceil(state_bytes.max(1))
+        .clamp(1, MAX_COLD_COPIES as u64);
+    (copies as usize, calls.max(copies).div_ceil(copies) * copies)
+}
+
 /// A captured case: each [`Prepared::run`] is one replay of `calls` calls.
-#[derive(Debug)]
 pub struct GraphCase {
     graph: atenx::Graph,
     calls: u64,
     kernel: Option<String>,
     note: Option<String>,
     bytes: Option<u64>,
+    /// `graph_cold`: the case whose copies of its state the graph reads (dropped after it).
+    owner: Option<Box<dyn Prepared>>,
+}
+
+impl std::fmt::Debug for GraphCase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GraphCase")
+            .field("graph", &self.graph)
+            .field("calls", &self.calls)
+            .field("note", &self.note)
+            .field("owns_state", &self.owner.is_some())
+            .finish()
+    }
 }
 
 impl Prepared for GraphCase {
@@ -98,6 +130,29 @@ pub fn capture(
     device: Device,
     dt: DType,
 ) -> Result<(GraphCase, f64), (Failure, Option<f64>)> {
+    capture_with(p, device, dt, None)
+}
+
+/// `graph_cold`: [`capture`] of a case of its own (`p`, prepared for this capture only),
+/// whose timing graph reads copies of its state spread past twice `l2_bytes`. The returned
+/// case owns `p`, so the copies live as long as the graph.
+pub fn capture_cold(
+    mut p: Box<dyn Prepared>,
+    device: Device,
+    dt: DType,
+    l2_bytes: u64,
+) -> Result<(GraphCase, f64), (Failure, Option<f64>)> {
+    let (mut case, err) = capture_with(p.as_mut(), device, dt, Some(l2_bytes))?;
+    case.owner = Some(p);
+    Ok((case, err))
+}
+
+fn capture_with(
+    p: &mut dyn Prepared,
+    device: Device,
+    dt: DType,
+    cold: Option<u64>,
+) -> Result<(GraphCase, f64), (Failure, Option<f64>)> {
     let api = available(device).map_err(|why| (Failure::unsupported(why), None))?;
     let fail = |e: TchError| (capture_failure(&e), None);
     // the eager output's storage: a captured output elsewhere was allocated by the graph
@@ -108,7 +163,14 @@ pub fn capture(
         atenx::Graph::capture(api, device.index, 1, || p.output()).map_err(fail)?;
     let in_place = out.data_ptr() == eager_ptr;
     if !in_place {
-        drop(out.f_fill_(f64::NAN).map_err(fail)?);
+        // NaN where the output can hold it; an index output (argmax) gets -1, which no
+        // index is (filling an integer tensor with NaN is an error that tch then panics on)
+        let floating = matches!(
+            out.kind(),
+            tch::Kind::Half | tch::Kind::BFloat16 | tch::Kind::Float | tch::Kind::Double
+        );
+        let poison = if floating { f64::NAN } else { -1.0 };
+        drop(out.f_fill_(poison).map_err(fail)?);
     }
     check_graph.replay().map_err(fail)?;
     device.sync();
@@ -131,7 +193,26 @@ pub fn capture(
             Some(err),
         ));
     }
-    let calls = p.graph_calls().max(1);
+    let mut calls = p.graph_calls().max(1);
+    let mut spread = None;
+    if let Some(l2) = cold {
+        let state = p.state_bytes();
+        let (copies, n) = cold_copies(state, l2, calls);
+        p.spread_state(copies).map_err(fail)?;
+        calls = n;
+        let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+        spread = Some(format!(
+            "{copies} copies of the state ({:.1} MiB each, {:.1} MiB in all; last-level cache {:.1} MiB){}",
+            mib(state),
+            mib(state * copies as u64),
+            mib(l2),
+            if state * (copies as u64) < 2 * l2 {
+                ": fewer than would pass twice the cache, so partly warm"
+            } else {
+                ""
+            }
+        ));
+    }
     let (graph, ()) = atenx::Graph::capture(api, device.index, 1, || {
         for _ in 0..calls {
             p.run()?;
@@ -140,7 +221,12 @@ pub fn capture(
     })
     .map_err(fail)?;
     device.sync();
+    // a run of the case may itself make several calls (the floor's mixed / blocked)
+    let calls = calls * p.calls_per_run().max(1);
     let mut note = format!("{calls} calls per graph");
+    if let Some(s) = spread {
+        note = format!("{note}, {s}");
+    }
     if in_place {
         note.push_str("; output written in place, so the check could not poison it");
     }
@@ -154,6 +240,7 @@ pub fn capture(
             kernel: p.kernel(),
             note: Some(note),
             bytes: p.bytes(),
+            owner: None,
         },
         err,
     ))
@@ -164,6 +251,20 @@ mod tests {
     use super::*;
     use crate::{Floor, Op};
     use shapes::Problem;
+
+    #[test]
+    fn cold_copies_pass_twice_the_cache_within_bounds() {
+        const MIB: u64 = 1 << 20;
+        // 2 MiB of weights against a 50 MiB cache: 50 copies, 100 MiB, 50 calls
+        assert_eq!(cold_copies(2 * MIB, 50 * MIB, 16), (50, 50));
+        // state larger than twice the cache: one copy already streams
+        assert_eq!(cold_copies(268 * MIB, 50 * MIB, 16), (1, 16));
+        // 33.6 MB of K/V: 4 copies, a graph of 16 calls visits each 4 times
+        assert_eq!(cold_copies(33_600_000, 50 * MIB, 16), (4, 16));
+        // tiny state: capped, and the graph holds a whole number of rounds
+        assert_eq!(cold_copies(1024, 50 * MIB, 16), (MAX_COLD_COPIES, 64));
+        assert_eq!(cold_copies(0, 50 * MIB, 16), (MAX_COLD_COPIES, 64));
+    }
 
     /// On the CPU graph mode is an unsupported answer; on a GPU a captured add replays to
     /// the right answer and its replays run.

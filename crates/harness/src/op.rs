@@ -130,6 +130,22 @@ pub trait Prepared {
         16
     }
 
+    /// Bytes of model state one call reads: weights, a KV cache — what a real step streams
+    /// from memory because every other layer's state passed through the cache in between.
+    /// 0 (the default): none worth making cold.
+    fn state_bytes(&self) -> u64 {
+        0
+    }
+
+    /// Hold `copies` copies of the model state; from now on each [`Prepared::run`] uses the
+    /// next copy in turn (`graph_cold` mode). Only called when [`Prepared::state_bytes`] is
+    /// not 0.
+    fn spread_state(&mut self, _copies: usize) -> Result<(), TchError> {
+        Err(TchError::Kind(
+            "this case has no model state to copy".into(),
+        ))
+    }
+
     /// What actually ran, where it can be known (SDPA: the backend chosen).
     fn kernel(&self) -> Option<String> {
         None

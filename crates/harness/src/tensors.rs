@@ -37,3 +37,45 @@ pub fn f64_cpu(t: &Tensor) -> Result<Tensor, TchError> {
 pub fn dims<const N: usize>(d: [usize; N]) -> [i64; N] {
     d.map(|x| x as i64)
 }
+
+/// Bytes of the tensors' elements.
+pub fn bytes_of(ts: &[&Tensor]) -> u64 {
+    ts.iter()
+        .map(|t| (t.numel() * t.kind().elt_size_in_bytes()) as u64)
+        .sum()
+}
+
+/// Copies of a case's model state for `graph_cold` mode ([`crate::Prepared::spread_state`]):
+/// the original tensors and `copies - 1` clones of them, handed out in turn by
+/// [`StateCopies::take`], so that consecutive calls read different memory.
+#[derive(Debug)]
+pub struct StateCopies {
+    sets: Vec<Vec<Tensor>>,
+    next: usize,
+}
+
+impl StateCopies {
+    pub fn new(state: &[&Tensor], copies: usize) -> Result<Self, TchError> {
+        let mut sets = vec![state.iter().map(|t| t.shallow_clone()).collect::<Vec<_>>()];
+        for _ in 1..copies.max(1) {
+            sets.push(
+                state
+                    .iter()
+                    .map(|t| {
+                        let mut c = t.f_empty_like()?;
+                        c.f_copy_(t)?;
+                        Ok(c)
+                    })
+                    .collect::<Result<_, TchError>>()?,
+            );
+        }
+        Ok(StateCopies { sets, next: 0 })
+    }
+
+    /// The next copy's tensors, in the order given to [`StateCopies::new`].
+    pub fn take(&mut self) -> &[Tensor] {
+        let i = self.next % self.sets.len();
+        self.next = (i + 1) % self.sets.len();
+        &self.sets[i]
+    }
+}

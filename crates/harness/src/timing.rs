@@ -86,14 +86,16 @@ pub fn time_calls(
         return if mode == Mode::DeviceCold {
             clock.time_cold(p, iters)
         } else {
-            // device, and graph, whose `p` is a replay
+            // device, and the graph modes, whose `p` is a replay
             clock.time(p, iters)
         };
     }
     device.sync();
     let t0 = Instant::now();
     match mode {
-        Mode::Device | Mode::DeviceCold | Mode::Graph => unreachable!("handled above"),
+        Mode::Device | Mode::DeviceCold | Mode::Graph | Mode::GraphCold => {
+            unreachable!("handled above")
+        }
         Mode::Pipelined => {
             for _ in 0..iters {
                 p.run()?;
@@ -541,8 +543,12 @@ pub fn run_op(
             }
         };
         for (mode, key) in &keys {
+            // a case with no model state has nothing to make cold: its graph row holds
+            if *mode == Mode::GraphCold && device.is_gpu() && prepared.state_bytes() == 0 {
+                continue;
+            }
             let unavailable = match mode {
-                Mode::Graph => crate::graph::available(device).err(),
+                Mode::Graph | Mode::GraphCold => crate::graph::available(device).err(),
                 _ => None,
             };
             if let Some(why) = unavailable {
@@ -562,8 +568,19 @@ pub fn run_op(
             // graph mode times replays of a captured copy of the case
             let mut graphed = None;
             let mut err = err;
-            if *mode == Mode::Graph {
-                match crate::graph::capture(prepared.as_mut(), device, dt) {
+            if mode.is_graph() {
+                let captured = match (mode, clocks[d].as_ref()) {
+                    // its own copy of the case, which the graph then owns with the state's
+                    // copies
+                    (Mode::GraphCold, Ok(clock)) => op
+                        .prepare(variant, problem, dt, device)
+                        .map_err(|f| (f, None))
+                        .and_then(|fresh| {
+                            crate::graph::capture_cold(fresh, device, dt, clock.l2_bytes())
+                        }),
+                    _ => crate::graph::capture(prepared.as_mut(), device, dt),
+                };
+                match captured {
                     Ok((g, e)) => {
                         graphed = Some(g);
                         err = e;

@@ -13,7 +13,7 @@
 //! the first sequence's cache and new rows (appends are exact copies, so any error is a
 //! wrong position or a wrong layout).
 
-use harness::tensors::{f64_cpu, randn};
+use harness::tensors::{StateCopies, bytes_of, f64_cpu, randn};
 use harness::{DType, Device, Failure, Op, Prepared};
 use shapes::{Dims, OpKind, Problem};
 use tch::{Kind, TchError, Tensor};
@@ -33,6 +33,8 @@ struct PreparedAppend {
     new: Tensor,
     prep: Prep,
     bytes: Option<u64>,
+    /// Copies of the cache `cat` reads, taken in turn by [`Prepared::run`] (`graph_cold`).
+    spread: Option<StateCopies>,
 }
 
 impl PreparedAppend {
@@ -58,7 +60,22 @@ impl PreparedAppend {
 
 impl Prepared for PreparedAppend {
     fn run(&mut self) -> Result<(), TchError> {
-        self.forward().map(drop)
+        match self.spread.as_mut() {
+            Some(s) => Tensor::f_cat(&[&s.take()[0], &self.new], -2).map(drop),
+            None => self.forward().map(drop),
+        }
+    }
+    /// `cat` reads the whole cache; the in-place appends touch only the new rows, which no
+    /// number of copies would make cold.
+    fn state_bytes(&self) -> u64 {
+        match self.prep {
+            Prep::Cat => bytes_of(&[&self.cache]),
+            _ => 0,
+        }
+    }
+    fn spread_state(&mut self, copies: usize) -> Result<(), TchError> {
+        self.spread = Some(StateCopies::new(&[&self.cache], copies)?);
+        Ok(())
     }
     fn output(&mut self) -> Result<Tensor, TchError> {
         self.result()?.f_narrow(0, 0, 1)
@@ -137,6 +154,7 @@ impl Op for KvCache {
             new,
             prep,
             bytes,
+            spread: None,
         }))
     }
 }

@@ -16,7 +16,7 @@
 //! the slice checks the same kernel at the same shape without a float64 GEMM of lm_head's
 //! size on every case.
 
-use harness::tensors::{f64_cpu, randn};
+use harness::tensors::{StateCopies, bytes_of, f64_cpu, randn};
 use harness::{DType, Device, Failure, Op, Prepared};
 use shapes::{Dims, OpKind, Problem};
 use tch::{TchError, Tensor};
@@ -33,6 +33,8 @@ struct PreparedLinear {
     w: Tensor,
     /// Output split after the GEMM (fused variants), as column counts.
     split: Option<Vec<i64>>,
+    /// Copies of `w` that [`Prepared::run`] takes in turn (`graph_cold`).
+    spread: Option<StateCopies>,
 }
 
 impl PreparedLinear {
@@ -51,7 +53,11 @@ impl PreparedLinear {
 
 impl Prepared for PreparedLinear {
     fn run(&mut self) -> Result<(), TchError> {
-        let y = self.forward()?;
+        let w = match self.spread.as_mut() {
+            Some(s) => &s.take()[0],
+            None => &self.w,
+        };
+        let y = self.x.f_linear::<Tensor>(w, None)?;
         if let Some(sizes) = &self.split {
             // views only: what a fused projection's caller does next
             drop(y.f_split_with_sizes(sizes.as_slice(), -1)?);
@@ -69,6 +75,15 @@ impl Prepared for PreparedLinear {
         let x = f64_cpu(&self.x.f_narrow(0, 0, rows)?)?;
         let w = f64_cpu(&self.w.f_narrow(0, 0, cols)?)?;
         x.f_matmul(&w.f_transpose(0, 1)?)
+    }
+
+    fn state_bytes(&self) -> u64 {
+        bytes_of(&[&self.w])
+    }
+
+    fn spread_state(&mut self, copies: usize) -> Result<(), TchError> {
+        self.spread = Some(StateCopies::new(&[&self.w], copies)?);
+        Ok(())
     }
 }
 
@@ -109,7 +124,12 @@ impl Op for Linear {
             "fused_gate_up" => Some(vec![n / 2, n / 2]),
             other => return Err(Failure::error(format!("unknown linear variant `{other}`"))),
         };
-        Ok(Box::new(PreparedLinear { x, w, split }))
+        Ok(Box::new(PreparedLinear {
+            x,
+            w,
+            split,
+            spread: None,
+        }))
     }
 }
 

@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use analysis::AnalysisError;
+use analysis::predict::HostModel;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Parser, Subcommand, ValueEnum};
 use rundir::{DType, DeviceId, Mode, Run};
@@ -138,6 +139,11 @@ pub struct PredictArgs {
     /// step captured once and replayed (CUDA/HIP graphs) from the run's graph-mode rows.
     #[arg(long, default_value = "pipelined", value_parser = choice!(Mode))]
     mode: Mode,
+    /// How host costs measured alone are priced in a GPU eager step: as-measured; context
+    /// (times the floor's mixed / blocked); controlled (each row scaled to one host speed
+    /// by its control, then times the context factor). The others are printed beside it.
+    #[arg(long, default_value = "as-measured", value_parser = PossibleValuesParser::new(HostModel::ALL.map(HostModel::as_str)).try_map(|s| s.parse::<HostModel>()))]
+    host_model: HostModel,
 }
 
 #[derive(Debug, clap::Args)]
@@ -272,9 +278,28 @@ fn predict_verb(args: &PredictArgs) -> Result<u8, CliError> {
         device,
         dtype,
         mode: args.mode,
+        host: args.host_model,
     };
     let pred = analysis::predict::predict(&run, &q)?;
     print::prediction(&run, &q, &pred);
+    if q.mode == Mode::Pipelined && device.is_gpu() {
+        let others: Vec<_> = HostModel::ALL
+            .into_iter()
+            .filter(|m| *m != q.host)
+            .filter_map(|m| {
+                let other = analysis::predict::Query {
+                    host: m,
+                    ..q.clone()
+                };
+                Some((m, analysis::predict::predict(&run, &other).ok()?))
+            })
+            .collect();
+        // a run without the floor's mixed / blocked rows (or controls) prices every host
+        // model alike: nothing to show
+        if others.iter().any(|(_, p)| p.step_ns != pred.step_ns) {
+            print::host_model(&run, &q, &pred, &others);
+        }
+    }
     // the user's stack: how much of it is Python and the framework
     if q.profile == StepProfile::Transformers {
         let tch = analysis::predict::Query {

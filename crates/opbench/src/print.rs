@@ -132,11 +132,22 @@ pub fn prediction(run: &Run, q: &Query, pred: &Prediction) {
         );
     }
     let count = |s: Source| pred.components.iter().filter(|c| c.source == s).count();
+    // eltwise sites of a run from before that crate: priced at the floors, as then
+    let sites_at_floor = pred
+        .components
+        .iter()
+        .filter(|c| c.op.is_some() && c.source == Source::Floor)
+        .count();
     println!(
-        "sources: {} sites measured at this batch, {} from fits, {} kinds of call no op crate measures, priced at the dispatch floors:",
+        "sources: {} sites measured at this batch, {} from fits, {} kinds of call priced at the dispatch floors{}:",
         count(Source::Measured),
         count(Source::Fit),
         count(Source::Floor),
+        if sites_at_floor > 0 {
+            format!(" ({sites_at_floor} of them eltwise sites this run has no rows for)")
+        } else {
+            String::new()
+        }
     );
     for u in &pred.plan.other {
         println!("  {:<16} {}", u.name, u.what);
@@ -176,6 +187,55 @@ pub fn prediction(run: &Run, q: &Query, pred: &Prediction) {
                 );
             }
         }
+    }
+}
+
+/// How the host costs were composed, and the step under the other host models beside it.
+pub fn host_model(
+    run: &Run,
+    q: &Query,
+    pred: &Prediction,
+    others: &[(analysis::predict::HostModel, Prediction)],
+) {
+    let mut parts = Vec::new();
+    if let Some((ctl, from_step)) = pred.host_speed {
+        parts.push(format!(
+            "scaled to one host speed (control {:.2} µs per add: {})",
+            ctl / 1e3,
+            if from_step {
+                "the measured step's"
+            } else {
+                "the run's median"
+            }
+        ));
+    }
+    if let Some(c) = pred.context {
+        parts.push(format!(
+            "× {c:.3}, the context factor (floor mixed / blocked: a call among other kinds of call over the same call repeated)"
+        ));
+    }
+    println!(
+        "  host model {}: host costs {}",
+        q.host.as_str(),
+        if parts.is_empty() {
+            "as each row measured them alone".to_string()
+        } else {
+            parts.join(", ")
+        }
+    );
+    let measured = step_row(run, q, q.mode).and_then(|r| r.median_ns);
+    for (m, p) in others {
+        println!(
+            "  host model {} (--host-model {}): {:.3} ms/step{}",
+            m.as_str(),
+            m.as_str(),
+            p.step_ns / 1e6,
+            measured.map_or(String::new(), |s| format!(
+                "; predicted / measured = {:.3} ({:+.1}%)",
+                p.step_ns / s,
+                100.0 * (p.step_ns / s - 1.0)
+            ))
+        );
     }
 }
 

@@ -471,6 +471,7 @@ fn predict_composes_a_hand_made_run() {
             (shapes::OpKind::Rope, _) => "rotate_half",
             (shapes::OpKind::Sdpa, _) => "auto",
             (shapes::OpKind::KvCache, _) => "cat",
+            (shapes::OpKind::Eltwise, _) => "aten",
             _ => continue,
         };
         let t = 10_000.0;

@@ -6,6 +6,9 @@
 //!   `pow(2).mean(-1, keepdim)`, `+ eps`, `rsqrt`, multiply, cast back, multiply by the
 //!   weight. Several kernels, as users run it today.
 //! - `aten`: `rms_norm(x, [width], weight, eps)`.
+//! - `aten_split` (q_norm, k_norm): `aten` over q (k) as the fused step gets them: a
+//!   `[T, heads, D]` view of the fused QKV projection's `[T, (H + 2·Hkv)·D]` output, which
+//!   is not contiguous; whatever ATen does about that (a copy first) is part of the call.
 //! - `fused`: `_fused_rms_norm(x, [width], weight, eps)` where the build has it; an
 //!   `unsupported` row with PyTorch's message where it does not.
 //!
@@ -51,6 +54,7 @@ pub struct RmsNorm;
 enum Variant {
     Hf,
     Aten,
+    AtenSplit,
     Fused,
 }
 
@@ -66,7 +70,7 @@ impl PreparedNorm {
         let width = *self.x.size().last().unwrap_or(&1);
         match self.variant {
             Variant::Hf => hf(&self.x, &self.w, self.eps),
-            Variant::Aten => aten(&self.x, &self.w, self.eps),
+            Variant::Aten | Variant::AtenSplit => aten(&self.x, &self.w, self.eps),
             Variant::Fused => Ok(self
                 .x
                 .f_internal_fused_rms_norm([width], Some(&self.w), self.eps)?
@@ -93,7 +97,11 @@ impl Op for RmsNorm {
     }
 
     fn variants(&self) -> Vec<&'static str> {
-        vec!["hf", "aten", "fused"]
+        vec!["hf", "aten", "aten_split", "fused"]
+    }
+
+    fn applies(&self, variant: &str, problem: &Problem) -> bool {
+        variant != "aten_split" || matches!(problem.site, "q_norm" | "k_norm")
     }
 
     fn prepare(
@@ -109,10 +117,14 @@ impl Op for RmsNorm {
         let variant = match variant {
             "hf" => Variant::Hf,
             "aten" => Variant::Aten,
+            "aten_split" => Variant::AtenSplit,
             "fused" => Variant::Fused,
             other => return Err(Failure::error(format!("unknown rmsnorm variant `{other}`"))),
         };
-        let x = randn(&[rows as i64, width as i64], dt, device, 3)?;
+        let x = match variant {
+            Variant::AtenSplit => split_view(problem, rows, width, dt, device)?,
+            _ => randn(&[rows as i64, width as i64], dt, device, 3)?,
+        };
         let w = near_one(&[width as i64], 0.1, dt, device, 4)?;
         Ok(Box::new(PreparedNorm {
             x,
@@ -121,4 +133,39 @@ impl Op for RmsNorm {
             variant,
         }))
     }
+}
+
+/// q (site `q_norm`) or k (`k_norm`) as the fused step hands them to the norm: `[T, heads,
+/// D]`, a view of the columns of a fused QKV output `[T, (H + 2·Hkv)·D]`.
+fn split_view(
+    problem: &Problem,
+    rows: usize,
+    width: usize,
+    dt: DType,
+    device: Device,
+) -> Result<Tensor, Failure> {
+    let cfg =
+        shapes::ModelConfig::by_name(&problem.model).map_err(|e| Failure::error(e.to_string()))?;
+    let (h, hkv) = (cfg.num_attention_heads, cfg.num_key_value_heads);
+    let (heads, first) = match problem.site {
+        "q_norm" => (h, 0),
+        "k_norm" => (hkv, h),
+        other => {
+            return Err(Failure::error(format!(
+                "aten_split is the fused step's q_norm / k_norm, not `{other}`"
+            )));
+        }
+    };
+    if width != cfg.head_dim || rows % heads != 0 {
+        return Err(Failure::error(format!(
+            "{} rows={rows} width={width} does not match the model's heads",
+            problem.site
+        )));
+    }
+    let t = (rows / heads) as i64;
+    let d = width as i64;
+    let all = randn(&[t, (h + 2 * hkv) as i64 * d], dt, device, 3)?;
+    Ok(all
+        .f_narrow(1, first as i64 * d, heads as i64 * d)?
+        .f_view([t, heads as i64, d])?)
 }

@@ -15,6 +15,11 @@ fn every_variant_matches_float64_or_says_unsupported() {
     assert_eq!(ps.len(), 5);
     for p in &ps {
         for v in op.variants() {
+            if !op.applies(v, p) {
+                assert_eq!(v, "aten_split");
+                assert!(!matches!(p.site, "q_norm" | "k_norm"), "{}", p.site);
+                continue;
+            }
             let mut prepared = op.prepare(v, p, DType::F32, Device::CPU).unwrap();
             match prepared.check() {
                 Ok(check) => {

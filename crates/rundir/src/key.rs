@@ -85,13 +85,26 @@ names! {
         /// events behind a lead, per call: kernel time plus the graph's own gaps, no host
         /// dispatch. GPU only (schema 4).
         Graph = "graph",
+        /// As `graph`, but each captured call reads its own copy of the case's model state
+        /// (weights, KV cache), enough copies to pass twice the last-level cache: the state
+        /// comes from memory, as in a step that streams every layer's weights. Cases with no
+        /// such state get no row. GPU only (schema 5).
+        GraphCold = "graph_cold",
     }
 }
 
 impl Mode {
     /// Timed by GPU events (device time), not by the host's clock.
     pub fn is_device(self) -> bool {
-        matches!(self, Mode::Device | Mode::DeviceCold | Mode::Graph)
+        matches!(
+            self,
+            Mode::Device | Mode::DeviceCold | Mode::Graph | Mode::GraphCold
+        )
+    }
+
+    /// Replays of a captured graph (`graph`, `graph_cold`).
+    pub fn is_graph(self) -> bool {
+        matches!(self, Mode::Graph | Mode::GraphCold)
     }
 }
 

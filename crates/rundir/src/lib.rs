@@ -40,7 +40,8 @@ use std::path::PathBuf;
 /// - 3: status `skipped` (a single call over the cap), env.json `torch_settings`.
 /// - 4: mode `graph` (replays of a captured CUDA/HIP graph); `traces.csv` and
 ///   `kernels.csv` from the trace pass.
-pub const SCHEMA_VERSION: u32 = 4;
+/// - 5: mode `graph_cold`, op `eltwise`.
+pub const SCHEMA_VERSION: u32 = 5;
 
 /// The oldest schema version the readers accept.
 pub const OLDEST_READABLE: u32 = 1;

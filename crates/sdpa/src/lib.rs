@@ -22,7 +22,7 @@
 //! Reference: float64 on the CPU for the first sequence and the last (up to) 64 queries,
 //! which attend to the most keys, against all keys with the causal offset of the cache.
 
-use harness::tensors::{f64_cpu, randn};
+use harness::tensors::{StateCopies, bytes_of, f64_cpu, randn};
 use harness::{DType, Device, Failure, Op, Prepared};
 use shapes::{Dims, OpKind, Problem};
 use tch::{Kind, TchError, Tensor};
@@ -54,6 +54,8 @@ struct PreparedSdpa {
     variant: Variant,
     kernel: Option<String>,
     note: Option<String>,
+    /// Copies of `k_in`, `v_in` that [`Prepared::run`] takes in turn (`graph_cold`).
+    spread: Option<StateCopies>,
 }
 
 fn call(
@@ -103,7 +105,22 @@ impl PreparedSdpa {
 
 impl Prepared for PreparedSdpa {
     fn run(&mut self) -> Result<(), TchError> {
-        self.forward().map(drop)
+        match self.spread.as_mut() {
+            Some(s) => {
+                let kv = s.take();
+                call(self.variant, &self.q, &kv[0], &kv[1], self.causal).map(drop)
+            }
+            None => self.forward().map(drop),
+        }
+    }
+
+    fn state_bytes(&self) -> u64 {
+        bytes_of(&[&self.k_in, &self.v_in])
+    }
+
+    fn spread_state(&mut self, copies: usize) -> Result<(), TchError> {
+        self.spread = Some(StateCopies::new(&[&self.k_in, &self.v_in], copies)?);
+        Ok(())
     }
 
     fn output(&mut self) -> Result<Tensor, TchError> {
@@ -242,6 +259,7 @@ impl Op for Sdpa {
             variant,
             kernel,
             note,
+            spread: None,
         }))
     }
 }

@@ -61,6 +61,25 @@ impl StepProfile {
         }
     }
 
+    /// The floor variants whose ratio is the host's context factor for this profile's calls
+    /// (`mixed`, `blocked`: the same one-element calls switching kind on every call or in
+    /// runs of a kind): Python's for transformers, libtorch's otherwise.
+    pub fn context_floors(self) -> (&'static str, &'static str) {
+        match self {
+            StepProfile::Transformers => ("py-mixed", "py-blocked"),
+            _ => ("mixed", "blocked"),
+        }
+    }
+
+    /// What a run from before `variant` existed measured in its place: the same call over a
+    /// contiguous input (`aten_split` → `aten`). `None`: no stand-in.
+    pub fn stand_in(variant: &str) -> Option<&'static str> {
+        match variant {
+            "aten_split" => Some("aten"),
+            _ => None,
+        }
+    }
+
     /// The variant this profile runs at an op's site; `None` where it does not call that
     /// site (a fused profile's separate q/k/v, say).
     pub fn variant(self, op: OpKind, site: &str) -> Option<&'static str> {
@@ -84,10 +103,20 @@ impl StepProfile {
                 ("qkv_proj" | "gate_up_proj", false) => None,
                 _ => Some("aten"),
             },
-            OpKind::RmsNorm => Some(if fused { "aten" } else { "hf" }),
+            // the fused step's q and k are views of the fused projection's output
+            OpKind::RmsNorm => Some(match (fused, site) {
+                (true, "q_norm" | "k_norm") => "aten_split",
+                (true, _) => "aten",
+                (false, _) => "hf",
+            }),
             OpKind::Rope => Some(if site == "cache" { "hf" } else { "rotate_half" }),
             OpKind::Sdpa => Some("auto"),
             OpKind::KvCache => Some(if fused { "index_copy" } else { "cat" }),
+            // the fused step's SiLU and product read the halves of one gate_up output
+            OpKind::Eltwise => Some(match (fused, site) {
+                (true, "silu" | "swiglu_mul") => "chunk",
+                _ => "aten",
+            }),
             OpKind::Floor | OpKind::Decode | OpKind::Ceiling => None,
         }
     }
@@ -140,53 +169,11 @@ type OtherRow = (&'static str, CallKind, [usize; 3], [usize; 3], &'static str);
 
 const OTHER: &[OtherRow] = &[
     (
-        "residual_add",
-        CallKind::Kernel,
-        [2, 2, 2],
-        [0, 0, 0],
-        "hidden + attention output, hidden + MLP output",
-    ),
-    (
-        "silu",
-        CallKind::Kernel,
-        [1, 1, 1],
-        [0, 0, 0],
-        "act_fn(gate_proj(x))",
-    ),
-    (
-        "swiglu_mul",
-        CallKind::Kernel,
-        [1, 1, 1],
-        [0, 0, 0],
-        "act_fn(gate) * up",
-    ),
-    (
-        "attn_contiguous",
-        CallKind::Kernel,
-        [1, 1, 1],
-        [0, 0, 0],
-        "attn_output.transpose(1, 2).contiguous()",
-    ),
-    (
-        "embedding",
-        CallKind::Kernel,
-        [0, 0, 0],
-        [1, 1, 1],
-        "embed_tokens(input_ids)",
-    ),
-    (
         "positions",
         CallKind::Kernel,
         [0, 0, 0],
         [1, 2, 1],
         "position ids (fused: and the static cache's positions)",
-    ),
-    (
-        "argmax",
-        CallKind::Kernel,
-        [0, 0, 0],
-        [1, 1, 1],
-        "greedy choice of the next token",
     ),
     (
         "views",

@@ -18,6 +18,9 @@ pub enum OpKind {
     Rope,
     Sdpa,
     KvCache,
+    /// The element-wise calls between the ops: residual adds, SiLU, the SwiGLU product and
+    /// the attention output's `transpose(1, 2).contiguous()`.
+    Eltwise,
     /// The dispatch floor: the smallest op there is (a one-element add).
     Floor,
     /// A whole decoder forward (site `step`): what the ops add up to.
@@ -27,12 +30,13 @@ pub enum OpKind {
 }
 
 impl OpKind {
-    pub const ALL: [OpKind; 8] = [
+    pub const ALL: [OpKind; 9] = [
         OpKind::Linear,
         OpKind::RmsNorm,
         OpKind::Rope,
         OpKind::Sdpa,
         OpKind::KvCache,
+        OpKind::Eltwise,
         OpKind::Floor,
         OpKind::Decode,
         OpKind::Ceiling,
@@ -45,6 +49,7 @@ impl OpKind {
             OpKind::Rope => "rope",
             OpKind::Sdpa => "sdpa",
             OpKind::KvCache => "kvcache",
+            OpKind::Eltwise => "eltwise",
             OpKind::Floor => "floor",
             OpKind::Decode => "decode",
             OpKind::Ceiling => "ceiling",
@@ -195,8 +200,14 @@ pub enum Dims {
         new_len: usize,
         head_dim: usize,
     },
-    /// An elementwise op over `numel` elements (the dispatch floor).
+    /// A binary element-wise op over `numel` elements (the dispatch floor, a residual add).
     Elementwise { numel: usize },
+    /// A unary element-wise op over `numel` elements (SiLU).
+    Unary { numel: usize },
+    /// An index-returning reduction of each of `rows` vectors of `width` (argmax).
+    Reduce { rows: usize, width: usize },
+    /// `rows` rows of `width` gathered from a table (the embedding lookup).
+    Gather { rows: usize, width: usize },
     /// A device-to-device copy of `numel` elements.
     Copy { numel: usize },
     /// A whole forward of a dense model: `batch` sequences, `q_len` new tokens on
@@ -248,7 +259,10 @@ impl fmt::Display for Dims {
                 "batch={batch} kv_heads={kv_heads} cache_len={cache_len} new_len={new_len} \
                  head_dim={head_dim}"
             ),
-            Dims::Elementwise { numel } => write!(f, "numel={numel}"),
+            Dims::Elementwise { numel } | Dims::Unary { numel } => write!(f, "numel={numel}"),
+            Dims::Reduce { rows, width } | Dims::Gather { rows, width } => {
+                write!(f, "rows={rows} width={width}")
+            }
             Dims::Copy { numel } => write!(f, "numel={numel}"),
             Dims::Step {
                 batch,
@@ -375,7 +389,8 @@ impl Problem {
     /// - sdpa: 4·D per attended (query, key) pair and head (QKᵀ and P·V, 2·D each); a causal
     ///   call attends to q·L + q(q+1)/2 pairs per sequence, not q·(L+q).
     /// - kvcache: 0 (pure data movement).
-    /// - elementwise: 1 per element.
+    /// - elementwise (binary or unary): 1 per element; argmax 1 per element read; copies and
+    ///   gathers 0.
     ///
     /// Saturates at `u64::MAX`; [`Self::checked_flops`] says when it would.
     pub fn flops(&self) -> u64 {
@@ -413,8 +428,9 @@ impl Problem {
                 ..
             } => 4 * u(batch) * u(q_heads) * u(head_dim) * attended_pairs(q_len, kv_len, causal),
             Dims::KvCache { .. } => W(0),
-            Dims::Elementwise { numel } => u(numel),
-            Dims::Copy { .. } => W(0),
+            Dims::Elementwise { numel } | Dims::Unary { numel } => u(numel),
+            Dims::Reduce { rows, width } => u(rows) * u(width),
+            Dims::Copy { .. } | Dims::Gather { .. } => W(0),
             Dims::Step { .. } => W(self.step_work.map_or(0, |w| u128::from(w.flops))),
         };
         count.0
@@ -430,7 +446,9 @@ impl Problem {
     ///   counted, so a kernel that materialises them shows a lower effective GB/s.
     /// - kvcache: read the new rows and write them into the cache, 2·B·Hkv·q·D·elem; a
     ///   variant that copies the whole cache (DynamicCache's `cat`) states its own count.
-    /// - elementwise (binary): 3·numel·elem.
+    /// - elementwise (binary): 3·numel·elem; unary and copies: 2·numel·elem.
+    /// - argmax (reduce): rows·width·elem + 8·rows (the int64 indices); embedding (gather):
+    ///   2·rows·width·elem.
     ///
     /// Saturates at `u64::MAX`; [`Self::checked_bytes`] says when it would.
     pub fn bytes(&self, elem: usize) -> u64 {
@@ -479,7 +497,11 @@ impl Problem {
             // two inputs read, one output written
             Dims::Elementwise { numel } => 3 * u(numel) * e,
             // read once, written once
-            Dims::Copy { numel } => 2 * u(numel) * e,
+            Dims::Unary { numel } | Dims::Copy { numel } => 2 * u(numel) * e,
+            // read every element, write one int64 index per row
+            Dims::Reduce { rows, width } => u(rows) * u(width) * e + 8 * u(rows),
+            // read the rows, write them (the ids are noise)
+            Dims::Gather { rows, width } => 2 * u(rows) * u(width) * e,
             Dims::Step { .. } => self.step_work.map_or(W(0), |w| {
                 (W(u128::from(w.weight_elems)) + W(u128::from(w.kv_elems))) * e
             }),
@@ -696,5 +718,31 @@ pub fn derive(cfg: &ModelConfig, step: Step) -> Vec<Problem> {
             layers,
         ));
     }
+    let elt = |site, dims, calls| mk(OpKind::Eltwise, site, None, dims, calls);
+    // hidden + attention output, hidden + MLP output
+    out.push(elt(
+        "residual_add",
+        Dims::Elementwise {
+            numel: t.saturating_mul(e),
+        },
+        2 * layers,
+    ));
+    if !cfg.is_moe() {
+        let numel = t.saturating_mul(i);
+        out.push(elt("silu", Dims::Unary { numel }, layers));
+        out.push(elt("swiglu_mul", Dims::Elementwise { numel }, layers));
+    }
+    // attn_output.transpose(1, 2).contiguous(): a copy in prefill; at q = 1 the transposed
+    // view is contiguous already, so nothing is copied (numel 0) and no kernel runs
+    let moved = if q == 1 {
+        0
+    } else {
+        t.saturating_mul(h).saturating_mul(d)
+    };
+    out.push(elt("attn_contiguous", Dims::Copy { numel: moved }, layers));
+    // once per step: the embedding lookup of the step's tokens, and the greedy choice of
+    // the next token from the last position's logits
+    out.push(elt("embedding", Dims::Gather { rows: t, width: e }, 1));
+    out.push(elt("argmax", Dims::Reduce { rows: b, width: v }, 1));
     out
 }
