@@ -8,7 +8,7 @@
 //! | `OPBENCH_GPU` | `0` | which GPU index `gpu`/`all` means |
 //! | `OPBENCH_DTYPE` | grid's per device | restrict to these dtypes (`f32,f16,bf16`) |
 //! | `OPBENCH_PROFILE` | `default` | grid profile in `shapes/grid.toml` (`quick` for CI) |
-//! | `OPBENCH_MODES` | `pipelined,synced` | timing modes: also `device`, `device_cold`, `graph` (GPU) |
+//! | `OPBENCH_MODES` | `pipelined,synced` | timing modes: also `device`, `device_cold`, `graph`, `graph_cold` (GPU) |
 //! | `OPBENCH_OUT` | `<workspace>/target/opbench` | where `runs/<run_id>/` goes |
 //! | `OPBENCH_RUN` | a UTC timestamp | run id; one `cargo bench` lands in one run |
 //! | `OPBENCH_SAMPLES` | 20 | samples per case (criterion's sample size) |

@@ -136,7 +136,8 @@ pub struct PredictArgs {
     #[arg(long, value_parser = PossibleValuesParser::new(["f32", "f16", "bf16"]).try_map(|s| s.parse::<DType>()))]
     dtype: Option<DType>,
     /// Timing mode to compose: pipelined is what an eager decode loop sees; graph prices the
-    /// step captured once and replayed (CUDA/HIP graphs) from the run's graph-mode rows.
+    /// step captured once and replayed (CUDA/HIP graphs) from the run's graph_cold rows
+    /// where it has them, else its graph rows.
     #[arg(long, default_value = "pipelined", value_parser = choice!(Mode))]
     mode: Mode,
     /// How host costs measured alone are priced in a GPU eager step: as-measured; context
