@@ -16,7 +16,7 @@
 //! | `OPBENCH_MEASURE_MS` | 400 | measurement time per case |
 //! | `OPBENCH_THREADS` | libtorch's default | CPU threads (`torch.set_num_threads`) |
 //! | `OPBENCH_SHAPES` | `shapes/` found upward | folder with model files and `grid.toml` |
-//! | `OPBENCH_CALL_CAP_MS` | `1000` | a case whose one call takes longer is a `skipped` row (0: no cap) |
+//! | `OPBENCH_CALL_CAP_MS` | `1000` | a case whose first two calls each take longer is a `skipped` row (0: no cap) |
 //! | `OPBENCH_TRACE` | unset | a trace pass instead of timing: `kineto` (or `1`), `logs` (GPU libraries' logs); writes traces.csv, kernels.csv |
 //! | `OPBENCH_L2_BYTES` | the runtime's, else 256 MiB | last-level cache the `device_cold` mode flushes |
 
@@ -63,8 +63,8 @@ pub struct Config {
     /// `OPBENCH_L2_BYTES`: the last-level cache `device_cold` flushes, where the runtime
     /// reports none or the wrong one (AMD's Infinity Cache is not its L2).
     pub l2_bytes: Option<u64>,
-    /// `OPBENCH_CALL_CAP_MS`: a case whose single call takes longer is not measured (a
-    /// `skipped` row says how long it took): criterion would hold the run for samples ×
+    /// `OPBENCH_CALL_CAP_MS`: a case whose first two calls each take longer is not measured
+    /// (a `skipped` row says how long they took; the first alone may be one-time setup): criterion would hold the run for samples ×
     /// that call. `None` (0): no cap.
     pub call_cap: Option<Duration>,
     /// `OPBENCH_CONTROL=0` turns off the host-speed control measured before every sample.

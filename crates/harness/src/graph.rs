@@ -291,5 +291,30 @@ mod tests {
             g.run().unwrap();
         }
         gpu.sync();
+        // an integer output (argmax) is poisoned with -1, not NaN (which tch panics on)
+        let x = crate::tensors::randn(&[4, 1000], DType::F16, gpu, 5).unwrap();
+        let mut argmax = Argmax(x);
+        let (_, err) = capture(&mut argmax, gpu, DType::F16).expect("an argmax captures");
+        assert_eq!(err, 0.0);
+        // a case that runs several calls per run: the graph holds runs × calls
+        let mut mixed = Floor
+            .prepare("mixed", &Problem::floor(), DType::F16, gpu)
+            .unwrap();
+        let (g, _) = capture(mixed.as_mut(), gpu, DType::F16).expect("the mix captures");
+        assert_eq!(g.calls_per_run(), 16 * mixed.calls_per_run());
+    }
+
+    struct Argmax(Tensor);
+
+    impl Prepared for Argmax {
+        fn run(&mut self) -> Result<(), TchError> {
+            self.0.f_argmax(-1, false).map(drop)
+        }
+        fn output(&mut self) -> Result<Tensor, TchError> {
+            self.0.f_argmax(-1, false)
+        }
+        fn reference(&mut self) -> Result<Tensor, TchError> {
+            crate::tensors::f64_cpu(&self.0)?.f_argmax(-1, false)
+        }
     }
 }

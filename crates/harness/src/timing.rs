@@ -207,18 +207,30 @@ fn preflight_inner(
     };
     let mut p = op.prepare(variant, problem, dt, device).map_err(refuse)?;
     if let Some(cap) = cap {
-        // one call, before the float64 reference (which costs more than the call): a case
-        // whose single call is over the cap would hold the run for samples × that long
-        let t0 = Instant::now();
-        p.run().map_err(|e| refuse(e.into()))?;
-        device.sync();
-        let took = t0.elapsed();
-        if took > cap {
+        // before the float64 reference (which costs more than the call): a case whose
+        // single call is over the cap would hold the run for samples × that long. A first
+        // call may pay one-time setup (a kernel module loaded, a cuDNN plan built: 1.1 s
+        // for SDPA at B = 64 on the H200), so only a second call over the cap skips it
+        let mut took = Vec::with_capacity(2);
+        for _ in 0..2 {
+            let t0 = Instant::now();
+            p.run().map_err(|e| refuse(e.into()))?;
+            device.sync();
+            took.push(t0.elapsed());
+            if took[took.len() - 1] <= cap {
+                break;
+            }
+        }
+        if took.iter().all(|t| *t > cap) {
+            let ms: Vec<String> = took
+                .iter()
+                .map(|t| format!("{:.0}", t.as_secs_f64() * 1e3))
+                .collect();
             return Err(refuse(Failure {
                 status: Status::Skipped,
                 reason: format!(
-                    "one call took {:.0} ms, over the {} ms cap (OPBENCH_CALL_CAP_MS; 0 measures it)",
-                    took.as_secs_f64() * 1e3,
+                    "two calls took {} ms, over the {} ms cap (OPBENCH_CALL_CAP_MS; 0 measures it)",
+                    ms.join(" and "),
                     cap.as_millis()
                 ),
             }));

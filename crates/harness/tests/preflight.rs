@@ -146,3 +146,76 @@ fn a_gpu_is_selected_exactly_when_it_is_visible() {
     }
     assert_eq!(Device::CPU.to_string(), "cpu");
 }
+
+/// An op whose calls sleep: the first `slow_first` calls for 60 ms, the others not at all.
+struct Sleepy(usize);
+
+struct SleepyPrepared {
+    x: Tensor,
+    calls: usize,
+    slow_first: usize,
+}
+
+impl Prepared for SleepyPrepared {
+    fn run(&mut self) -> Result<(), TchError> {
+        self.calls += 1;
+        if self.calls <= self.slow_first {
+            std::thread::sleep(std::time::Duration::from_millis(60));
+        }
+        Ok(())
+    }
+    fn output(&mut self) -> Result<Tensor, TchError> {
+        self.x.f_add_scalar(0.0)
+    }
+    fn reference(&mut self) -> Result<Tensor, TchError> {
+        self.x.f_to_kind(tch::Kind::Double)
+    }
+}
+
+impl Op for Sleepy {
+    fn kind(&self) -> OpKind {
+        OpKind::Floor
+    }
+    fn variants(&self) -> Vec<&'static str> {
+        vec!["x"]
+    }
+    fn prepare(
+        &self,
+        _: &str,
+        _: &Problem,
+        _: DType,
+        _: Device,
+    ) -> Result<Box<dyn Prepared>, Failure> {
+        let x = Tensor::f_ones([4], (tch::Kind::Float, tch::Device::Cpu))?;
+        Ok(Box::new(SleepyPrepared {
+            x,
+            calls: 0,
+            slow_first: self.0,
+        }))
+    }
+}
+
+/// A first call over the cap (one-time setup) does not skip a case; two do.
+#[test]
+fn only_a_second_call_over_the_cap_skips_a_case() {
+    let cap = Some(std::time::Duration::from_millis(30));
+    let run = |slow| {
+        preflight(
+            &Sleepy(slow),
+            "x",
+            &Problem::floor(),
+            DType::F32,
+            Device::CPU,
+            cap,
+        )
+    };
+    assert!(run(0).is_ok());
+    assert!(run(1).is_ok(), "a slow first call alone skipped the case");
+    let r = run(2).err().unwrap();
+    assert_eq!(r.failure.status, Status::Skipped);
+    assert!(
+        r.failure.reason.starts_with("two calls took "),
+        "{}",
+        r.failure.reason
+    );
+}

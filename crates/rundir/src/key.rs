@@ -63,7 +63,7 @@ names! {
         Mismatch = "mismatch",
         /// Anything else went wrong.
         Error = "error",
-        /// Not measured on purpose: one call took longer than the cap (schema 3).
+        /// Not measured on purpose: its first two calls each took longer than the cap (schema 3).
         Skipped = "skipped",
     }
 }
