@@ -333,6 +333,12 @@ def main(argv):
                     extra = cache.get_seq_length() - ctx
                     if extra > 0:
                         cache.crop(-extra)
+                        # crop leaves each layer's keys and values as views of the longer
+                        # tensors, whose next `cat` then reads strided memory; a cache of L
+                        # tokens built step by step is contiguous (as generate()'s is)
+                        for layer_ in cache.layers:
+                            layer_.keys = layer_.keys.contiguous()
+                            layer_.values = layer_.values.contiguous()
 
                 # every sample starts from L: crop what the steps appended, before it
                 times, n = timer.pipelined(step, before=crop, max_calls=16)
