@@ -247,20 +247,6 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
         .ok_rows()
         .filter(|r| r.dtype == q.dtype && r.device == q.device && r.phase == Phase::Decode)
         .collect();
-    let find =
-        |op: OpKind, variant: &str, site: &str, batch: usize, kv: Option<usize>, mode: Mode| {
-            rows.iter()
-                .find(|r| {
-                    r.op == op
-                        && r.variant == variant
-                        && r.site == site
-                        && (r.model == q.model.name || r.model == "none")
-                        && r.batch == batch
-                        && r.kv_len == kv
-                        && r.mode == mode
-                })
-                .and_then(|r| r.median_ns)
-        };
     let row_of =
         |op: OpKind, variant: &str, site: &str, batch: usize, kv: Option<usize>, mode: Mode| {
             rows.iter().copied().find(|r| {
@@ -272,6 +258,10 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
                     && r.kv_len == kv
                     && r.mode == mode
             })
+        };
+    let find =
+        |op: OpKind, variant: &str, site: &str, batch: usize, kv: Option<usize>, mode: Mode| {
+            row_of(op, variant, site, batch, kv, mode).and_then(|r| r.median_ns)
         };
     let elem = q.dtype.size();
     let python = q.profile == StepProfile::Transformers;
@@ -290,10 +280,9 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
     // a run without the view floor prices a view as a kernel's dispatch: an upper bound
     let floor_view = floor(view, q.mode).unwrap_or(floor_kernel);
     let floor_device = floor("add", Mode::Device);
-    // what switching between kinds of call costs the host, over the same calls in runs of
-    // a kind (the way an op case repeats its call): applied to host costs on a GPU, where
-    // the host cost is dispatch and launch; on the CPU a call's host time is its work too,
-    // which switching does not slow the same way, so it is reported, not applied
+    // the host models (context factor, host-speed scaling) apply to a GPU's eager step,
+    // whose host cost is dispatch and launch; on the CPU a call's host time is its work
+    // too, which neither describes, and a graph has no host cost per call
     let eager_gpu = gpu && !graph;
     let adjust = eager_gpu && q.host == HostModel::Controlled;
     // the host speed to price at: the measured step's control, else the run's median
@@ -316,6 +305,8 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
             _ => 1.0,
         }
     };
+    // what switching between kinds of call costs the host, over the same calls in runs of
+    // a kind (the way an op case repeats its call)
     let (mixed, blocked) = q.profile.context_floors();
     let per_call_at_speed = |variant: &str| {
         row_of(OpKind::Floor, variant, "add1", 1, None, q.mode)
