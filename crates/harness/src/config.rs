@@ -8,7 +8,7 @@
 //! | `OPBENCH_GPU` | `0` | which GPU index `gpu`/`all` means |
 //! | `OPBENCH_DTYPE` | grid's per device | restrict to these dtypes (`f32,f16,bf16`) |
 //! | `OPBENCH_PROFILE` | `default` | grid profile in `shapes/grid.toml` (`quick` for CI) |
-//! | `OPBENCH_MODES` | `pipelined,synced` | timing modes: also `device`, `device_cold`, `graph`, `graph_cold` (GPU) |
+//! | `OPBENCH_MODES` | `pipelined,synced` | timing modes: also `pipelined_cold`; `device`, `device_cold`, `graph`, `graph_cold` (GPU) |
 //! | `OPBENCH_OUT` | `<workspace>/target/opbench` | where `runs/<run_id>/` goes |
 //! | `OPBENCH_RUN` | a UTC timestamp | run id; one `cargo bench` lands in one run |
 //! | `OPBENCH_SAMPLES` | 20 | samples per case (criterion's sample size) |
@@ -18,7 +18,7 @@
 //! | `OPBENCH_SHAPES` | `shapes/` found upward | folder with model files and `grid.toml` |
 //! | `OPBENCH_CALL_CAP_MS` | `1000` | a case whose first two calls each take longer is a `skipped` row (0: no cap) |
 //! | `OPBENCH_TRACE` | unset | a trace pass instead of timing: `kineto` (or `1`), `logs` (GPU libraries' logs); writes traces.csv, kernels.csv |
-//! | `OPBENCH_L2_BYTES` | the runtime's, else 256 MiB | last-level cache the `device_cold` mode flushes |
+//! | `OPBENCH_L2_BYTES` | the runtime's (CPU: sysfs on Linux), else 256 MiB | last-level cache `device_cold` flushes and the cold modes pass |
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

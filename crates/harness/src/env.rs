@@ -224,3 +224,71 @@ mod tests {
         assert!(!got.contains_key("HOME") && !got.contains_key("OPBENCH_SAMPLES"));
     }
 }
+
+/// The CPU's last-level cache in bytes, from sysfs (Linux; the highest cache level of CPU
+/// 0), or `None` where it cannot be read.
+pub fn last_level_cache() -> Option<u64> {
+    #[cfg(target_os = "linux")]
+    {
+        let dir = std::path::Path::new("/sys/devices/system/cpu/cpu0/cache");
+        let mut best: Option<(u32, u64)> = None;
+        for entry in std::fs::read_dir(dir).ok()?.flatten() {
+            let read = |f: &str| std::fs::read_to_string(entry.path().join(f)).ok();
+            let (Some(level), Some(size)) = (read("level"), read("size")) else {
+                continue;
+            };
+            let Ok(level) = level.trim().parse::<u32>() else {
+                continue;
+            };
+            let Some(bytes) = parse_cache_size(size.trim()) else {
+                continue;
+            };
+            if best.is_none_or(|(l, _)| level > l) {
+                best = Some((level, bytes));
+            }
+        }
+        best.map(|(_, b)| b)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        None
+    }
+}
+
+/// sysfs's cache size: `32K`, `1024K`, `32M` or a plain byte count.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+fn parse_cache_size(s: &str) -> Option<u64> {
+    let (digits, unit) = match s.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((i, _)) => s.split_at(i),
+        None => (s, ""),
+    };
+    let n: u64 = digits.parse().ok()?;
+    let mult = match unit {
+        "" => 1,
+        "K" => 1 << 10,
+        "M" => 1 << 20,
+        "G" => 1 << 30,
+        _ => return None,
+    };
+    n.checked_mul(mult)
+}
+
+#[cfg(test)]
+mod cache_tests {
+    use super::*;
+
+    #[test]
+    fn cache_sizes_read_as_sysfs_writes_them() {
+        assert_eq!(parse_cache_size("32K"), Some(32 << 10));
+        assert_eq!(parse_cache_size("105M"), Some(105 << 20));
+        assert_eq!(parse_cache_size("4096"), Some(4096));
+        assert_eq!(parse_cache_size("12X"), None);
+        assert_eq!(parse_cache_size(""), None);
+        if cfg!(target_os = "linux") {
+            // where sysfs has caches, the last level is at least a megabyte
+            if let Some(b) = last_level_cache() {
+                assert!(b >= 1 << 20, "{b}");
+            }
+        }
+    }
+}

@@ -96,7 +96,8 @@ pub fn time_calls(
         Mode::Device | Mode::DeviceCold | Mode::Graph | Mode::GraphCold => {
             unreachable!("handled above")
         }
-        Mode::Pipelined => {
+        // pipelined_cold's `p` takes its copies of the state in turn
+        Mode::Pipelined | Mode::PipelinedCold => {
             for _ in 0..iters {
                 p.run()?;
             }
@@ -555,9 +556,42 @@ pub fn run_op(
             }
         };
         for (mode, key) in &keys {
-            // a case with no model state has nothing to make cold: its graph row holds
-            if *mode == Mode::GraphCold && device.is_gpu() && prepared.state_bytes() == 0 {
+            // a case with no model state has nothing to make cold: its graph (pipelined) row
+            // holds
+            let cold = matches!(mode, Mode::GraphCold | Mode::PipelinedCold);
+            if cold
+                && (device.is_gpu() || *mode == Mode::PipelinedCold)
+                && prepared.state_bytes() == 0
+            {
                 continue;
+            }
+            // pipelined_cold: its own copy of the case, spread over copies of its state
+            let mut spread = None;
+            if *mode == Mode::PipelinedCold {
+                let llc = config
+                    .l2_bytes
+                    .or_else(|| clocks[d].as_ref().ok().map(DeviceClock::l2_bytes))
+                    .or_else(|| {
+                        (!device.is_gpu())
+                            .then(crate::env::last_level_cache)
+                            .flatten()
+                    })
+                    .unwrap_or(256 << 20);
+                let fresh = op.prepare(variant, problem, dt, device).and_then(|mut f| {
+                    let state = f.state_bytes();
+                    let (copies, _) = crate::graph::cold_copies(state, llc, 1);
+                    f.spread_state(copies).map_err(Failure::from)?;
+                    Ok((f, state, copies, llc))
+                });
+                match fresh {
+                    Ok(x) => spread = Some(x),
+                    Err(failure) => {
+                        let mut row = base_row(&run_id, key, problem, dt, failure.status);
+                        row.note = Some(failure.reason);
+                        sink.write(&row, &[])?;
+                        continue;
+                    }
+                }
             }
             let unavailable = match mode {
                 Mode::Graph | Mode::GraphCold => crate::graph::available(device).err(),
@@ -606,9 +640,10 @@ pub fn run_op(
                     }
                 }
             }
-            let timed: &mut dyn Prepared = match graphed.as_mut() {
-                Some(g) => g,
-                None => prepared.as_mut(),
+            let timed: &mut dyn Prepared = match (graphed.as_mut(), spread.as_mut()) {
+                (Some(g), _) => g,
+                (None, Some((s, ..))) => s.as_mut(),
+                (None, None) => prepared.as_mut(),
             };
             let (mut row, samples) = time_case(
                 &mut group,
@@ -630,6 +665,18 @@ pub fn run_op(
                 clocks[d].as_mut().ok(),
                 controls[d].as_mut().map(|c| &mut **c as &mut dyn Prepared),
             );
+            if let Some((_, state, copies, llc)) = spread {
+                let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+                let what = format!(
+                    "{copies} copies of the state taken in turn ({:.1} MiB each, last-level cache {:.1} MiB)",
+                    mib(state),
+                    mib(llc)
+                );
+                row.note = Some(match row.note.take() {
+                    Some(n) => format!("{n}; {what}"),
+                    None => what,
+                });
+            }
             row.max_rel_err = Some(err);
             sink.write(&row, &samples)?;
         }

@@ -201,3 +201,110 @@ fn every_case_ends_as_a_row_with_its_samples_or_its_reason() {
     first.sort();
     assert_eq!(same_cases, first);
 }
+
+/// An op with model state (a "weight") and one without.
+struct WithState;
+
+struct S {
+    x: Tensor,
+    w: Tensor,
+    copies: Vec<Tensor>,
+    next: usize,
+}
+
+impl Prepared for S {
+    fn run(&mut self) -> Result<(), TchError> {
+        let w = if self.copies.is_empty() {
+            &self.w
+        } else {
+            self.next = (self.next + 1) % self.copies.len();
+            &self.copies[self.next]
+        };
+        self.x.f_mul(w).map(drop)
+    }
+    fn output(&mut self) -> Result<Tensor, TchError> {
+        self.x.f_mul(&self.w)
+    }
+    fn reference(&mut self) -> Result<Tensor, TchError> {
+        self.x.f_mul(&self.w)?.f_to_kind(tch::Kind::Double)
+    }
+    fn state_bytes(&self) -> u64 {
+        (self.w.numel() * 4) as u64
+    }
+    fn spread_state(&mut self, copies: usize) -> Result<(), TchError> {
+        self.copies = (0..copies).map(|_| self.w.copy()).collect();
+        Ok(())
+    }
+}
+
+impl Op for WithState {
+    fn kind(&self) -> OpKind {
+        OpKind::Floor
+    }
+    fn variants(&self) -> Vec<&'static str> {
+        vec!["weighted", "stateless"]
+    }
+    fn problems(&self, _: &Config) -> Vec<Problem> {
+        vec![Problem::floor()]
+    }
+    fn prepare(
+        &self,
+        variant: &str,
+        _: &Problem,
+        _: DType,
+        _: Device,
+    ) -> Result<Box<dyn Prepared>, Failure> {
+        let x = Tensor::f_ones([1024], (tch::Kind::Float, tch::Device::Cpu))?;
+        Ok(match variant {
+            "weighted" => Box::new(S {
+                w: x.f_mul_scalar(2.0)?,
+                x,
+                copies: Vec::new(),
+                next: 0,
+            }),
+            _ => Box::new(P { x, off: 0.0 }),
+        })
+    }
+}
+
+/// pipelined_cold times a case over copies of its state (enough to pass twice the given
+/// last-level cache, at most 64) and says so; a case with no state gets no such row.
+#[test]
+fn pipelined_cold_spreads_the_state_and_skips_stateless_cases() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.modes = vec![Mode::Pipelined, Mode::PipelinedCold];
+    // 4 KiB of state against a 16 KiB "cache": 8 copies
+    cfg.l2_bytes = Some(16 << 10);
+    let mut c = criterion::Criterion::default()
+        .sample_size(10)
+        .warm_up_time(cfg.warmup)
+        .measurement_time(cfg.measure)
+        .without_plots();
+    let selection = Selection::parse(["--bench".to_string()]).unwrap();
+    let summary = harness::run_op(&mut c, &WithState, &selection, &cfg, &[Device::CPU]).unwrap();
+    let loaded = Run::load(&summary.path.unwrap()).unwrap();
+    let modes: Vec<(String, Mode)> = loaded
+        .results
+        .iter()
+        .map(|r| (r.variant.clone(), r.mode))
+        .collect();
+    assert_eq!(modes.len(), 3, "{modes:?}");
+    let cold = loaded
+        .results
+        .iter()
+        .find(|r| r.mode == Mode::PipelinedCold)
+        .unwrap();
+    assert_eq!(
+        (cold.variant.as_str(), cold.status),
+        ("weighted", Status::Ok)
+    );
+    assert!(
+        cold.note
+            .as_deref()
+            .unwrap()
+            .contains("8 copies of the state taken in turn"),
+        "{:?}",
+        cold.note
+    );
+}

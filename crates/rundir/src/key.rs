@@ -90,6 +90,10 @@ names! {
         /// comes from memory, as in a step that streams every layer's weights. Cases with no
         /// such state get no row. GPU only (schema 5).
         GraphCold = "graph_cold",
+        /// As `pipelined`, but each call reads its own copy of the case's model state, as in
+        /// `graph_cold`: what the call costs when its weights come from memory, as in a step.
+        /// Cases with no such state get no row (schema 5).
+        PipelinedCold = "pipelined_cold",
     }
 }
 

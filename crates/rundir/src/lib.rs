@@ -40,7 +40,7 @@ use std::path::PathBuf;
 /// - 3: status `skipped` (a single call over the cap), env.json `torch_settings`.
 /// - 4: mode `graph` (replays of a captured CUDA/HIP graph); `traces.csv` and
 ///   `kernels.csv` from the trace pass.
-/// - 5: mode `graph_cold`, op `eltwise`.
+/// - 5: modes `graph_cold` and `pipelined_cold`, op `eltwise`.
 pub const SCHEMA_VERSION: u32 = 5;
 
 /// The oldest schema version the readers accept.
