@@ -26,6 +26,7 @@ Rows (docs/schema.md; every case checked against a float64 CPU reference first):
 
 import argparse
 import csv
+import functools
 import json
 import math
 import os
@@ -597,17 +598,18 @@ def main(argv):
     b1 = torch.full((1, 1), 0.25, device=device, dtype=dtype)
     x8 = torch.randn(1, 8, device=device, dtype=dtype)
     w8 = (0.35 * torch.randn(8, 8)).to(device=device, dtype=dtype)
-    mix = [lambda: a1 + b1, lambda: a1 * b1, lambda: -a1, lambda: torch.rsqrt(b1), lambda: F.silu(a1),
-           lambda: torch.cat([a1, b1], 1), lambda: x8.mean(-1, keepdim=True), lambda: F.linear(x8, w8)]
+    kinds = [lambda a, b, x, w: a + b, lambda a, b, x, w: a * b, lambda a, b, x, w: -a,
+             lambda a, b, x, w: torch.rsqrt(b), lambda a, b, x, w: F.silu(a),
+             lambda a, b, x, w: torch.cat([a, b], 1), lambda a, b, x, w: x.mean(-1, keepdim=True),
+             lambda a, b, x, w: F.linear(x, w)]
+    args = (a1, b1, x8, w8)
+    mix = [functools.partial(k, *args) for k in kinds]
     rounds = 64
     orders = {"py-mixed": [f for _ in range(rounds) for f in mix], "py-blocked": [f for f in mix for _ in range(rounds)]}
 
     def every(t):
-        a_, b_, x_, w_ = t
-        return torch.cat([(a_ + b_).reshape(-1), (a_ * b_).reshape(-1), (-a_).reshape(-1), torch.rsqrt(b_).reshape(-1),
-                          F.silu(a_).reshape(-1), torch.cat([a_, b_], 1).reshape(-1),
-                          x_.mean(-1, keepdim=True).reshape(-1), F.linear(x_, w_).reshape(-1)])
-    err = rel_err(every((a1, b1, x8, w8)), every(tuple(t.double().cpu() for t in (a1, b1, x8, w8))))
+        return torch.cat([k(*t).reshape(-1) for k in kinds])
+    err = rel_err(every(args), every(tuple(t.double().cpu() for t in args)))
     for variant, calls in orders.items():
         kk = ("floor", variant, "add1", "none", "decode", 1, 1, "", dt_name, label, "pipelined")
         if run.has(kk):

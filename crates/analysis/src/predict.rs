@@ -266,7 +266,9 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
     let elem = q.dtype.size();
     let python = q.profile == StepProfile::Transformers;
     let (add, view) = q.profile.floors();
-    let floor = |variant: &str, mode: Mode| find(OpKind::Floor, variant, "add1", 1, None, mode);
+    let floor_row =
+        |variant: &str, mode: Mode| row_of(OpKind::Floor, variant, "add1", 1, None, mode);
+    let floor = |variant: &str, mode: Mode| floor_row(variant, mode).and_then(|r| r.median_ns);
     let floor_kernel = floor(add, q.mode).ok_or_else(|| {
         AnalysisError::Input(format!(
             "{}: no dispatch floor `{add}` for {} {} {} (run `cargo bench -p harness`{} into the same run)",
@@ -309,8 +311,7 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
     // a kind (the way an op case repeats its call)
     let (mixed, blocked) = q.profile.context_floors();
     let per_call_at_speed = |variant: &str| {
-        row_of(OpKind::Floor, variant, "add1", 1, None, q.mode)
-            .and_then(|r| Some(r.median_ns? * at_speed(Some(r))))
+        floor_row(variant, q.mode).and_then(|r| Some(r.median_ns? * at_speed(Some(r))))
     };
     let context = match (per_call_at_speed(mixed), per_call_at_speed(blocked)) {
         (Some(m), Some(b)) if b > 0.0 && eager_gpu && q.host != HostModel::AsMeasured => {
@@ -327,9 +328,8 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
         _ => None,
     };
     let switch = switch_ns.unwrap_or(0.0);
-    let floor_row = |variant: &str| row_of(OpKind::Floor, variant, "add1", 1, None, q.mode);
-    let kernel_factor = factor * at_speed(floor_row(add));
-    let view_factor = factor * at_speed(floor_row(view).or(floor_row(add)));
+    let kernel_factor = factor * at_speed(floor_row(add, q.mode));
+    let view_factor = factor * at_speed(floor_row(view, q.mode).or(floor_row(add, q.mode)));
     // the measured copy ceiling (bytes/ns): a step streams every weight and the KV cache
     // from memory, while an op benchmarked alone re-reads the same buffers and may be
     // served from cache; no call can move its bytes faster than the ceiling
@@ -397,17 +397,17 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
             Some(f) if f.work == Work::Flops => p.flops() as f64,
             _ => bytes,
         };
+        let in_mode = |mode| find(p.op, variant, p.site, p.batch, p.kv_len, mode);
         // what reading the call's state from memory adds inside a graph
-        let graph_at = |mode| find(p.op, variant, p.site, p.batch, p.kv_len, mode);
-        let cold_graph = graph_at(Mode::GraphCold);
-        let cold_penalty = match (cold_graph, graph_at(Mode::Graph)) {
+        let cold_graph = in_mode(Mode::GraphCold);
+        let cold_penalty = match (cold_graph, in_mode(Mode::Graph)) {
             (Some(c), Some(w)) => (c - w).max(0.0),
             _ => 0.0,
         };
         let measured = if graph {
-            cold_graph.or(graph_at(Mode::Graph))
+            cold_graph.or(in_mode(Mode::Graph))
         } else {
-            find(p.op, variant, p.site, p.batch, p.kv_len, q.mode)
+            in_mode(q.mode)
         };
         let (per_call, source) = match (measured, fit) {
             (Some(t), _) => (t, Source::Measured),

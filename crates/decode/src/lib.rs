@@ -207,8 +207,7 @@ impl Op for Decode {
             .parse()
             .map_err(|e| Failure::error(format!("decode profile: {e}")))?;
         let flavor = Flavor::from(profile);
-        let cfg =
-            ModelConfig::by_name(&problem.model).map_err(|e| Failure::error(e.to_string()))?;
+        let cfg = ModelConfig::by_name(&problem.model)?;
         let weights = self.weights_for(&cfg, dt, device)?;
         if flavor == Flavor::Fused {
             for l in weights.borrow_mut().layers.iter_mut() {

@@ -206,7 +206,7 @@ impl Weights {
     /// Bytes the weights take on their device (tied lm_head counted once). The same for
     /// every flavor: fused QKV and gate-up share storage with the separate projections.
     pub fn bytes(&self) -> u64 {
-        let size = |t: &Tensor| (t.numel() * t.kind().elt_size_in_bytes()) as u64;
+        let size = |t: &Tensor| harness::tensors::bytes_of(&[t]);
         let mut total = size(&self.embed) + size(&self.final_norm);
         if !self.cfg.tie_word_embeddings {
             total += size(&self.lm_head);

@@ -133,28 +133,20 @@ impl Op for Eltwise {
                 problem.site
             )));
         }
-        let numel = match (site, problem.dims) {
-            (Site::Embedding, Dims::Gather { rows, width })
-            | (Site::Argmax, Dims::Reduce { rows, width }) => {
-                return per_step(site, problem, rows, width, dt, device);
-            }
-            (_, Dims::Elementwise { numel } | Dims::Unary { numel } | Dims::Copy { numel }) => {
-                numel
-            }
-            (_, other) => return Err(Failure::error(format!("eltwise got dims {other}"))),
-        };
         let t = problem.batch.saturating_mul(problem.q_len).max(1);
-        // attn_contiguous counts the elements it copies (none at q = 1); its shape is the
-        // model's
-        if site != Site::AttnContiguous && numel % t != 0 {
-            return Err(Failure::error(format!(
-                "eltwise {}: {numel} elements are not {t} tokens' rows",
-                problem.site
-            )));
-        }
-        let (t, width) = (t as i64, (numel / t) as i64);
+        // the `[T, width]` rows of an element-wise site's `numel` elements
+        let rows = |numel: usize| -> Result<(i64, i64), Failure> {
+            if numel % t != 0 {
+                return Err(Failure::error(format!(
+                    "eltwise {}: {numel} elements are not {t} tokens' rows",
+                    problem.site
+                )));
+            }
+            Ok((t as i64, (numel / t) as i64))
+        };
         // the gate and up halves of one fused gate_up output, or two separate outputs
-        let pair = |seed: i64| -> Result<(Tensor, Tensor), Failure> {
+        let pair = |numel: usize, seed: i64| -> Result<(Tensor, Tensor), Failure> {
+            let (t, width) = rows(numel)?;
             if chunk {
                 let both = randn(&[t, 2 * width], dt, device, seed)?;
                 let mut halves = both.f_chunk(2, -1)?;
@@ -171,26 +163,20 @@ impl Op for Eltwise {
                 ))
             }
         };
-        let (a, b) = match site {
-            Site::ResidualAdd => {
-                let (a, b) = pair(21)?;
+        let (a, b) = match (site, problem.dims) {
+            (Site::ResidualAdd, Dims::Elementwise { numel }) => {
+                let (a, b) = pair(numel, 21)?;
                 (a, Some(b))
             }
-            Site::Silu => (pair(23)?.0, None),
-            Site::SwigluMul => {
-                let (gate, up) = pair(25)?;
+            (Site::Silu, Dims::Unary { numel }) => (pair(numel, 23)?.0, None),
+            (Site::SwigluMul, Dims::Elementwise { numel }) => {
+                let (gate, up) = pair(numel, 25)?;
                 // SiLU's output is a fresh contiguous tensor in both steps
                 (gate.f_silu()?, Some(up))
             }
-            Site::Embedding | Site::Argmax => {
-                return Err(Failure::error(format!(
-                    "eltwise {} got dims {}",
-                    problem.site, problem.dims
-                )));
-            }
-            Site::AttnContiguous => {
-                let cfg = shapes::ModelConfig::by_name(&problem.model)
-                    .map_err(|e| Failure::error(e.to_string()))?;
+            // counts the elements it copies (none at q = 1); its shape is the model's
+            (Site::AttnContiguous, Dims::Copy { numel }) => {
+                let cfg = shapes::ModelConfig::by_name(&problem.model)?;
                 let (h, d) = (cfg.num_attention_heads as i64, cfg.head_dim as i64);
                 let (b, q) = (problem.batch as i64, problem.q_len as i64);
                 if numel != 0 && numel as i64 != b * q * h * d {
@@ -200,50 +186,32 @@ impl Op for Eltwise {
                 }
                 (randn(&[b, h, q, d], dt, device, 27)?, None)
             }
+            // `rows` token rows gathered from the `[V, width]` table
+            (Site::Embedding, Dims::Gather { rows, width }) => {
+                let vocab = shapes::ModelConfig::by_name(&problem.model)?.vocab_size as i64;
+                let table = randn(&[vocab, width as i64], dt, device, 29)?;
+                tch::manual_seed(30);
+                let ids =
+                    Tensor::f_randint(vocab, [rows as i64], (tch::Kind::Int64, device.tch()))?;
+                (table, Some(ids))
+            }
+            // logits with one clear winner per row, so the reference cannot tie in float64
+            // where the rounded dtype does
+            (Site::Argmax, Dims::Reduce { rows, width }) => {
+                let (rows, width) = (rows as i64, width as i64);
+                let logits = randn(&[rows, width], dt, device, 31)?;
+                tch::manual_seed(32);
+                let win = Tensor::f_randint(width, [rows, 1], (tch::Kind::Int64, device.tch()))?;
+                let bump = Tensor::f_full([rows, 1], 100.0, (logits.kind(), device.tch()))?;
+                (logits.f_scatter(-1, &win, &bump)?, None)
+            }
+            (_, dims) => {
+                return Err(Failure::error(format!(
+                    "eltwise {} got dims {dims}",
+                    problem.site
+                )));
+            }
         };
         Ok(Box::new(PreparedEltwise { site, a, b }))
     }
-}
-
-/// The once-per-step sites: `embedding` gathers `rows` token rows of a `[V, width]` table;
-/// `argmax` reduces `rows` logit vectors of `width`.
-fn per_step(
-    site: Site,
-    problem: &Problem,
-    rows: usize,
-    width: usize,
-    dt: DType,
-    device: Device,
-) -> Result<Box<dyn Prepared>, Failure> {
-    let (rows, width) = (rows as i64, width as i64);
-    let prepared = match site {
-        Site::Embedding => {
-            let vocab = shapes::ModelConfig::by_name(&problem.model)
-                .map_err(|e| Failure::error(e.to_string()))?
-                .vocab_size as i64;
-            let table = randn(&[vocab, width], dt, device, 29)?;
-            tch::manual_seed(30);
-            let ids = Tensor::f_randint(vocab, [rows], (tch::Kind::Int64, device.tch()))?;
-            PreparedEltwise {
-                site,
-                a: table,
-                b: Some(ids),
-            }
-        }
-        _ => {
-            // logits with one clear winner per row, so the reference cannot tie in float64
-            // where the rounded dtype does
-            let logits = randn(&[rows, width], dt, device, 31)?;
-            tch::manual_seed(32);
-            let win = Tensor::f_randint(width, [rows, 1], (tch::Kind::Int64, device.tch()))?;
-            let bump = Tensor::f_full([rows, 1], 100.0, (logits.kind(), device.tch()))?;
-            let logits = logits.f_scatter(-1, &win, &bump)?;
-            PreparedEltwise {
-                site,
-                a: logits,
-                b: None,
-            }
-        }
-    };
-    Ok(Box::new(prepared))
 }

@@ -111,13 +111,21 @@ fn find_sleep() -> Option<SleepFn> {
     }
 }
 
-impl DeviceClock {
-    /// The last-level cache size the cold modes defeat: `OPBENCH_L2_BYTES`, the runtime's,
-    /// else 256 MiB.
-    pub fn l2_bytes(&self) -> u64 {
-        self.l2_bytes
-    }
+/// The last-level cache of `device` that the cold modes defeat: `override_bytes`
+/// (`OPBENCH_L2_BYTES`), else what the GPU runtime says of its L2 or, on the CPU, the last
+/// cache level in sysfs (Linux); unknown: 256 MiB, the largest last level in use (MI300X's
+/// Infinity Cache).
+pub fn last_level_cache(device: Device, override_bytes: Option<u64>) -> u64 {
+    override_bytes
+        .or_else(|| match device.backend {
+            crate::Backend::Cpu => crate::env::cpu_last_level_cache(),
+            crate::Backend::Hip => crate::gpu_facts::hip(device.index).l2_cache_bytes,
+            crate::Backend::Cuda => crate::gpu_facts::cuda(device.index).l2_cache_bytes,
+        })
+        .unwrap_or(256 << 20)
+}
 
+impl DeviceClock {
     /// Set up events and calibrate the delay on `device` (a GPU).
     /// `l2_bytes` overrides the last-level cache size the cold mode flushes (`OPBENCH_L2_BYTES`).
     pub fn new(device: Device, l2_bytes: Option<u64>) -> Result<Self, TchError> {
@@ -157,10 +165,6 @@ impl DeviceClock {
                 }
             }
         };
-        let facts = match device.backend {
-            crate::Backend::Hip => crate::gpu_facts::hip(device.index),
-            _ => crate::gpu_facts::cuda(device.index),
-        };
         Ok(DeviceClock {
             device,
             timer,
@@ -168,9 +172,7 @@ impl DeviceClock {
             host_ns_per_call: 20_000.0,
             flush: None,
             coverage: Coverage::default(),
-            // the override, else what the runtime says; unknown: 256 MiB, the largest last
-            // level in use (MI300X's Infinity Cache)
-            l2_bytes: l2_bytes.or(facts.l2_cache_bytes).unwrap_or(256 << 20),
+            l2_bytes: last_level_cache(device, l2_bytes),
         })
     }
 

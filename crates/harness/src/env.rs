@@ -227,7 +227,7 @@ mod tests {
 
 /// The CPU's last-level cache in bytes, from sysfs (Linux; the highest cache level of CPU
 /// 0), or `None` where it cannot be read.
-pub fn last_level_cache() -> Option<u64> {
+pub fn cpu_last_level_cache() -> Option<u64> {
     #[cfg(target_os = "linux")]
     {
         let dir = std::path::Path::new("/sys/devices/system/cpu/cpu0/cache");
@@ -286,7 +286,7 @@ mod cache_tests {
         assert_eq!(parse_cache_size(""), None);
         if cfg!(target_os = "linux") {
             // where sysfs has caches, the last level is at least a megabyte
-            if let Some(b) = last_level_cache() {
+            if let Some(b) = cpu_last_level_cache() {
                 assert!(b >= 1 << 20, "{b}");
             }
         }

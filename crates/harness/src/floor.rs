@@ -9,8 +9,9 @@
 //! layer makes ([`MIX`]: add, mul, neg, rsqrt, SiLU, cat, mean, a 1×8·8×8 linear) equally
 //! often — [`ROUNDS`] of each per timed unit; `blocked` makes each kind's calls in a row
 //! (each call as an op case's tight loop sees it), `mixed` switches kind on every call (as
-//! a step does). Their ratio is the host's context factor that `opbench predict` applies
-//! to host costs measured alone.
+//! a step does). In `graph` mode their difference is the device's cost of switching
+//! kernels, which `opbench predict` adds per kernel call; in `pipelined` mode their ratio is
+//! the host's context factor (`predict --host-model context`).
 
 use shapes::{OpKind, Problem};
 use tch::{TchError, Tensor};
@@ -77,10 +78,7 @@ impl Prepared for PreparedMix {
     }
     fn reference(&mut self) -> Result<Tensor, TchError> {
         let [a, b, x, w] = &self.t;
-        let cpu = |t: &Tensor| {
-            t.f_to_device(tch::Device::Cpu)?
-                .f_to_kind(tch::Kind::Double)
-        };
+        let cpu = crate::tensors::f64_cpu;
         Self::all(&[cpu(a)?, cpu(b)?, cpu(x)?, cpu(w)?])
     }
     fn note(&self) -> Option<String> {

@@ -14,7 +14,7 @@
 //!
 //! `graph_cold` mode captures the timing graph after [`Prepared::spread_state`]: each call
 //! of the graph reads its own copy of the case's model state (weights, KV cache), with
-//! enough copies to pass twice the last-level cache ([`cold_copies`]), so the state comes
+//! enough copies to pass twice the last-level cache ([`crate::cold`]), so the state comes
 //! from memory as it does in a step that streams every layer's weights. The case keeps its
 //! copies alive as long as the graph that reads them.
 //!
@@ -45,20 +45,6 @@ pub fn available(device: Device) -> Result<&'static atenx::GraphApi, String> {
     })
     .as_ref()
     .map_err(Clone::clone)
-}
-
-/// Most copies of a case's state `graph_cold` makes (their memory is bounded by twice the
-/// last-level cache plus one copy).
-pub const MAX_COLD_COPIES: usize = 64;
-
-/// Copies of `state_bytes` of state that pass twice `l2_bytes` together (at least 1, at most
-/// [`MAX_COLD_COPIES`]), and the calls a graph of at least `calls` calls holds to visit each
-/// copy equally often.
-pub fn cold_copies(state_bytes: u64, l2_bytes: u64, calls: u64) -> (usize, u64) {
-    let copies = (2 * l2_bytes)
-        .div_ceil(state_bytes.max(1))
-        .clamp(1, MAX_COLD_COPIES as u64);
-    (copies as usize, calls.max(copies).div_ceil(copies) * copies)
 }
 
 /// A captured case: each [`Prepared::run`] is one replay of `calls` calls.
@@ -195,23 +181,10 @@ fn capture_with(
     }
     let mut calls = p.graph_calls().max(1);
     let mut spread = None;
-    if let Some(l2) = cold {
-        let state = p.state_bytes();
-        let (copies, n) = cold_copies(state, l2, calls);
-        p.spread_state(copies).map_err(fail)?;
-        calls = n;
-        let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
-        spread = Some(format!(
-            "{copies} copies of the state ({:.1} MiB each, {:.1} MiB in all; last-level cache {:.1} MiB){}",
-            mib(state),
-            mib(state * copies as u64),
-            mib(l2),
-            if state * (copies as u64) < 2 * l2 {
-                ": fewer than would pass twice the cache, so partly warm"
-            } else {
-                ""
-            }
-        ));
+    if let Some(llc) = cold {
+        let s = crate::cold::spread(p, llc, calls).map_err(fail)?;
+        calls = s.calls;
+        spread = Some(s.note);
     }
     let (graph, ()) = atenx::Graph::capture(api, device.index, 1, || {
         for _ in 0..calls {
@@ -251,20 +224,6 @@ mod tests {
     use super::*;
     use crate::{Floor, Op};
     use shapes::Problem;
-
-    #[test]
-    fn cold_copies_pass_twice_the_cache_within_bounds() {
-        const MIB: u64 = 1 << 20;
-        // 2 MiB of weights against a 50 MiB cache: 50 copies, 100 MiB, 50 calls
-        assert_eq!(cold_copies(2 * MIB, 50 * MIB, 16), (50, 50));
-        // state larger than twice the cache: one copy already streams
-        assert_eq!(cold_copies(268 * MIB, 50 * MIB, 16), (1, 16));
-        // 33.6 MB of K/V: 4 copies, a graph of 16 calls visits each 4 times
-        assert_eq!(cold_copies(33_600_000, 50 * MIB, 16), (4, 16));
-        // tiny state: capped, and the graph holds a whole number of rounds
-        assert_eq!(cold_copies(1024, 50 * MIB, 16), (MAX_COLD_COPIES, 64));
-        assert_eq!(cold_copies(0, 50 * MIB, 16), (MAX_COLD_COPIES, 64));
-    }
 
     /// On the CPU graph mode is an unsupported answer; on a GPU a captured add replays to
     /// the right answer and its replays run.

@@ -18,6 +18,7 @@
 //! and `atenx` for what tch does not wrap.
 
 pub mod ceiling;
+pub mod cold;
 pub mod config;
 pub mod device;
 pub mod devtime;

@@ -83,6 +83,13 @@ pub fn first_line(msg: &str) -> String {
     }
 }
 
+/// A model the problem names that cannot be loaded: an `error` row with the reason.
+impl From<shapes::ShapesError> for Failure {
+    fn from(e: shapes::ShapesError) -> Self {
+        Failure::error(e.to_string())
+    }
+}
+
 impl From<TchError> for Failure {
     fn from(e: TchError) -> Self {
         classify(&e)
@@ -138,8 +145,8 @@ pub trait Prepared {
     }
 
     /// Hold `copies` copies of the model state; from now on each [`Prepared::run`] uses the
-    /// next copy in turn (`graph_cold` mode). Only called when [`Prepared::state_bytes`] is
-    /// not 0.
+    /// next copy in turn (the cold modes, [`crate::cold`]). Only called when
+    /// [`Prepared::state_bytes`] is not 0.
     fn spread_state(&mut self, _copies: usize) -> Result<(), TchError> {
         Err(TchError::Kind(
             "this case has no model state to copy".into(),

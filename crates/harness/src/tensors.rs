@@ -45,7 +45,7 @@ pub fn bytes_of(ts: &[&Tensor]) -> u64 {
         .sum()
 }
 
-/// Copies of a case's model state for `graph_cold` mode ([`crate::Prepared::spread_state`]):
+/// Copies of a case's model state for the cold modes ([`crate::Prepared::spread_state`]):
 /// the original tensors and `copies - 1` clones of them, handed out in turn by
 /// [`StateCopies::take`], so that consecutive calls read different memory.
 #[derive(Debug)]
@@ -74,7 +74,7 @@ impl StateCopies {
 
     /// The next copy's tensors, in the order given to [`StateCopies::new`].
     pub fn take(&mut self) -> &[Tensor] {
-        let i = self.next % self.sets.len();
+        let i = self.next;
         self.next = (i + 1) % self.sets.len();
         &self.sets[i]
     }

@@ -212,29 +212,27 @@ fn preflight_inner(
         // single call is over the cap would hold the run for samples × that long. A first
         // call may pay one-time setup (a kernel module loaded, a cuDNN plan built: 1.1 s
         // for SDPA at B = 64 on the H200), so only a second call over the cap skips it
-        let mut took = Vec::with_capacity(2);
-        for _ in 0..2 {
+        let mut one_call = || -> Result<Duration, Refused> {
             let t0 = Instant::now();
             p.run().map_err(|e| refuse(e.into()))?;
             device.sync();
-            took.push(t0.elapsed());
-            if took[took.len() - 1] <= cap {
-                break;
+            Ok(t0.elapsed())
+        };
+        let first = one_call()?;
+        if first > cap {
+            let second = one_call()?;
+            if second > cap {
+                let ms = |t: Duration| t.as_secs_f64() * 1e3;
+                return Err(refuse(Failure {
+                    status: Status::Skipped,
+                    reason: format!(
+                        "two calls took {:.0} ms and {:.0} ms, over the {} ms cap (OPBENCH_CALL_CAP_MS; 0 measures it)",
+                        ms(first),
+                        ms(second),
+                        cap.as_millis()
+                    ),
+                }));
             }
-        }
-        if took.iter().all(|t| *t > cap) {
-            let ms: Vec<String> = took
-                .iter()
-                .map(|t| format!("{:.0}", t.as_secs_f64() * 1e3))
-                .collect();
-            return Err(refuse(Failure {
-                status: Status::Skipped,
-                reason: format!(
-                    "two calls took {} ms, over the {} ms cap (OPBENCH_CALL_CAP_MS; 0 measures it)",
-                    ms.join(" and "),
-                    cap.as_millis()
-                ),
-            }));
         }
     }
     let check = p.check().map_err(|e| refuse(e.into()))?;
@@ -460,6 +458,21 @@ pub fn run_op(
     let wants_clock = config.modes.iter().any(|m| m.is_device()) && selection.mode != RunMode::List;
     let mut clocks: Vec<Result<DeviceClock, String>> = Vec::new();
     let mut controls: Vec<Option<Box<dyn Prepared>>> = Vec::new();
+    // the last-level cache the cold modes' copies of the state pass, per device
+    let wants_cache = config
+        .modes
+        .iter()
+        .any(|m| matches!(m, Mode::GraphCold | Mode::PipelinedCold));
+    let caches: Vec<u64> = devices
+        .iter()
+        .map(|&d| {
+            if wants_cache {
+                crate::devtime::last_level_cache(d, config.l2_bytes)
+            } else {
+                0
+            }
+        })
+        .collect();
     for &device in devices {
         // one clock per GPU, made only when a device mode is asked for
         clocks.push(if !device.is_gpu() {
@@ -556,36 +569,36 @@ pub fn run_op(
             }
         };
         for (mode, key) in &keys {
-            // a case with no model state has nothing to make cold: its graph (pipelined) row
-            // holds
-            let cold = matches!(mode, Mode::GraphCold | Mode::PipelinedCold);
-            if cold
-                && (device.is_gpu() || *mode == Mode::PipelinedCold)
-                && prepared.state_bytes() == 0
-            {
+            // a cold mode times a copy of the case of its own (spread over copies of its
+            // state); a case with no model state has nothing to make cold, its warm row holds
+            // (graph_cold on the CPU stays an `unsupported` row, as graph is)
+            let cold_copy = match mode {
+                Mode::PipelinedCold => true,
+                Mode::GraphCold => device.is_gpu(),
+                _ => false,
+            };
+            if cold_copy && prepared.state_bytes() == 0 {
                 continue;
             }
-            // pipelined_cold: its own copy of the case, spread over copies of its state
-            let mut spread = None;
-            if *mode == Mode::PipelinedCold {
-                let llc = config
-                    .l2_bytes
-                    .or_else(|| clocks[d].as_ref().ok().map(DeviceClock::l2_bytes))
-                    .or_else(|| {
-                        (!device.is_gpu())
-                            .then(crate::env::last_level_cache)
-                            .flatten()
-                    })
-                    .unwrap_or(256 << 20);
-                let fresh = op.prepare(variant, problem, dt, device).and_then(|mut f| {
-                    let state = f.state_bytes();
-                    let (copies, _) = crate::graph::cold_copies(state, llc, 1);
-                    f.spread_state(copies).map_err(Failure::from)?;
-                    Ok((f, state, copies, llc))
-                });
-                match fresh {
-                    Ok(x) => spread = Some(x),
+            let mut fresh = None;
+            if cold_copy {
+                match op.prepare(variant, problem, dt, device) {
+                    Ok(f) => fresh = Some(f),
                     Err(failure) => {
+                        let mut row = base_row(&run_id, key, problem, dt, failure.status);
+                        row.note = Some(failure.reason);
+                        sink.write(&row, &[])?;
+                        continue;
+                    }
+                }
+            }
+            // pipelined_cold: the copy takes its copies of the state in turn
+            let mut spread = None;
+            if let (Mode::PipelinedCold, Some(f)) = (mode, fresh.as_mut()) {
+                match crate::cold::spread(f.as_mut(), caches[d], 1) {
+                    Ok(s) => spread = Some(s.note),
+                    Err(e) => {
+                        let failure = crate::classify(&e);
                         let mut row = base_row(&run_id, key, problem, dt, failure.status);
                         row.note = Some(failure.reason);
                         sink.write(&row, &[])?;
@@ -615,16 +628,10 @@ pub fn run_op(
             let mut graphed = None;
             let mut err = err;
             if mode.is_graph() {
-                let captured = match (mode, clocks[d].as_ref()) {
-                    // its own copy of the case, which the graph then owns with the state's
-                    // copies
-                    (Mode::GraphCold, Ok(clock)) => op
-                        .prepare(variant, problem, dt, device)
-                        .map_err(|f| (f, None))
-                        .and_then(|fresh| {
-                            crate::graph::capture_cold(fresh, device, dt, clock.l2_bytes())
-                        }),
-                    _ => crate::graph::capture(prepared.as_mut(), device, dt),
+                // graph_cold: the graph then owns the copy with its copies of the state
+                let captured = match fresh.take() {
+                    Some(f) => crate::graph::capture_cold(f, device, dt, caches[d]),
+                    None => crate::graph::capture(prepared.as_mut(), device, dt),
                 };
                 match captured {
                     Ok((g, e)) => {
@@ -640,9 +647,9 @@ pub fn run_op(
                     }
                 }
             }
-            let timed: &mut dyn Prepared = match (graphed.as_mut(), spread.as_mut()) {
+            let timed: &mut dyn Prepared = match (graphed.as_mut(), fresh.as_mut()) {
                 (Some(g), _) => g,
-                (None, Some((s, ..))) => s.as_mut(),
+                (None, Some(f)) => f.as_mut(),
                 (None, None) => prepared.as_mut(),
             };
             let (mut row, samples) = time_case(
@@ -665,13 +672,7 @@ pub fn run_op(
                 clocks[d].as_mut().ok(),
                 controls[d].as_mut().map(|c| &mut **c as &mut dyn Prepared),
             );
-            if let Some((_, state, copies, llc)) = spread {
-                let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
-                let what = format!(
-                    "{copies} copies of the state taken in turn ({:.1} MiB each, last-level cache {:.1} MiB)",
-                    mib(state),
-                    mib(llc)
-                );
+            if let Some(what) = spread {
                 row.note = Some(match row.note.take() {
                     Some(n) => format!("{n}; {what}"),
                     None => what,

@@ -33,7 +33,7 @@ struct PreparedAppend {
     new: Tensor,
     prep: Prep,
     bytes: Option<u64>,
-    /// Copies of the cache `cat` reads, taken in turn by [`Prepared::run`] (`graph_cold`).
+    /// Copies of the cache `cat` reads, taken in turn by [`Prepared::run`] (the cold modes).
     spread: Option<StateCopies>,
 }
 

@@ -33,7 +33,7 @@ struct PreparedLinear {
     w: Tensor,
     /// Output split after the GEMM (fused variants), as column counts.
     split: Option<Vec<i64>>,
-    /// Copies of `w` that [`Prepared::run`] takes in turn (`graph_cold`).
+    /// Copies of `w` that [`Prepared::run`] takes in turn (the cold modes).
     spread: Option<StateCopies>,
 }
 
@@ -135,8 +135,7 @@ impl Op for Linear {
 
 /// q, k, v column counts of a fused QKV output: H·D, Hkv·D, Hkv·D with n = (H + 2·Hkv)·D.
 fn qkv_split(problem: &Problem, n: i64) -> Result<Vec<i64>, Failure> {
-    let cfg =
-        shapes::ModelConfig::by_name(&problem.model).map_err(|e| Failure::error(e.to_string()))?;
+    let cfg = shapes::ModelConfig::by_name(&problem.model)?;
     let d = cfg.head_dim as i64;
     let (h, hkv) = (
         cfg.num_attention_heads as i64,

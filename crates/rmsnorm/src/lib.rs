@@ -144,8 +144,7 @@ fn split_view(
     dt: DType,
     device: Device,
 ) -> Result<Tensor, Failure> {
-    let cfg =
-        shapes::ModelConfig::by_name(&problem.model).map_err(|e| Failure::error(e.to_string()))?;
+    let cfg = shapes::ModelConfig::by_name(&problem.model)?;
     let (h, hkv) = (cfg.num_attention_heads, cfg.num_key_value_heads);
     let (heads, first) = match problem.site {
         "q_norm" => (h, 0),

@@ -54,7 +54,7 @@ struct PreparedSdpa {
     variant: Variant,
     kernel: Option<String>,
     note: Option<String>,
-    /// Copies of `k_in`, `v_in` that [`Prepared::run`] takes in turn (`graph_cold`).
+    /// Copies of `k_in`, `v_in` that [`Prepared::run`] takes in turn (the cold modes).
     spread: Option<StateCopies>,
 }
 
