@@ -137,7 +137,8 @@ pub struct PredictArgs {
     dtype: Option<DType>,
     /// Timing mode to compose: pipelined is what an eager decode loop sees; graph prices the
     /// step captured once and replayed (CUDA/HIP graphs) from the run's graph_cold rows
-    /// where it has them, else its graph rows.
+    /// where it has them, else its graph rows (graph_cold and pipelined_cold are refused:
+    /// they are not a step of their own).
     #[arg(long, default_value = "pipelined", value_parser = choice!(Mode))]
     mode: Mode,
     /// How host costs measured alone are priced in a GPU eager step: as-measured; context
@@ -262,6 +263,13 @@ fn predict_verb(args: &PredictArgs) -> Result<u8, CliError> {
     let model = ModelConfig::by_name(&args.model).map_err(|e| CliError::input(e.to_string()))?;
     if args.batch == 0 {
         return Err(CliError::input("--batch: must be positive"));
+    }
+    // the cold modes' rows are read by the modes they refine, not composed on their own
+    if matches!(args.mode, Mode::GraphCold | Mode::PipelinedCold) {
+        return Err(CliError::input(format!(
+            "--mode {}: not a step of its own; --mode graph uses the run's graph_cold rows where it has them",
+            args.mode
+        )));
     }
     let device = args
         .device

@@ -396,6 +396,29 @@ fn bad_input_is_one_line_and_exit_2() {
     ]);
     assert_eq!(code, 2);
     assert!(err.contains("--alpha"), "{err}");
+    let run = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../results/2026-11-30-nvidia-h200-cuda-torch2.11.0-graph-cold"
+    );
+    for mode in ["graph_cold", "pipelined_cold"] {
+        let (code, _, err) = opbench(&[
+            "predict",
+            run,
+            "--model",
+            "qwen3-0.6b",
+            "--batch",
+            "8",
+            "--ctx",
+            "1024",
+            "--mode",
+            mode,
+        ]);
+        assert_eq!(code, 2, "{err}");
+        assert!(
+            err.contains(&format!("--mode {mode}")) && err.lines().count() == 1,
+            "{err}"
+        );
+    }
 }
 
 #[test]
