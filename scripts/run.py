@@ -333,7 +333,7 @@ def summary(path, executions=1, startup=0.0):
     skipped = sum(p[2] for p in per.values())
     if skipped:
         print(
-            f"bench: {skipped} cases have one call over the cap (OPBENCH_CALL_CAP_MS) and "
+            f"bench: {skipped} cases have calls estimated over the cap (OPBENCH_CALL_CAP_MS) and "
             "will be `skipped` rows",
             file=sys.stderr,
         )
