@@ -236,6 +236,8 @@ def cargo(env, *args, check=True, **kw):
 
 def test(env=None):
     env = env or build_env()
+    # a from-scratch build gains nothing from incremental state, which is GBs of disk
+    env.setdefault("CARGO_INCREMENTAL", "0")
 
     def step(name):
         print(f"\n== {name}", flush=True)
