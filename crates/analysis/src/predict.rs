@@ -31,6 +31,10 @@ pub enum Source {
     /// Its bytes over the run's measured copy ceiling exceed what it cost alone (its
     /// buffers were cached when measured alone; in a step they stream from memory).
     Ceiling,
+    /// On the CPU: its time alone plus what reading its state from memory adds (its
+    /// kernel variant's `pipelined_cold` row over its `pipelined` row): a step streams every
+    /// layer's weights, while a case timed alone finds them in cache.
+    Cold,
 }
 
 impl Source {
@@ -40,6 +44,7 @@ impl Source {
             Source::Fit => "fit",
             Source::Floor => "floor",
             Source::Ceiling => "ceiling",
+            Source::Cold => "cold",
         }
     }
 }
@@ -455,7 +460,27 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
             .and_then(|r| r.median_ns)
             .map_or(per_call, |h| h.min(per_call))
             * at_speed(host_row);
-        let cold = copy_gbps.map_or(0.0, |g| bytes / g);
+        // on the CPU the call's state read from memory, where the run timed it so: the
+        // penalty its kernel variant's rows measure (the Python-side rows of transformers
+        // run the same kernels as hf-eager's)
+        let cpu_cold = if !gpu && q.mode == Mode::Pipelined {
+            let k = q.profile.kernel_variant(p.op, p.site).unwrap_or(variant);
+            let at = |mode| find(p.op, k, p.site, p.batch, p.kv_len, mode);
+            at(Mode::PipelinedCold)
+                .zip(at(Mode::Pipelined))
+                .map(|(c, w)| (c - w).max(0.0))
+        } else {
+            None
+        };
+        let (per_call, source) = match cpu_cold {
+            Some(penalty) if source == Source::Measured => (per_call + penalty, Source::Cold),
+            _ => (per_call, source),
+        };
+        // a call timed cold already read its bytes from memory
+        let cold = match (source, copy_gbps) {
+            (Source::Cold, _) | (_, None) => 0.0,
+            (_, Some(g)) => bytes / g,
+        };
         let (per_call, source) = if cold > per_call {
             (cold, Source::Ceiling)
         } else {

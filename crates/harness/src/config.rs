@@ -8,7 +8,7 @@
 //! | `OPBENCH_GPU` | `0` | which GPU index `gpu`/`all` means |
 //! | `OPBENCH_DTYPE` | grid's per device | restrict to these dtypes (`f32,f16,bf16`) |
 //! | `OPBENCH_PROFILE` | `default` | grid profile in `shapes/grid.toml` (`quick` for CI) |
-//! | `OPBENCH_MODES` | `pipelined,synced` | timing modes: also `pipelined_cold`; `device`, `device_cold`, `graph`, `graph_cold` (GPU) |
+//! | `OPBENCH_MODES` | `pipelined,synced`, and on the CPU `pipelined_cold` | timing modes: also `pipelined_cold`; `device`, `device_cold`, `graph`, `graph_cold` (GPU) |
 //! | `OPBENCH_OUT` | `<workspace>/target/opbench` | where `runs/<run_id>/` goes |
 //! | `OPBENCH_RUN` | a UTC timestamp | run id; one `cargo bench` lands in one run |
 //! | `OPBENCH_SAMPLES` | 20 | samples per case (criterion's sample size) |
@@ -38,7 +38,11 @@ pub struct Config {
     pub dtypes: Option<Vec<DType>>,
     pub profile_name: String,
     pub profile: Profile,
+    /// `OPBENCH_MODES`, else `pipelined,synced`; see [`Config::modes_for`].
     pub modes: Vec<Mode>,
+    /// `OPBENCH_MODES` is unset: the CPU also times `pipelined_cold`, the rows predict
+    /// prices a CPU step's calls with (a step reads every layer's weights from memory).
+    pub cold_on_cpu: bool,
     pub out: PathBuf,
     pub run_id: Option<String>,
     pub samples: usize,
@@ -176,6 +180,7 @@ impl Config {
             dtypes,
             profile_name,
             profile,
+            cold_on_cpu: var("OPBENCH_MODES").is_none(),
             modes,
             out,
             run_id: var("OPBENCH_RUN"),
@@ -218,6 +223,16 @@ impl Config {
                 },
             },
         })
+    }
+
+    /// The modes to time on a device: `OPBENCH_MODES` as given; unset, `pipelined` and
+    /// `synced`, and on the CPU also `pipelined_cold`.
+    pub fn modes_for(&self, gpu: bool) -> Vec<Mode> {
+        let mut modes = self.modes.clone();
+        if self.cold_on_cpu && !gpu && !modes.contains(&Mode::PipelinedCold) {
+            modes.push(Mode::PipelinedCold);
+        }
+        modes
     }
 
     /// The dtypes to run on `device`: the grid's for that kind of device, narrowed by

@@ -459,13 +459,13 @@ pub fn run_op(
     let mut clocks: Vec<Result<DeviceClock, String>> = Vec::new();
     let mut controls: Vec<Option<Box<dyn Prepared>>> = Vec::new();
     // the last-level cache the cold modes' copies of the state pass, per device
-    let wants_cache = config
-        .modes
-        .iter()
-        .any(|m| matches!(m, Mode::GraphCold | Mode::PipelinedCold));
     let caches: Vec<u64> = devices
         .iter()
         .map(|&d| {
+            let wants_cache = config
+                .modes_for(d.is_gpu())
+                .iter()
+                .any(|m| matches!(m, Mode::GraphCold | Mode::PipelinedCold));
             if wants_cache {
                 crate::devtime::last_level_cache(d, config.l2_bytes)
             } else {
@@ -521,9 +521,9 @@ pub fn run_op(
     for (d, dt, problem, variant) in cases {
         let device = devices[d];
         let keys: Vec<(Mode, CaseKey)> = config
-            .modes
-            .iter()
-            .map(|&m| (m, key_for(op, variant, problem, dt, device, m)))
+            .modes_for(device.is_gpu())
+            .into_iter()
+            .map(|m| (m, key_for(op, variant, problem, dt, device, m)))
             .filter(|(_, k)| selection.matches(&k.to_string()))
             .filter(|(_, k)| {
                 let had = sink.has(k);

@@ -67,6 +67,7 @@ fn config(out: &std::path::Path) -> Config {
         profile_name: "quick".into(),
         profile: grid.profile("quick").unwrap().clone(),
         modes: vec![Mode::Pipelined, Mode::Synced, Mode::Device],
+        cold_on_cpu: false,
         out: out.to_path_buf(),
         run_id: Some("t".into()),
         samples: 10,

@@ -21,6 +21,7 @@ fn a_cpu_trace_lists_the_aten_ops_of_each_variant() {
         profile_name: "quick".into(),
         profile: grid.profile("quick").unwrap().clone(),
         modes: vec![Mode::Pipelined],
+        cold_on_cpu: false,
         out: dir.path().to_path_buf(),
         run_id: Some("t".into()),
         samples: 10,
