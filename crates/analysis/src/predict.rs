@@ -236,7 +236,9 @@ fn call_bytes(p: &Problem, variant: &str, elem: usize) -> u64 {
 /// is more than twice the host cost, since the device is then what the call waits for; else
 /// the pipelined time as an upper bound). Where the run has the copy ceiling, no part moves
 /// its bytes faster than that: an op measured alone re-reads buffers that may sit in cache,
-/// while a step streams every weight and the KV cache from memory. On a GPU the step is
+/// while a step streams every weight and the KV cache from memory. On the CPU a call the
+/// run timed in `pipelined_cold` mode is priced with its state read from memory instead
+/// ([`Source::Cold`]), which the ceiling does not raise. On a GPU the step is
 /// max(Σ host, Σ device); on the CPU it is the plain sum. Missing measurements are an
 /// [`AnalysisError::Input`] naming the case.
 pub fn predict(run: &Run, q: &Query) -> Result<Prediction, AnalysisError> {

@@ -33,6 +33,13 @@ fn bad_settings_are_named_errors() {
     assert!(err(&[("OPBENCH_THREADS", "0")]).contains("OPBENCH_THREADS=0"));
     assert!(err(&[("OPBENCH_THREADS", "100000")]).contains("OPBENCH_THREADS=100000"));
     assert!(with(&[("OPBENCH_THREADS", "1")]).unwrap().threads == Some(1));
+    // the default modes: the CPU also times its calls with their state read from memory
+    use harness::timing::Mode::{Pipelined, PipelinedCold, Synced};
+    let default = with(&[]).unwrap();
+    assert_eq!(default.modes_for(false), [Pipelined, Synced, PipelinedCold]);
+    assert_eq!(default.modes_for(true), [Pipelined, Synced]);
+    let given = with(&[("OPBENCH_MODES", "pipelined")]).unwrap();
+    assert_eq!(given.modes_for(false), [Pipelined]);
     assert!(
         err(&[("OPBENCH_MODES", "pipelined,synced,pipelined")]).contains("`pipelined` given twice")
     );

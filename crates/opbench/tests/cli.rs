@@ -664,6 +664,102 @@ fn predict_composes_a_hand_made_run() {
 /// The transformers profile: the hf-eager calls made from Python (scripts/peer.py's `py-`
 /// rows) plus the framework's work, split into kernels, libtorch dispatch and Python.
 #[test]
+fn predict_prices_a_cpu_step_with_its_state_read_from_memory() {
+    // a CPU run: every call of the hf-eager and transformers plans at B = 1, the
+    // projections also timed cold (their weights read from memory), and a copy ceiling slow
+    // enough to raise every projection's warm time but no other call's
+    let cfg = shapes::ModelConfig::builtin("qwen3-0.6b").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let step = shapes::Step::decode(1, 128);
+    let mut cases = Vec::new();
+    for c in shapes::StepPlan::new(&cfg, shapes::StepProfile::HfEager, step).measured {
+        let p = &c.problem;
+        let (site, op): (&'static str, &'static str) = (p.site, p.op.as_str());
+        let py: &'static str = shapes::StepProfile::Transformers
+            .variant(p.op, p.site)
+            .unwrap();
+        let mut timings = vec![
+            (c.variant, "pipelined", 10_000.0),
+            (py, "pipelined", 16_000.0),
+        ];
+        if p.op == shapes::OpKind::Linear {
+            timings.push((c.variant, "pipelined_cold", 25_000.0));
+        }
+        for (variant, mode, t) in timings {
+            let mut k = case(op, variant, site, 1, vec![t; 5]);
+            k.kv = p.kv_len;
+            k.mode = mode;
+            cases.push(k);
+        }
+    }
+    for (variant, t) in [
+        ("add", 4_000.0),
+        ("view", 1_000.0),
+        ("py-add", 6_000.0),
+        ("py-view", 2_000.0),
+    ] {
+        cases.push(case("floor", variant, "add1", 1, vec![t; 5]));
+    }
+    for site in ["module_call", "mask", "cache_update"] {
+        cases.push(case("decode", "transformers", site, 1, vec![1_000.0; 5]));
+    }
+    // 130 bytes/ns: a projection's f32 weight (4 MiB and more) takes over 32 µs
+    let mut ceiling = case("ceiling", "copy", "copy", 1, vec![10_000.0; 5]);
+    ceiling.bytes = 1_300_000;
+    cases.push(ceiling);
+    let cold = dir.path().join("cold");
+    write_run(&cold, &cases);
+    let warm = dir.path().join("warm");
+    cases.retain(|c| c.mode != "pipelined_cold");
+    write_run(&warm, &cases);
+    for run in [&cold, &warm] {
+        for f in ["results.csv", "samples.csv"] {
+            edit(&run.join(f), ",f16,", ",f32,");
+            edit(&run.join(f), "cuda:0", "cpu");
+        }
+    }
+    // (per call µs, source) of every projection in the printed table
+    let projections = |run: &Path, profile: &str| {
+        let (code, out, err) = opbench(&[
+            "predict",
+            run.to_str().unwrap(),
+            "--model",
+            "qwen3-0.6b",
+            "--batch",
+            "1",
+            "--ctx",
+            "128",
+            "--profile",
+            profile,
+        ]);
+        assert_eq!(code, 0, "{err}");
+        assert!(out.contains("cpu f32 pipelined"), "{out}");
+        let lines: Vec<(f64, String)> = out
+            .lines()
+            .filter(|l| l.starts_with("linear "))
+            .map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f[4].parse().unwrap(), f[9].to_string())
+            })
+            .collect();
+        assert_eq!(lines.len(), 8, "{out}");
+        lines
+    };
+    // timed cold: the cold row, which the ceiling does not raise
+    for (us, source) in projections(&cold, "hf-eager") {
+        assert_eq!((us, source.as_str()), (25.0, "cold"));
+    }
+    // from Python: the Python-side row plus the penalty the tch rows measured
+    for (us, source) in projections(&cold, "transformers") {
+        assert_eq!((us, source.as_str()), (31.0, "cold"));
+    }
+    // a run without cold rows: the warm rows, raised to the ceiling
+    for (us, source) in projections(&warm, "hf-eager") {
+        assert!(us > 32.0 && source == "ceiling", "{us} {source}");
+    }
+}
+
+#[test]
 fn predict_prices_the_transformers_step_and_splits_it() {
     let cfg = shapes::ModelConfig::builtin("qwen3-0.6b").unwrap();
     let dir = tempfile::tempdir().unwrap();
