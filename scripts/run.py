@@ -438,7 +438,23 @@ def bench(args):
         f = d / "results.csv"
         return max(0, sum(1 for _ in f.open()) - 1) if f.exists() else 0
 
+    # the user's own stack: HF transformers from Python, into the same run (OPBENCH_PEER=0: not)
+    with_peer = env.get("OPBENCH_PEER", "1") != "0"
+
+    def peer(into):
+        # without transformers it writes the Python op rows and says what it skipped
+        t1 = time.monotonic()
+        rc = subprocess.run([env["OPBENCH_TORCH_PYTHON"], str(ROOT / "scripts" / "peer.py"), str(into)],
+                            env=env).returncode
+        took = time.monotonic() - t1
+        if rc != 0:
+            say(f"scripts/peer.py failed (exit {rc}); the timed rows are kept")
+        else:
+            say(f"peer rows took {hms(took)}")
+        return took
+
     t0 = time.monotonic()
+    peer_secs = 0.0
     run_dir = out / "runs" / run_id
     if n == 1:
         start = dict(env, OPBENCH_PLAN_BASE=str(rows_in(run_dir)), OPBENCH_PLAN_START=str(int(time.time())))
@@ -460,22 +476,18 @@ def bench(args):
             if cargo(e, "bench", *args, check=False) != 0:
                 say(f"execution {i} failed; the others are kept")
                 failed += 1
+            elif with_peer:
+                # the HF step beside the tch step of the same execution, minutes apart rather
+                # than the whole run apart: the host drifts between them (docs/findings.md)
+                peer_secs += peer(run_dir / "executions" / str(i))
         exe = Path(env["OPBENCH_WS"]) / "target" / "release" / ("opbench.exe" if WINDOWS else "opbench")
         subprocess.run([str(exe), "merge", str(run_dir)], check=True)
         if failed:
             say(f"{failed} of {n} executions failed")
-    took = time.monotonic() - t0
-    say(f"took {hms(took)} (estimated {hms(secs)})")
-    # the user's own stack: HF transformers from Python, into the same run (OPBENCH_PEER=0: not)
-    if env.get("OPBENCH_PEER", "1") != "0":
-        # without transformers it writes the Python op rows and says what it skipped
-        py = env["OPBENCH_TORCH_PYTHON"]
-        t1 = time.monotonic()
-        rc = subprocess.run([py, str(ROOT / "scripts" / "peer.py"), str(run_dir)], env=env).returncode
-        if rc != 0:
-            say(f"scripts/peer.py failed (exit {rc}); the timed rows are kept")
-        else:
-            say(f"peer rows took {hms(time.monotonic() - t1)}")
+    took = time.monotonic() - t0 - peer_secs
+    say(f"timing took {hms(took)} (estimated {hms(secs)})")
+    if with_peer and n == 1:
+        peer(run_dir)
     if trace not in ("", "0"):
         say(f"trace pass (OPBENCH_TRACE={trace}): traces.csv and kernels.csv, no timing")
         t = dict(env, OPBENCH_TRACE=trace)
