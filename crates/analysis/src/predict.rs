@@ -140,6 +140,32 @@ impl Prediction {
     pub fn tokens_per_s(&self) -> f64 {
         self.batch as f64 / (self.step_ns * 1e-9)
     }
+
+    /// The host's time per step (on the CPU, dispatch and work together).
+    pub fn host_time_ns(&self) -> f64 {
+        if self.gpu {
+            self.host_ns
+        } else {
+            self.serial_ns
+        }
+    }
+
+    /// The host's time per step in the framework's own work (the plan's framework calls:
+    /// nn.Module calls, the causal mask, the cache's bookkeeping); 0 for a libtorch profile.
+    pub fn framework_ns(&self) -> f64 {
+        let framework: Vec<&str> = self
+            .plan
+            .other
+            .iter()
+            .filter(|u| u.kind == CallKind::Framework)
+            .map(|u| u.name)
+            .collect();
+        self.components
+            .iter()
+            .filter(|c| c.op.is_none() && framework.contains(&c.site))
+            .map(|c| c.calls as f64 * if self.gpu { c.host_ns } else { c.per_call_ns })
+            .sum()
+    }
     /// The host sets the pace (on a GPU).
     pub fn host_bound(&self) -> bool {
         self.host_ns >= self.device_ns
@@ -648,14 +674,16 @@ pub struct Split {
 
 impl Split {
     pub fn of(transformers: &Prediction, libtorch: &Prediction) -> Split {
-        let host = |p: &Prediction| if p.gpu { p.host_ns } else { p.serial_ns };
-        // where the calls from Python priced below tch's (noise, or a faster path), the
-        // Python part is nothing and dispatch is the whole host time
-        let dispatch = host(libtorch).min(host(transformers));
+        let host = transformers.host_time_ns();
+        // the framework's own work is Python's whatever the calls cost; where the calls
+        // from Python priced below tch's (noise: on the CPU a call's work dwarfs its
+        // dispatch), Python added nothing to them and dispatch is all their time
+        let calls = host - transformers.framework_ns();
+        let dispatch = libtorch.host_time_ns().min(calls);
         Split {
             kernels_ns: transformers.gpu.then_some(transformers.device_ns),
             dispatch_ns: dispatch,
-            python_ns: host(transformers) - dispatch,
+            python_ns: host - dispatch,
         }
     }
 }
