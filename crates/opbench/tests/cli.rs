@@ -718,8 +718,8 @@ fn predict_prices_a_cpu_step_with_its_state_read_from_memory() {
             edit(&run.join(f), "cuda:0", "cpu");
         }
     }
-    // (per call µs, source) of every projection in the printed table
-    let projections = |run: &Path, profile: &str| {
+    // what predict prints for the run at B = 1, L = 128
+    let predict = |run: &Path, profile: &str| {
         let (code, out, err) = opbench(&[
             "predict",
             run.to_str().unwrap(),
@@ -734,6 +734,11 @@ fn predict_prices_a_cpu_step_with_its_state_read_from_memory() {
         ]);
         assert_eq!(code, 0, "{err}");
         assert!(out.contains("cpu f32 pipelined"), "{out}");
+        out
+    };
+    // (per call µs, source) of every projection in the printed table
+    let projections = |run: &Path, profile: &str| {
+        let out = predict(run, profile);
         let lines: Vec<(f64, String)> = out
             .lines()
             .filter(|l| l.starts_with("linear "))
@@ -767,19 +772,7 @@ fn predict_prices_a_cpu_step_with_its_state_read_from_memory() {
         edit(&fast.join(f), "cuda:0", "cpu");
         edit(&fast.join(f), ",16000", ",9000");
     }
-    let (code, out, err) = opbench(&[
-        "predict",
-        fast.to_str().unwrap(),
-        "--model",
-        "qwen3-0.6b",
-        "--batch",
-        "1",
-        "--ctx",
-        "128",
-        "--profile",
-        "transformers",
-    ]);
-    assert_eq!(code, 0, "{err}");
+    let out = predict(&fast, "transformers");
     assert!(out.contains("Python + framework 0.145 ms"), "{out}");
 }
 
