@@ -138,8 +138,12 @@ pub fn prediction(run: &Run, q: &Query, pred: &Prediction) {
         .iter()
         .filter(|c| c.op.is_some() && c.source == Source::Floor)
         .count();
+    let memory = match count(Source::Cold) {
+        0 => String::new(),
+        cold => format!(", {cold} with their state read from memory (pipelined_cold)"),
+    };
     println!(
-        "sources: {} sites measured at this batch, {} from fits, {} kinds of call priced at the dispatch floors{}:",
+        "sources: {} sites measured at this batch{memory}, {} from fits, {} kinds of call priced at the dispatch floors{}:",
         count(Source::Measured),
         count(Source::Fit),
         count(Source::Floor),
@@ -170,6 +174,14 @@ pub fn prediction(run: &Run, q: &Query, pred: &Prediction) {
             pred.step_ns / m,
             100.0 * (pred.step_ns / m - 1.0)
         );
+        if let Some((row, ..)) = measured(q.mode)
+            && let (Some(n), Some(cv)) = (row.executions.filter(|n| *n > 1), row.exec_cv)
+        {
+            println!(
+                "  over {n} executions (processes): their medians' CV {:.1}%, the step's own drift between processes",
+                100.0 * cv
+            );
+        }
     }
     if pred.gpu {
         if let Some((row, m, lo, hi)) = measured(Mode::Device) {

@@ -754,6 +754,11 @@ fn predict_prices_a_cpu_step_with_its_state_read_from_memory() {
     for (us, source) in projections(&cold, "hf-eager") {
         assert_eq!((us, source.as_str()), (25.0, "cold"));
     }
+    let out = predict(&cold, "hf-eager");
+    assert!(
+        out.contains(", 8 with their state read from memory (pipelined_cold),"),
+        "{out}"
+    );
     // from Python: the Python-side row plus the penalty the tch rows measured
     for (us, source) in projections(&cold, "transformers") {
         assert_eq!((us, source.as_str()), (31.0, "cold"));
