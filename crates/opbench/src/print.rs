@@ -174,9 +174,9 @@ pub fn prediction(run: &Run, q: &Query, pred: &Prediction) {
             pred.step_ns / m,
             100.0 * (pred.step_ns / m - 1.0)
         );
-        if let Some((row, ..)) = measured(q.mode)
-            && let (Some(n), Some(cv)) = (row.executions.filter(|n| *n > 1), row.exec_cv)
-        {
+        let merged = measured(q.mode)
+            .and_then(|(row, ..)| Some((row.executions.filter(|n| *n > 1)?, row.exec_cv?)));
+        if let Some((n, cv)) = merged {
             println!(
                 "  over {n} executions (processes): their medians' CV {:.1}%, the step's own drift between processes",
                 100.0 * cv
