@@ -166,6 +166,7 @@ impl Prediction {
             .map(|c| c.calls as f64 * if self.gpu { c.host_ns } else { c.per_call_ns })
             .sum()
     }
+
     /// The host sets the pace (on a GPU).
     pub fn host_bound(&self) -> bool {
         self.host_ns >= self.device_ns
