@@ -432,12 +432,15 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
             _ => bytes,
         };
         let in_mode = |mode| find(p.op, variant, p.site, p.batch, p.kv_len, mode);
-        // what reading the call's state from memory adds inside a graph
-        let cold_graph = in_mode(Mode::GraphCold);
-        let cold_penalty = match (cold_graph, in_mode(Mode::Graph)) {
-            (Some(c), Some(w)) => (c - w).max(0.0),
-            _ => 0.0,
+        // what reading the call's state from memory adds: a variant's cold row over its
+        // warm one
+        let penalty = |variant: &str, cold: Mode, warm: Mode| {
+            let at = |mode| find(p.op, variant, p.site, p.batch, p.kv_len, mode);
+            at(cold).zip(at(warm)).map(|(c, w)| (c - w).max(0.0))
         };
+        // inside a graph
+        let cold_graph = in_mode(Mode::GraphCold);
+        let cold_penalty = penalty(variant, Mode::GraphCold, Mode::Graph).unwrap_or(0.0);
         let measured = if graph {
             cold_graph.or(in_mode(Mode::Graph))
         } else {
@@ -494,10 +497,7 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
         // run the same kernels as hf-eager's)
         let cpu_cold = if !gpu && q.mode == Mode::Pipelined {
             let k = q.profile.kernel_variant(p.op, p.site).unwrap_or(variant);
-            let at = |mode| find(p.op, k, p.site, p.batch, p.kv_len, mode);
-            at(Mode::PipelinedCold)
-                .zip(at(Mode::Pipelined))
-                .map(|(c, w)| (c - w).max(0.0))
+            penalty(k, Mode::PipelinedCold, Mode::Pipelined)
         } else {
             None
         };

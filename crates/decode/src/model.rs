@@ -277,6 +277,7 @@ pub fn forward(
         cfg.head_dim as i64,
     );
     let eps = cfg.rms_norm_eps;
+    let qkv_widths = cfg.qkv_widths().map(|c| c as i64);
     let kind = w.embed.kind();
     let device = w.embed.device();
 
@@ -321,7 +322,7 @@ pub fn forward(
         let (qs, ks, vs) = match (&layer.qkv, flavor) {
             (Some(qkv), Flavor::Fused) => {
                 let all = x.f_linear::<Tensor>(qkv, None)?;
-                let parts = all.f_split_with_sizes([h * d, hkv * d, hkv * d], -1)?;
+                let parts = all.f_split_with_sizes(qkv_widths, -1)?;
                 (
                     parts[0].shallow_clone(),
                     parts[1].shallow_clone(),

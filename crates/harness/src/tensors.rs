@@ -45,9 +45,10 @@ pub fn bytes_of(ts: &[&Tensor]) -> u64 {
         .sum()
 }
 
-/// Copies of a case's model state for the cold modes ([`crate::Prepared::spread_state`]):
-/// the original tensors and `copies - 1` clones of them, handed out in turn by
-/// [`StateCopies::take`], so that consecutive calls read different memory.
+/// A case's model state (weights, a KV cache) as its calls read it: the tensors themselves,
+/// or for the cold modes ([`crate::Prepared::spread_state`]) those and clones of them,
+/// handed out in turn by [`StateCopies::take`] so that consecutive calls read different
+/// memory.
 #[derive(Debug)]
 pub struct StateCopies {
     sets: Vec<Vec<Tensor>>,
@@ -55,24 +56,38 @@ pub struct StateCopies {
 }
 
 impl StateCopies {
-    pub fn new(state: &[&Tensor], copies: usize) -> Result<Self, TchError> {
-        let mut sets = vec![state.iter().map(|t| t.shallow_clone()).collect::<Vec<_>>()];
-        for _ in 1..copies.max(1) {
-            sets.push(
-                state
-                    .iter()
-                    .map(|t| {
-                        let mut c = t.f_empty_like()?;
-                        c.f_copy_(t)?;
-                        Ok(c)
-                    })
-                    .collect::<Result<_, TchError>>()?,
-            );
+    /// The state as it is: one set of handles to the tensors, no copy.
+    pub fn of(state: &[&Tensor]) -> Self {
+        StateCopies {
+            sets: vec![state.iter().map(|t| t.shallow_clone()).collect()],
+            next: 0,
         }
-        Ok(StateCopies { sets, next: 0 })
     }
 
-    /// The next copy's tensors, in the order given to [`StateCopies::new`].
+    /// Bytes of one set.
+    pub fn bytes(&self) -> u64 {
+        bytes_of(&self.sets[0].iter().collect::<Vec<_>>())
+    }
+
+    /// Hold `copies` sets (at least 1): the tensors themselves and `copies - 1` clones.
+    pub fn spread(&mut self, copies: usize) -> Result<(), TchError> {
+        self.sets.truncate(1);
+        for _ in 1..copies.max(1) {
+            let clones = self.sets[0]
+                .iter()
+                .map(|t| {
+                    let mut c = t.f_empty_like()?;
+                    c.f_copy_(t)?;
+                    Ok(c)
+                })
+                .collect::<Result<_, TchError>>()?;
+            self.sets.push(clones);
+        }
+        self.next = 0;
+        Ok(())
+    }
+
+    /// The next set's tensors, in the order given to [`StateCopies::of`].
     pub fn take(&mut self) -> &[Tensor] {
         let i = self.next;
         self.next = (i + 1) % self.sets.len();

@@ -269,6 +269,42 @@ fn base_row(
     row
 }
 
+/// The row of a case that does not run: its status, why, and its error where it has one.
+fn failure_row(
+    run_id: &str,
+    key: &CaseKey,
+    problem: &Problem,
+    dt: DType,
+    failure: Failure,
+    rel_err: Option<f64>,
+) -> ResultRow {
+    let mut row = base_row(run_id, key, problem, dt, failure.status);
+    row.max_rel_err = rel_err;
+    row.note = Some(failure.reason);
+    row
+}
+
+/// The copy of a case a cold mode times: prepared afresh and, for `pipelined_cold`, given its
+/// copies of the state against a last-level cache of `llc` bytes now (`graph_cold`'s capture
+/// spreads them itself); with the spread's note.
+fn cold_copy(
+    op: &dyn Op,
+    (variant, problem, dt, device): (&str, &Problem, DType, Device),
+    mode: Mode,
+    llc: u64,
+) -> Result<(Box<dyn Prepared>, Option<String>), Failure> {
+    let mut copy = op.prepare(variant, problem, dt, device)?;
+    let note = match mode {
+        Mode::PipelinedCold => Some(
+            crate::cold::spread(copy.as_mut(), llc, 1)
+                .map_err(|e| crate::classify(&e))?
+                .note,
+        ),
+        _ => None,
+    };
+    Ok((copy, note))
+}
+
 fn key_for(
     op: &dyn Op,
     variant: &str,
@@ -560,9 +596,14 @@ pub fn run_op(
             Ok(x) => x,
             Err(refused) => {
                 for (_, key) in &keys {
-                    let mut row = base_row(&run_id, key, problem, dt, refused.failure.status);
-                    row.max_rel_err = refused.rel_err;
-                    row.note = Some(refused.failure.reason.clone());
+                    let row = failure_row(
+                        &run_id,
+                        key,
+                        problem,
+                        dt,
+                        refused.failure.clone(),
+                        refused.rel_err,
+                    );
                     sink.write(&row, &[])?;
                 }
                 continue;
@@ -580,49 +621,31 @@ pub fn run_op(
             if cold_copy && prepared.state_bytes() == 0 {
                 continue;
             }
-            let mut fresh = None;
-            if cold_copy {
-                match op.prepare(variant, problem, dt, device) {
-                    Ok(f) => fresh = Some(f),
+            let (mut fresh, spread) = if cold_copy {
+                match self::cold_copy(op, (variant, problem, dt, device), *mode, caches[d]) {
+                    Ok((copy, note)) => (Some(copy), note),
                     Err(failure) => {
-                        let mut row = base_row(&run_id, key, problem, dt, failure.status);
-                        row.note = Some(failure.reason);
-                        sink.write(&row, &[])?;
+                        sink.write(&failure_row(&run_id, key, problem, dt, failure, None), &[])?;
                         continue;
                     }
                 }
-            }
-            // pipelined_cold: the copy takes its copies of the state in turn
-            let mut spread = None;
-            if let (Mode::PipelinedCold, Some(f)) = (mode, fresh.as_mut()) {
-                match crate::cold::spread(f.as_mut(), caches[d], 1) {
-                    Ok(s) => spread = Some(s.note),
-                    Err(e) => {
-                        let failure = crate::classify(&e);
-                        let mut row = base_row(&run_id, key, problem, dt, failure.status);
-                        row.note = Some(failure.reason);
-                        sink.write(&row, &[])?;
-                        continue;
-                    }
-                }
-            }
-            let unavailable = match mode {
-                Mode::Graph | Mode::GraphCold => crate::graph::available(device).err(),
-                _ => None,
+            } else {
+                (None, None)
             };
+            // graphs need their capture API, device and graph modes the device's clock
+            let graph_api = if mode.is_graph() {
+                crate::graph::available(device).err()
+            } else {
+                None
+            };
+            let unavailable = graph_api.or_else(|| match &clocks[d] {
+                Err(why) if mode.is_device() => Some(why.clone()),
+                _ => None,
+            });
             if let Some(why) = unavailable {
-                let mut row = base_row(&run_id, key, problem, dt, Status::Unsupported);
-                row.note = Some(why);
+                let row = failure_row(&run_id, key, problem, dt, Failure::unsupported(why), None);
                 sink.write(&row, &[])?;
                 continue;
-            }
-            if mode.is_device() {
-                if let Err(why) = &clocks[d] {
-                    let mut row = base_row(&run_id, key, problem, dt, Status::Unsupported);
-                    row.note = Some(why.clone());
-                    sink.write(&row, &[])?;
-                    continue;
-                }
             }
             // graph mode times replays of a captured copy of the case
             let mut graphed = None;
@@ -639,10 +662,7 @@ pub fn run_op(
                         err = e;
                     }
                     Err((failure, rel)) => {
-                        let mut row = base_row(&run_id, key, problem, dt, failure.status);
-                        row.max_rel_err = rel;
-                        row.note = Some(failure.reason);
-                        sink.write(&row, &[])?;
+                        sink.write(&failure_row(&run_id, key, problem, dt, failure, rel), &[])?;
                         continue;
                     }
                 }

@@ -13,7 +13,7 @@
 //! the first sequence's cache and new rows (appends are exact copies, so any error is a
 //! wrong position or a wrong layout).
 
-use harness::tensors::{StateCopies, bytes_of, f64_cpu, randn};
+use harness::tensors::{StateCopies, f64_cpu, randn};
 use harness::{DType, Device, Failure, Op, Prepared};
 use shapes::{Dims, OpKind, Problem};
 use tch::{Kind, TchError, Tensor};
@@ -33,8 +33,8 @@ struct PreparedAppend {
     new: Tensor,
     prep: Prep,
     bytes: Option<u64>,
-    /// Copies of the cache `cat` reads, taken in turn by [`Prepared::run`] (the cold modes).
-    spread: Option<StateCopies>,
+    /// The cache as `cat` reads it (copies of it in turn in the cold modes).
+    state: StateCopies,
 }
 
 impl PreparedAppend {
@@ -42,7 +42,7 @@ impl PreparedAppend {
     /// nothing (so the timed call allocates no extra handle).
     fn forward(&mut self) -> Result<Option<Tensor>, TchError> {
         match &mut self.prep {
-            Prep::Cat => Tensor::f_cat(&[&self.cache, &self.new], -2).map(Some),
+            Prep::Cat => Tensor::f_cat(&[&self.state.take()[0], &self.new], -2).map(Some),
             Prep::IndexCopy { buf, pos } => buf.f_index_copy_(2, pos, &self.new).map(Some),
             Prep::SliceCopy { window, .. } => window.f_copy_(&self.new).map(|()| None),
         }
@@ -60,22 +60,18 @@ impl PreparedAppend {
 
 impl Prepared for PreparedAppend {
     fn run(&mut self) -> Result<(), TchError> {
-        match self.spread.as_mut() {
-            Some(s) => Tensor::f_cat(&[&s.take()[0], &self.new], -2).map(drop),
-            None => self.forward().map(drop),
-        }
+        self.forward().map(drop)
     }
     /// `cat` reads the whole cache; the in-place appends touch only the new rows, which no
     /// number of copies would make cold.
     fn state_bytes(&self) -> u64 {
         match self.prep {
-            Prep::Cat => bytes_of(&[&self.cache]),
+            Prep::Cat => self.state.bytes(),
             _ => 0,
         }
     }
     fn spread_state(&mut self, copies: usize) -> Result<(), TchError> {
-        self.spread = Some(StateCopies::new(&[&self.cache], copies)?);
-        Ok(())
+        self.state.spread(copies)
     }
     fn output(&mut self) -> Result<Tensor, TchError> {
         self.result()?.f_narrow(0, 0, 1)
@@ -150,11 +146,11 @@ impl Op for KvCache {
             other => return Err(Failure::error(format!("unknown kvcache variant `{other}`"))),
         };
         Ok(Box::new(PreparedAppend {
+            state: StateCopies::of(&[&cache]),
             cache,
             new,
             prep,
             bytes,
-            spread: None,
         }))
     }
 }

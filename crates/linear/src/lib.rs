@@ -16,7 +16,7 @@
 //! the slice checks the same kernel at the same shape without a float64 GEMM of lm_head's
 //! size on every case.
 
-use harness::tensors::{StateCopies, bytes_of, f64_cpu, randn};
+use harness::tensors::{StateCopies, f64_cpu, randn};
 use harness::{DType, Device, Failure, Op, Prepared};
 use shapes::{Dims, OpKind, Problem};
 use tch::{TchError, Tensor};
@@ -33,8 +33,8 @@ struct PreparedLinear {
     w: Tensor,
     /// Output split after the GEMM (fused variants), as column counts.
     split: Option<Vec<i64>>,
-    /// Copies of `w` that [`Prepared::run`] takes in turn (the cold modes).
-    spread: Option<StateCopies>,
+    /// `w` as [`Prepared::run`] reads it (copies of it in turn in the cold modes).
+    state: StateCopies,
 }
 
 impl PreparedLinear {
@@ -53,11 +53,7 @@ impl PreparedLinear {
 
 impl Prepared for PreparedLinear {
     fn run(&mut self) -> Result<(), TchError> {
-        let w = match self.spread.as_mut() {
-            Some(s) => &s.take()[0],
-            None => &self.w,
-        };
-        let y = self.x.f_linear::<Tensor>(w, None)?;
+        let y = self.x.f_linear::<Tensor>(&self.state.take()[0], None)?;
         if let Some(sizes) = &self.split {
             // views only: what a fused projection's caller does next
             drop(y.f_split_with_sizes(sizes.as_slice(), -1)?);
@@ -78,12 +74,11 @@ impl Prepared for PreparedLinear {
     }
 
     fn state_bytes(&self) -> u64 {
-        bytes_of(&[&self.w])
+        self.state.bytes()
     }
 
     fn spread_state(&mut self, copies: usize) -> Result<(), TchError> {
-        self.spread = Some(StateCopies::new(&[&self.w], copies)?);
-        Ok(())
+        self.state.spread(copies)
     }
 }
 
@@ -125,26 +120,21 @@ impl Op for Linear {
             other => return Err(Failure::error(format!("unknown linear variant `{other}`"))),
         };
         Ok(Box::new(PreparedLinear {
+            state: StateCopies::of(&[&w]),
             x,
             w,
             split,
-            spread: None,
         }))
     }
 }
 
 /// q, k, v column counts of a fused QKV output: H·D, Hkv·D, Hkv·D with n = (H + 2·Hkv)·D.
 fn qkv_split(problem: &Problem, n: i64) -> Result<Vec<i64>, Failure> {
-    let cfg = shapes::ModelConfig::by_name(&problem.model)?;
-    let d = cfg.head_dim as i64;
-    let (h, hkv) = (
-        cfg.num_attention_heads as i64,
-        cfg.num_key_value_heads as i64,
-    );
-    if (h + 2 * hkv) * d != n {
+    let widths = shapes::ModelConfig::by_name(&problem.model)?.qkv_widths();
+    if widths.iter().sum::<usize>() as i64 != n {
         return Err(Failure::error(format!(
             "qkv_proj n={n} does not match the model's heads"
         )));
     }
-    Ok(vec![h * d, hkv * d, hkv * d])
+    Ok(widths.iter().map(|&w| w as i64).collect())
 }

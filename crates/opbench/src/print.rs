@@ -159,9 +159,9 @@ pub fn prediction(run: &Run, q: &Query, pred: &Prediction) {
     let measured = |mode| {
         step_row(run, q, mode).and_then(|r| Some((r, r.median_ns?, r.ci_low_ns?, r.ci_high_ns?)))
     };
-    if let Some((_, m, lo, hi)) = measured(q.mode) {
+    if let Some((row, m, lo, hi)) = measured(q.mode) {
         println!(
-            "measured ({}): {:.3} ms/step [{:.3}, {:.3}], {:.1} tokens/s; predicted / measured = {:.3} ({:+.1}%)",
+            "measured ({}): {:.3} ms/step [{:.3}, {:.3}], {:.1} tokens/s; predicted / measured = {}",
             if q.profile == shapes::StepProfile::Transformers {
                 "scripts/peer.py, HF transformers"
             } else {
@@ -171,12 +171,9 @@ pub fn prediction(run: &Run, q: &Query, pred: &Prediction) {
             lo / 1e6,
             hi / 1e6,
             q.batch as f64 / (m * 1e-9),
-            pred.step_ns / m,
-            100.0 * (pred.step_ns / m - 1.0)
+            ratio(pred.step_ns, m)
         );
-        let merged = measured(q.mode)
-            .and_then(|(row, ..)| Some((row.executions.filter(|n| *n > 1)?, row.exec_cv?)));
-        if let Some((n, cv)) = merged {
+        if let (Some(n), Some(cv)) = (row.executions.filter(|n| *n > 1), row.exec_cv) {
             println!(
                 "  over {n} executions (processes): their medians' CV {:.1}%, the step's own drift between processes",
                 100.0 * cv
@@ -186,12 +183,11 @@ pub fn prediction(run: &Run, q: &Query, pred: &Prediction) {
     if pred.gpu {
         if let Some((row, m, lo, hi)) = measured(Mode::Device) {
             println!(
-                "measured device time of the step (GPU events, decode crate): {:.3} ms [{:.3}, {:.3}]; predicted kernels / measured = {:.3} ({:+.1}%)",
+                "measured device time of the step (GPU events, decode crate): {:.3} ms [{:.3}, {:.3}]; predicted kernels / measured = {}",
                 m / 1e6,
                 lo / 1e6,
                 hi / 1e6,
-                pred.device_ns / m,
-                100.0 * (pred.device_ns / m - 1.0)
+                ratio(pred.device_ns, m)
             );
             if let Some(n) = row.uncovered_chunks.filter(|n| *n > 0) {
                 println!(
@@ -243,9 +239,8 @@ pub fn host_model(
             m.as_str(),
             p.step_ns / 1e6,
             measured.map_or(String::new(), |s| format!(
-                "; predicted / measured = {:.3} ({:+.1}%)",
-                p.step_ns / s,
-                100.0 * (p.step_ns / s - 1.0)
+                "; predicted / measured = {}",
+                ratio(p.step_ns, s)
             ))
         );
     }
@@ -325,10 +320,9 @@ pub fn graph_outlook(run: &Run, q: &Query, eager: &Prediction, graph: &Predictio
     };
     if let Some(m) = step_row(run, &gq, Mode::Graph).and_then(|r| r.median_ns) {
         println!(
-            "  measured graphed step (decode crate, graph mode): {:.3} ms; predicted / measured = {:.3} ({:+.1}%)",
+            "  measured graphed step (decode crate, graph mode): {:.3} ms; predicted / measured = {}",
             m / 1e6,
-            graph.step_ns / m,
-            100.0 * (graph.step_ns / m - 1.0)
+            ratio(graph.step_ns, m)
         );
     }
 }
@@ -542,4 +536,10 @@ pub fn history_csv(h: &History) -> Result<(), csv::Error> {
     }
     w.flush()?;
     Ok(())
+}
+
+/// A prediction over its measurement: the ratio and the error in percent.
+fn ratio(predicted: f64, measured: f64) -> String {
+    let r = predicted / measured;
+    format!("{r:.3} ({:+.1}%)", 100.0 * (r - 1.0))
 }

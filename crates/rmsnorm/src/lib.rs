@@ -145,16 +145,19 @@ fn split_view(
     device: Device,
 ) -> Result<Tensor, Failure> {
     let cfg = shapes::ModelConfig::by_name(&problem.model)?;
-    let (h, hkv) = (cfg.num_attention_heads, cfg.num_key_value_heads);
-    let (heads, first) = match problem.site {
-        "q_norm" => (h, 0),
-        "k_norm" => (hkv, h),
+    let widths = cfg.qkv_widths();
+    let [q, k, _] = widths;
+    // the columns the site's heads take in the fused output
+    let (first, cols) = match problem.site {
+        "q_norm" => (0, q),
+        "k_norm" => (q, k),
         other => {
             return Err(Failure::error(format!(
                 "aten_split is the fused step's q_norm / k_norm, not `{other}`"
             )));
         }
     };
+    let heads = cols / cfg.head_dim;
     if width != cfg.head_dim || rows % heads != 0 {
         return Err(Failure::error(format!(
             "{} rows={rows} width={width} does not match the model's heads",
@@ -162,9 +165,8 @@ fn split_view(
         )));
     }
     let t = (rows / heads) as i64;
-    let d = width as i64;
-    let all = randn(&[t, (h + 2 * hkv) as i64 * d], dt, device, 3)?;
+    let all = randn(&[t, widths.iter().sum::<usize>() as i64], dt, device, 3)?;
     Ok(all
-        .f_narrow(1, first as i64 * d, heads as i64 * d)?
-        .f_view([t, heads as i64, d])?)
+        .f_narrow(1, first as i64, cols as i64)?
+        .f_view([t, heads as i64, width as i64])?)
 }

@@ -22,7 +22,7 @@
 //! Reference: float64 on the CPU for the first sequence and the last (up to) 64 queries,
 //! which attend to the most keys, against all keys with the causal offset of the cache.
 
-use harness::tensors::{StateCopies, bytes_of, f64_cpu, randn};
+use harness::tensors::{StateCopies, f64_cpu, randn};
 use harness::{DType, Device, Failure, Op, Prepared};
 use shapes::{Dims, OpKind, Problem};
 use tch::{Kind, TchError, Tensor};
@@ -47,15 +47,13 @@ struct PreparedSdpa {
     q: Tensor,
     k: Tensor,
     v: Tensor,
-    /// K/V as the kernel gets them (expanded to H heads where it needs that).
-    k_in: Tensor,
-    v_in: Tensor,
     causal: bool,
     variant: Variant,
     kernel: Option<String>,
     note: Option<String>,
-    /// Copies of `k_in`, `v_in` that [`Prepared::run`] takes in turn (the cold modes).
-    spread: Option<StateCopies>,
+    /// K and V as the kernel gets them (expanded to H heads where it needs that); copies of
+    /// them in turn in the cold modes.
+    state: StateCopies,
 }
 
 fn call(
@@ -98,29 +96,23 @@ fn expand_heads(t: &Tensor, heads: i64) -> Result<Tensor, TchError> {
 }
 
 impl PreparedSdpa {
-    fn forward(&self) -> Result<Tensor, TchError> {
-        call(self.variant, &self.q, &self.k_in, &self.v_in, self.causal)
+    fn forward(&mut self) -> Result<Tensor, TchError> {
+        let kv = self.state.take();
+        call(self.variant, &self.q, &kv[0], &kv[1], self.causal)
     }
 }
 
 impl Prepared for PreparedSdpa {
     fn run(&mut self) -> Result<(), TchError> {
-        match self.spread.as_mut() {
-            Some(s) => {
-                let kv = s.take();
-                call(self.variant, &self.q, &kv[0], &kv[1], self.causal).map(drop)
-            }
-            None => self.forward().map(drop),
-        }
+        self.forward().map(drop)
     }
 
     fn state_bytes(&self) -> u64 {
-        bytes_of(&[&self.k_in, &self.v_in])
+        self.state.bytes()
     }
 
     fn spread_state(&mut self, copies: usize) -> Result<(), TchError> {
-        self.spread = Some(StateCopies::new(&[&self.k_in, &self.v_in], copies)?);
-        Ok(())
+        self.state.spread(copies)
     }
 
     fn output(&mut self) -> Result<Tensor, TchError> {
@@ -250,16 +242,14 @@ impl Op for Sdpa {
             Variant::CpuFlash => Some("flash".into()),
         };
         Ok(Box::new(PreparedSdpa {
+            state: StateCopies::of(&[&k_in, &v_in]),
             q,
             k,
             v,
-            k_in,
-            v_in,
             causal,
             variant,
             kernel,
             note,
-            spread: None,
         }))
     }
 }

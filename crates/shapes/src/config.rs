@@ -133,6 +133,13 @@ pub fn check_shapes_env() -> Result<(), ShapesError> {
 }
 
 impl ModelConfig {
+    /// Columns of q, k and v in a fused QKV projection's output, in that order: H·D, Hkv·D,
+    /// Hkv·D.
+    pub fn qkv_widths(&self) -> [usize; 3] {
+        let kv = self.num_key_value_heads * self.head_dim;
+        [self.num_attention_heads * self.head_dim, kv, kv]
+    }
+
     /// Parse one model file's text; `path` only names it in errors.
     pub fn parse(text: &str, path: &Path) -> Result<Self, ShapesError> {
         let cfg: ModelConfig = toml::from_str(text).map_err(|e| ShapesError::Parse {
