@@ -16,7 +16,9 @@
 //! step, which the device time hides. The eager prediction's device time adds the same cold
 //! penalty (`graph_cold` − `graph`) to a call's `device` row.
 
-use rundir::{CaseKey, DType, DeviceId, Mode, OpKind, Phase, ResultRow, Run, SeriesKey, Work};
+use rundir::{
+    CaseKey, DType, DeviceId, Mode, OpKind, Phase, ResultRow, Run, SeriesKey, Status, Work,
+};
 use shapes::{CallKind, ModelConfig, Problem, Step, StepPlan, StepProfile};
 
 use crate::AnalysisError;
@@ -207,11 +209,76 @@ impl HostModel {
 impl std::str::FromStr for HostModel {
     type Err = rundir::UnknownValue;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::ALL
-            .into_iter()
-            .find(|m| m.as_str() == s)
-            .ok_or_else(|| rundir::UnknownValue::new(s, &Self::ALL.map(Self::as_str)))
+        rundir::UnknownValue::find(s, &Self::ALL, Self::as_str)
     }
+}
+
+/// Which of a host-timed case's samples price it (docs/method.md, "The host's state").
+///
+/// A host whose speed switches between states (the H200 VM: whole processes, sometimes
+/// whole rows, at 1.5–2× the fast state's step time) makes a row's median a mix of states
+/// that differs from row to row; the fast state is the host at its undisturbed speed,
+/// the same state for every row and for the measured step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HostState {
+    /// Each row's median, as the run publishes it.
+    Typical,
+    /// Each host-timed row (and the measured step) at the [`FAST_QUANTILE`] of its samples
+    /// pooled over the run's executions.
+    Fast,
+}
+
+/// The quantile of a case's pooled samples that [`HostState::Fast`] prices it at: low
+/// enough to leave out the slow state where one execution of several was fast, high
+/// enough that one sample's luck does not set it.
+pub const FAST_QUANTILE: f64 = 0.1;
+
+impl HostState {
+    pub const ALL: [HostState; 2] = [HostState::Typical, HostState::Fast];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HostState::Typical => "typical",
+            HostState::Fast => "fast",
+        }
+    }
+}
+
+impl std::str::FromStr for HostState {
+    type Err = rundir::UnknownValue;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        rundir::UnknownValue::find(s, &Self::ALL, Self::as_str)
+    }
+}
+
+/// `run` with its rows priced in host state `state`: [`HostState::Typical`] is the run as
+/// loaded; [`HostState::Fast`] prices every ok row timed by the host's clock (not GPU
+/// events or graph replays) at the [`FAST_QUANTILE`] of its samples pooled over
+/// executions, and drops that row's interval (it was the median's). Rows without samples
+/// keep their median. Errors: samples.csv unreadable.
+pub fn at_host_state(run: &Run, state: HostState) -> Result<Run, AnalysisError> {
+    let mut out = run.clone();
+    if state == HostState::Typical {
+        return Ok(out);
+    }
+    let samples = run.samples()?;
+    for r in out
+        .results
+        .iter_mut()
+        .filter(|r| r.status == Status::Ok && !r.key.mode.is_device())
+    {
+        let mut v: Vec<f64> = samples
+            .get(&r.key)
+            .map(|s| s.iter().map(|s| s.per_call_ns()).collect())
+            .unwrap_or_default();
+        if v.is_empty() {
+            continue;
+        }
+        v.sort_by(f64::total_cmp);
+        r.median_ns = Some(stats::quantile_sorted(&v, FAST_QUANTILE));
+        r.ci_low_ns = None;
+        r.ci_high_ns = None;
+    }
+    Ok(out)
 }
 
 /// What to compose.

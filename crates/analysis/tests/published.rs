@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use analysis::AnalysisError;
 use analysis::compare::{Flag, Settings, Verdict, compare};
 use analysis::fit::fit_run;
-use analysis::predict::{HostModel, Query, predict};
+use analysis::predict::{HostModel, HostState, Query, at_host_state, predict};
 use rundir::{DType, DeviceId, Mode, Run};
 use shapes::{ModelConfig, StepProfile};
 
@@ -17,6 +17,8 @@ const H200: &str = "2026-11-29-nvidia-h200-cuda-torch2.11.0";
 const H200_CROSSCHECK: &str = "2026-11-29-nvidia-h200-cuda-torch2.11.0-crosscheck";
 const H200_COLD: &str = "2026-11-30-nvidia-h200-cuda-torch2.11.0-graph-cold";
 const H200_REPLICA: &str = "2026-11-30-nvidia-h200-cuda-torch2.11.0-graphs-replica";
+const H200_EAGER_X2: &str = "2026-11-30-nvidia-h200-cuda-torch2.11.0-eager-x2";
+const H200_EAGER_X3: &str = "2026-11-30-nvidia-h200-cuda-torch2.11.0-eager-x3";
 
 fn load(name: &str) -> Run {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -487,6 +489,85 @@ fn cpu_predictions_price_the_step_with_its_weights_cold() {
                 .filter(|c| c.source == Source::Cold)
                 .count();
             assert_eq!(cold, cold_sites, "{profile} B={b}");
+        }
+    }
+}
+
+/// Two leases of one session on the H200 (two and three executions, each with the op rows
+/// and the decode steps minutes apart): the eager steps' medians disagree between the
+/// leases by up to a fifth, their fast host state (10th percentile of the pooled samples)
+/// by under a tenth; and predict's error over the six eager cases spreads less in the fast
+/// state than in the typical one, in both leases.
+#[test]
+fn the_fast_host_state_agrees_between_leases_where_the_medians_do_not() {
+    let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
+    let x2 = load(H200_EAGER_X2);
+    let x3 = load(H200_EAGER_X3);
+    let query = |profile, batch| Query {
+        model: &cfg,
+        batch,
+        ctx: 1024,
+        profile,
+        device: "cuda:0".parse::<DeviceId>().unwrap(),
+        dtype: DType::F16,
+        mode: Mode::Pipelined,
+        host: HostModel::AsMeasured,
+    };
+    let step = |run: &Run, q: &Query| {
+        run.row(&q.step_key(Mode::Pipelined))
+            .unwrap()
+            .median_ns
+            .unwrap()
+    };
+    let (mut typical_gap, mut fast_gap) = (0.0f64, 0.0f64);
+    let mut spread = std::collections::HashMap::new();
+    for state in HostState::ALL {
+        let runs = [
+            at_host_state(&x2, state).unwrap(),
+            at_host_state(&x3, state).unwrap(),
+        ];
+        for profile in [StepProfile::HfEager, StepProfile::Fused] {
+            for b in [1, 8, 64] {
+                let q = query(profile, b);
+                let (a, c) = (step(&runs[0], &q), step(&runs[1], &q));
+                let gap = a.max(c) / a.min(c) - 1.0;
+                match state {
+                    HostState::Typical => typical_gap = typical_gap.max(gap),
+                    HostState::Fast => fast_gap = fast_gap.max(gap),
+                }
+                for (i, run) in runs.iter().enumerate() {
+                    let err = predict(run, &q).unwrap().step_ns / step(run, &q) - 1.0;
+                    let e = spread.entry((state, i)).or_insert((f64::MAX, f64::MIN));
+                    *e = (e.0.min(err), e.1.max(err));
+                }
+            }
+        }
+    }
+    assert!(typical_gap > 0.2, "medians: {typical_gap:.3}");
+    assert!(fast_gap < 0.1, "fast state: {fast_gap:.3}");
+    for lease in 0..2 {
+        let width = |state| {
+            let (lo, hi) = spread[&(state, lease)];
+            hi - lo
+        };
+        assert!(
+            width(HostState::Fast) < width(HostState::Typical),
+            "lease {lease}: fast {:.3}, typical {:.3}",
+            width(HostState::Fast),
+            width(HostState::Typical)
+        );
+    }
+    // the state is derived from samples.csv: GPU-event rows keep their medians
+    let fast = at_host_state(&x2, HostState::Fast).unwrap();
+    for (a, b) in x2.results.iter().zip(&fast.results) {
+        if a.key.mode.is_device() {
+            assert_eq!(a.median_ns, b.median_ns);
+        } else if a.status == rundir::Status::Ok {
+            assert!(
+                b.median_ns.unwrap() <= a.median_ns.unwrap() * 1.0001,
+                "{:?}",
+                a.key
+            );
         }
     }
 }

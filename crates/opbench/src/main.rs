@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use analysis::AnalysisError;
-use analysis::predict::HostModel;
+use analysis::predict::{HostModel, HostState, at_host_state};
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Parser, Subcommand, ValueEnum};
 use rundir::{DType, DeviceId, Mode, Run};
@@ -146,6 +146,12 @@ pub struct PredictArgs {
     /// by its control, then times the context factor). The others are printed beside it.
     #[arg(long, default_value = "as-measured", value_parser = PossibleValuesParser::new(HostModel::ALL.map(HostModel::as_str)).try_map(|s| s.parse::<HostModel>()))]
     host_model: HostModel,
+    /// Which of each host-timed row's samples price it: typical (its median) or fast (the
+    /// 10th percentile of its samples over the run's executions: the host at its
+    /// undisturbed speed, for the rows and the measured step alike). The other is printed
+    /// beside it.
+    #[arg(long, default_value = "typical", value_parser = PossibleValuesParser::new(HostState::ALL.map(HostState::as_str)).try_map(|s| s.parse::<HostState>()))]
+    host_state: HostState,
 }
 
 #[derive(Debug, clap::Args)]
@@ -259,7 +265,8 @@ fn fit_verb(dir: &std::path::Path) -> Result<u8, CliError> {
 }
 
 fn predict_verb(args: &PredictArgs) -> Result<u8, CliError> {
-    let run = Run::load(&args.run)?;
+    let loaded = Run::load(&args.run)?;
+    let run = at_host_state(&loaded, args.host_state)?;
     let model = ModelConfig::by_name(&args.model).map_err(|e| CliError::input(e.to_string()))?;
     if args.batch == 0 {
         return Err(CliError::input("--batch: must be positive"));
@@ -290,7 +297,7 @@ fn predict_verb(args: &PredictArgs) -> Result<u8, CliError> {
         host: args.host_model,
     };
     let pred = analysis::predict::predict(&run, &q)?;
-    print::prediction(&run, &q, &pred);
+    print::prediction(&run, &q, &pred, args.host_state);
     if q.mode == Mode::Pipelined && device.is_gpu() {
         let others: Vec<_> = HostModel::ALL
             .into_iter()
@@ -307,6 +314,21 @@ fn predict_verb(args: &PredictArgs) -> Result<u8, CliError> {
         // model alike: nothing to show
         if others.iter().any(|(_, p)| p.step_ns != pred.step_ns) {
             print::host_model(&run, &q, &pred, &others);
+        }
+    }
+    // the other host state beside it, where the run's samples make it differ
+    if !q.mode.is_device() {
+        let other = match args.host_state {
+            HostState::Typical => HostState::Fast,
+            HostState::Fast => HostState::Typical,
+        };
+        let other_run = at_host_state(&loaded, other)?;
+        if let Ok(p) = analysis::predict::predict(&other_run, &q) {
+            let measured =
+                analysis::predict::step_row(&other_run, &q, q.mode).and_then(|r| r.median_ns);
+            if p.step_ns != pred.step_ns {
+                print::host_state(other, &p, measured);
+            }
         }
     }
     // the user's stack: how much of it is Python and the framework

@@ -2,7 +2,7 @@
 
 use analysis::compare::{Comparison, Flag, Line, Verdict};
 use analysis::history::{ChangeKind, History};
-use analysis::predict::{Prediction, Query, Source, step_row};
+use analysis::predict::{HostState, Prediction, Query, Source, step_row};
 use rundir::{CaseKey, FitRow, Mode, Run};
 
 fn opt(v: Option<f64>, digits: usize) -> String {
@@ -66,9 +66,9 @@ pub fn fits(rows: &[FitRow]) {
 }
 
 /// A predicted step: summary, breakdown, and the measured step where the run has it.
-pub fn prediction(run: &Run, q: &Query, pred: &Prediction) {
+pub fn prediction(run: &Run, q: &Query, pred: &Prediction, state: HostState) {
     println!(
-        "{} decode B={} L={}, profile {}, {} {} {} (run {})",
+        "{} decode B={} L={}, profile {}, {} {} {}{} (run {})",
         q.model.name,
         q.batch,
         q.ctx,
@@ -76,6 +76,13 @@ pub fn prediction(run: &Run, q: &Query, pred: &Prediction) {
         q.device,
         q.dtype,
         q.mode,
+        match state {
+            HostState::Typical => String::new(),
+            HostState::Fast => format!(
+                ", host state fast (host-timed rows and the measured step at the {:.0}th percentile of their samples)",
+                100.0 * analysis::predict::FAST_QUANTILE
+            ),
+        },
         run.dir.display()
     );
     println!(
@@ -156,20 +163,25 @@ pub fn prediction(run: &Run, q: &Query, pred: &Prediction) {
     for u in &pred.plan.other {
         println!("  {:<16} {}", u.name, u.what);
     }
+    // the median's interval, where the row has one (the fast state's quantile has none)
     let measured = |mode| {
-        step_row(run, q, mode).and_then(|r| Some((r, r.median_ns?, r.ci_low_ns?, r.ci_high_ns?)))
+        step_row(run, q, mode).and_then(|r| {
+            let ci = match (r.ci_low_ns, r.ci_high_ns) {
+                (Some(lo), Some(hi)) => format!(" [{:.3}, {:.3}]", lo / 1e6, hi / 1e6),
+                _ => String::new(),
+            };
+            Some((r, r.median_ns?, ci))
+        })
     };
-    if let Some((row, m, lo, hi)) = measured(q.mode) {
+    if let Some((row, m, ci)) = measured(q.mode) {
         println!(
-            "measured ({}): {:.3} ms/step [{:.3}, {:.3}], {:.1} tokens/s; predicted / measured = {}",
+            "measured ({}): {:.3} ms/step{ci}, {:.1} tokens/s; predicted / measured = {}",
             if q.profile == shapes::StepProfile::Transformers {
                 "scripts/peer.py, HF transformers"
             } else {
                 "decode crate"
             },
             m / 1e6,
-            lo / 1e6,
-            hi / 1e6,
             q.batch as f64 / (m * 1e-9),
             ratio(pred.step_ns, m)
         );
@@ -181,12 +193,10 @@ pub fn prediction(run: &Run, q: &Query, pred: &Prediction) {
         }
     }
     if pred.gpu {
-        if let Some((row, m, lo, hi)) = measured(Mode::Device) {
+        if let Some((row, m, ci)) = measured(Mode::Device) {
             println!(
-                "measured device time of the step (GPU events, decode crate): {:.3} ms [{:.3}, {:.3}]; predicted kernels / measured = {}",
+                "measured device time of the step (GPU events, decode crate): {:.3} ms{ci}; predicted kernels / measured = {}",
                 m / 1e6,
-                lo / 1e6,
-                hi / 1e6,
                 ratio(pred.device_ns, m)
             );
             if let Some(n) = row.uncovered_chunks.filter(|n| *n > 0) {
@@ -244,6 +254,21 @@ pub fn host_model(
             ))
         );
     }
+}
+
+/// The step priced in the other host state, against the measured step in that state.
+pub fn host_state(state: HostState, p: &Prediction, measured: Option<f64>) {
+    println!(
+        "  host state {} (--host-state {}): {:.3} ms/step{}",
+        state.as_str(),
+        state.as_str(),
+        p.step_ns / 1e6,
+        measured.map_or(String::new(), |s| format!(
+            ", the measured step {:.3} ms; predicted / measured = {}",
+            s / 1e6,
+            ratio(p.step_ns, s)
+        ))
+    );
 }
 
 /// The transformers step split three ways: kernels, libtorch's dispatch (the same calls

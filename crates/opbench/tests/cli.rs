@@ -474,6 +474,21 @@ fn unmeasured_kernels_and_views(plan: &shapes::StepPlan) -> (f64, f64) {
     )
 }
 
+/// The variant the hf-eager plan prices a site with; None for sites it does not use.
+fn hf_eager_variant(p: &shapes::Problem) -> Option<&'static str> {
+    Some(match (p.op, p.site) {
+        (shapes::OpKind::Linear, "qkv_proj" | "gate_up_proj") => return None,
+        (shapes::OpKind::Linear, _) => "aten",
+        (shapes::OpKind::RmsNorm, _) => "hf",
+        (shapes::OpKind::Rope, "cache") => "hf",
+        (shapes::OpKind::Rope, _) => "rotate_half",
+        (shapes::OpKind::Sdpa, _) => "auto",
+        (shapes::OpKind::KvCache, _) => "cat",
+        (shapes::OpKind::Eltwise, _) => "aten",
+        _ => return None,
+    })
+}
+
 #[test]
 fn predict_composes_a_hand_made_run() {
     // every site of qwen3-0.6b hf-eager at B=1, L=128 priced at a known time, on a GPU:
@@ -486,16 +501,8 @@ fn predict_composes_a_hand_made_run() {
     let mut device_total = 0.0;
     let mut graph_total = 0.0;
     for p in shapes::derive(&cfg, shapes::Step::decode(1, 128)) {
-        let variant = match (p.op, p.site) {
-            (shapes::OpKind::Linear, "qkv_proj" | "gate_up_proj") => continue,
-            (shapes::OpKind::Linear, _) => "aten",
-            (shapes::OpKind::RmsNorm, _) => "hf",
-            (shapes::OpKind::Rope, "cache") => "hf",
-            (shapes::OpKind::Rope, _) => "rotate_half",
-            (shapes::OpKind::Sdpa, _) => "auto",
-            (shapes::OpKind::KvCache, _) => "cat",
-            (shapes::OpKind::Eltwise, _) => "aten",
-            _ => continue,
+        let Some(variant) = hf_eager_variant(&p) else {
+            continue;
         };
         let t = 10_000.0;
         host_total += t * p.calls_per_step as f64;
@@ -659,6 +666,117 @@ fn predict_composes_a_hand_made_run() {
     ]);
     assert_eq!(code, 2);
     assert!(err.contains("no measurement or fit for"), "{err}");
+}
+
+/// `--host-state fast`: every host-timed row and the measured step at the 10th percentile
+/// of its samples pooled over executions, GPU-event rows untouched; the typical state (the
+/// medians) printed beside it.
+#[test]
+fn predict_prices_the_fast_host_state_from_the_samples() {
+    let cfg = shapes::ModelConfig::builtin("qwen3-0.6b").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("r");
+    // two executions: the first process in a slow host state (host rows at 2×, the step at
+    // 3×), the second at the host's undisturbed speed
+    let slow_fast = |t: f64, slow: f64| vec![vec![t * slow; 5], vec![t; 5]];
+    let mut cases = Vec::new();
+    let mut host = 0.0;
+    let mut device = 0.0;
+    for p in shapes::derive(&cfg, shapes::Step::decode(1, 128)) {
+        let Some(variant) = hf_eager_variant(&p) else {
+            continue;
+        };
+        let t = 10_000.0;
+        host += t * p.calls_per_step as f64;
+        device += t / 4.0 * p.calls_per_step as f64;
+        let mut c = case(p.op.as_str(), variant, p.site, 1, vec![]);
+        c.times = slow_fast(t, 2.0);
+        c.kv = p.kv_len;
+        cases.push(c);
+        let mut d = case(p.op.as_str(), variant, p.site, 1, vec![t / 4.0; 5]);
+        d.kv = p.kv_len;
+        d.mode = "device";
+        cases.push(d);
+    }
+    let mut add = case("floor", "add", "add1", 1, vec![]);
+    add.times = slow_fast(4_000.0, 2.0);
+    let mut view = case("floor", "view", "add1", 1, vec![]);
+    view.times = slow_fast(1_000.0, 2.0);
+    let mut add_device = case("floor", "add", "add1", 1, vec![2_000.0; 5]);
+    add_device.mode = "device";
+    cases.extend([add, view, add_device]);
+    let plan = shapes::StepPlan::new(
+        &cfg,
+        shapes::StepProfile::HfEager,
+        shapes::Step::decode(1, 128),
+    );
+    let (kernels, views) = unmeasured_kernels_and_views(&plan);
+    host += kernels * 4_000.0 + views * 1_000.0;
+    device += kernels * 2_000.0;
+    assert!(host > 2.0 * device);
+    // the measured step: the prediction's own host time in the fast state
+    let mut step = case("decode", "hf-eager", "step", 1, vec![]);
+    step.times = slow_fast(host, 3.0);
+    step.kv = Some(129);
+    cases.push(step);
+    write_run(&run, &cases);
+    let predict = |state: &str| {
+        let (code, out, err) = opbench(&[
+            "predict",
+            run.to_str().unwrap(),
+            "--model",
+            "qwen3-0.6b",
+            "--batch",
+            "1",
+            "--ctx",
+            "128",
+            "--host-state",
+            state,
+        ]);
+        assert_eq!(code, 0, "{err}");
+        out
+    };
+    let ms = |ns: f64| format!("{:.3}", ns / 1e6);
+    // typical: every row at its median (the mean of the two states, 1.5×; the step's 2×)
+    let out = predict("typical");
+    assert!(
+        out.contains(&format!("predicted: {} ms/step", ms(1.5 * host))),
+        "{out}"
+    );
+    assert!(
+        out.contains("predicted / measured = 0.750 (-25.0%)"),
+        "{out}"
+    );
+    let beside = format!(
+        "  host state fast (--host-state fast): {} ms/step, the measured step {} ms; predicted / measured = 1.000 (+0.0%)",
+        ms(host),
+        ms(host)
+    );
+    assert!(out.contains(&beside), "want {beside}\n{out}");
+    // fast: the undisturbed state for rows and step alike; kernels (GPU events) unchanged
+    let out = predict("fast");
+    assert!(out.contains("pipelined, host state fast"), "{out}");
+    assert!(
+        out.contains(&format!("predicted: {} ms/step", ms(host))),
+        "{out}"
+    );
+    assert!(out.contains(&format!("kernels {} ms", ms(device))), "{out}");
+    assert!(
+        out.contains(&format!(
+            "measured (decode crate): {} ms/step, {:.1} tokens/s; predicted / measured = 1.000 (+0.0%)",
+            ms(host),
+            1e9 / host
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "  host state typical (--host-state typical): {} ms/step, the measured step {} ms; predicted / measured = 0.750 (-25.0%)",
+            ms(1.5 * host),
+            ms(2.0 * host)
+        )),
+        "{out}"
+    );
 }
 
 /// The transformers profile: the hf-eager calls made from Python (scripts/peer.py's `py-`

@@ -5,7 +5,10 @@
 //! execution per side no longer gets a speed verdict for host-timed cases, so those lines
 //! changed on purpose; the device-mode verdicts, ratios and intervals did not. predict's
 //! refusal of the crosscheck run (which lacks cases) was re-recorded when it learned to name
-//! every missing case at once instead of the first (issue 14); no number moved. Tables whose
+//! every missing case at once instead of the first (issue 14); no number moved. predict's
+//! outputs were re-recorded when it learned `--host-state` (issue 14, sixth session): each
+//! gained one line, the step in the other host state beside the chosen one; no line of the
+//! recording changed (checked line by line when re-recorded). Tables whose
 //! row order follows the case key (fit, compare) are compared as sorted lines, since the
 //! key's order is now the schema's rather than alphabetical.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns

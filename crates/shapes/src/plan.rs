@@ -131,10 +131,7 @@ impl fmt::Display for StepProfile {
 impl FromStr for StepProfile {
     type Err = UnknownValue;
     fn from_str(s: &str) -> Result<Self, UnknownValue> {
-        Self::EVERY
-            .into_iter()
-            .find(|p| p.as_str() == s)
-            .ok_or_else(|| UnknownValue::new(s, &Self::EVERY.map(Self::as_str)))
+        UnknownValue::find(s, &Self::EVERY, Self::as_str)
     }
 }
 

@@ -63,7 +63,7 @@ impl OpKind {
 impl std::str::FromStr for OpKind {
     type Err = UnknownValue;
     fn from_str(s: &str) -> Result<Self, UnknownValue> {
-        Self::parse(s).ok_or_else(|| UnknownValue::new(s, &Self::ALL.map(Self::as_str)))
+        UnknownValue::find(s, &Self::ALL, Self::as_str)
     }
 }
 
@@ -88,6 +88,17 @@ impl UnknownValue {
             value: value.to_string(),
             expected: expected.join(", "),
         }
+    }
+
+    /// The one of `all` whose text form (`name`) is `value`; else the error listing them.
+    pub fn find<T: Copy>(value: &str, all: &[T], name: fn(T) -> &'static str) -> Result<T, Self> {
+        all.iter()
+            .copied()
+            .find(|t| name(*t) == value)
+            .ok_or_else(|| {
+                let names: Vec<&str> = all.iter().map(|t| name(*t)).collect();
+                UnknownValue::new(value, &names)
+            })
     }
 }
 

@@ -19,7 +19,7 @@ pub mod fit;
 pub mod twosample;
 
 pub use changepoint::{ChangePoint, CpSettings, change_points};
-pub use estimate::{Estimate, bootstrap_ci, estimate, mad, median, per_call};
+pub use estimate::{Estimate, bootstrap_ci, estimate, mad, median, per_call, quantile_sorted};
 pub use fit::{Fit, ModelKind, Point, crossover_batch, fit_affine, fit_best, fit_floor};
 pub use twosample::{hier_median_ci, hier_ratio_ci, mann_whitney, ratio_ci};
 
