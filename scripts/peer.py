@@ -13,6 +13,8 @@ Rows (docs/schema.md; every case checked against a float64 CPU reference first):
 - op `decode`, variant `transformers`, site `step`: one HF step pipelined (n steps back to
   back, argmax feeding the next, one synchronize), from a DynamicCache of L tokens (cropped
   back to L after every sample);
+- sites `layers1`, `layers2`: the same step with only the first 1 or 2 decoder layers: their
+  difference is one layer inside a step (its framework included), the rest the step's own;
 - site `generate`: `model.generate()` time per new token as the user sees it (prompt of 16,
   32 new tokens, greedy), tokens/s in the note;
 - sites `module_call`, `mask`, `cache_update`: the framework's own work per call (an empty
@@ -319,38 +321,58 @@ def main(argv):
 
         # ---- the HF step and generate()
         if model is not None and a.only != "ops":
+            def step_times(layers):
+                # the HF step with the model's first `layers` decoder layers: the model file
+                # runs layers[:config.num_hidden_layers], and the cache keeps that many
+                full = model.config.num_hidden_layers
+                model.config.num_hidden_layers = layers
+                try:
+                    cache = DynamicCache(config=model.config)
+                    cache.layers = cache.layers[:layers]
+                    ids = torch.randint(0, vocab, (b, ctx), device=device)
+                    model(ids, past_key_values=cache, use_cache=True)
+                    state = {"tok": torch.randint(0, vocab, (b, 1), device=device)}
+
+                    def step():
+                        out = model(input_ids=state["tok"], past_key_values=cache, use_cache=True)
+                        state["tok"] = out.logits[:, -1:].argmax(-1)
+
+                    def crop():
+                        extra = cache.get_seq_length() - ctx
+                        if extra > 0:
+                            cache.crop(-extra)
+                            # crop leaves each layer's keys and values as views of the longer
+                            # tensors, whose next `cat` then reads strided memory; a cache of L
+                            # tokens built step by step is contiguous (as generate()'s is)
+                            for layer_ in cache.layers:
+                                layer_.keys = layer_.keys.contiguous()
+                                layer_.values = layer_.values.contiguous()
+
+                    # every sample starts from L: crop what the steps appended, before it
+                    times, n = timer.pipelined(step, before=crop, max_calls=16)
+                    crop()
+                    return times, n
+                finally:
+                    model.config.num_hidden_layers = full
+
             k = key("decode", "transformers", "step", b, ctx + 1)
             if not run.has(k):
                 say(f"B={b}: HF step from a DynamicCache of {ctx}")
-                cache = DynamicCache(config=model.config)
-                ids = torch.randint(0, vocab, (b, ctx), device=device)
-                model(ids, past_key_values=cache, use_cache=True)
-                tok = torch.randint(0, vocab, (b, 1), device=device)
-                state = {"tok": tok}
-
-                def step():
-                    out = model(input_ids=state["tok"], past_key_values=cache, use_cache=True)
-                    state["tok"] = out.logits[:, -1:].argmax(-1)
-
-                def crop():
-                    extra = cache.get_seq_length() - ctx
-                    if extra > 0:
-                        cache.crop(-extra)
-                        # crop leaves each layer's keys and values as views of the longer
-                        # tensors, whose next `cat` then reads strided memory; a cache of L
-                        # tokens built step by step is contiguous (as generate()'s is)
-                        for layer_ in cache.layers:
-                            layer_.keys = layer_.keys.contiguous()
-                            layer_.values = layer_.values.contiguous()
-
-                # every sample starts from L: crop what the steps appended, before it
-                times, n = timer.pipelined(step, before=crop, max_calls=16)
-                crop()
-                del cache
+                times, n = step_times(cfg["num_hidden_layers"])
                 run.write(k, f"batch={b} L={ctx}", times,
                           f"HF transformers step: {version}eager, sdpa, DynamicCache; {n} steps per sample from L "
                           f"(cropped back after each); {note_base}; checked against float64 at context 16",
                           rel_err=step_err, iters=n)
+            # the same step with 1 and 2 decoder layers: the difference is what one layer
+            # costs inside a step (framework included), the rest the step's own work
+            for layers in (1, 2):
+                k = key("decode", "transformers", f"layers{layers}", b, ctx + 1)
+                if not run.has(k):
+                    times, n = step_times(layers)
+                    run.write(k, f"batch={b} L={ctx} layers={layers}", times,
+                              f"the HF step with its first {layers} decoder layer(s) only (the rest as the full "
+                              f"step, whose check covers this code); {n} steps per sample from L; {note_base}",
+                              rel_err=step_err, iters=n)
             k = key("decode", "transformers", "generate", b, 16 + 32)
             if not run.has(k):
                 prompt = torch.randint(0, vocab, (b, 16), device=device)

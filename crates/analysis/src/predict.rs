@@ -297,10 +297,15 @@ pub struct Query<'a> {
 impl Query<'_> {
     /// The decode crate's whole-step case for this query, in `mode`.
     pub fn step_key(&self, mode: Mode) -> CaseKey {
+        self.decode_key(self.profile.as_str(), "step", mode)
+    }
+
+    /// A decode-crate (or peer) case of this query's shape: `variant`, `site`, `mode`.
+    fn decode_key(&self, variant: &str, site: &str, mode: Mode) -> CaseKey {
         SeriesKey {
             op: OpKind::Decode,
-            variant: self.profile.as_str().into(),
-            site: "step".into(),
+            variant: variant.into(),
+            site: site.into(),
             model: self.model.name.clone(),
             phase: Phase::Decode,
             q_len: 1,
@@ -310,6 +315,54 @@ impl Query<'_> {
             mode,
         }
         .at(self.batch)
+    }
+}
+
+/// One decoder layer inside the HF step, and the step's own work, from the step measured
+/// with its first 1 and 2 layers (scripts/peer.py's `layers1`, `layers2` rows): the
+/// framework's per-layer Python measured where it runs, not as a residual.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LayerSlope {
+    /// `layers2` − `layers1`.
+    pub per_layer_ns: f64,
+    /// `layers1` − one layer: embedding, mask, rotary, final norm, lm_head, argmax and the
+    /// model's own Python.
+    pub per_step_ns: f64,
+}
+
+impl LayerSlope {
+    /// The step with `layers` layers, were each layer to cost what the second did.
+    pub fn step_ns(&self, layers: usize) -> f64 {
+        self.per_step_ns + layers as f64 * self.per_layer_ns
+    }
+}
+
+/// The HF step's [`LayerSlope`] at `q`'s shape in `q.mode`; `None` where the run lacks
+/// either row.
+pub fn layer_slope(run: &Run, q: &Query) -> Option<LayerSlope> {
+    let t = |site| {
+        run.row(&q.decode_key(StepProfile::Transformers.as_str(), site, q.mode))
+            .filter(|r| r.is_ok())
+            .and_then(|r| r.median_ns)
+    };
+    let (one, two) = (t("layers1")?, t("layers2")?);
+    Some(LayerSlope {
+        per_layer_ns: two - one,
+        per_step_ns: 2.0 * one - two,
+    })
+}
+
+impl Prediction {
+    /// What the plan's calls of one layer cost (host time on a GPU, the whole call on the
+    /// CPU): every component's calls that recur per layer, divided among the `layers`.
+    pub fn per_layer_ns(&self, layers: usize) -> f64 {
+        self.components
+            .iter()
+            .map(|c| {
+                let per = if self.gpu { c.host_ns } else { c.per_call_ns };
+                (c.calls / layers.max(1)) as f64 * per
+            })
+            .sum()
     }
 }
 

@@ -322,12 +322,14 @@ fn predict_verb(args: &PredictArgs) -> Result<u8, CliError> {
             HostState::Typical => HostState::Fast,
             HostState::Fast => HostState::Typical,
         };
-        let other_run = at_host_state(&loaded, other)?;
-        if let Ok(p) = analysis::predict::predict(&other_run, &q) {
-            let measured =
-                analysis::predict::step_row(&other_run, &q, q.mode).and_then(|r| r.median_ns);
-            if p.step_ns != pred.step_ns {
-                print::host_state(other, &p, measured);
+        // a run whose samples.csv cannot be read simply has no other state to show
+        if let Ok(other_run) = at_host_state(&loaded, other) {
+            if let Ok(p) = analysis::predict::predict(&other_run, &q) {
+                let measured =
+                    analysis::predict::step_row(&other_run, &q, q.mode).and_then(|r| r.median_ns);
+                if p.step_ns != pred.step_ns {
+                    print::host_state(other, &p, measured);
+                }
             }
         }
     }

@@ -1002,6 +1002,38 @@ fn predict_prices_the_transformers_step_and_splits_it() {
         100.0 * (py_host - tch_host) / py_host
     );
     assert!(out.contains(&split), "want {split}\n{out}");
+    // the step measured with 1 and 2 layers: one layer inside the step beside what the
+    // plan prices a layer's calls at (every call that recurs per layer, at its Python price)
+    let layers = 28;
+    let mut per_layer = 0.0;
+    for c in &plan.measured {
+        per_layer += (c.problem.calls_per_step / layers) as f64 * 16_000.0;
+    }
+    for c in &plan.other {
+        let price = match (c.kind, c.name) {
+            (shapes::CallKind::Kernel, _) => 6_000.0,
+            (shapes::CallKind::View, _) => 2_000.0,
+            (_, "module_call") => 1_000.0,
+            (_, "mask") => 30_000.0,
+            (_, "cache_update") => 2_000.0,
+            (_, other) => panic!("a framework part the test does not price: {other}"),
+        };
+        per_layer += (c.calls / layers) as f64 * price;
+    }
+    for (site, t) in [("layers1", 40e6), ("layers2", 43e6)] {
+        let mut c = case("decode", "transformers", site, 1, vec![t; 5]);
+        c.kv = Some(129);
+        cases.push(c);
+    }
+    write(&cases);
+    let (code, out, err) = opbench(&args);
+    assert_eq!(code, 0, "{err}");
+    let by_layers = format!(
+        "by layer count (the HF step with 1 and 2 layers): a layer inside the step 3.000 ms, of which its calls as priced {:.3} ms; the step's own work 37.000 ms; 28 layers 121.000 ms (measured {:.3} ms)",
+        per_layer / 1e6,
+        py_host / 0.8 / 1e6
+    );
+    assert!(out.contains(&by_layers), "want {by_layers}\n{out}");
 }
 
 #[test]
