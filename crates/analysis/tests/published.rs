@@ -119,14 +119,17 @@ fn compare_gives_the_published_verdicts() {
     assert_eq!(c.lines.len(), 1959);
     assert_eq!(c.executions, (1, 1));
     // one process a side: host-timed cases get no speed verdict (a single-process
-    // comparison of them called 339 slower or faster before), device rows keep theirs
+    // comparison of them called 339 slower or faster before); device rows are slower or
+    // faster only beyond the spread GPU-event times show between processes (20%): the 27
+    // device rows this pair called faster at 5% were 0.919–0.950, inside what A/A pairs of
+    // executions showed (up to 15.2%), and are ambiguous
     let counts = [
         Verdict::Slower,
         Verdict::Faster,
         Verdict::Same,
         Verdict::Ambiguous,
     ];
-    assert_eq!(counts.map(|v| c.count(v)), [0, 27, 114, 579]);
+    assert_eq!(counts.map(|v| c.count(v)), [0, 0, 114, 606]);
     for l in c
         .lines
         .iter()

@@ -476,7 +476,10 @@ pub fn comparison_md(base: &Run, cand: &Run, cmp: &Comparison, threshold: f64, a
         println!(
             "With one execution on a side the noise between processes is unknown, and on a busy host it is \
              far larger than one process's samples show: host-timed cases (pipelined, synced) get no speed \
-             verdict (flag `single-execution`). Run both builds with OPBENCH_EXECUTIONS=5 or more.\n"
+             verdict (flag `single-execution`), and a device-timed case is slower or faster only beyond \
+             {:.0}%, the spread GPU-event times showed between processes of one build. Run both builds with \
+             OPBENCH_EXECUTIONS=5 or more.\n",
+            100.0 * analysis::compare::DEVICE_PROCESS_SPREAD
         );
     }
     println!("| case | base µs | cand µs | ratio [CI] | p | verdict | flags |");

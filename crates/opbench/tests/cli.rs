@@ -348,6 +348,45 @@ fn compare_flags_kernel_and_status_changes_and_new_and_gone() {
     );
 }
 
+/// One execution a side: a device row moved by less than the between-process spread of
+/// GPU-event times (20%) is ambiguous, flagged `single-execution`; beyond it, slower.
+#[test]
+fn compare_calls_a_one_process_device_change_only_beyond_the_process_spread() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = StdRng::seed_from_u64(3);
+    let device = |rng: &mut StdRng, site: &'static str, t: f64| {
+        let mut c = case("eltwise", "aten", site, 1, noisy(rng, t, 0.002, 20));
+        c.mode = "device";
+        c
+    };
+    write_run(
+        &dir.path().join("a"),
+        &[
+            device(&mut rng, "residual_add", 2_000.0),
+            device(&mut rng, "silu", 2_000.0),
+            device(&mut rng, "swiglu_mul", 2_000.0),
+        ],
+    );
+    // +12% (inside what A/A pairs of processes showed), +30%, unchanged
+    write_run(
+        &dir.path().join("b"),
+        &[
+            device(&mut rng, "residual_add", 2_240.0),
+            device(&mut rng, "silu", 2_600.0),
+            device(&mut rng, "swiglu_mul", 2_000.0),
+        ],
+    );
+    let (code, out, err) = compare_csv(&dir.path().join("a"), &dir.path().join("b"));
+    assert_eq!(code, 1, "{err}");
+    let v = verdicts(&out);
+    let get = |id: &str| v.iter().find(|x| x.0 == id).unwrap().clone();
+    let add = get("aten/residual_add");
+    assert_eq!(add.1, "ambiguous", "{add:?}");
+    assert!(add.2.contains("single-execution"), "{add:?}");
+    assert_eq!(get("aten/silu").1, "slower");
+    assert_eq!(get("aten/swiglu_mul").1, "same");
+}
+
 #[test]
 fn compare_of_a_run_with_itself_is_all_same_and_exits_zero() {
     let dir = tempfile::tempdir().unwrap();

@@ -8,7 +8,11 @@
 //! every missing case at once instead of the first (issue 14); no number moved. predict's
 //! outputs were re-recorded when it learned `--host-state` (issue 14, sixth session): each
 //! gained one line, the step in the other host state beside the chosen one; no line of the
-//! recording changed (checked line by line when re-recorded). Tables whose
+//! recording changed (checked line by line when re-recorded). compare's outputs were
+//! re-recorded when one-execution device rows learned the 20% between-process spread (issue
+//! 14, sixth session): 29 device lines moved from slower/faster to ambiguous with the flag
+//! `single-execution`, the summary counts and the note above the table changed; no ratio,
+//! interval or p moved. Tables whose
 //! row order follows the case key (fit, compare) are compared as sorted lines, since the
 //! key's order is now the schema's rather than alphabetical.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
