@@ -13,8 +13,9 @@ Rows (docs/schema.md; every case checked against a float64 CPU reference first):
 - op `decode`, variant `transformers`, site `step`: one HF step pipelined (n steps back to
   back, argmax feeding the next, one synchronize), from a DynamicCache of L tokens (cropped
   back to L after every sample);
-- sites `layers1`, `layers2`: the same step with only the first 1 or 2 decoder layers: their
-  difference is one layer inside a step (its framework included), the rest the step's own;
+- sites `layers1`, `layers8`: the same step with only the first 1 or 8 decoder layers: their
+  difference over 7 is one layer inside a step (its framework included), the rest the
+  step's own work;
 - site `generate`: `model.generate()` time per new token as the user sees it (prompt of 16,
   32 new tokens, greedy), tokens/s in the note;
 - sites `module_call`, `mask`, `cache_update`: the framework's own work per call (an empty
@@ -363,9 +364,9 @@ def main(argv):
                           f"HF transformers step: {version}eager, sdpa, DynamicCache; {n} steps per sample from L "
                           f"(cropped back after each); {note_base}; checked against float64 at context 16",
                           rel_err=step_err, iters=n)
-            # the same step with 1 and 2 decoder layers: the difference is what one layer
-            # costs inside a step (framework included), the rest the step's own work
-            for layers in (1, 2):
+            # the same step with 1 and 8 decoder layers: the difference over 7 is what one
+            # layer costs inside a step (framework included), the rest the step's own work
+            for layers in (1, min(8, cfg["num_hidden_layers"])):
                 k = key("decode", "transformers", f"layers{layers}", b, ctx + 1)
                 if not run.has(k):
                     times, n = step_times(layers)

@@ -319,36 +319,61 @@ impl Query<'_> {
 }
 
 /// One decoder layer inside the HF step, and the step's own work, from the step measured
-/// with its first 1 and 2 layers (scripts/peer.py's `layers1`, `layers2` rows): the
+/// with only its first few layers (scripts/peer.py's `layers<N>` rows, N = 1 and 8): the
 /// framework's per-layer Python measured where it runs, not as a residual.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LayerSlope {
-    /// `layers2` − `layers1`.
+    /// The fewest and most layers measured, and the step at each.
+    pub few: (usize, f64),
+    pub many: (usize, f64),
+    /// (many − few) per layer between them.
     pub per_layer_ns: f64,
-    /// `layers1` − one layer: embedding, mask, rotary, final norm, lm_head, argmax and the
-    /// model's own Python.
+    /// The step at `few` layers less those layers: embedding, mask, rotary, final norm,
+    /// lm_head, argmax and the model's own Python.
     pub per_step_ns: f64,
+    /// The two steps' intervals do not overlap: the difference is measured, not noise.
+    pub resolved: bool,
 }
 
 impl LayerSlope {
-    /// The step with `layers` layers, were each layer to cost what the second did.
+    /// The step with `layers` layers, were each layer to cost what the measured ones did.
     pub fn step_ns(&self, layers: usize) -> f64 {
         self.per_step_ns + layers as f64 * self.per_layer_ns
     }
 }
 
-/// The HF step's [`LayerSlope`] at `q`'s shape in `q.mode`; `None` where the run lacks
-/// either row.
+/// The HF step's [`LayerSlope`] at `q`'s shape in `q.mode`, from its `layers<N>` rows with
+/// the fewest and the most layers; `None` where the run has fewer than two such counts.
 pub fn layer_slope(run: &Run, q: &Query) -> Option<LayerSlope> {
-    let t = |site| {
-        run.row(&q.decode_key(StepProfile::Transformers.as_str(), site, q.mode))
-            .filter(|r| r.is_ok())
-            .and_then(|r| r.median_ns)
+    let want = q.decode_key(StepProfile::Transformers.as_str(), "", q.mode);
+    let mut at: Vec<(usize, &ResultRow)> = run
+        .ok_rows()
+        .filter(|r| {
+            let site_aside = SeriesKey {
+                site: String::new(),
+                ..r.key.series.clone()
+            };
+            r.key.batch == want.batch && site_aside == want.series
+        })
+        .filter_map(|r| Some((r.key.site.strip_prefix("layers")?.parse().ok()?, r)))
+        .collect();
+    at.sort_by_key(|(n, _)| *n);
+    let (&(n0, r0), &(n1, r1)) = (at.first()?, at.last()?);
+    let (t0, t1) = (r0.median_ns?, r1.median_ns?);
+    if n1 == n0 {
+        return None;
+    }
+    let per_layer_ns = (t1 - t0) / (n1 - n0) as f64;
+    let resolved = match (r0.ci_high_ns, r1.ci_low_ns) {
+        (Some(hi0), Some(lo1)) => lo1 > hi0,
+        _ => false,
     };
-    let (one, two) = (t("layers1")?, t("layers2")?);
     Some(LayerSlope {
-        per_layer_ns: two - one,
-        per_step_ns: 2.0 * one - two,
+        few: (n0, t0),
+        many: (n1, t1),
+        per_layer_ns,
+        per_step_ns: t0 - n0 as f64 * per_layer_ns,
+        resolved,
     })
 }
 

@@ -312,16 +312,27 @@ pub fn python_split(run: &Run, q: &Query, pred: &Prediction, libtorch: &Predicti
     }
     if let Some(s) = analysis::predict::layer_slope(run, q) {
         let layers = q.model.num_hidden_layers;
-        let measured = m(q).map_or(String::new(), |hf| {
-            format!(" (measured {:.3} ms)", hf / 1e6)
-        });
-        println!(
-            "by layer count (the HF step with 1 and 2 layers): a layer inside the step {:.3} ms, of which its calls as priced {:.3} ms; the step's own work {:.3} ms; {layers} layers {:.3} ms{measured}",
-            s.per_layer_ns / 1e6,
-            pred.per_layer_ns(layers) / 1e6,
-            s.per_step_ns / 1e6,
-            s.step_ns(layers) / 1e6,
+        let head = format!(
+            "by layer count (the HF step with {} and {} layers: {:.3} and {:.3} ms)",
+            s.few.0,
+            s.many.0,
+            s.few.1 / 1e6,
+            s.many.1 / 1e6
         );
+        if s.resolved {
+            let measured = m(q).map_or(String::new(), |hf| {
+                format!(" (measured {:.3} ms)", hf / 1e6)
+            });
+            println!(
+                "{head}: a layer inside the step {:.3} ms, of which its calls as priced {:.3} ms; the step's own work {:.3} ms; {layers} layers {:.3} ms{measured}",
+                s.per_layer_ns / 1e6,
+                pred.per_layer_ns(layers) / 1e6,
+                s.per_step_ns / 1e6,
+                s.step_ns(layers) / 1e6,
+            );
+        } else {
+            println!("{head}: their intervals overlap, so no layer's cost is read from them");
+        }
     }
     if let Some(g) = run
         .ok_rows()

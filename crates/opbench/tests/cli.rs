@@ -13,6 +13,7 @@ use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, Normal};
 
 /// A case of a hand-made run: key fields, status, kernel, per-call samples (ns).
+#[derive(Clone)]
 struct Case {
     op: &'static str,
     variant: &'static str,
@@ -1059,20 +1060,34 @@ fn predict_prices_the_transformers_step_and_splits_it() {
         };
         per_layer += (c.calls / layers) as f64 * price;
     }
-    for (site, t) in [("layers1", 40e6), ("layers2", 43e6)] {
-        let mut c = case("decode", "transformers", site, 1, vec![t; 5]);
-        c.kv = Some(129);
-        cases.push(c);
-    }
-    write(&cases);
+    let layers_at = |cases: &mut Vec<Case>, eight: f64| {
+        for (site, t) in [("layers1", 40e6), ("layers8", eight)] {
+            let mut c = case("decode", "transformers", site, 1, vec![t; 5]);
+            c.kv = Some(129);
+            cases.push(c);
+        }
+    };
+    let mut with_layers = cases.clone();
+    layers_at(&mut with_layers, 61e6);
+    write(&with_layers);
     let (code, out, err) = opbench(&args);
     assert_eq!(code, 0, "{err}");
     let by_layers = format!(
-        "by layer count (the HF step with 1 and 2 layers): a layer inside the step 3.000 ms, of which its calls as priced {:.3} ms; the step's own work 37.000 ms; 28 layers 121.000 ms (measured {:.3} ms)",
+        "by layer count (the HF step with 1 and 8 layers: 40.000 and 61.000 ms): a layer inside the step 3.000 ms, of which its calls as priced {:.3} ms; the step's own work 37.000 ms; 28 layers 121.000 ms (measured {:.3} ms)",
         per_layer / 1e6,
         py_host / 0.8 / 1e6
     );
     assert!(out.contains(&by_layers), "want {by_layers}\n{out}");
+    // two steps within each other's intervals (±1% here) give no per-layer figure
+    let mut unresolved = cases.clone();
+    layers_at(&mut unresolved, 40.5e6);
+    write(&unresolved);
+    let (code, out, err) = opbench(&args);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("by layer count (the HF step with 1 and 8 layers: 40.000 and 40.500 ms): their intervals overlap, so no layer's cost is read from them"),
+        "{out}"
+    );
 }
 
 #[test]
