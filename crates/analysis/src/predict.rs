@@ -583,9 +583,12 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
             let at = |mode| find(p.op, variant, p.site, p.batch, p.kv_len, mode);
             at(cold).zip(at(warm)).map(|(c, w)| (c - w).max(0.0))
         };
+        // the variant whose kernels the call runs (the Python-side rows of transformers run
+        // hf-eager's): where its device time and its cold penalties are measured
+        let kernel = q.profile.kernel_variant(p.op, p.site).unwrap_or(variant);
         // inside a graph
         let cold_graph = in_mode(Mode::GraphCold);
-        let cold_penalty = penalty(variant, Mode::GraphCold, Mode::Graph).unwrap_or(0.0);
+        let cold_penalty = penalty(kernel, Mode::GraphCold, Mode::Graph).unwrap_or(0.0);
         let measured = if graph {
             cold_graph.or(in_mode(Mode::Graph))
         } else {
@@ -638,11 +641,9 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
             .map_or(per_call, |h| h.min(per_call))
             * at_speed(host_row);
         // on the CPU the call's state read from memory, where the run timed it so: the
-        // penalty its kernel variant's rows measure (the Python-side rows of transformers
-        // run the same kernels as hf-eager's)
+        // penalty its kernel variant's rows measure
         let cpu_cold = if !gpu && q.mode == Mode::Pipelined {
-            let k = q.profile.kernel_variant(p.op, p.site).unwrap_or(variant);
-            penalty(k, Mode::PipelinedCold, Mode::Pipelined)
+            penalty(kernel, Mode::PipelinedCold, Mode::Pipelined)
         } else {
             None
         };
@@ -672,14 +673,7 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
             (per_call, from)
         } else if cold > 0.0 && source == Source::Ceiling {
             (cold, DeviceSource::Ceiling)
-        } else if let Some(t) = find(
-            p.op,
-            q.profile.kernel_variant(p.op, p.site).unwrap_or(variant),
-            p.site,
-            p.batch,
-            p.kv_len,
-            Mode::Device,
-        ) {
+        } else if let Some(t) = find(p.op, kernel, p.site, p.batch, p.kv_len, Mode::Device) {
             if cold_penalty > 0.0 {
                 (t + cold_penalty, DeviceSource::EventsCold)
             } else {

@@ -574,3 +574,38 @@ fn the_fast_host_state_agrees_between_leases_where_the_medians_do_not() {
         }
     }
 }
+
+/// The transformers step's calls from Python run hf-eager's kernels: its device time is
+/// theirs, cold penalties (`graph_cold` − `graph`) included, at every batch.
+#[test]
+fn the_transformers_step_runs_the_hf_eager_kernels() {
+    let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
+    let run = load(H200_EAGER_X2);
+    for batch in [1, 8, 64] {
+        let q = |profile| Query {
+            model: &cfg,
+            batch,
+            ctx: 1024,
+            profile,
+            device: "cuda:0".parse::<DeviceId>().unwrap(),
+            dtype: DType::F16,
+            mode: Mode::Pipelined,
+            host: HostModel::AsMeasured,
+        };
+        let py = predict(&run, &q(StepProfile::Transformers)).unwrap();
+        let tch = predict(&run, &q(StepProfile::HfEager)).unwrap();
+        assert!(
+            (py.device_ns - tch.device_ns).abs() < 1.0,
+            "B={batch}: {} against {}",
+            py.device_ns,
+            tch.device_ns
+        );
+        let cold = |p: &analysis::predict::Prediction| {
+            p.components
+                .iter()
+                .filter(|c| c.device_source == analysis::predict::DeviceSource::EventsCold)
+                .count()
+        };
+        assert!(cold(&py) >= 5 && cold(&py) == cold(&tch), "B={batch}");
+    }
+}
