@@ -16,9 +16,7 @@
 //! step, which the device time hides. The eager prediction's device time adds the same cold
 //! penalty (`graph_cold` − `graph`) to a call's `device` row.
 
-use rundir::{
-    CaseKey, DType, DeviceId, Mode, OpKind, Phase, ResultRow, Run, SeriesKey, Status, Work,
-};
+use rundir::{CaseKey, DType, DeviceId, Mode, OpKind, Phase, ResultRow, Run, SeriesKey, Work};
 use shapes::{CallKind, ModelConfig, Problem, Step, StepPlan, StepProfile};
 
 use crate::AnalysisError;
@@ -165,8 +163,14 @@ impl Prediction {
         self.components
             .iter()
             .filter(|c| c.op.is_none() && framework.contains(&c.site))
-            .map(|c| c.calls as f64 * if self.gpu { c.host_ns } else { c.per_call_ns })
+            .map(|c| c.calls as f64 * self.host_per_call(c))
             .sum()
+    }
+
+    /// What one call of `c` costs the host: its dispatch and launch on a GPU, the whole
+    /// call on the CPU (where the host does the work too).
+    fn host_per_call(&self, c: &Component) -> f64 {
+        if self.gpu { c.host_ns } else { c.per_call_ns }
     }
 
     /// The host sets the pace (on a GPU).
@@ -235,6 +239,13 @@ pub const FAST_QUANTILE: f64 = 0.1;
 
 impl HostState {
     pub const ALL: [HostState; 2] = [HostState::Typical, HostState::Fast];
+    /// The state printed beside this one.
+    pub fn other(self) -> Self {
+        match self {
+            HostState::Typical => HostState::Fast,
+            HostState::Fast => HostState::Typical,
+        }
+    }
     pub fn as_str(self) -> &'static str {
         match self {
             HostState::Typical => "typical",
@@ -264,7 +275,7 @@ pub fn at_host_state(run: &Run, state: HostState) -> Result<Run, AnalysisError> 
     for r in out
         .results
         .iter_mut()
-        .filter(|r| r.status == Status::Ok && !r.key.mode.is_device())
+        .filter(|r| r.is_ok() && !r.key.mode.is_device())
     {
         let mut v: Vec<f64> = samples
             .get(&r.key)
@@ -345,17 +356,12 @@ impl LayerSlope {
 /// The HF step's [`LayerSlope`] at `q`'s shape in `q.mode`, from its `layers<N>` rows with
 /// the fewest and the most layers; `None` where the run has fewer than two such counts.
 pub fn layer_slope(run: &Run, q: &Query) -> Option<LayerSlope> {
-    let want = q.decode_key(StepProfile::Transformers.as_str(), "", q.mode);
     let mut at: Vec<(usize, &ResultRow)> = run
         .ok_rows()
-        .filter(|r| {
-            let site_aside = SeriesKey {
-                site: String::new(),
-                ..r.key.series.clone()
-            };
-            r.key.batch == want.batch && site_aside == want.series
-        })
         .filter_map(|r| Some((r.key.site.strip_prefix("layers")?.parse().ok()?, r)))
+        .filter(|(_, r)| {
+            r.key == q.decode_key(StepProfile::Transformers.as_str(), &r.key.site, q.mode)
+        })
         .collect();
     at.sort_by_key(|(n, _)| *n);
     let (&(n0, r0), &(n1, r1)) = (at.first()?, at.last()?);
@@ -378,15 +384,12 @@ pub fn layer_slope(run: &Run, q: &Query) -> Option<LayerSlope> {
 }
 
 impl Prediction {
-    /// What the plan's calls of one layer cost (host time on a GPU, the whole call on the
-    /// CPU): every component's calls that recur per layer, divided among the `layers`.
+    /// What the plan's calls of one layer cost the host: every component's calls that
+    /// recur per layer, divided among the `layers`.
     pub fn per_layer_ns(&self, layers: usize) -> f64 {
         self.components
             .iter()
-            .map(|c| {
-                let per = if self.gpu { c.host_ns } else { c.per_call_ns };
-                (c.calls / layers.max(1)) as f64 * per
-            })
+            .map(|c| (c.calls / layers.max(1)) as f64 * self.host_per_call(c))
             .sum()
     }
 }
@@ -577,18 +580,18 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
             _ => bytes,
         };
         let in_mode = |mode| find(p.op, variant, p.site, p.batch, p.kv_len, mode);
-        // what reading the call's state from memory adds: a variant's cold row over its
-        // warm one
-        let penalty = |variant: &str, cold: Mode, warm: Mode| {
-            let at = |mode| find(p.op, variant, p.site, p.batch, p.kv_len, mode);
-            at(cold).zip(at(warm)).map(|(c, w)| (c - w).max(0.0))
-        };
         // the variant whose kernels the call runs (the Python-side rows of transformers run
         // hf-eager's): where its device time and its cold penalties are measured
         let kernel = q.profile.kernel_variant(p.op, p.site).unwrap_or(variant);
+        // what reading the call's state from memory adds: its kernels' cold row over their
+        // warm one
+        let penalty = |cold: Mode, warm: Mode| {
+            let at = |mode| find(p.op, kernel, p.site, p.batch, p.kv_len, mode);
+            at(cold).zip(at(warm)).map(|(c, w)| (c - w).max(0.0))
+        };
         // inside a graph
         let cold_graph = in_mode(Mode::GraphCold);
-        let cold_penalty = penalty(kernel, Mode::GraphCold, Mode::Graph).unwrap_or(0.0);
+        let cold_penalty = penalty(Mode::GraphCold, Mode::Graph).unwrap_or(0.0);
         let measured = if graph {
             cold_graph.or(in_mode(Mode::Graph))
         } else {
@@ -643,7 +646,7 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
         // on the CPU the call's state read from memory, where the run timed it so: the
         // penalty its kernel variant's rows measure
         let cpu_cold = if !gpu && q.mode == Mode::Pipelined {
-            penalty(kernel, Mode::PipelinedCold, Mode::Pipelined)
+            penalty(Mode::PipelinedCold, Mode::Pipelined)
         } else {
             None
         };

@@ -20,6 +20,20 @@ const H200_REPLICA: &str = "2026-11-30-nvidia-h200-cuda-torch2.11.0-graphs-repli
 const H200_EAGER_X2: &str = "2026-11-30-nvidia-h200-cuda-torch2.11.0-eager-x2";
 const H200_EAGER_X3: &str = "2026-11-30-nvidia-h200-cuda-torch2.11.0-eager-x3";
 
+/// An eager (pipelined) step on the H200 at L = 1024, host costs as measured.
+fn h200_eager(cfg: &ModelConfig, profile: StepProfile, batch: usize) -> Query<'_> {
+    Query {
+        model: cfg,
+        batch,
+        ctx: 1024,
+        profile,
+        device: "cuda:0".parse::<DeviceId>().unwrap(),
+        dtype: DType::F16,
+        mode: Mode::Pipelined,
+        host: HostModel::AsMeasured,
+    }
+}
+
 fn load(name: &str) -> Run {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../results")
@@ -506,16 +520,7 @@ fn the_fast_host_state_agrees_between_leases_where_the_medians_do_not() {
     let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
     let x2 = load(H200_EAGER_X2);
     let x3 = load(H200_EAGER_X3);
-    let query = |profile, batch| Query {
-        model: &cfg,
-        batch,
-        ctx: 1024,
-        profile,
-        device: "cuda:0".parse::<DeviceId>().unwrap(),
-        dtype: DType::F16,
-        mode: Mode::Pipelined,
-        host: HostModel::AsMeasured,
-    };
+    let query = |profile, batch| h200_eager(&cfg, profile, batch);
     let step = |run: &Run, q: &Query| {
         run.row(&q.step_key(Mode::Pipelined))
             .unwrap()
@@ -582,16 +587,7 @@ fn the_transformers_step_runs_the_hf_eager_kernels() {
     let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
     let run = load(H200_EAGER_X2);
     for batch in [1, 8, 64] {
-        let q = |profile| Query {
-            model: &cfg,
-            batch,
-            ctx: 1024,
-            profile,
-            device: "cuda:0".parse::<DeviceId>().unwrap(),
-            dtype: DType::F16,
-            mode: Mode::Pipelined,
-            host: HostModel::AsMeasured,
-        };
+        let q = |profile| h200_eager(&cfg, profile, batch);
         let py = predict(&run, &q(StepProfile::Transformers)).unwrap();
         let tch = predict(&run, &q(StepProfile::HfEager)).unwrap();
         assert!(

@@ -318,10 +318,7 @@ fn predict_verb(args: &PredictArgs) -> Result<u8, CliError> {
     }
     // the other host state beside it, where the run's samples make it differ
     if !q.mode.is_device() {
-        let other = match args.host_state {
-            HostState::Typical => HostState::Fast,
-            HostState::Fast => HostState::Typical,
-        };
+        let other = args.host_state.other();
         // a run whose samples.csv cannot be read simply has no other state to show
         if let Ok(other_run) = at_host_state(&loaded, other) {
             if let Ok(p) = analysis::predict::predict(&other_run, &q) {

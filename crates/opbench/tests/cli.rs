@@ -514,6 +514,18 @@ fn unmeasured_kernels_and_views(plan: &shapes::StepPlan) -> (f64, f64) {
     )
 }
 
+/// The sites of qwen3-0.6b's decode step at B = 1, L = 128 that the hf-eager plan prices
+/// from op rows, with their variant.
+fn hf_eager_sites(cfg: &shapes::ModelConfig) -> Vec<(shapes::Problem, &'static str)> {
+    shapes::derive(cfg, shapes::Step::decode(1, 128))
+        .into_iter()
+        .filter_map(|p| {
+            let variant = hf_eager_variant(&p)?;
+            Some((p, variant))
+        })
+        .collect()
+}
+
 /// The variant the hf-eager plan prices a site with; None for sites it does not use.
 fn hf_eager_variant(p: &shapes::Problem) -> Option<&'static str> {
     Some(match (p.op, p.site) {
@@ -540,10 +552,7 @@ fn predict_composes_a_hand_made_run() {
     let mut host_total = 0.0;
     let mut device_total = 0.0;
     let mut graph_total = 0.0;
-    for p in shapes::derive(&cfg, shapes::Step::decode(1, 128)) {
-        let Some(variant) = hf_eager_variant(&p) else {
-            continue;
-        };
+    for (p, variant) in hf_eager_sites(&cfg) {
         let t = 10_000.0;
         host_total += t * p.calls_per_step as f64;
         device_total += t / 4.0 * p.calls_per_step as f64;
@@ -722,10 +731,7 @@ fn predict_prices_the_fast_host_state_from_the_samples() {
     let mut cases = Vec::new();
     let mut host = 0.0;
     let mut device = 0.0;
-    for p in shapes::derive(&cfg, shapes::Step::decode(1, 128)) {
-        let Some(variant) = hf_eager_variant(&p) else {
-            continue;
-        };
+    for (p, variant) in hf_eager_sites(&cfg) {
         let t = 10_000.0;
         host += t * p.calls_per_step as f64;
         device += t / 4.0 * p.calls_per_step as f64;
