@@ -1048,7 +1048,7 @@ fn predict_prices_the_transformers_step_and_splits_it() {
         100.0 * (py_host - tch_host) / py_host
     );
     assert!(out.contains(&split), "want {split}\n{out}");
-    // the step measured with 1 and 2 layers: one layer inside the step beside what the
+    // the step measured with 1 and 8 layers: one layer inside the step beside what the
     // plan prices a layer's calls at (every call that recurs per layer, at its Python price)
     let layers = 28;
     let mut per_layer = 0.0;
