@@ -179,6 +179,9 @@ def rel_err(out, ref):
 
 TOL = {"f32": 1e-4, "f16": 1e-2, "bf16": 5e-2}
 STEP_TOL = {"f32": 1e-3, "f16": 1.5e-2, "bf16": 1e-1}
+# the decoder-layer rows (one layer called alone, its calls flat, each call alone), sampled
+# together; transformers' own code per layer is the first less the second (opbench predict)
+LAYER_SITES = ("layer", "layer_flat", "layer_calls")
 DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 
 
@@ -254,7 +257,7 @@ def main(argv):
         from transformers import Qwen3Config, Qwen3ForCausalLM, DynamicCache
         from transformers.masking_utils import create_causal_mask
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
-        from transformers.models.qwen3.modeling_qwen3 import rotate_half
+        from transformers.models.qwen3.modeling_qwen3 import rotate_half, apply_rotary_pos_emb
     except ImportError as e:
         transformers = None
         say(f"transformers is not importable ({e}): no transformers step, generate or framework rows; "
@@ -276,6 +279,123 @@ def main(argv):
 
     def key(op, variant, site, b, kv=""):
         return (op, variant, site, model_name, "decode", b, 1, kv, dt_name, label, "pipelined")
+
+    def layer_program(lay, b):
+        """One decoder layer's calls as modeling_qwen3 makes them, written out flat (no
+        module wrappers, kwargs or cache object): (name, call) pairs, each reading its inputs
+        from the environment `e` and leaving its output under its name."""
+        at, mlp = lay.self_attn, lay.mlp
+        hs = (b, 1, -1, D)
+        return [
+            ("h", lambda e: lay.input_layernorm(e["x"])),
+            ("q1", lambda e: at.q_proj(e["h"])), ("q2", lambda e: e["q1"].view(hs)),
+            ("q3", lambda e: at.q_norm(e["q2"])), ("q", lambda e: e["q3"].transpose(1, 2)),
+            ("k1", lambda e: at.k_proj(e["h"])), ("k2", lambda e: e["k1"].view(hs)),
+            ("k3", lambda e: at.k_norm(e["k2"])), ("k", lambda e: e["k3"].transpose(1, 2)),
+            ("v1", lambda e: at.v_proj(e["h"])), ("v2", lambda e: e["v1"].view(hs)),
+            ("v", lambda e: e["v2"].transpose(1, 2)),
+            ("qk", lambda e: apply_rotary_pos_emb(e["q"], e["k"], *e["pe"])),
+            ("kf", lambda e: torch.cat([e["K"], e["qk"][1]], dim=-2)),
+            ("vf", lambda e: torch.cat([e["V"], e["v"]], dim=-2)),
+            ("o1", lambda e: sdpa_attention_forward(at, e["qk"][0], e["kf"], e["vf"], None, dropout=0.0,
+                                                    scaling=at.scaling)[0]),
+            ("o2", lambda e: e["o1"].reshape(b, 1, -1).contiguous()),
+            ("o", lambda e: at.o_proj(e["o2"])),
+            ("h2", lambda e: e["x"] + e["o"]),
+            ("n2", lambda e: lay.post_attention_layernorm(e["h2"])),
+            ("g", lambda e: mlp.gate_proj(e["n2"])), ("s", lambda e: mlp.act_fn(e["g"])),
+            ("u", lambda e: mlp.up_proj(e["n2"])), ("gu", lambda e: e["s"] * e["u"]),
+            ("d", lambda e: mlp.down_proj(e["gu"])), ("y", lambda e: e["h2"] + e["d"]),
+        ]
+
+    def run_program(prog, env):
+        for name, call in prog:
+            env[name] = call(env)
+        return env["y"]
+
+    def layer_rows(b, kc, vc, x, pos):
+        """Rows `layer` (one Qwen3DecoderLayer called as the model calls it, from a DynamicCache
+        of L tokens, reset after each call), `layer_flat` (its calls written out flat) and
+        `layer_calls` (the same calls each timed alone, summed), all per layer, sampled in
+        interleaved rounds. layer − layer_flat is transformers' own code in a layer (module
+        calls, kwargs, the attention interface lookup, the cache's bookkeeping);
+        layer_flat / layer_calls what the calls cost in sequence over alone."""
+        import copy
+        lay = model.model.layers[0]
+        pe = model.model.rotary_emb(x, pos)
+        env = {"x": x, "pe": pe, "K": kc, "V": vc}
+        prog = layer_program(lay, b)
+        got = run_program(prog, env)
+        # the float64 reference: the same program over a float64 CPU copy of the layer
+        ref_lay = copy.deepcopy(lay).to("cpu", torch.float64)
+        ref_env = {"x": x.cpu().double(), "pe": tuple(t.cpu().double() for t in pe), "K": kc.cpu().double(),
+                   "V": vc.cpu().double()}
+        want = run_program(layer_program(ref_lay, b), ref_env)
+        del ref_lay
+        cache = DynamicCache(config=model.config)
+        cache.update(kc, vc, 0)
+        cl = cache.layers[0]
+        k0, v0 = cl.keys, cl.values
+
+        def layer_call():
+            out = lay(x, attention_mask=None, position_ids=pos, past_key_values=cache, use_cache=True,
+                      position_embeddings=pe)
+            cl.keys, cl.values = k0, v0
+            return out
+        err = max(rel_err(got, want), rel_err(layer_call(), want))
+        sites = [(s_, key("decode", "transformers", s_, b, ctx + 1)) for s_ in LAYER_SITES]
+        if not err <= STEP_TOL[dt_name]:
+            for s_, kk in sites:
+                run.write(kk, f"batch={b} L={ctx}", [], f"the decoder layer is {err:.3e} off its float64 reference "
+                          f"(tolerance {STEP_TOL[dt_name]})", rel_err=err, status="mismatch")
+            return
+        leaves = [functools.partial(lambda call, e: call(e), call, dict(env)) for _, call in prog]
+        flat = functools.partial(run_program, prog, dict(env))
+        # calls per sample: about measure_s / samples of the flat layer per sample
+        timer.sync()
+        t0 = time.perf_counter()
+        calls = 0
+        while time.perf_counter() - t0 < timer.warmup_s or calls < 3:
+            flat()
+            layer_call()
+            for f in leaves:
+                f()
+            calls += 1
+        timer.sync()
+        per = max((time.perf_counter() - t0) / calls / 3, 1e-7)
+        n = max(2, int(timer.measure_s / timer.samples / per))
+
+        def sample(fn):
+            timer.sync()
+            t = time.perf_counter_ns()
+            for _ in range(n):
+                fn()
+            timer.sync()
+            return (time.perf_counter_ns() - t) / n
+
+        res = {"layer": [], "layer_flat": [], "layer_calls": []}
+        order = list(res)
+        rng = random.Random(b)
+        for _ in range(timer.samples):
+            rng.shuffle(order)
+            for which in order:
+                if which == "layer":
+                    res[which].append(sample(layer_call))
+                elif which == "layer_flat":
+                    res[which].append(sample(flat))
+                else:
+                    res[which].append(sum(sample(f) for f in leaves))
+        what = {
+            "layer": "one Qwen3DecoderLayer called as the model calls it (kwargs, DynamicCache of L, reset after "
+                     "each call)",
+            "layer_flat": f"the same layer's {len(prog)} calls written out flat from Python (leaf modules and "
+                          "functions, no wrappers, kwargs or cache object)",
+            "layer_calls": f"the same {len(prog)} calls each timed alone, back to back, summed per round",
+        }
+        for s_, kk in sites:
+            if not run.has(kk):
+                run.write(kk, f"batch={b} L={ctx}", res[s_], f"{what[s_]}; per layer; {timer.samples} rounds of the "
+                          f"three interleaved, {n} calls per sample; {version}{note_base}", rel_err=err, iters=n)
 
     model = None
     if transformers is not None:
@@ -598,6 +718,10 @@ def main(argv):
                 run.write(kk, f"batch={b} L={ctx}", times,
                           f"create_causal_mask per step (returned {'None: SDPA needs no mask' if got is None else tuple(got.shape)}); "
                           f"{version}{note_base}")
+            # one decoder layer: called as the model calls it, its calls written out flat,
+            # and the same calls each timed alone, in interleaved rounds of one process
+            if not all(run.has(key("decode", "transformers", s_, b, ctx + 1)) for s_ in LAYER_SITES):
+                layer_rows(b, kc, vc, x, pos)
         kk = key("decode", "transformers" if model is not None else "python", "module_call", b)
         if not run.has(kk):
             class Empty(torch.nn.Module):

@@ -35,6 +35,9 @@ pub enum Source {
     /// kernel variant's `pipelined_cold` row over its `pipelined` row): a step streams every
     /// layer's weights, while a case timed alone finds them in cache.
     Cold,
+    /// A framework part the run did not measure, priced at the parts a run from before it
+    /// measured ([`shapes::OtherCall::stand_in`]).
+    Parts,
 }
 
 impl Source {
@@ -45,6 +48,7 @@ impl Source {
             Source::Floor => "floor",
             Source::Ceiling => "ceiling",
             Source::Cold => "cold",
+            Source::Parts => "parts",
         }
     }
 }
@@ -123,10 +127,10 @@ pub struct Prediction {
     pub step_ns: f64,
     pub batch: usize,
     pub gpu: bool,
-    /// The host's context factor applied to every host cost (GPU, eager, adjusted): a call
-    /// inside a step of different calls over the same call repeated alone, from the floor's
-    /// `mixed` and `blocked` rows at their controls; `None` where not applied.
-    pub context: Option<f64>,
+    /// The host's context factor applied to every host cost measured alone (GPU, eager,
+    /// adjusted): a call inside a step of different calls over the same call repeated
+    /// alone; `None` where not applied.
+    pub context: Option<Context>,
     /// The host speed every host cost was scaled to (a control, ns per add), and whether
     /// it is the measured step's own; `None` where not applied.
     pub host_speed: Option<(f64, bool)>,
@@ -177,6 +181,26 @@ impl Prediction {
     pub fn host_bound(&self) -> bool {
         self.host_ns >= self.device_ns
     }
+}
+
+/// The host's context factor and where it was measured.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Context {
+    pub factor: f64,
+    pub from: ContextFrom,
+}
+
+/// Where a [`Context`] factor was measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContextFrom {
+    /// The floor's `mixed` over `blocked` rows (the profile's
+    /// [`StepProfile::context_floors`]): eight kinds of one-element call, switching kind on
+    /// every call or in runs of a kind, each at its own control.
+    Floors,
+    /// One decoder layer's calls written out flat over the same calls each timed alone
+    /// (scripts/peer.py's `layer_flat` and `layer_calls`, sampled in interleaved rounds), at
+    /// this batch: the transformers step's own sequence of calls.
+    Layer { batch: usize },
 }
 
 /// How host costs measured alone become host costs inside a step (docs/method.md,
@@ -495,13 +519,43 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
     let per_call_at_speed = |variant: &str| {
         floor_row(variant, q.mode).and_then(|r| Some(r.median_ns? * at_speed(Some(r))))
     };
-    let context = match (per_call_at_speed(mixed), per_call_at_speed(blocked)) {
-        (Some(m), Some(b)) if b > 0.0 && eager_gpu && q.host != HostModel::AsMeasured => {
-            Some(m / b)
-        }
+    // the transformers step's own sequence, where scripts/peer.py measured it: one layer's
+    // calls flat over each alone, at the smallest batch (where the host costs come from)
+    let framework_row = |site: &str, batch: usize| {
+        let key = q.decode_key(StepProfile::Transformers.as_str(), site, q.mode);
+        rows.iter()
+            .copied()
+            .find(|r| r.key.series == key.series && r.batch == batch)
+    };
+    let layer_context = || {
+        let mut batches: Vec<usize> = rows
+            .iter()
+            .filter(|r| r.op == OpKind::Decode && r.site == "layer_flat")
+            .map(|r| r.batch)
+            .collect();
+        batches.sort_unstable();
+        batches.into_iter().find_map(|batch| {
+            let flat = framework_row("layer_flat", batch)?.median_ns?;
+            let alone = framework_row("layer_calls", batch)?.median_ns?;
+            (alone > 0.0).then_some(Context {
+                factor: flat / alone,
+                from: ContextFrom::Layer { batch },
+            })
+        })
+    };
+    let floors_context = || match (per_call_at_speed(mixed), per_call_at_speed(blocked)) {
+        (Some(m), Some(b)) if b > 0.0 => Some(Context {
+            factor: m / b,
+            from: ContextFrom::Floors,
+        }),
         _ => None,
     };
-    let factor = context.unwrap_or(1.0);
+    let context = if eager_gpu && q.host != HostModel::AsMeasured {
+        python.then(layer_context).flatten().or_else(floors_context)
+    } else {
+        None
+    };
+    let factor = context.map_or(1.0, |c| c.factor);
     // the device's side of the same: op cases repeat one kernel, a step switches kernels
     // on every call (graph mode: each node after a different node)
     let device_mode = if graph { Mode::Graph } else { Mode::Device };
@@ -715,25 +769,53 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
     }
     for u in &plan.other {
         if u.kind == CallKind::Framework {
-            // measured by scripts/peer.py at this batch, host only
-            let framework = rows.iter().copied().find(|r| {
-                r.op == OpKind::Decode
-                    && r.variant == "transformers"
-                    && r.site == u.name
-                    && r.model == q.model.name
-                    && r.batch == q.batch
-                    && r.mode == q.mode
+            // measured by scripts/peer.py at this batch, host only; a part measured alone
+            // takes the host's context, one measured in sequence has it
+            let framework = |site: &str| {
+                rows.iter().copied().find(|r| {
+                    r.op == OpKind::Decode
+                        && r.variant == "transformers"
+                        && r.site == site
+                        && r.model == q.model.name
+                        && r.batch == q.batch
+                        && r.mode == q.mode
+                })
+            };
+            let alone = |r: &ResultRow| Some(r.median_ns? * factor * at_speed(Some(r)));
+            // a difference of two rows in the same state (a difference's own samples have
+            // no host state: their 10th percentile is not the states' difference)
+            let in_sequence = u.in_sequence.and_then(|(whole, parts)| {
+                let t = framework(whole)?.median_ns? - framework(parts)?.median_ns?;
+                Some((t.max(0.0), t.max(0.0), Source::Measured))
             });
-            match framework.and_then(|r| r.median_ns) {
-                Some(t) => components.push(Component {
+            let priced = match (in_sequence, framework(u.name)) {
+                (Some(p), _) => Some(p),
+                (None, Some(r)) if u.in_sequence.is_none() => r
+                    .median_ns
+                    .zip(alone(r))
+                    .map(|(t, h)| (t, h, Source::Measured)),
+                // a run from before the part was measured: its old parts
+                (None, _) if !u.stand_in.is_empty() => u
+                    .stand_in
+                    .iter()
+                    .map(|&(part, n)| {
+                        let r = framework(part)?;
+                        Some((r.median_ns? * n as f64, alone(r)? * n as f64))
+                    })
+                    .try_fold((0.0, 0.0), |(t, h), x| x.map(|(a, b)| (t + a, h + b)))
+                    .map(|(t, h)| (t, h, Source::Parts)),
+                (None, _) => None,
+            };
+            match priced {
+                Some((t, host, source)) => components.push(Component {
                     op: None,
                     variant: "-",
                     site: u.name,
                     calls: u.calls,
                     per_call_ns: t,
-                    host_ns: t * factor * at_speed(framework),
+                    host_ns: host,
                     device_ns: 0.0,
-                    source: Source::Measured,
+                    source,
                     device_source: DeviceSource::None,
                 }),
                 None => missing.push(format!("decode/transformers/{} B={}", u.name, q.batch)),

@@ -228,9 +228,16 @@ pub fn host_model(
         ));
     }
     if let Some(c) = pred.context {
-        parts.push(format!(
-            "× {c:.3}, the context factor (floor mixed / blocked: a call among other kinds of call over the same call repeated)"
-        ));
+        parts.push(match c.from {
+            analysis::predict::ContextFrom::Floors => format!(
+                "× {:.3}, the context factor (floor mixed / blocked: a call among other kinds of call over the same call repeated)",
+                c.factor
+            ),
+            analysis::predict::ContextFrom::Layer { batch } => format!(
+                "× {:.3}, the context factor (one decoder layer's calls in sequence over each timed alone, layer_flat / layer_calls at B={batch})",
+                c.factor
+            ),
+        });
     }
     println!(
         "  host model {}: host costs {}",
@@ -308,6 +315,33 @@ pub fn python_split(run: &Run, q: &Query, pred: &Prediction, libtorch: &Predicti
             tch / 1e6,
             (hf - tch) / 1e6,
             100.0 * (hf - tch) / hf
+        );
+    }
+    let layer_row = |site: &str| {
+        run.ok_rows()
+            .find(|r| {
+                r.op == rundir::OpKind::Decode
+                    && r.variant == "transformers"
+                    && r.site == site
+                    && r.batch == q.batch
+                    && r.device == q.device
+                    && r.dtype == q.dtype
+                    && r.mode == q.mode
+            })
+            .and_then(|r| r.median_ns)
+    };
+    if let (Some(alone), Some(flat), Some(calls)) = (
+        layer_row("layer"),
+        layer_row("layer_flat"),
+        layer_row("layer_calls"),
+    ) {
+        println!(
+            "one decoder layer (scripts/peer.py, interleaved): called as the model calls it {:.3} ms, its calls written out flat {:.3} ms, each call alone {:.3} ms: in sequence the calls cost {:.2}× what they cost alone, and transformers' own code adds {:.3} ms per layer",
+            alone / 1e6,
+            flat / 1e6,
+            calls / 1e6,
+            flat / calls,
+            (alone - flat) / 1e6
         );
     }
     if let Some(s) = analysis::predict::layer_slope(run, q) {

@@ -1007,13 +1007,15 @@ fn predict_prices_the_transformers_step_and_splits_it() {
     let (code, _, err) = opbench(&args);
     assert_eq!(code, 2);
     for missing in [
+        "decode/transformers/layer_own",
         "decode/transformers/module_call",
         "decode/transformers/mask",
-        "decode/transformers/cache_update",
     ] {
         assert!(err.contains(missing), "{err}");
     }
     assert!(err.contains("scripts/peer.py"), "{err}");
+    // a run from before the layer rows: a layer's own code at the old plan's parts (four
+    // module calls and the cache update per layer)
     for (site, t) in [
         ("module_call", 1_000.0),
         ("mask", 30_000.0),
@@ -1021,7 +1023,8 @@ fn predict_prices_the_transformers_step_and_splits_it() {
     ] {
         cases.push(case("decode", "transformers", site, 1, vec![t; 5]));
     }
-    py_host += 116.0 * 1_000.0 + 30_000.0 + 28.0 * 2_000.0;
+    let old_parts = 4.0 * 1_000.0 + 2_000.0;
+    py_host += 4.0 * 1_000.0 + 30_000.0 + 28.0 * old_parts;
     let mut measured = case("decode", "transformers", "step", 1, vec![py_host / 0.8; 5]);
     measured.kv = Some(129);
     cases.push(measured);
@@ -1048,6 +1051,49 @@ fn predict_prices_the_transformers_step_and_splits_it() {
         100.0 * (py_host - tch_host) / py_host
     );
     assert!(out.contains(&split), "want {split}\n{out}");
+    assert!(
+        out.lines().any(|l| l.contains("layer_own") && l.contains("parts")),
+        "{out}"
+    );
+    // the layer rows: one layer as called, its calls flat, each call alone (µs 900, 850,
+    // 700): the layer's own code is 50 µs, measured in sequence; with the context host
+    // model every cost measured alone takes the layer's own context factor, 850 / 700
+    let mut with_rows = cases.clone();
+    for (site, t) in [
+        ("layer", 900_000.0),
+        ("layer_flat", 850_000.0),
+        ("layer_calls", 700_000.0),
+    ] {
+        let mut c = case("decode", "transformers", site, 1, vec![t; 5]);
+        c.kv = Some(129);
+        with_rows.push(c);
+    }
+    write(&with_rows);
+    let alone = py_host - 28.0 * old_parts;
+    let (code, out, err) = opbench(&args);
+    assert_eq!(code, 0, "{err}");
+    let want = alone + 28.0 * 50_000.0;
+    assert!(
+        out.contains(&format!("predicted: {:.3} ms/step", want / 1e6)),
+        "want {}\n{out}",
+        want / 1e6
+    );
+    assert!(
+        out.contains("one decoder layer (scripts/peer.py, interleaved): called as the model calls it 0.900 ms, its calls written out flat 0.850 ms, each call alone 0.700 ms: in sequence the calls cost 1.21× what they cost alone, and transformers' own code adds 0.050 ms per layer"),
+        "{out}"
+    );
+    let (code, out, err) = opbench(&[&args[..], &["--host-model", "context"]].concat());
+    assert_eq!(code, 0, "{err}");
+    let want = alone * 850.0 / 700.0 + 28.0 * 50_000.0;
+    assert!(
+        out.contains(&format!("predicted: {:.3} ms/step", want / 1e6)),
+        "want {}\n{out}",
+        want / 1e6
+    );
+    assert!(
+        out.contains("× 1.214, the context factor (one decoder layer's calls in sequence over each timed alone, layer_flat / layer_calls at B=1)"),
+        "{out}"
+    );
     // the step measured with 1 and 8 layers: one layer inside the step beside what the
     // plan prices a layer's calls at (every call that recurs per layer, at its Python price)
     let layers = 28;
@@ -1061,7 +1107,7 @@ fn predict_prices_the_transformers_step_and_splits_it() {
             (shapes::CallKind::View, _) => 2_000.0,
             (_, "module_call") => 1_000.0,
             (_, "mask") => 30_000.0,
-            (_, "cache_update") => 2_000.0,
+            (_, "layer_own") => old_parts,
             (_, other) => panic!("a framework part the test does not price: {other}"),
         };
         per_layer += (c.calls / layers) as f64 * price;

@@ -20,7 +20,8 @@ pub enum StepProfile {
     Fused,
     /// The user's own stack: HF transformers' Qwen3 step from Python (scripts/peer.py): the
     /// hf-eager calls as transformers makes them from Python (`py-` variants), plus the
-    /// framework's own work (module calls, mask creation, cache bookkeeping).
+    /// framework's own work (each decoder layer's own code, the model's module calls, mask
+    /// creation).
     Transformers,
 }
 
@@ -154,6 +155,31 @@ pub struct OtherCall {
     pub calls: usize,
     /// What it is, in the model's code.
     pub what: &'static str,
+    /// A framework part measured in sequence, as the difference of two scripts/peer.py rows
+    /// (`layer_own`: one decoder layer called as the model calls it, less its calls written
+    /// out flat): its host cost already includes the host's context. `None`: a row of its
+    /// own name, measured alone.
+    pub in_sequence: Option<(&'static str, &'static str)>,
+    /// What a run from before this framework part was measured prices it at: other
+    /// framework rows × their count per call (`layer_own`: the old plan's four module calls
+    /// and cache update per layer). Empty: no stand-in.
+    pub stand_in: &'static [(&'static str, usize)],
+}
+
+/// A framework part's pricing: [`OtherCall::in_sequence`] and [`OtherCall::stand_in`].
+type FrameworkPart = (
+    Option<(&'static str, &'static str)>,
+    &'static [(&'static str, usize)],
+);
+
+fn framework_part(name: &str) -> FrameworkPart {
+    match name {
+        "layer_own" => (
+            Some(("layer", "layer_flat")),
+            &[("module_call", 4), ("cache_update", 1)],
+        ),
+        _ => (None, &[]),
+    }
 }
 
 /// Calls of a Qwen3 decode step that no op crate measures, as modeling_qwen3 makes them:
@@ -181,12 +207,21 @@ const OTHER: &[OtherRow] = &[
          and the cache narrows); per step: position and cos/sin unsqueezes, last-token narrow, squeeze",
     ),
     (
+        "layer_own",
+        CallKind::Framework,
+        [0, 0, 1],
+        [0, 0, 0],
+        "transformers' own code in a decoder layer: the layer, self_attn and mlp module calls, \
+         kwargs, the attention interface lookup, DynamicCache.update's bookkeeping (one layer \
+         called as the model calls it, less its calls written out flat)",
+    ),
+    (
         "module_call",
         CallKind::Framework,
+        [0, 0, 0],
         [0, 0, 4],
-        [0, 0, 4],
-        "nn.Module calls beyond the measured ones: per layer the decoder layer, self_attn, mlp \
-         and act_fn; per step the causal LM, the model, embed_tokens and the final norm's caller",
+        "nn.Module calls beyond the measured ones, per step: the causal LM, the model, \
+         embed_tokens and the final norm's caller",
     ),
     (
         "mask",
@@ -194,13 +229,6 @@ const OTHER: &[OtherRow] = &[
         [0, 0, 0],
         [0, 0, 1],
         "create_causal_mask (returns None for SDPA decode, after its checks)",
-    ),
-    (
-        "cache_update",
-        CallKind::Framework,
-        [0, 0, 1],
-        [0, 0, 0],
-        "DynamicCache.update's bookkeeping beyond its two cat appends",
     ),
 ];
 
@@ -240,11 +268,16 @@ impl StepPlan {
         let layers = cfg.num_hidden_layers;
         let other = OTHER
             .iter()
-            .map(|&(name, kind, per_layer, per_step, what)| OtherCall {
-                name,
-                kind,
-                calls: per_layer[which] * layers + per_step[which],
-                what,
+            .map(|&(name, kind, per_layer, per_step, what)| {
+                let (in_sequence, stand_in) = framework_part(name);
+                OtherCall {
+                    name,
+                    kind,
+                    calls: per_layer[which] * layers + per_step[which],
+                    what,
+                    in_sequence,
+                    stand_in,
+                }
             })
             .filter(|c| c.calls > 0)
             .collect();
