@@ -3,6 +3,7 @@
 directory (without transformers, as on a machine that lacks it), read back by column."""
 
 import csv
+import importlib.util
 import json
 import os
 import runpy
@@ -78,6 +79,42 @@ class OpPass(unittest.TestCase):
             self.assertEqual(len(rows_of(run / "results.csv")), len(rows))
             samples = rows_of(run / "samples.csv")
             self.assertEqual(len(samples), 3 * len(rows))
+
+    @unittest.skipIf(importlib.util.find_spec("transformers") is None, "transformers is not importable")
+    def test_the_hf_step_and_its_decoder_layer_three_ways(self):
+        # a four-layer Qwen3 of the real structure, small enough for the CPU in seconds
+        with tempfile.TemporaryDirectory() as t:
+            shapes = Path(t) / "shapes"
+            shapes.mkdir()
+            (shapes / "grid.toml").write_text((ROOT / "shapes" / "grid.toml").read_text())
+            (shapes / "qwen3-tiny.toml").write_text(
+                'name = "qwen3-tiny"\nsource = "test"\nhidden_size = 64\nintermediate_size = 128\n'
+                "num_hidden_layers = 4\nnum_attention_heads = 4\nnum_key_value_heads = 2\nhead_dim = 32\n"
+                "vocab_size = 512\nrope_theta = 1000000.0\nrms_norm_eps = 1e-6\n"
+                "max_position_embeddings = 4096\ntie_word_embeddings = true\n")
+            run = Path(t) / "r"
+            make_run(run)
+            env = json.loads((run / "env.json").read_text())
+            env["settings"]["models"] = "qwen3-tiny"
+            (run / "env.json").write_text(json.dumps(env))
+            out = subprocess.run([sys.executable, str(ROOT / "scripts" / "peer.py"), str(run), "--batches", "1",
+                                  "--ctx", "16", "--device", "cpu", "--samples", "3", "--measure-ms", "20",
+                                  "--warmup-ms", "5"], capture_output=True, text=True,
+                                 env=dict(os.environ, OPBENCH_SHAPES=str(shapes)))
+            self.assertEqual(out.returncode, 0, out.stderr)
+            got = {r["site"]: r for r in rows_of(run / "results.csv") if r["variant"] == "transformers"}
+            for site in ["step", "layers1", "layers4", "generate", "layer", "layer_flat", "layer_calls", "mask",
+                         "module_call", "cache_update"]:
+                self.assertIn(site, got)
+                self.assertEqual(got[site]["status"], "ok", got[site])
+            self.assertNotIn("layer_own", got)
+            for site in ["layer", "layer_flat", "layer_calls"]:
+                r = got[site]
+                self.assertEqual((r["batch"], r["kv_len"], r["samples"]), ("1", "17", "3"))
+                self.assertLess(float(r["max_rel_err"]), 1e-4, r)
+            # a layer's calls each alone cost something, and so does the layer called whole
+            self.assertGreater(float(got["layer_calls"]["median_ns"]), 0)
+            self.assertGreater(float(got["layer"]["median_ns"]), float(got["module_call"]["median_ns"]))
 
     def test_bad_input_is_one_line_and_exit_2(self):
         with tempfile.TemporaryDirectory() as t:

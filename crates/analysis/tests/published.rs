@@ -19,6 +19,8 @@ const H200_COLD: &str = "2026-11-30-nvidia-h200-cuda-torch2.11.0-graph-cold";
 const H200_REPLICA: &str = "2026-11-30-nvidia-h200-cuda-torch2.11.0-graphs-replica";
 const H200_EAGER_X2: &str = "2026-11-30-nvidia-h200-cuda-torch2.11.0-eager-x2";
 const H200_EAGER_X3: &str = "2026-11-30-nvidia-h200-cuda-torch2.11.0-eager-x3";
+const H200_LAYER_X2: &str = "2026-11-30-nvidia-h200-cuda-torch2.11.0-layer-x2";
+const H200_LAYER_X1: &str = "2026-11-30-nvidia-h200-cuda-torch2.11.0-layer-x1";
 
 /// An eager (pipelined) step on the H200 at L = 1024, host costs as measured.
 fn h200_eager(cfg: &ModelConfig, profile: StepProfile, batch: usize) -> Query<'_> {
@@ -603,5 +605,46 @@ fn the_transformers_step_runs_the_hf_eager_kernels() {
                 .count()
         };
         assert!(cold(&py) >= 5 && cold(&py) == cold(&tch), "B={batch}");
+    }
+}
+
+/// Two leases of the seventh session, each with the peer's decoder-layer rows: in the fast
+/// host state with the context host model, predict composes the HF transformers step within
+/// ±15% of the one measured at B = 1, 8 and 64 in both, its context factor is the layer's
+/// own (its calls in sequence over each alone, 1.1–1.3 at B = 1) and transformers' own code
+/// per layer is measured (10–60 µs), not the old parts. With the as-measured host model
+/// (each row's cost alone) the same steps miss by over 20%.
+#[test]
+fn the_transformers_step_composes_from_its_layer_in_both_leases() {
+    use analysis::predict::ContextFrom;
+    let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
+    for name in [H200_LAYER_X2, H200_LAYER_X1] {
+        let fast = at_host_state(&load(name), HostState::Fast).unwrap();
+        for b in [1, 8, 64] {
+            let q = |host| Query {
+                host,
+                ..h200_eager(&cfg, StepProfile::Transformers, b)
+            };
+            let measured = fast
+                .row(&q(HostModel::Context).step_key(Mode::Pipelined))
+                .unwrap()
+                .median_ns
+                .unwrap();
+            let p = predict(&fast, &q(HostModel::Context)).unwrap();
+            let err = p.step_ns / measured - 1.0;
+            assert!(err.abs() <= 0.15, "{name} B={b}: {err:.3}");
+            let c = p.context.unwrap();
+            assert_eq!(c.from, ContextFrom::Layer { batch: 1 }, "{name} B={b}");
+            assert!((1.1..1.3).contains(&c.factor), "{name} B={b}: {}", c.factor);
+            let own = p.components.iter().find(|c| c.site == "layer_own").unwrap();
+            assert_eq!(own.source, analysis::predict::Source::Measured);
+            assert!(
+                (10e3..60e3).contains(&own.host_ns),
+                "{name} B={b}: {}",
+                own.host_ns
+            );
+            let plain = predict(&fast, &q(HostModel::AsMeasured)).unwrap();
+            assert!(plain.step_ns / measured - 1.0 < -0.2, "{name} B={b}");
+        }
     }
 }

@@ -1052,7 +1052,8 @@ fn predict_prices_the_transformers_step_and_splits_it() {
     );
     assert!(out.contains(&split), "want {split}\n{out}");
     assert!(
-        out.lines().any(|l| l.contains("layer_own") && l.contains("parts")),
+        out.lines()
+            .any(|l| l.contains("layer_own") && l.contains("parts")),
         "{out}"
     );
     // the layer rows: one layer as called, its calls flat, each call alone (µs 900, 850,
