@@ -197,9 +197,10 @@ pub enum ContextFrom {
     /// [`StepProfile::context_floors`]): eight kinds of one-element call, switching kind on
     /// every call or in runs of a kind, each at its own control.
     Floors,
-    /// One decoder layer's calls written out flat over the same calls each timed alone
-    /// (scripts/peer.py's `layer_flat` and `layer_calls`, sampled in interleaved rounds), at
-    /// this batch: the transformers step's own sequence of calls.
+    /// One decoder layer's calls in their sequence over the same calls each repeated alone
+    /// ([`StepProfile::layer_context`]: the decode crate's `layer` / `layer_blocked`,
+    /// scripts/peer.py's `layer_flat` / `layer_calls` for transformers), at this batch: the
+    /// step's own sequence of calls.
     Layer { batch: usize },
 }
 
@@ -519,10 +520,11 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
     let per_call_at_speed = |variant: &str| {
         floor_row(variant, q.mode).and_then(|r| Some(r.median_ns? * at_speed(Some(r))))
     };
-    // the transformers step's own sequence, where scripts/peer.py measured it: one layer's
-    // calls flat over each alone, at the smallest batch (where the host costs come from)
-    let framework_row = |site: &str, batch: usize| {
-        let key = q.decode_key(StepProfile::Transformers.as_str(), site, q.mode);
+    // the step's own sequence, where the run measured it: one layer's calls in sequence
+    // over each repeated alone, at the smallest batch (where the host costs come from)
+    let (layer_variant, in_sequence, alone) = q.profile.layer_context();
+    let layer_row = |site: &str, batch: usize| {
+        let key = q.decode_key(layer_variant, site, q.mode);
         rows.iter()
             .copied()
             .find(|r| r.key.series == key.series && r.batch == batch)
@@ -530,15 +532,17 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
     let layer_context = || {
         let mut batches: Vec<usize> = rows
             .iter()
-            .filter(|r| r.op == OpKind::Decode && r.site == "layer_flat")
+            .filter(|r| {
+                r.op == OpKind::Decode && r.variant == layer_variant && r.site == in_sequence
+            })
             .map(|r| r.batch)
             .collect();
         batches.sort_unstable();
         batches.into_iter().find_map(|batch| {
-            let flat = framework_row("layer_flat", batch)?.median_ns?;
-            let alone = framework_row("layer_calls", batch)?.median_ns?;
-            (alone > 0.0).then_some(Context {
-                factor: flat / alone,
+            let seq = layer_row(in_sequence, batch)?.median_ns?;
+            let each = layer_row(alone, batch)?.median_ns?;
+            (each > 0.0).then_some(Context {
+                factor: seq / each,
                 from: ContextFrom::Layer { batch },
             })
         })
@@ -551,7 +555,7 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
         _ => None,
     };
     let context = if eager_gpu && q.host != HostModel::AsMeasured {
-        python.then(layer_context).flatten().or_else(floors_context)
+        layer_context().or_else(floors_context)
     } else {
         None
     };

@@ -13,6 +13,14 @@
 //! - `fused`: aten `rms_norm`, fused QKV and gate-up projections, a static cache written
 //!   with `index_copy_` (attention over its filled prefix).
 //!
+//! Sites: `step` (the whole forward); at each decode step also one decoder layer of it
+//! (layer 0, from the same L-long cache), [`LAYER_REPEATS`] layers per timed call and
+//! reported per layer: `layer` makes each call once, in the model's order (the calls in
+//! their sequence); `layer_blocked` makes each call [`LAYER_REPEATS`] times in a row before
+//! the next (each call as its op case repeats it). Their ratio at a host-bound batch is
+//! the profile's own context factor ([`StepProfile::layer_context`]), measured in the
+//! process that measures the step.
+//!
 //! A decode case is one step of B sequences at cache length L (every timed call starts from
 //! the same L-long cache); a prefill case is the whole prompt of S tokens into an empty
 //! cache (time to first token). Each row's note gives the weight and KV-cache footprint; a
@@ -26,8 +34,10 @@ pub mod model;
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use harness::{DType, Device, Failure, Op, Prepared, dtype};
-use model::{Cache, Flavor, Weights, forward, fuse, random_weights};
+use harness::{Config, DType, Device, Failure, Op, Prepared, dtype};
+use model::{
+    Blocked, Cache, Flavor, StepCtx, Weights, forward, fuse, layer_forward, random_weights,
+};
 use shapes::{Dims, ModelConfig, OpKind, Phase, Problem, StepProfile};
 use tch::{Kind, TchError, Tensor};
 
@@ -49,6 +59,99 @@ pub fn tolerance(dt: DType) -> f64 {
         DType::F32 => 1e-3,
         DType::F16 => 1.5e-2,
         DType::BF16 => 1e-1,
+    }
+}
+
+/// Layers one timed call of a `layer` or `layer_blocked` case makes (each call repeated so
+/// often in a row under `layer_blocked`); rows are per layer.
+pub const LAYER_REPEATS: usize = 8;
+
+/// One decoder layer of a profile's step (sites `layer`, `layer_blocked`).
+struct PreparedLayer {
+    weights: Rc<RefCell<Weights>>,
+    reference: Rc<Weights>,
+    hs: Tensor,
+    cache: Cache,
+    cache_init: (Tensor, Tensor),
+    ctx: StepCtx,
+    pos0: i64,
+    blocked: bool,
+    note: String,
+    tol: f64,
+}
+
+impl Prepared for PreparedLayer {
+    fn run(&mut self) -> Result<(), TchError> {
+        let w = self.weights.borrow();
+        let (passes, _blocked) = if self.blocked {
+            (1, Some(Blocked::new(LAYER_REPEATS)))
+        } else {
+            (LAYER_REPEATS, None)
+        };
+        for _ in 0..passes {
+            drop(layer_forward(
+                &w,
+                &w.layers[0],
+                &mut self.cache,
+                &self.hs,
+                &self.ctx,
+                false,
+            )?);
+        }
+        Ok(())
+    }
+
+    fn output(&mut self) -> Result<Tensor, TchError> {
+        let w = self.weights.borrow();
+        let _blocked = self.blocked.then(|| Blocked::new(LAYER_REPEATS));
+        layer_forward(
+            &w,
+            &w.layers[0],
+            &mut self.cache,
+            &self.hs,
+            &self.ctx,
+            false,
+        )?
+        .f_narrow(0, 0, 1)
+    }
+
+    fn reference(&mut self) -> Result<Tensor, TchError> {
+        let c = |t: &Tensor| {
+            t.f_narrow(0, 0, 1)?
+                .f_to_device(tch::Device::Cpu)?
+                .f_to_kind(Kind::Double)
+        };
+        let hs = c(&self.hs)?;
+        let mut cache = Cache::Dynamic {
+            k: Some(c(&self.cache_init.0)?),
+            v: Some(c(&self.cache_init.1)?),
+        };
+        let q = hs.size()[1];
+        let ctx = StepCtx::new(&self.reference, 1, q, self.pos0, Flavor::Reference, false)?;
+        layer_forward(
+            &self.reference,
+            &self.reference.layers[0],
+            &mut cache,
+            &hs,
+            &ctx,
+            false,
+        )
+    }
+
+    fn note(&self) -> Option<String> {
+        Some(self.note.clone())
+    }
+
+    fn calls_per_run(&self) -> u64 {
+        LAYER_REPEATS as u64
+    }
+
+    fn graph_calls(&self) -> u64 {
+        1
+    }
+
+    fn tolerance(&self) -> Option<f64> {
+        Some(self.tol)
     }
 }
 
@@ -187,6 +290,32 @@ impl Op for Decode {
         StepProfile::ALL.iter().map(|p| p.as_str()).collect()
     }
 
+    /// Every step problem of the grid, and after each decode step its one layer, in
+    /// sequence and blocked ([`LAYER_REPEATS`]).
+    fn problems(&self, config: &Config) -> Vec<Problem> {
+        let mut out = Vec::new();
+        for p in config
+            .models
+            .iter()
+            .flat_map(|m| config.profile.problems(m, OpKind::Decode))
+        {
+            let layer = p.phase == Phase::Decode;
+            out.push(p.clone());
+            if layer {
+                let (_, sequence, alone) = StepProfile::HfEager.layer_context();
+                for site in [sequence, alone] {
+                    out.push(Problem {
+                        site,
+                        calls_per_step: p.calls_per_step * LAYER_REPEATS,
+                        step_work: None,
+                        ..p.clone()
+                    });
+                }
+            }
+        }
+        out
+    }
+
     fn prepare(
         &self,
         variant: &str,
@@ -223,7 +352,13 @@ impl Op for Decode {
         let ids = Tensor::f_randint(cfg.vocab_size as i64, [b, q], (Kind::Int64, dev))?;
         let mut caches = Vec::with_capacity(cfg.num_hidden_layers);
         let mut cache_init = Vec::with_capacity(cfg.num_hidden_layers);
-        for _ in 0..cfg.num_hidden_layers {
+        // a layer case needs its one layer's cache
+        let layers = if problem.site == "step" {
+            cfg.num_hidden_layers
+        } else {
+            1
+        };
+        for _ in 0..layers {
             let k = Tensor::f_randn([b, hkv, l, d], (Kind::Float, dev))?.f_to_kind(kind)?;
             let v = Tensor::f_randn([b, hkv, l, d], (Kind::Float, dev))?.f_to_kind(kind)?;
             caches.push(match flavor {
@@ -245,6 +380,40 @@ impl Op for Decode {
                 },
             });
             cache_init.push((k, v));
+        }
+        if problem.site != "step" {
+            let (_, sequence, alone) = profile.layer_context();
+            let blocked = match problem.site {
+                s if s == sequence => false,
+                s if s == alone => true,
+                other => return Err(Failure::error(format!("decode: no site {other}"))),
+            };
+            let hs = Tensor::f_randn([b, q, cfg.hidden_size as i64], (Kind::Float, dev))?
+                .f_to_kind(kind)?;
+            let static_cache = flavor == Flavor::Fused;
+            let ctx = StepCtx::new(&weights.borrow(), b, q, l, flavor, static_cache)?;
+            let how = if blocked {
+                format!(
+                    "each call made {LAYER_REPEATS} times in a row before the next (as its op case repeats it)"
+                )
+            } else {
+                "each call made once, in the model's order".to_string()
+            };
+            return Ok(Box::new(PreparedLayer {
+                weights,
+                reference,
+                hs,
+                cache: caches.swap_remove(0),
+                cache_init: cache_init.swap_remove(0),
+                ctx,
+                pos0: l,
+                blocked,
+                note: format!(
+                    "one decoder layer of the {variant} step (layer 0, from the L-long cache): {how}; \
+                     {LAYER_REPEATS} layers per timed call, reported per layer"
+                ),
+                tol: tolerance(dt),
+            }));
         }
         let weight_bytes = weights.borrow().bytes();
         let kv_bytes =

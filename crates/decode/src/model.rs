@@ -255,6 +255,114 @@ fn rms_norm(x: &Tensor, w: &Tensor, eps: f64, flavor: Flavor) -> Result<Tensor, 
 
 use rope::rotate_half;
 
+// How many times `rep` makes each call of a layer, in a row: 1 (a step as the model makes
+// it) unless a `Blocked` is held.
+thread_local! {
+    static REPEAT: std::cell::Cell<usize> = const { std::cell::Cell::new(1) };
+}
+
+/// While held, every call of a layer runs `n` times in a row before the next call (each
+/// call as its op case times it: repeated alone); dropped, calls run once again.
+#[derive(Debug)]
+pub struct Blocked(usize);
+
+impl Blocked {
+    pub fn new(n: usize) -> Blocked {
+        let before = REPEAT.with(|r| r.replace(n.max(1)));
+        Blocked(before)
+    }
+}
+
+impl Drop for Blocked {
+    fn drop(&mut self) {
+        REPEAT.with(|r| r.set(self.0));
+    }
+}
+
+/// One call of a layer (an op case's call, or a view): made once, or `n` times in a row
+/// under [`Blocked`] (the last result kept).
+fn rep<T>(mut call: impl FnMut() -> Result<T, TchError>) -> Result<T, TchError> {
+    for _ in 1..REPEAT.with(|r| r.get()) {
+        drop(call()?);
+    }
+    call()
+}
+
+/// What every layer of one forward shares: shapes, the rotary cos/sin of its positions, the
+/// static cache's write positions.
+#[derive(Debug)]
+pub struct StepCtx {
+    b: i64,
+    q: i64,
+    pos0: i64,
+    eps: f64,
+    qkv_widths: [i64; 3],
+    cos: Tensor,
+    sin: Tensor,
+    /// The static cache's positions (fused), `None` for a dynamic cache.
+    at: Option<Tensor>,
+    flavor: Flavor,
+}
+
+impl StepCtx {
+    /// The shared part of a forward of `b` sequences of `q` tokens at `pos0..pos0+q`;
+    /// `static_cache`: the layers' caches are static (their write positions are made).
+    pub fn new(
+        w: &Weights,
+        b: i64,
+        q: i64,
+        pos0: i64,
+        flavor: Flavor,
+        static_cache: bool,
+    ) -> Result<StepCtx, TchError> {
+        let cfg = &w.cfg;
+        let kind = w.embed.kind();
+        let device = w.embed.device();
+        let pos = Tensor::f_arange_start(pos0, pos0 + q, (Kind::Int64, device))?
+            .f_unsqueeze(0)?
+            .f_expand([b, q], false)?;
+        // rotary embedding as transformers computes it: inv_freq ⊗ positions in float32
+        // (float64 for the reference), cos/sin cast to the model dtype
+        let inv_kind = if flavor == Flavor::Reference {
+            Kind::Double
+        } else {
+            Kind::Float
+        };
+        let inv_e = w
+            .inv_freq
+            .f_unsqueeze(0)?
+            .f_unsqueeze(-1)?
+            .f_expand([b, -1, 1], false)?;
+        let freqs = inv_e
+            .f_matmul(&pos.f_unsqueeze(1)?.f_to_kind(inv_kind)?)?
+            .f_transpose(1, 2)?;
+        let emb = Tensor::f_cat(&[&freqs, &freqs], -1)?;
+        let cos = emb.f_cos()?.f_to_kind(kind)?.f_unsqueeze(1)?;
+        let sin = emb.f_sin()?.f_to_kind(kind)?.f_unsqueeze(1)?;
+        // StaticCache writes the step's tokens at their positions
+        let at = if static_cache {
+            Some(Tensor::f_arange_start(
+                pos0,
+                pos0 + q,
+                (Kind::Int64, device),
+            )?)
+        } else {
+            None
+        };
+        Ok(StepCtx {
+            b,
+            q,
+            pos0,
+            eps: cfg.rms_norm_eps,
+            qkv_widths: cfg.qkv_widths().map(|c| c as i64),
+            cos,
+            sin,
+            at,
+            flavor,
+        })
+    }
+}
+
 /// One forward: `ids` `[B, q]` at positions `pos0..pos0+q` against `caches` (one per
 /// layer). Returns the logits of the last token of each sequence, `[B, V]`.
 ///
@@ -269,105 +377,98 @@ pub fn forward(
     flavor: Flavor,
     keep: bool,
 ) -> Result<Tensor, TchError> {
-    let cfg = &w.cfg;
     let (b, q) = (ids.size()[0], ids.size()[1]);
+    let static_cache = matches!(caches.first(), Some(Cache::Static { .. }));
+    let ctx = StepCtx::new(w, b, q, pos0, flavor, static_cache)?;
+    let mut hs = Tensor::f_embedding(&w.embed, ids, -1, false, false)?;
+    for (layer, cache) in w.layers.iter().zip(caches.iter_mut()) {
+        hs = layer_forward(w, layer, cache, &hs, &ctx, keep)?;
+    }
+    let hs = rms_norm(&hs, &w.final_norm, w.cfg.rms_norm_eps, flavor)?;
+    let last = hs.f_narrow(1, q - 1, 1)?;
+    last.f_linear::<Tensor>(&w.lm_head, None)?.f_squeeze_dim(1)
+}
+
+/// One decoder layer of a forward: `hs` `[B, q, hidden]` in, the layer's output out. Every
+/// call is made through [`rep`]: once, or repeated in a row under [`Blocked`].
+pub fn layer_forward(
+    w: &Weights,
+    layer: &Layer,
+    cache: &mut Cache,
+    hs: &Tensor,
+    ctx: &StepCtx,
+    keep: bool,
+) -> Result<Tensor, TchError> {
+    let cfg = &w.cfg;
+    let (b, q, pos0, eps, flavor) = (ctx.b, ctx.q, ctx.pos0, ctx.eps, ctx.flavor);
     let (h, hkv, d) = (
         cfg.num_attention_heads as i64,
         cfg.num_key_value_heads as i64,
         cfg.head_dim as i64,
     );
-    let eps = cfg.rms_norm_eps;
-    let qkv_widths = cfg.qkv_widths().map(|c| c as i64);
-    let kind = w.embed.kind();
-    let device = w.embed.device();
-
-    let mut hs = Tensor::f_embedding(&w.embed, ids, -1, false, false)?;
-
-    // Qwen3RotaryEmbedding.forward: once per forward
-    let pos = Tensor::f_arange_start(pos0, pos0 + q, (Kind::Int64, device))?
-        .f_unsqueeze(0)?
-        .f_expand([b, q], false)?;
-    let inv_kind = if flavor == Flavor::Reference {
-        Kind::Double
-    } else {
-        Kind::Float
-    };
-    let inv_e = w
-        .inv_freq
-        .f_unsqueeze(0)?
-        .f_unsqueeze(-1)?
-        .f_expand([b, -1, 1], false)?;
-    let freqs = inv_e
-        .f_matmul(&pos.f_unsqueeze(1)?.f_to_kind(inv_kind)?)?
-        .f_transpose(1, 2)?;
-    let emb = Tensor::f_cat(&[&freqs, &freqs], -1)?;
-    let cos = emb.f_cos()?.f_to_kind(kind)?.f_unsqueeze(1)?;
-    let sin = emb.f_sin()?.f_to_kind(kind)?.f_unsqueeze(1)?;
+    let (cos, sin) = (&ctx.cos, &ctx.sin);
     let rope = |x: &Tensor| -> Result<Tensor, TchError> {
-        x.f_mul(&cos)?.f_add(&rotate_half(x)?.f_mul(&sin)?)
+        x.f_mul(cos)?.f_add(&rotate_half(x)?.f_mul(sin)?)
     };
-    // StaticCache's cache_position: made once per forward
-    let at = match caches.first() {
-        Some(Cache::Static { .. }) => Some(Tensor::f_arange_start(
-            pos0,
-            pos0 + q,
-            (Kind::Int64, device),
-        )?),
-        _ => None,
+    let residual = hs.shallow_clone();
+    let x = rep(|| rms_norm(hs, &layer.input_norm, eps, flavor))?;
+    let (qs, ks, vs) = match (&layer.qkv, flavor) {
+        (Some(qkv), Flavor::Fused) => {
+            let all = rep(|| x.f_linear::<Tensor>(qkv, None))?;
+            let parts = rep(|| all.f_split_with_sizes(ctx.qkv_widths, -1))?;
+            (
+                parts[0].shallow_clone(),
+                parts[1].shallow_clone(),
+                parts[2].shallow_clone(),
+            )
+        }
+        _ => (
+            rep(|| x.f_linear::<Tensor>(&layer.q, None))?,
+            rep(|| x.f_linear::<Tensor>(&layer.k, None))?,
+            rep(|| x.f_linear::<Tensor>(&layer.v, None))?,
+        ),
     };
-
-    for (layer, cache) in w.layers.iter().zip(caches.iter_mut()) {
-        let residual = hs.shallow_clone();
-        let x = rms_norm(&hs, &layer.input_norm, eps, flavor)?;
-        let (qs, ks, vs) = match (&layer.qkv, flavor) {
-            (Some(qkv), Flavor::Fused) => {
-                let all = x.f_linear::<Tensor>(qkv, None)?;
-                let parts = all.f_split_with_sizes(qkv_widths, -1)?;
-                (
-                    parts[0].shallow_clone(),
-                    parts[1].shallow_clone(),
-                    parts[2].shallow_clone(),
-                )
+    let qs = rep(|| qs.f_view([b, q, h, d]))?;
+    let qs = rep(|| rms_norm(&qs, &layer.q_norm, eps, flavor))?;
+    let qs = rep(|| qs.f_transpose(1, 2))?;
+    let ks = rep(|| ks.f_view([b, q, hkv, d]))?;
+    let ks = rep(|| rms_norm(&ks, &layer.k_norm, eps, flavor))?;
+    let ks = rep(|| ks.f_transpose(1, 2))?;
+    let vs = rep(|| vs.f_view([b, q, hkv, d]))?;
+    let vs = rep(|| vs.f_transpose(1, 2))?;
+    let qs = rep(|| rope(&qs))?;
+    let ks = rep(|| rope(&ks))?;
+    let (k_all, v_all) = match cache {
+        Cache::Dynamic { k, v } => {
+            let (k_all, v_all) = match (k.as_ref(), v.as_ref()) {
+                (Some(kc), Some(vc)) => (
+                    rep(|| Tensor::f_cat(&[kc, &ks], -2))?,
+                    rep(|| Tensor::f_cat(&[vc, &vs], -2))?,
+                ),
+                // DynamicCache stores the first update as it is
+                _ => (ks, vs),
+            };
+            if keep {
+                *k = Some(k_all.shallow_clone());
+                *v = Some(v_all.shallow_clone());
             }
-            _ => (
-                x.f_linear::<Tensor>(&layer.q, None)?,
-                x.f_linear::<Tensor>(&layer.k, None)?,
-                x.f_linear::<Tensor>(&layer.v, None)?,
-            ),
-        };
-        let qs =
-            rms_norm(&qs.f_view([b, q, h, d])?, &layer.q_norm, eps, flavor)?.f_transpose(1, 2)?;
-        let ks =
-            rms_norm(&ks.f_view([b, q, hkv, d])?, &layer.k_norm, eps, flavor)?.f_transpose(1, 2)?;
-        let vs = vs.f_view([b, q, hkv, d])?.f_transpose(1, 2)?;
-        let qs = rope(&qs)?;
-        let ks = rope(&ks)?;
-        let (k_all, v_all) = match cache {
-            Cache::Dynamic { k, v } => {
-                let (k_all, v_all) = match (k.as_ref(), v.as_ref()) {
-                    (Some(kc), Some(vc)) => (
-                        Tensor::f_cat(&[kc, &ks], -2)?,
-                        Tensor::f_cat(&[vc, &vs], -2)?,
-                    ),
-                    // DynamicCache stores the first update as it is
-                    _ => (ks, vs),
-                };
-                if keep {
-                    *k = Some(k_all.shallow_clone());
-                    *v = Some(v_all.shallow_clone());
-                }
-                (k_all, v_all)
-            }
-            Cache::Static { k, v } => {
-                let at = at
-                    .as_ref()
-                    .ok_or_else(|| TchError::Kind("static cache without positions".into()))?;
-                let k = k.f_index_copy_(2, at, &ks)?;
-                let v = v.f_index_copy_(2, at, &vs)?;
-                (k.f_narrow(2, 0, pos0 + q)?, v.f_narrow(2, 0, pos0 + q)?)
-            }
-        };
-        let attn = Tensor::f_scaled_dot_product_attention::<Tensor>(
+            (k_all, v_all)
+        }
+        Cache::Static { k, v } => {
+            let at = ctx
+                .at
+                .as_ref()
+                .ok_or_else(|| TchError::Kind("static cache without positions".into()))?;
+            let k = rep(|| k.f_index_copy_(2, at, &ks))?;
+            let v = rep(|| v.f_index_copy_(2, at, &vs))?;
+            (
+                rep(|| k.f_narrow(2, 0, pos0 + q))?,
+                rep(|| v.f_narrow(2, 0, pos0 + q))?,
+            )
+        }
+    };
+    let attn = rep(|| {
+        Tensor::f_scaled_dot_product_attention::<Tensor>(
             &qs,
             &k_all,
             &v_all,
@@ -376,29 +477,30 @@ pub fn forward(
             q > 1,
             None,
             true,
-        )?;
-        let attn = attn
-            .f_transpose(1, 2)?
-            .f_contiguous()?
-            .f_reshape([b, q, h * d])?;
-        hs = residual.f_add(&attn.f_linear::<Tensor>(&layer.o, None)?)?;
+        )
+    })?;
+    let attn = rep(|| attn.f_transpose(1, 2))?;
+    let attn = rep(|| attn.f_contiguous())?;
+    let attn = rep(|| attn.f_reshape([b, q, h * d]))?;
+    let o = rep(|| attn.f_linear::<Tensor>(&layer.o, None))?;
+    let hs = rep(|| residual.f_add(&o))?;
 
-        let residual = hs.shallow_clone();
-        let x = rms_norm(&hs, &layer.post_norm, eps, flavor)?;
-        let act = match (&layer.gate_up, flavor) {
-            (Some(gu), Flavor::Fused) => {
-                let both = x.f_linear::<Tensor>(gu, None)?;
-                let halves = both.f_chunk(2, -1)?;
-                halves[0].f_silu()?.f_mul(&halves[1])?
-            }
-            _ => x
-                .f_linear::<Tensor>(&layer.gate, None)?
-                .f_silu()?
-                .f_mul(&x.f_linear::<Tensor>(&layer.up, None)?)?,
-        };
-        hs = residual.f_add(&act.f_linear::<Tensor>(&layer.down, None)?)?;
-    }
-    let hs = rms_norm(&hs, &w.final_norm, eps, flavor)?;
-    let last = hs.f_narrow(1, q - 1, 1)?;
-    last.f_linear::<Tensor>(&w.lm_head, None)?.f_squeeze_dim(1)
+    let residual = hs.shallow_clone();
+    let x = rep(|| rms_norm(&hs, &layer.post_norm, eps, flavor))?;
+    let act = match (&layer.gate_up, flavor) {
+        (Some(gu), Flavor::Fused) => {
+            let both = rep(|| x.f_linear::<Tensor>(gu, None))?;
+            let halves = rep(|| both.f_chunk(2, -1))?;
+            let s = rep(|| halves[0].f_silu())?;
+            rep(|| s.f_mul(&halves[1]))?
+        }
+        _ => {
+            let g = rep(|| x.f_linear::<Tensor>(&layer.gate, None))?;
+            let s = rep(|| g.f_silu())?;
+            let u = rep(|| x.f_linear::<Tensor>(&layer.up, None))?;
+            rep(|| s.f_mul(&u))?
+        }
+    };
+    let down = rep(|| act.f_linear::<Tensor>(&layer.down, None))?;
+    rep(|| residual.f_add(&down))
 }

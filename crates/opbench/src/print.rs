@@ -233,10 +233,13 @@ pub fn host_model(
                 "× {:.3}, the context factor (floor mixed / blocked: a call among other kinds of call over the same call repeated)",
                 c.factor
             ),
-            analysis::predict::ContextFrom::Layer { batch } => format!(
-                "× {:.3}, the context factor (one decoder layer's calls in sequence over each timed alone, layer_flat / layer_calls at B={batch})",
-                c.factor
-            ),
+            analysis::predict::ContextFrom::Layer { batch } => {
+                let (_, sequence, alone) = q.profile.layer_context();
+                format!(
+                    "× {:.3}, the context factor (one decoder layer's calls in sequence over each repeated alone, {sequence} / {alone} at B={batch})",
+                    c.factor
+                )
+            }
         });
     }
     println!(

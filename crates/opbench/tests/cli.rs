@@ -1092,7 +1092,7 @@ fn predict_prices_the_transformers_step_and_splits_it() {
         want / 1e6
     );
     assert!(
-        out.contains("× 1.214, the context factor (one decoder layer's calls in sequence over each timed alone, layer_flat / layer_calls at B=1)"),
+        out.contains("× 1.214, the context factor (one decoder layer's calls in sequence over each repeated alone, layer_flat / layer_calls at B=1)"),
         "{out}"
     );
     // the step measured with 1 and 8 layers: one layer inside the step beside what the

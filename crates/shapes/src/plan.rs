@@ -72,6 +72,18 @@ impl StepProfile {
         }
     }
 
+    /// The `decode` rows whose ratio is this profile's own context factor — one decoder
+    /// layer's calls in their sequence over the same calls each repeated alone — as
+    /// (variant, in-sequence site, alone site): the decode crate's `layer` and
+    /// `layer_blocked` for the tch profiles, scripts/peer.py's `layer_flat` and
+    /// `layer_calls` for transformers.
+    pub fn layer_context(self) -> (&'static str, &'static str, &'static str) {
+        match self {
+            StepProfile::Transformers => ("transformers", "layer_flat", "layer_calls"),
+            p => (p.as_str(), "layer", "layer_blocked"),
+        }
+    }
+
     /// What a run from before `variant` existed measured in its place: the same call over a
     /// contiguous input (`aten_split` → `aten`). `None`: no stand-in.
     pub fn stand_in(variant: &str) -> Option<&'static str> {
