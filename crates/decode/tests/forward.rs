@@ -129,3 +129,57 @@ fn the_op_checks_both_profiles_at_real_shapes() {
         }
     }
 }
+
+/// After every decode step the op measures one decoder layer of it twice: its calls once
+/// each in order (`layer`) and each repeated in a row (`layer_blocked`); both check against
+/// the float64 layer, make the same calls per timed run, and the repetition changes no
+/// value. Prefill gets no layer cases.
+#[test]
+fn the_layer_cases_check_and_repeat_calls_without_changing_them() {
+    let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
+    let op = decode::Decode::default();
+    let mut config = harness::Config::from_env().unwrap();
+    config.models = vec![cfg.clone()];
+    let problems = op.problems(&config);
+    let sites = |phase: shapes::Phase| -> Vec<&str> {
+        let mut s: Vec<&str> = problems
+            .iter()
+            .filter(|p| p.phase == phase)
+            .map(|p| p.site)
+            .collect();
+        s.dedup();
+        s
+    };
+    assert!(sites(shapes::Phase::Decode).contains(&"layer_blocked"));
+    assert!(
+        !sites(shapes::Phase::Prefill)
+            .iter()
+            .any(|s| s.starts_with("layer")),
+        "{:?}",
+        sites(shapes::Phase::Prefill)
+    );
+    let step = shapes::derive(&cfg, Step::decode(2, 16))
+        .into_iter()
+        .find(|p| p.op == OpKind::Decode)
+        .unwrap();
+    for v in op.variants() {
+        let profile: shapes::StepProfile = v.parse().unwrap();
+        let (_, sequence, alone) = profile.layer_context();
+        let mut outs = Vec::new();
+        for site in [sequence, alone] {
+            let p = shapes::Problem {
+                site,
+                ..step.clone()
+            };
+            let (mut prepared, err) = harness::preflight(&op, v, &p, DType::F32, Device::CPU, None)
+                .unwrap_or_else(|r| panic!("{v} {site}: {:?}", r.failure));
+            assert!(err < decode::tolerance(DType::F32), "{v} {site} {err}");
+            assert_eq!(prepared.calls_per_run(), decode::LAYER_REPEATS as u64);
+            assert!(prepared.note().unwrap().contains("one decoder layer"));
+            prepared.run().unwrap();
+            outs.push(prepared.output().unwrap());
+        }
+        // the same inputs (fixed seed): blocked repetition leaves the layer's output as is
+        assert!(outs[0].equal(&outs[1]), "{v}");
+    }
+}
