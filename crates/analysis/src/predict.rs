@@ -367,8 +367,9 @@ pub struct LayerSlope {
     /// The step at `few` layers less those layers: embedding, mask, rotary, final norm,
     /// lm_head, argmax and the model's own Python.
     pub per_step_ns: f64,
-    /// The two steps' intervals do not overlap: the difference is measured, not noise.
-    pub resolved: bool,
+    /// The two steps' intervals do not overlap (the difference is measured, not noise), or
+    /// do; `None` where a row has no interval (the fast host state drops them).
+    pub resolved: Option<bool>,
 }
 
 impl LayerSlope {
@@ -396,8 +397,8 @@ pub fn layer_slope(run: &Run, q: &Query) -> Option<LayerSlope> {
     }
     let per_layer_ns = (t1 - t0) / (n1 - n0) as f64;
     let resolved = match (r0.ci_high_ns, r1.ci_low_ns) {
-        (Some(hi0), Some(lo1)) => lo1 > hi0,
-        _ => false,
+        (Some(hi0), Some(lo1)) => Some(lo1 > hi0),
+        _ => None,
     };
     Some(LayerSlope {
         few: (n0, t0),

@@ -356,19 +356,24 @@ pub fn python_split(run: &Run, q: &Query, pred: &Prediction, libtorch: &Predicti
             s.few.1 / 1e6,
             s.many.1 / 1e6
         );
-        if s.resolved {
+        if s.resolved == Some(false) {
+            println!("{head}: their intervals overlap, so no layer's cost is read from them");
+        } else {
             let measured = m(q).map_or(String::new(), |hf| {
                 format!(" (measured {:.3} ms)", hf / 1e6)
             });
+            let unsure = if s.resolved.is_none() {
+                " (no intervals in this host state: whether the difference is noise is read in the typical state)"
+            } else {
+                ""
+            };
             println!(
-                "{head}: a layer inside the step {:.3} ms, of which its calls as priced {:.3} ms; the step's own work {:.3} ms; {layers} layers {:.3} ms{measured}",
+                "{head}: a layer inside the step {:.3} ms, of which its calls as priced {:.3} ms; the step's own work {:.3} ms; {layers} layers {:.3} ms{measured}{unsure}",
                 s.per_layer_ns / 1e6,
                 pred.per_layer_ns(layers) / 1e6,
                 s.per_step_ns / 1e6,
                 s.step_ns(layers) / 1e6,
             );
-        } else {
-            println!("{head}: their intervals overlap, so no layer's cost is read from them");
         }
     }
     if let Some(g) = run
