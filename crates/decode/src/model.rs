@@ -390,7 +390,7 @@ pub fn forward(
 }
 
 /// One decoder layer of a forward: `hs` `[B, q, hidden]` in, the layer's output out. Every
-/// call is made through [`rep`]: once, or repeated in a row under [`Blocked`].
+/// call is made once, or repeated in a row while a [`Blocked`] is held.
 pub fn layer_forward(
     w: &Weights,
     layer: &Layer,
