@@ -131,9 +131,9 @@ pub struct Prediction {
     /// adjusted): a call inside a step of different calls over the same call repeated
     /// alone; `None` where not applied.
     pub context: Option<Context>,
-    /// The host speed every host cost was scaled to (a control, ns per add), and whether
-    /// it is the measured step's own; `None` where not applied.
-    pub host_speed: Option<(f64, bool)>,
+    /// The host speed every host cost was scaled to (`controlled`); `None` where not
+    /// applied.
+    pub host_speed: Option<HostSpeed>,
     /// What a kernel costs the device more among other kinds of kernel than among its own
     /// (floor `mixed` − `blocked` in `graph` mode for a graph, in `device` mode otherwise),
     /// added to each kernel call's device time on a GPU; `None` where the run lacks them.
@@ -183,6 +183,18 @@ impl Prediction {
     }
 }
 
+/// How the `controlled` host model scaled the rows' host costs to one host speed.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum HostSpeed {
+    /// Each row by its control (the floor's add timed beside each sample, ns per add) to
+    /// this one: the measured step's own control, or the run's median.
+    Control { ns: f64, from_step: bool },
+    /// Every host cost measured alone by `scale`: the step's own process's layer (its calls
+    /// each repeated alone, [`StepProfile::layer_context`], at `batch`) over what the rows
+    /// price the same calls at.
+    Layer { batch: usize, scale: f64 },
+}
+
 /// The host's context factor and where it was measured.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Context {
@@ -211,12 +223,16 @@ pub enum ContextFrom {
 pub enum HostModel {
     /// Host costs as each row measured them alone.
     AsMeasured,
-    /// Times the context factor: the floor's `mixed` over `blocked` (the same one-element
-    /// calls switching kind on every call, or in runs of a kind), each at its own control.
+    /// Times the context factor ([`Context`]): the profile's own layer, its calls in
+    /// sequence over each repeated alone, where the run has those rows; else the floor's
+    /// `mixed` over `blocked` (the same one-element calls switching kind on every call, or
+    /// in runs of a kind), each at its own control.
     Context,
-    /// Each row's host cost scaled to one host speed first (by the rows' controls, the
-    /// floor's add timed beside each sample: to the measured step's own control where the
-    /// decode crate measured it, else to the run's median), then times the context factor.
+    /// Each host cost scaled to one host speed first ([`HostSpeed`]): where the run has the
+    /// profile's layer rows, the step's own process's (the layer's calls each alone over
+    /// what the rows price them at); else each row by its control (the floor's add timed
+    /// beside each sample: to the measured step's own control where the decode crate
+    /// measured it, else to the run's median). Then times the context factor.
     Controlled,
 }
 
@@ -502,27 +518,9 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
         .filter_map(|r| r.control_ns)
         .collect();
     let step_control = step_row(run, q, q.mode).and_then(|r| r.control_ns);
-    let host_speed = match (adjust, step_control) {
-        (false, _) => None,
-        (true, Some(c)) => Some((c, true)),
-        (true, None) if !controls.is_empty() => Some((stats::median(&controls), false)),
-        (true, None) => None,
-    };
-    // a row's host cost at that speed: scaled by (reference control / the row's control)
-    let at_speed = |r: Option<&ResultRow>| -> f64 {
-        match (host_speed, r.and_then(|r| r.control_ns)) {
-            (Some((want, _)), Some(had)) if had > 0.0 => want / had,
-            _ => 1.0,
-        }
-    };
-    // what switching between kinds of call costs the host, over the same calls in runs of
-    // a kind (the way an op case repeats its call)
-    let (mixed, blocked) = q.profile.context_floors();
-    let per_call_at_speed = |variant: &str| {
-        floor_row(variant, q.mode).and_then(|r| Some(r.median_ns? * at_speed(Some(r))))
-    };
     // the step's own sequence, where the run measured it: one layer's calls in sequence
-    // over each repeated alone, at the smallest batch (where the host costs come from)
+    // and each repeated alone, at the smallest batch (where the host costs come from), in
+    // the process that measured the step
     let (layer_variant, in_sequence, alone) = q.profile.layer_context();
     let layer_row = |site: &str, batch: usize| {
         let key = q.decode_key(layer_variant, site, q.mode);
@@ -530,7 +528,7 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
             .copied()
             .find(|r| r.key.series == key.series && r.batch == batch)
     };
-    let layer_context = || {
+    let layer = {
         let mut batches: Vec<usize> = rows
             .iter()
             .filter(|r| {
@@ -542,10 +540,34 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
         batches.into_iter().find_map(|batch| {
             let seq = layer_row(in_sequence, batch)?.median_ns?;
             let each = layer_row(alone, batch)?.median_ns?;
-            (each > 0.0).then_some(Context {
-                factor: seq / each,
-                from: ContextFrom::Layer { batch },
-            })
+            (each > 0.0).then_some((batch, seq, each))
+        })
+    };
+    // with the layer, `controlled` scales every host cost to the step's process after the
+    // composition (below); else each row by its control
+    let control_speed = match (adjust && layer.is_none(), step_control) {
+        (false, _) => None,
+        (true, Some(c)) => Some((c, true)),
+        (true, None) if !controls.is_empty() => Some((stats::median(&controls), false)),
+        (true, None) => None,
+    };
+    // a row's host cost at that speed: scaled by (reference control / the row's control)
+    let at_speed = |r: Option<&ResultRow>| -> f64 {
+        match (control_speed, r.and_then(|r| r.control_ns)) {
+            (Some((want, _)), Some(had)) if had > 0.0 => want / had,
+            _ => 1.0,
+        }
+    };
+    // what switching between kinds of call costs the host, over the same calls in runs of
+    // a kind (the way an op case repeats its call)
+    let (mixed, blocked) = q.profile.context_floors();
+    let per_call_at_speed = |variant: &str| {
+        floor_row(variant, q.mode).and_then(|r| Some(r.median_ns? * at_speed(Some(r))))
+    };
+    let layer_context = || {
+        layer.map(|(batch, seq, each)| Context {
+            factor: seq / each,
+            from: ContextFrom::Layer { batch },
         })
     };
     let floors_context = || match (per_call_at_speed(mixed), per_call_at_speed(blocked)) {
@@ -859,6 +881,33 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
             }
         )));
     }
+    // `controlled` with the layer: every host cost measured alone scaled so that the
+    // layer's calls cost what the step's own process measured them at, each alone
+    let in_sequence_parts: Vec<&str> = plan
+        .other
+        .iter()
+        .filter(|u| u.in_sequence.is_some())
+        .map(|u| u.name)
+        .collect();
+    let alone_part = |c: &Component| !(c.op.is_none() && in_sequence_parts.contains(&c.site));
+    let layers = q.model.num_hidden_layers.max(1);
+    let host_speed = match (adjust, layer) {
+        (true, Some((batch, _, each))) => {
+            let priced: f64 = components
+                .iter()
+                .filter(|c| alone_part(c))
+                .map(|c| (c.calls / layers) as f64 * c.host_ns / factor)
+                .sum();
+            (priced > 0.0).then(|| {
+                let scale = each / priced;
+                for c in components.iter_mut().filter(|c| alone_part(c)) {
+                    c.host_ns *= scale;
+                }
+                HostSpeed::Layer { batch, scale }
+            })
+        }
+        _ => control_speed.map(|(ns, from_step)| HostSpeed::Control { ns, from_step }),
+    };
     let sum = |f: fn(&Component) -> f64| {
         components
             .iter()

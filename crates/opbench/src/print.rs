@@ -216,16 +216,23 @@ pub fn host_model(
     others: &[(analysis::predict::HostModel, Prediction)],
 ) {
     let mut parts = Vec::new();
-    if let Some((ctl, from_step)) = pred.host_speed {
-        parts.push(format!(
+    match pred.host_speed {
+        Some(analysis::predict::HostSpeed::Control { ns, from_step }) => parts.push(format!(
             "scaled to one host speed (control {:.2} µs per add: {})",
-            ctl / 1e3,
+            ns / 1e3,
             if from_step {
                 "the measured step's"
             } else {
                 "the run's median"
             }
-        ));
+        )),
+        Some(analysis::predict::HostSpeed::Layer { batch, scale }) => {
+            let (_, _, alone) = q.profile.layer_context();
+            parts.push(format!(
+                "× {scale:.3} to the step's own process (its layer's calls each alone, {alone} at B={batch}, over what the rows price them at)"
+            ))
+        }
+        None => {}
     }
     if let Some(c) = pred.context {
         parts.push(match c.from {

@@ -1095,6 +1095,30 @@ fn predict_prices_the_transformers_step_and_splits_it() {
         out.contains("× 1.214, the context factor (one decoder layer's calls in sequence over each repeated alone, layer_flat / layer_calls at B=1)"),
         "{out}"
     );
+    // `controlled` also scales every cost measured alone so that one layer's calls cost what
+    // the peer's process measured them at each alone (700 µs): the plan prices a layer's
+    // calls at their rows (16 µs each) and 8 views (2 µs each)
+    let priced: f64 = plan
+        .measured
+        .iter()
+        .map(|c| (c.problem.calls_per_step / 28) as f64 * 16_000.0)
+        .sum::<f64>()
+        + 8.0 * 2_000.0;
+    let (code, out, err) = opbench(&[&args[..], &["--host-model", "controlled"]].concat());
+    assert_eq!(code, 0, "{err}");
+    let want = alone * 850.0 / 700.0 * (700_000.0 / priced) + 28.0 * 50_000.0;
+    assert!(
+        out.contains(&format!("predicted: {:.3} ms/step", want / 1e6)),
+        "want {}\n{out}",
+        want / 1e6
+    );
+    assert!(
+        out.contains(&format!(
+            "× {:.3} to the step's own process (its layer's calls each alone, layer_calls at B=1, over what the rows price them at)",
+            700_000.0 / priced
+        )),
+        "{out}"
+    );
     // the step measured with 1 and 8 layers: one layer inside the step beside what the
     // plan prices a layer's calls at (every call that recurs per layer, at its Python price)
     let layers = 28;
