@@ -80,30 +80,10 @@ struct PreparedLayer {
     tol: f64,
 }
 
-impl Prepared for PreparedLayer {
-    fn run(&mut self) -> Result<(), TchError> {
+impl PreparedLayer {
+    /// Layer 0 once, from the L-long cache (left as it was).
+    fn layer(&mut self) -> Result<Tensor, TchError> {
         let w = self.weights.borrow();
-        let (passes, _blocked) = if self.blocked {
-            (1, Some(Blocked::new(LAYER_REPEATS)))
-        } else {
-            (LAYER_REPEATS, None)
-        };
-        for _ in 0..passes {
-            drop(layer_forward(
-                &w,
-                &w.layers[0],
-                &mut self.cache,
-                &self.hs,
-                &self.ctx,
-                false,
-            )?);
-        }
-        Ok(())
-    }
-
-    fn output(&mut self) -> Result<Tensor, TchError> {
-        let w = self.weights.borrow();
-        let _blocked = self.blocked.then(|| Blocked::new(LAYER_REPEATS));
         layer_forward(
             &w,
             &w.layers[0],
@@ -111,8 +91,26 @@ impl Prepared for PreparedLayer {
             &self.hs,
             &self.ctx,
             false,
-        )?
-        .f_narrow(0, 0, 1)
+        )
+    }
+}
+
+impl Prepared for PreparedLayer {
+    fn run(&mut self) -> Result<(), TchError> {
+        let (passes, _blocked) = if self.blocked {
+            (1, Some(Blocked::new(LAYER_REPEATS)))
+        } else {
+            (LAYER_REPEATS, None)
+        };
+        for _ in 0..passes {
+            drop(self.layer()?);
+        }
+        Ok(())
+    }
+
+    fn output(&mut self) -> Result<Tensor, TchError> {
+        let _blocked = self.blocked.then(|| Blocked::new(LAYER_REPEATS));
+        self.layer()?.f_narrow(0, 0, 1)
     }
 
     fn reference(&mut self) -> Result<Tensor, TchError> {
