@@ -301,10 +301,15 @@ impl Op for Decode {
             out.push(p.clone());
             if layer {
                 let (_, sequence, alone) = StepProfile::HfEager.layer_context();
+                // a forward runs the layer once per decoder layer
+                let layers = match p.dims {
+                    Dims::Step { layers, .. } => layers,
+                    _ => 1,
+                };
                 for site in [sequence, alone] {
                     out.push(Problem {
                         site,
-                        calls_per_step: p.calls_per_step * LAYER_REPEATS,
+                        calls_per_step: layers,
                         step_work: None,
                         ..p.clone()
                     });
