@@ -237,6 +237,27 @@ pub enum HostModel {
 }
 
 impl HostModel {
+    /// The host model a report prices `profile` on `device` with: `controlled` where the
+    /// run has the profile's layer rows there (the step's own process and sequence:
+    /// [`StepProfile::layer_context`]), else `as-measured`.
+    pub fn for_report(run: &Run, profile: StepProfile, device: DeviceId) -> HostModel {
+        let (variant, in_sequence, alone) = profile.layer_context();
+        let has = |site: &str| {
+            run.ok_rows().any(|r| {
+                r.op == OpKind::Decode
+                    && r.variant == variant
+                    && r.site == site
+                    && r.device == device
+                    && r.mode == Mode::Pipelined
+            })
+        };
+        if device.is_gpu() && has(in_sequence) && has(alone) {
+            HostModel::Controlled
+        } else {
+            HostModel::AsMeasured
+        }
+    }
+
     pub const ALL: [HostModel; 3] = [
         HostModel::AsMeasured,
         HostModel::Context,

@@ -573,6 +573,31 @@ fn host_vs_device(ctx: &Ctx, on: On) -> String {
     md
 }
 
+/// Which host model priced each profile's eager step ([`HostModel::for_report`]), in one
+/// sentence; empty on the CPU, where none applies.
+fn host_models(ctx: &Ctx, on: On) -> String {
+    if !on.device.is_gpu() {
+        return String::new();
+    }
+    let with = |m: HostModel| -> Vec<&str> {
+        StepProfile::EVERY
+            .into_iter()
+            .filter(|p| HostModel::for_report(ctx.run, *p, on.device) == m)
+            .map(StepProfile::as_str)
+            .collect()
+    };
+    let (layered, alone) = (with(HostModel::Controlled), with(HostModel::AsMeasured));
+    match (layered.is_empty(), alone.is_empty()) {
+        (true, _) => "Host costs as each row measured them alone (`--host-model as-measured`): the run has no layer rows.".into(),
+        (false, true) => "Host costs scaled to the step's own process and sequence by each profile's layer rows (`--host-model controlled`).".into(),
+        (false, false) => format!(
+            "Host costs scaled to the step's own process and sequence by the profile's layer rows for {} (`--host-model controlled`), as each row measured them alone for {} (`as-measured`: no layer rows).",
+            layered.join(", "),
+            alone.join(", ")
+        ),
+    }
+}
+
 /// The batches a device's decode ops were measured at.
 fn batches(ctx: &Ctx, on: On) -> Vec<usize> {
     let set: BTreeSet<usize> = ctx
@@ -626,7 +651,7 @@ fn predicted_steps(ctx: &Ctx, on: On) -> String {
                     device: on.device,
                     dtype: on.dtype,
                     mode: Mode::Pipelined,
-                    host: HostModel::AsMeasured,
+                    host: HostModel::for_report(ctx.run, profile, on.device),
                 };
                 match predict_with(ctx.run, &ctx.fits, &q) {
                     Ok(p) => {
@@ -670,7 +695,8 @@ fn predicted_steps(ctx: &Ctx, on: On) -> String {
         }
         let _ = writeln!(
             md,
-            "\nKernels ms: the predicted device time of the step (Σ GPU-event times of its parts); measured device ms: the decode crate's own `device` row (≤: an upper bound, see its `uncovered_chunks`).\n\n`opbench predict {} --model {model} --batch B --ctx {ctx_len}` prints the per-op breakdown.\n",
+            "\nKernels ms: the predicted device time of the step (Σ GPU-event times of its parts); measured device ms: the decode crate's own `device` row (≤: an upper bound, see its `uncovered_chunks`). {}\n\n`opbench predict {} --model {model} --batch B --ctx {ctx_len}` prints the per-op breakdown.\n",
+            host_models(ctx, on),
             ctx.dir.display()
         );
     }
@@ -779,13 +805,14 @@ fn breakdown(ctx: &Ctx, on: On) -> Result<String, AnalysisError> {
                     device: on.device,
                     dtype: on.dtype,
                     mode,
-                    host: HostModel::AsMeasured,
+                    host: HostModel::for_report(ctx.run, profile, on.device),
                 };
                 let Ok(p) = predict_with(ctx.run, &ctx.fits, &q) else {
                     continue;
                 };
                 let tch = Query {
                     profile: StepProfile::HfEager,
+                    host: HostModel::for_report(ctx.run, StepProfile::HfEager, on.device),
                     ..q.clone()
                 };
                 let host = if p.gpu { p.host_ns } else { p.serial_ns };
@@ -851,7 +878,8 @@ fn breakdown(ctx: &Ctx, on: On) -> Result<String, AnalysisError> {
         }
         let _ = writeln!(
             md,
-            "\nPredicted bars stack the host's time — libtorch's dispatch and launch (the calls as tch makes them) and, for transformers, Python and the framework (the same calls from Python, module calls, mask, cache bookkeeping: scripts/peer.py) — and the kernel time the host does not hide; the grey bar beside each is the measured step (`opbench predict --profile P` prints the parts). On the CPU, \"dispatch\" is libtorch's whole call, work included.\n"
+            "\nPredicted bars stack the host's time — libtorch's dispatch and launch (the calls as tch makes them) and, for transformers, Python and the framework (the same calls from Python, module calls, mask, cache bookkeeping: scripts/peer.py) — and the kernel time the host does not hide; the grey bar beside each is the measured step (`opbench predict --profile P` prints the parts). On the CPU, \"dispatch\" is libtorch's whole call, work included. {}\n",
+            host_models(ctx, on)
         );
     }
     Ok(md)

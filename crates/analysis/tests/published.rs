@@ -733,3 +733,43 @@ fn the_tch_steps_take_their_own_layers_context() {
         }
     }
 }
+
+/// The report prices each profile with `controlled` where the run has that profile's layer
+/// rows on the GPU, else as each row measured it alone: the CPU never scales.
+#[test]
+fn the_report_prices_a_profile_with_its_layer_where_the_run_has_it() {
+    let gpu = "cuda:0".parse::<DeviceId>().unwrap();
+    let tch = [StepProfile::HfEager, StepProfile::Fused];
+    let all = load(H200_TCHLAYER_X1);
+    for p in StepProfile::EVERY {
+        assert_eq!(
+            HostModel::for_report(&all, p, gpu),
+            HostModel::Controlled,
+            "{p}"
+        );
+    }
+    let peer_only = load(H200_LAYER_X1);
+    assert_eq!(
+        HostModel::for_report(&peer_only, StepProfile::Transformers, gpu),
+        HostModel::Controlled
+    );
+    for p in tch {
+        assert_eq!(
+            HostModel::for_report(&peer_only, p, gpu),
+            HostModel::AsMeasured,
+            "{p}"
+        );
+    }
+    let before = load(H200_EAGER_X2);
+    let cpu = load(CPU_COLD);
+    for p in StepProfile::EVERY {
+        assert_eq!(
+            HostModel::for_report(&before, p, gpu),
+            HostModel::AsMeasured
+        );
+        assert_eq!(
+            HostModel::for_report(&cpu, p, DeviceId::CPU),
+            HostModel::AsMeasured
+        );
+    }
+}
