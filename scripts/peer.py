@@ -160,13 +160,17 @@ class Timer:
         for _ in range(self.samples):
             if before:
                 before()
-            self.sync()
-            t0 = time.perf_counter_ns()
-            for _ in range(n):
-                fn()
-            self.sync()
-            out.append((time.perf_counter_ns() - t0) / n)
+            out.append(self.sample(fn, n))
         return out, n
+
+    def sample(self, fn, n):
+        """Per-call ns of n calls back to back, one synchronize."""
+        self.sync()
+        t0 = time.perf_counter_ns()
+        for _ in range(n):
+            fn()
+        self.sync()
+        return (time.perf_counter_ns() - t0) / n
 
 
 def rel_err(out, ref):
@@ -349,7 +353,7 @@ def main(argv):
                 run.write(kk, f"batch={b} L={ctx}", [], f"the decoder layer is {err:.3e} off its float64 reference "
                           f"(tolerance {STEP_TOL[dt_name]})", rel_err=err, status="mismatch")
             return
-        leaves = [functools.partial(lambda call, e: call(e), call, dict(env)) for _, call in prog]
+        leaves = [functools.partial(call, dict(env)) for _, call in prog]
         flat = functools.partial(run_program, prog, dict(env))
         # calls per sample: about measure_s / samples of the flat layer per sample
         timer.sync()
@@ -364,27 +368,16 @@ def main(argv):
         timer.sync()
         per = max((time.perf_counter() - t0) / calls / 3, 1e-7)
         n = max(2, int(timer.measure_s / timer.samples / per))
-
-        def sample(fn):
-            timer.sync()
-            t = time.perf_counter_ns()
-            for _ in range(n):
-                fn()
-            timer.sync()
-            return (time.perf_counter_ns() - t) / n
-
-        res = {"layer": [], "layer_flat": [], "layer_calls": []}
-        order = list(res)
+        # LAYER_SITES' order: the layer as called, its calls flat, each call alone
+        samplers = dict(zip(LAYER_SITES, [lambda: timer.sample(layer_call, n), lambda: timer.sample(flat, n),
+                                          lambda: sum(timer.sample(f, n) for f in leaves)]))
+        res = {s_: [] for s_ in samplers}
+        order = list(samplers)
         rng = random.Random(b)
         for _ in range(timer.samples):
             rng.shuffle(order)
             for which in order:
-                if which == "layer":
-                    res[which].append(sample(layer_call))
-                elif which == "layer_flat":
-                    res[which].append(sample(flat))
-                else:
-                    res[which].append(sum(sample(f) for f in leaves))
+                res[which].append(samplers[which]())
         what = {
             "layer": "one Qwen3DecoderLayer called as the model calls it (kwargs, DynamicCache of L, reset after "
                      "each call)",

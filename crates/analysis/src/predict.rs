@@ -237,21 +237,11 @@ pub enum HostModel {
 }
 
 impl HostModel {
-    /// The host model a report prices `profile` on `device` with: `controlled` where the
-    /// run has the profile's layer rows there (the step's own process and sequence:
-    /// [`StepProfile::layer_context`]), else `as-measured`.
-    pub fn for_report(run: &Run, profile: StepProfile, device: DeviceId) -> HostModel {
-        let (variant, in_sequence, alone) = profile.layer_context();
-        let has = |site: &str| {
-            run.ok_rows().any(|r| {
-                r.op == OpKind::Decode
-                    && r.variant == variant
-                    && r.site == site
-                    && r.device == device
-                    && r.mode == Mode::Pipelined
-            })
-        };
-        if device.is_gpu() && has(in_sequence) && has(alone) {
+    /// The host model a report prices `q`'s step with: `controlled` on a GPU where the run
+    /// has the profile's [`layer_rows`] (the step's own process and sequence), else
+    /// `as-measured`.
+    pub fn for_report(run: &Run, q: &Query) -> HostModel {
+        if q.device.is_gpu() && q.mode != Mode::Graph && layer_rows(run, q).is_some() {
             HostModel::Controlled
         } else {
             HostModel::AsMeasured
@@ -374,7 +364,7 @@ impl Query<'_> {
     }
 
     /// A decode-crate (or peer) case of this query's shape: `variant`, `site`, `mode`.
-    fn decode_key(&self, variant: &str, site: &str, mode: Mode) -> CaseKey {
+    pub fn decode_key(&self, variant: &str, site: &str, mode: Mode) -> CaseKey {
         SeriesKey {
             op: OpKind::Decode,
             variant: variant.into(),
@@ -389,6 +379,41 @@ impl Query<'_> {
         }
         .at(self.batch)
     }
+}
+
+/// One decoder layer of the profile's step measured in the step's own process
+/// ([`StepProfile::layer_context`]): its calls in sequence and each repeated alone, ns per
+/// layer, at `batch`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LayerRows {
+    pub batch: usize,
+    pub in_sequence_ns: f64,
+    pub alone_ns: f64,
+}
+
+/// `q`'s [`LayerRows`] at the smallest batch the run has both (where the host costs come
+/// from), in `q.mode`; `None` where it has none.
+pub fn layer_rows(run: &Run, q: &Query) -> Option<LayerRows> {
+    let (variant, in_sequence, alone) = q.profile.layer_context();
+    let series = q.decode_key(variant, in_sequence, q.mode).series;
+    let mut batches: Vec<usize> = run
+        .ok_rows()
+        .filter(|r| r.key.series == series)
+        .map(|r| r.batch)
+        .collect();
+    batches.sort_unstable();
+    let at = |site: &str, batch: usize| {
+        let key = q.decode_key(variant, site, q.mode).series.at(batch);
+        run.row(&key).filter(|r| r.is_ok())?.median_ns
+    };
+    batches.into_iter().find_map(|batch| {
+        let (seq, each) = (at(in_sequence, batch)?, at(alone, batch)?);
+        (each > 0.0).then_some(LayerRows {
+            batch,
+            in_sequence_ns: seq,
+            alone_ns: each,
+        })
+    })
 }
 
 /// One decoder layer inside the HF step, and the step's own work, from the step measured
@@ -539,31 +564,8 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
         .filter_map(|r| r.control_ns)
         .collect();
     let step_control = step_row(run, q, q.mode).and_then(|r| r.control_ns);
-    // the step's own sequence, where the run measured it: one layer's calls in sequence
-    // and each repeated alone, at the smallest batch (where the host costs come from), in
-    // the process that measured the step
-    let (layer_variant, in_sequence, alone) = q.profile.layer_context();
-    let layer_row = |site: &str, batch: usize| {
-        let key = q.decode_key(layer_variant, site, q.mode);
-        rows.iter()
-            .copied()
-            .find(|r| r.key.series == key.series && r.batch == batch)
-    };
-    let layer = {
-        let mut batches: Vec<usize> = rows
-            .iter()
-            .filter(|r| {
-                r.op == OpKind::Decode && r.variant == layer_variant && r.site == in_sequence
-            })
-            .map(|r| r.batch)
-            .collect();
-        batches.sort_unstable();
-        batches.into_iter().find_map(|batch| {
-            let seq = layer_row(in_sequence, batch)?.median_ns?;
-            let each = layer_row(alone, batch)?.median_ns?;
-            (each > 0.0).then_some((batch, seq, each))
-        })
-    };
+    // the step's own sequence, where the run measured it in the step's process
+    let layer = layer_rows(run, q);
     // with the layer, `controlled` scales every host cost to the step's process after the
     // composition (below); else each row by its control
     let control_speed = match (adjust && layer.is_none(), step_control) {
@@ -586,9 +588,9 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
         floor_row(variant, q.mode).and_then(|r| Some(r.median_ns? * at_speed(Some(r))))
     };
     let layer_context = || {
-        layer.map(|(batch, seq, each)| Context {
-            factor: seq / each,
-            from: ContextFrom::Layer { batch },
+        layer.map(|l| Context {
+            factor: l.in_sequence_ns / l.alone_ns,
+            from: ContextFrom::Layer { batch: l.batch },
         })
     };
     let floors_context = || match (per_call_at_speed(mixed), per_call_at_speed(blocked)) {
@@ -913,14 +915,19 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
     let alone_part = |c: &Component| !(c.op.is_none() && in_sequence_parts.contains(&c.site));
     let layers = q.model.num_hidden_layers.max(1);
     let host_speed = match (adjust, layer) {
-        (true, Some((batch, _, each))) => {
+        (
+            true,
+            Some(LayerRows {
+                batch, alone_ns, ..
+            }),
+        ) => {
             let priced: f64 = components
                 .iter()
                 .filter(|c| alone_part(c))
                 .map(|c| (c.calls / layers) as f64 * c.host_ns / factor)
                 .sum();
             (priced > 0.0).then(|| {
-                let scale = each / priced;
+                let scale = alone_ns / priced;
                 for c in components.iter_mut().filter(|c| alone_part(c)) {
                     c.host_ns *= scale;
                 }

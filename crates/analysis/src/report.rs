@@ -573,17 +573,23 @@ fn host_vs_device(ctx: &Ctx, on: On) -> String {
     md
 }
 
-/// Which host model priced each profile's eager step ([`HostModel::for_report`]), in one
-/// sentence; empty on the CPU, where none applies.
-fn host_models(ctx: &Ctx, on: On) -> String {
+/// `q` with the host model a report prices it with ([`HostModel::for_report`]).
+fn for_report<'a>(run: &Run, q: Query<'a>) -> Query<'a> {
+    let host = HostModel::for_report(run, &q);
+    Query { host, ..q }
+}
+
+/// Which host model priced each profile's eager step, in one sentence; empty on the CPU,
+/// where none applies.
+fn host_models(on: On, chosen: &BTreeMap<StepProfile, HostModel>) -> String {
     if !on.device.is_gpu() {
         return String::new();
     }
     let with = |m: HostModel| -> Vec<&str> {
-        StepProfile::EVERY
-            .into_iter()
-            .filter(|p| HostModel::for_report(ctx.run, *p, on.device) == m)
-            .map(StepProfile::as_str)
+        chosen
+            .iter()
+            .filter(|(_, h)| **h == m)
+            .map(|(p, _)| p.as_str())
             .collect()
     };
     let (layered, alone) = (with(HostModel::Controlled), with(HostModel::AsMeasured));
@@ -638,21 +644,26 @@ fn predicted_steps(ctx: &Ctx, on: On) -> String {
             .ok
             .iter()
             .any(|r| r.op == OpKind::Decode && r.variant == "transformers");
+        let mut chosen = BTreeMap::new();
         for profile in StepProfile::EVERY {
             if profile == StepProfile::Transformers && !peer {
                 continue;
             }
             for b in batches(ctx, on) {
-                let q = Query {
-                    model: &cfg,
-                    batch: b,
-                    ctx: ctx_len,
-                    profile,
-                    device: on.device,
-                    dtype: on.dtype,
-                    mode: Mode::Pipelined,
-                    host: HostModel::for_report(ctx.run, profile, on.device),
-                };
+                let q = for_report(
+                    ctx.run,
+                    Query {
+                        model: &cfg,
+                        batch: b,
+                        ctx: ctx_len,
+                        profile,
+                        device: on.device,
+                        dtype: on.dtype,
+                        mode: Mode::Pipelined,
+                        host: HostModel::AsMeasured,
+                    },
+                );
+                chosen.insert(profile, q.host);
                 match predict_with(ctx.run, &ctx.fits, &q) {
                     Ok(p) => {
                         let measured = step_row(ctx.run, &q, Mode::Pipelined)
@@ -696,7 +707,7 @@ fn predicted_steps(ctx: &Ctx, on: On) -> String {
         let _ = writeln!(
             md,
             "\nKernels ms: the predicted device time of the step (Σ GPU-event times of its parts); measured device ms: the decode crate's own `device` row (≤: an upper bound, see its `uncovered_chunks`). {}\n\n`opbench predict {} --model {model} --batch B --ctx {ctx_len}` prints the per-op breakdown.\n",
-            host_models(ctx, on),
+            host_models(on, &chosen),
             ctx.dir.display()
         );
     }
@@ -795,26 +806,35 @@ fn breakdown(ctx: &Ctx, on: On) -> Result<String, AnalysisError> {
             .map(|p| (p, Mode::Pipelined))
             .chain([(StepProfile::Fused, Mode::Graph)])
             .collect();
+        let mut chosen = BTreeMap::new();
         for (profile, mode) in profiles {
             for &b in &batches {
-                let q = Query {
-                    model: &cfg,
-                    batch: b,
-                    ctx: ctx_len,
-                    profile,
-                    device: on.device,
-                    dtype: on.dtype,
-                    mode,
-                    host: HostModel::for_report(ctx.run, profile, on.device),
-                };
+                let q = for_report(
+                    ctx.run,
+                    Query {
+                        model: &cfg,
+                        batch: b,
+                        ctx: ctx_len,
+                        profile,
+                        device: on.device,
+                        dtype: on.dtype,
+                        mode,
+                        host: HostModel::AsMeasured,
+                    },
+                );
+                if mode == Mode::Pipelined {
+                    chosen.insert(profile, q.host);
+                }
                 let Ok(p) = predict_with(ctx.run, &ctx.fits, &q) else {
                     continue;
                 };
-                let tch = Query {
-                    profile: StepProfile::HfEager,
-                    host: HostModel::for_report(ctx.run, StepProfile::HfEager, on.device),
-                    ..q.clone()
-                };
+                let tch = for_report(
+                    ctx.run,
+                    Query {
+                        profile: StepProfile::HfEager,
+                        ..q.clone()
+                    },
+                );
                 let host = if p.gpu { p.host_ns } else { p.serial_ns };
                 let (dispatch, python) = match profile {
                     StepProfile::Transformers => match predict_with(ctx.run, &ctx.fits, &tch) {
@@ -879,7 +899,7 @@ fn breakdown(ctx: &Ctx, on: On) -> Result<String, AnalysisError> {
         let _ = writeln!(
             md,
             "\nPredicted bars stack the host's time — libtorch's dispatch and launch (the calls as tch makes them) and, for transformers, Python and the framework (the same calls from Python, module calls, mask, cache bookkeeping: scripts/peer.py) — and the kernel time the host does not hide; the grey bar beside each is the measured step (`opbench predict --profile P` prints the parts). On the CPU, \"dispatch\" is libtorch's whole call, work included. {}\n",
-            host_models(ctx, on)
+            host_models(on, &chosen)
         );
     }
     Ok(md)

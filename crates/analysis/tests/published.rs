@@ -37,6 +37,14 @@ fn h200_eager(cfg: &ModelConfig, profile: StepProfile, batch: usize) -> Query<'_
     }
 }
 
+/// The measured pipelined step of `q` in `run`.
+fn measured_step(run: &Run, q: &Query) -> f64 {
+    run.row(&q.step_key(Mode::Pipelined))
+        .unwrap()
+        .median_ns
+        .unwrap()
+}
+
 fn load(name: &str) -> Run {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../results")
@@ -524,12 +532,7 @@ fn the_fast_host_state_agrees_between_leases_where_the_medians_do_not() {
     let x2 = load(H200_EAGER_X2);
     let x3 = load(H200_EAGER_X3);
     let query = |profile, batch| h200_eager(&cfg, profile, batch);
-    let step = |run: &Run, q: &Query| {
-        run.row(&q.step_key(Mode::Pipelined))
-            .unwrap()
-            .median_ns
-            .unwrap()
-    };
+    let step = measured_step;
     let (mut typical_gap, mut fast_gap) = (0.0f64, 0.0f64);
     let mut spread = std::collections::HashMap::new();
     for state in HostState::ALL {
@@ -628,11 +631,7 @@ fn the_transformers_step_composes_from_its_layer_in_three_leases() {
                 host,
                 ..h200_eager(&cfg, StepProfile::Transformers, b)
             };
-            let measured = fast
-                .row(&q(HostModel::Context).step_key(Mode::Pipelined))
-                .unwrap()
-                .median_ns
-                .unwrap();
+            let measured = measured_step(&fast, &q(HostModel::Context));
             let p = predict(&fast, &q(HostModel::Context)).unwrap();
             let err = p.step_ns / measured - 1.0;
             assert!(err.abs() <= 0.16, "{name} B={b}: {err:.3}");
@@ -670,11 +669,7 @@ fn the_transformers_step_priced_at_its_own_process_in_three_leases() {
                 host: HostModel::Controlled,
                 ..h200_eager(&cfg, StepProfile::Transformers, b)
             };
-            let measured = fast
-                .row(&q.step_key(Mode::Pipelined))
-                .unwrap()
-                .median_ns
-                .unwrap();
+            let measured = measured_step(&fast, &q);
             let err = predict(&fast, &q).unwrap().step_ns / measured - 1.0;
             assert!(err.abs() <= 0.11, "{name} B={b}: {err:.3}");
         }
@@ -701,11 +696,7 @@ fn the_tch_steps_take_their_own_layers_context() {
                     host,
                     ..h200_eager(&cfg, profile, b)
                 };
-                let measured = run
-                    .row(&q(HostModel::Context).step_key(Mode::Pipelined))
-                    .unwrap()
-                    .median_ns
-                    .unwrap();
+                let measured = measured_step(&run, &q(HostModel::Context));
                 let p = predict(&run, &q(HostModel::Context)).unwrap();
                 let c = p.context.unwrap();
                 assert_eq!(c.from, ContextFrom::Layer { batch: 1 });
@@ -738,38 +729,31 @@ fn the_tch_steps_take_their_own_layers_context() {
 /// rows on the GPU, else as each row measured it alone: the CPU never scales.
 #[test]
 fn the_report_prices_a_profile_with_its_layer_where_the_run_has_it() {
-    let gpu = "cuda:0".parse::<DeviceId>().unwrap();
+    let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
+    let on_gpu = |run: &Run, p| HostModel::for_report(run, &h200_eager(&cfg, p, 1));
     let tch = [StepProfile::HfEager, StepProfile::Fused];
     let all = load(H200_TCHLAYER_X1);
     for p in StepProfile::EVERY {
-        assert_eq!(
-            HostModel::for_report(&all, p, gpu),
-            HostModel::Controlled,
-            "{p}"
-        );
+        assert_eq!(on_gpu(&all, p), HostModel::Controlled, "{p}");
     }
     let peer_only = load(H200_LAYER_X1);
     assert_eq!(
-        HostModel::for_report(&peer_only, StepProfile::Transformers, gpu),
+        on_gpu(&peer_only, StepProfile::Transformers),
         HostModel::Controlled
     );
     for p in tch {
-        assert_eq!(
-            HostModel::for_report(&peer_only, p, gpu),
-            HostModel::AsMeasured,
-            "{p}"
-        );
+        assert_eq!(on_gpu(&peer_only, p), HostModel::AsMeasured, "{p}");
     }
     let before = load(H200_EAGER_X2);
     let cpu = load(CPU_COLD);
     for p in StepProfile::EVERY {
-        assert_eq!(
-            HostModel::for_report(&before, p, gpu),
-            HostModel::AsMeasured
-        );
-        assert_eq!(
-            HostModel::for_report(&cpu, p, DeviceId::CPU),
-            HostModel::AsMeasured
-        );
+        assert_eq!(on_gpu(&before, p), HostModel::AsMeasured);
+        let on_cpu = Query {
+            ctx: 128,
+            device: DeviceId::CPU,
+            dtype: DType::F32,
+            ..h200_eager(&cfg, p, 1)
+        };
+        assert_eq!(HostModel::for_report(&cpu, &on_cpu), HostModel::AsMeasured);
     }
 }

@@ -35,9 +35,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use harness::{Config, DType, Device, Failure, Op, Prepared, dtype};
-use model::{
-    Blocked, Cache, Flavor, StepCtx, Weights, forward, fuse, layer_forward, random_weights,
-};
+use model::{Cache, Flavor, StepCtx, Weights, forward, fuse, layer_forward, random_weights};
 use shapes::{Dims, ModelConfig, OpKind, Phase, Problem, StepProfile};
 use tch::{Kind, TchError, Tensor};
 
@@ -97,11 +95,8 @@ impl PreparedLayer {
 
 impl Prepared for PreparedLayer {
     fn run(&mut self) -> Result<(), TchError> {
-        let (passes, _blocked) = if self.blocked {
-            (1, Some(Blocked::new(LAYER_REPEATS)))
-        } else {
-            (LAYER_REPEATS, None)
-        };
+        // LAYER_REPEATS layers' worth of calls either way: blocked, one pass repeats each
+        let passes = if self.blocked { 1 } else { LAYER_REPEATS };
         for _ in 0..passes {
             drop(self.layer()?);
         }
@@ -109,7 +104,6 @@ impl Prepared for PreparedLayer {
     }
 
     fn output(&mut self) -> Result<Tensor, TchError> {
-        let _blocked = self.blocked.then(|| Blocked::new(LAYER_REPEATS));
         self.layer()?.f_narrow(0, 0, 1)
     }
 
@@ -395,6 +389,11 @@ impl Op for Decode {
                 .f_to_kind(kind)?;
             let static_cache = flavor == Flavor::Fused;
             let ctx = StepCtx::new(&weights.borrow(), b, q, l, flavor, static_cache)?;
+            let ctx = if blocked {
+                ctx.blocked(LAYER_REPEATS)
+            } else {
+                ctx
+            };
             let how = if blocked {
                 format!(
                     "each call made {LAYER_REPEATS} times in a row before the next (as its op case repeats it)"

@@ -255,34 +255,10 @@ fn rms_norm(x: &Tensor, w: &Tensor, eps: f64, flavor: Flavor) -> Result<Tensor, 
 
 use rope::rotate_half;
 
-// How many times `rep` makes each call of a layer, in a row: 1 (a step as the model makes
-// it) unless a `Blocked` is held.
-thread_local! {
-    static REPEAT: std::cell::Cell<usize> = const { std::cell::Cell::new(1) };
-}
-
-/// While held, every call of a layer runs `n` times in a row before the next call (each
-/// call as its op case times it: repeated alone); dropped, calls run once again.
-#[derive(Debug)]
-pub struct Blocked(usize);
-
-impl Blocked {
-    pub fn new(n: usize) -> Blocked {
-        let before = REPEAT.with(|r| r.replace(n.max(1)));
-        Blocked(before)
-    }
-}
-
-impl Drop for Blocked {
-    fn drop(&mut self) {
-        REPEAT.with(|r| r.set(self.0));
-    }
-}
-
-/// One call of a layer (an op case's call, or a view): made once, or `n` times in a row
-/// under [`Blocked`] (the last result kept).
-fn rep<T>(mut call: impl FnMut() -> Result<T, TchError>) -> Result<T, TchError> {
-    for _ in 1..REPEAT.with(|r| r.get()) {
+/// One call of a layer (an op case's call, or a view): made once, or
+/// `ctx.repeat` times in a row (the last result kept).
+fn rep<T>(ctx: &StepCtx, mut call: impl FnMut() -> Result<T, TchError>) -> Result<T, TchError> {
+    for _ in 1..ctx.repeat {
         drop(call()?);
     }
     call()
@@ -302,6 +278,9 @@ pub struct StepCtx {
     /// The static cache's positions (fused), `None` for a dynamic cache.
     at: Option<Tensor>,
     flavor: Flavor,
+    /// How many times each call of a layer is made in a row before the next: 1 (the step
+    /// as the model makes it) unless [`StepCtx::blocked`].
+    repeat: usize,
 }
 
 impl StepCtx {
@@ -359,7 +338,17 @@ impl StepCtx {
             sin,
             at,
             flavor,
+            repeat: 1,
         })
+    }
+
+    /// The same, with every call of a layer made `n` times in a row before the next (each
+    /// call as its op case repeats it alone).
+    pub fn blocked(self, n: usize) -> StepCtx {
+        StepCtx {
+            repeat: n.max(1),
+            ..self
+        }
     }
 }
 
@@ -390,7 +379,7 @@ pub fn forward(
 }
 
 /// One decoder layer of a forward: `hs` `[B, q, hidden]` in, the layer's output out. Every
-/// call is made once, or repeated in a row while a [`Blocked`] is held.
+/// call is made once, or several times in a row under [`StepCtx::blocked`].
 pub fn layer_forward(
     w: &Weights,
     layer: &Layer,
@@ -411,11 +400,11 @@ pub fn layer_forward(
         x.f_mul(cos)?.f_add(&rotate_half(x)?.f_mul(sin)?)
     };
     let residual = hs.shallow_clone();
-    let x = rep(|| rms_norm(hs, &layer.input_norm, eps, flavor))?;
+    let x = rep(ctx, || rms_norm(hs, &layer.input_norm, eps, flavor))?;
     let (qs, ks, vs) = match (&layer.qkv, flavor) {
         (Some(qkv), Flavor::Fused) => {
-            let all = rep(|| x.f_linear::<Tensor>(qkv, None))?;
-            let parts = rep(|| all.f_split_with_sizes(ctx.qkv_widths, -1))?;
+            let all = rep(ctx, || x.f_linear::<Tensor>(qkv, None))?;
+            let parts = rep(ctx, || all.f_split_with_sizes(ctx.qkv_widths, -1))?;
             (
                 parts[0].shallow_clone(),
                 parts[1].shallow_clone(),
@@ -423,27 +412,27 @@ pub fn layer_forward(
             )
         }
         _ => (
-            rep(|| x.f_linear::<Tensor>(&layer.q, None))?,
-            rep(|| x.f_linear::<Tensor>(&layer.k, None))?,
-            rep(|| x.f_linear::<Tensor>(&layer.v, None))?,
+            rep(ctx, || x.f_linear::<Tensor>(&layer.q, None))?,
+            rep(ctx, || x.f_linear::<Tensor>(&layer.k, None))?,
+            rep(ctx, || x.f_linear::<Tensor>(&layer.v, None))?,
         ),
     };
-    let qs = rep(|| qs.f_view([b, q, h, d]))?;
-    let qs = rep(|| rms_norm(&qs, &layer.q_norm, eps, flavor))?;
-    let qs = rep(|| qs.f_transpose(1, 2))?;
-    let ks = rep(|| ks.f_view([b, q, hkv, d]))?;
-    let ks = rep(|| rms_norm(&ks, &layer.k_norm, eps, flavor))?;
-    let ks = rep(|| ks.f_transpose(1, 2))?;
-    let vs = rep(|| vs.f_view([b, q, hkv, d]))?;
-    let vs = rep(|| vs.f_transpose(1, 2))?;
-    let qs = rep(|| rope(&qs))?;
-    let ks = rep(|| rope(&ks))?;
+    let qs = rep(ctx, || qs.f_view([b, q, h, d]))?;
+    let qs = rep(ctx, || rms_norm(&qs, &layer.q_norm, eps, flavor))?;
+    let qs = rep(ctx, || qs.f_transpose(1, 2))?;
+    let ks = rep(ctx, || ks.f_view([b, q, hkv, d]))?;
+    let ks = rep(ctx, || rms_norm(&ks, &layer.k_norm, eps, flavor))?;
+    let ks = rep(ctx, || ks.f_transpose(1, 2))?;
+    let vs = rep(ctx, || vs.f_view([b, q, hkv, d]))?;
+    let vs = rep(ctx, || vs.f_transpose(1, 2))?;
+    let qs = rep(ctx, || rope(&qs))?;
+    let ks = rep(ctx, || rope(&ks))?;
     let (k_all, v_all) = match cache {
         Cache::Dynamic { k, v } => {
             let (k_all, v_all) = match (k.as_ref(), v.as_ref()) {
                 (Some(kc), Some(vc)) => (
-                    rep(|| Tensor::f_cat(&[kc, &ks], -2))?,
-                    rep(|| Tensor::f_cat(&[vc, &vs], -2))?,
+                    rep(ctx, || Tensor::f_cat(&[kc, &ks], -2))?,
+                    rep(ctx, || Tensor::f_cat(&[vc, &vs], -2))?,
                 ),
                 // DynamicCache stores the first update as it is
                 _ => (ks, vs),
@@ -459,15 +448,15 @@ pub fn layer_forward(
                 .at
                 .as_ref()
                 .ok_or_else(|| TchError::Kind("static cache without positions".into()))?;
-            let k = rep(|| k.f_index_copy_(2, at, &ks))?;
-            let v = rep(|| v.f_index_copy_(2, at, &vs))?;
+            let k = rep(ctx, || k.f_index_copy_(2, at, &ks))?;
+            let v = rep(ctx, || v.f_index_copy_(2, at, &vs))?;
             (
-                rep(|| k.f_narrow(2, 0, pos0 + q))?,
-                rep(|| v.f_narrow(2, 0, pos0 + q))?,
+                rep(ctx, || k.f_narrow(2, 0, pos0 + q))?,
+                rep(ctx, || v.f_narrow(2, 0, pos0 + q))?,
             )
         }
     };
-    let attn = rep(|| {
+    let attn = rep(ctx, || {
         Tensor::f_scaled_dot_product_attention::<Tensor>(
             &qs,
             &k_all,
@@ -479,28 +468,28 @@ pub fn layer_forward(
             true,
         )
     })?;
-    let attn = rep(|| attn.f_transpose(1, 2))?;
-    let attn = rep(|| attn.f_contiguous())?;
-    let attn = rep(|| attn.f_reshape([b, q, h * d]))?;
-    let o = rep(|| attn.f_linear::<Tensor>(&layer.o, None))?;
-    let hs = rep(|| residual.f_add(&o))?;
+    let attn = rep(ctx, || attn.f_transpose(1, 2))?;
+    let attn = rep(ctx, || attn.f_contiguous())?;
+    let attn = rep(ctx, || attn.f_reshape([b, q, h * d]))?;
+    let o = rep(ctx, || attn.f_linear::<Tensor>(&layer.o, None))?;
+    let hs = rep(ctx, || residual.f_add(&o))?;
 
     let residual = hs.shallow_clone();
-    let x = rep(|| rms_norm(&hs, &layer.post_norm, eps, flavor))?;
+    let x = rep(ctx, || rms_norm(&hs, &layer.post_norm, eps, flavor))?;
     let act = match (&layer.gate_up, flavor) {
         (Some(gu), Flavor::Fused) => {
-            let both = rep(|| x.f_linear::<Tensor>(gu, None))?;
-            let halves = rep(|| both.f_chunk(2, -1))?;
-            let s = rep(|| halves[0].f_silu())?;
-            rep(|| s.f_mul(&halves[1]))?
+            let both = rep(ctx, || x.f_linear::<Tensor>(gu, None))?;
+            let halves = rep(ctx, || both.f_chunk(2, -1))?;
+            let s = rep(ctx, || halves[0].f_silu())?;
+            rep(ctx, || s.f_mul(&halves[1]))?
         }
         _ => {
-            let g = rep(|| x.f_linear::<Tensor>(&layer.gate, None))?;
-            let s = rep(|| g.f_silu())?;
-            let u = rep(|| x.f_linear::<Tensor>(&layer.up, None))?;
-            rep(|| s.f_mul(&u))?
+            let g = rep(ctx, || x.f_linear::<Tensor>(&layer.gate, None))?;
+            let s = rep(ctx, || g.f_silu())?;
+            let u = rep(ctx, || x.f_linear::<Tensor>(&layer.up, None))?;
+            rep(ctx, || s.f_mul(&u))?
         }
     };
-    let down = rep(|| act.f_linear::<Tensor>(&layer.down, None))?;
-    rep(|| residual.f_add(&down))
+    let down = rep(ctx, || act.f_linear::<Tensor>(&layer.down, None))?;
+    rep(ctx, || residual.f_add(&down))
 }

@@ -328,17 +328,9 @@ pub fn python_split(run: &Run, q: &Query, pred: &Prediction, libtorch: &Predicti
         );
     }
     let layer_row = |site: &str| {
-        run.ok_rows()
-            .find(|r| {
-                r.op == rundir::OpKind::Decode
-                    && r.variant == "transformers"
-                    && r.site == site
-                    && r.batch == q.batch
-                    && r.device == q.device
-                    && r.dtype == q.dtype
-                    && r.mode == q.mode
-            })
-            .and_then(|r| r.median_ns)
+        run.row(&q.decode_key(shapes::StepProfile::Transformers.as_str(), site, q.mode))
+            .filter(|r| r.is_ok())?
+            .median_ns
     };
     if let (Some(alone), Some(flat), Some(calls)) = (
         layer_row("layer"),

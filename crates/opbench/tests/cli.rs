@@ -1071,25 +1071,25 @@ fn predict_prices_the_transformers_step_and_splits_it() {
     }
     write(&with_rows);
     let alone = py_host - 28.0 * old_parts;
-    let (code, out, err) = opbench(&args);
-    assert_eq!(code, 0, "{err}");
-    let want = alone + 28.0 * 50_000.0;
-    assert!(
-        out.contains(&format!("predicted: {:.3} ms/step", want / 1e6)),
-        "want {}\n{out}",
-        want / 1e6
-    );
+    // predict with these extra arguments prints this step
+    let predicted = |extra: &[&str], want: f64| -> String {
+        let (code, out, err) = opbench(&[&args[..], extra].concat());
+        assert_eq!(code, 0, "{err}");
+        assert!(
+            out.contains(&format!("predicted: {:.3} ms/step", want / 1e6)),
+            "want {}\n{out}",
+            want / 1e6
+        );
+        out
+    };
+    let out = predicted(&[], alone + 28.0 * 50_000.0);
     assert!(
         out.contains("one decoder layer (scripts/peer.py, interleaved): called as the model calls it 0.900 ms, its calls written out flat 0.850 ms, each call alone 0.700 ms: in sequence the calls cost 1.21× what they cost alone, and transformers' own code adds 0.050 ms per layer"),
         "{out}"
     );
-    let (code, out, err) = opbench(&[&args[..], &["--host-model", "context"]].concat());
-    assert_eq!(code, 0, "{err}");
-    let want = alone * 850.0 / 700.0 + 28.0 * 50_000.0;
-    assert!(
-        out.contains(&format!("predicted: {:.3} ms/step", want / 1e6)),
-        "want {}\n{out}",
-        want / 1e6
+    let out = predicted(
+        &["--host-model", "context"],
+        alone * 850.0 / 700.0 + 28.0 * 50_000.0,
     );
     assert!(
         out.contains("× 1.214, the context factor (one decoder layer's calls in sequence over each repeated alone, layer_flat / layer_calls at B=1)"),
@@ -1104,13 +1104,9 @@ fn predict_prices_the_transformers_step_and_splits_it() {
         .map(|c| (c.problem.calls_per_step / 28) as f64 * 16_000.0)
         .sum::<f64>()
         + 8.0 * 2_000.0;
-    let (code, out, err) = opbench(&[&args[..], &["--host-model", "controlled"]].concat());
-    assert_eq!(code, 0, "{err}");
-    let want = alone * 850.0 / 700.0 * (700_000.0 / priced) + 28.0 * 50_000.0;
-    assert!(
-        out.contains(&format!("predicted: {:.3} ms/step", want / 1e6)),
-        "want {}\n{out}",
-        want / 1e6
+    let out = predicted(
+        &["--host-model", "controlled"],
+        alone * 850.0 / 700.0 * (700_000.0 / priced) + 28.0 * 50_000.0,
     );
     assert!(
         out.contains(&format!(
