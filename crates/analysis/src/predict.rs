@@ -193,6 +193,12 @@ pub enum HostSpeed {
     /// each repeated alone, [`StepProfile::layer_context`], at `batch`) over what the rows
     /// price the same calls at.
     Layer { batch: usize, scale: f64 },
+    /// Every host cost measured alone by `scale`: one decoder layer timed before each of the
+    /// step's own samples (the decode crate's [`StepProfile::layer_beside`] row at the
+    /// step's `batch`: the step's host state, its calls in sequence) over what the rows
+    /// price the same calls at. The layer's calls ran in their sequence, so the context is
+    /// in `scale`; no context factor is applied on top.
+    Beside { batch: usize, scale: f64 },
 }
 
 /// The host's context factor and where it was measured.
@@ -229,19 +235,22 @@ pub enum HostModel {
     /// in runs of a kind), each at its own control.
     Context,
     /// Each host cost scaled to one host speed first ([`HostSpeed`]): where the run has the
-    /// profile's layer rows, the step's own process's (the layer's calls each alone over
-    /// what the rows price them at); else each row by its control (the floor's add timed
-    /// beside each sample: to the measured step's own control where the decode crate
-    /// measured it, else to the run's median). Then times the context factor.
+    /// layer timed beside the step's own samples ([`beside_ns`]), to that layer (its calls
+    /// in sequence: the context included); else where it has the profile's layer rows, the
+    /// step's own process's (the layer's calls each alone over what the rows price them
+    /// at), then times the context factor; else each row by its control (the floor's add
+    /// timed beside each sample: to the measured step's own control where the decode crate
+    /// measured it, else to the run's median), then times the context factor.
     Controlled,
 }
 
 impl HostModel {
     /// The host model a report prices `q`'s step with: `controlled` on a GPU where the run
-    /// has the profile's [`layer_rows`] (the step's own process and sequence), else
+    /// has the profile's [`layer_rows`] or its layer beside the step ([`beside_ns`]), else
     /// `as-measured`.
     pub fn for_report(run: &Run, q: &Query) -> HostModel {
-        if q.device.is_gpu() && q.mode != Mode::Graph && layer_rows(run, q).is_some() {
+        let layer = layer_rows(run, q).is_some() || beside_ns(run, q).is_some();
+        if q.device.is_gpu() && q.mode != Mode::Graph && layer {
             HostModel::Controlled
         } else {
             HostModel::AsMeasured
@@ -416,6 +425,17 @@ pub fn layer_rows(run: &Run, q: &Query) -> Option<LayerRows> {
     })
 }
 
+/// One decoder layer of `q`'s step timed before each of the step's own samples, ns per
+/// layer, at `q`'s batch in `q.mode` (the decode crate's [`StepProfile::layer_beside`]
+/// row); `None` where the run has none (runs from before it, and transformers).
+pub fn beside_ns(run: &Run, q: &Query) -> Option<f64> {
+    let (variant, site) = q.profile.layer_beside()?;
+    run.row(&q.decode_key(variant, site, q.mode))
+        .filter(|r| r.is_ok())?
+        .median_ns
+        .filter(|t| *t > 0.0)
+}
+
 /// One decoder layer inside the HF step, and the step's own work, from the step measured
 /// with only its first few layers (scripts/peer.py's `layers<N>` rows, N = 1 and 8): the
 /// framework's per-layer Python measured where it runs, not as a residual.
@@ -564,11 +584,13 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
         .filter_map(|r| r.control_ns)
         .collect();
     let step_control = step_row(run, q, q.mode).and_then(|r| r.control_ns);
-    // the step's own sequence, where the run measured it in the step's process
+    // the step's own sequence, where the run measured it in the step's process, and
+    // beside the step's own samples
     let layer = layer_rows(run, q);
+    let beside = beside_ns(run, q).filter(|_| adjust);
     // with the layer, `controlled` scales every host cost to the step's process after the
     // composition (below); else each row by its control
-    let control_speed = match (adjust && layer.is_none(), step_control) {
+    let control_speed = match (adjust && layer.is_none() && beside.is_none(), step_control) {
         (false, _) => None,
         (true, Some(c)) => Some((c, true)),
         (true, None) if !controls.is_empty() => Some((stats::median(&controls), false)),
@@ -914,27 +936,45 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
         .collect();
     let alone_part = |c: &Component| !(c.op.is_none() && in_sequence_parts.contains(&c.site));
     let layers = q.model.num_hidden_layers.max(1);
-    let host_speed = match (adjust, layer) {
+    // what the rows price one layer's calls at, each alone (before any context factor)
+    let priced: f64 = components
+        .iter()
+        .filter(|c| alone_part(c))
+        .map(|c| (c.calls / layers) as f64 * c.host_ns / factor)
+        .sum();
+    // every host cost measured alone × `by` (the context factor already in them)
+    let mut rescale = |by: f64| {
+        for c in components.iter_mut().filter(|c| alone_part(c)) {
+            c.host_ns *= by;
+        }
+    };
+    let host_speed = match (adjust, beside, layer) {
+        // the layer beside the step's samples: its calls in sequence, the context in it
+        (true, Some(ns), _) if priced > 0.0 => {
+            let scale = ns / priced;
+            rescale(scale / factor);
+            Some(HostSpeed::Beside {
+                batch: q.batch,
+                scale,
+            })
+        }
         (
             true,
+            _,
             Some(LayerRows {
                 batch, alone_ns, ..
             }),
-        ) => {
-            let priced: f64 = components
-                .iter()
-                .filter(|c| alone_part(c))
-                .map(|c| (c.calls / layers) as f64 * c.host_ns / factor)
-                .sum();
-            (priced > 0.0).then(|| {
-                let scale = alone_ns / priced;
-                for c in components.iter_mut().filter(|c| alone_part(c)) {
-                    c.host_ns *= scale;
-                }
-                HostSpeed::Layer { batch, scale }
-            })
+        ) if priced > 0.0 => {
+            let scale = alone_ns / priced;
+            rescale(scale);
+            Some(HostSpeed::Layer { batch, scale })
         }
         _ => control_speed.map(|(ns, from_step)| HostSpeed::Control { ns, from_step }),
+    };
+    // with the layer beside the step, no context factor was applied on top
+    let context = match host_speed {
+        Some(HostSpeed::Beside { .. }) => None,
+        _ => context,
     };
     let sum = |f: fn(&Component) -> f64| {
         components

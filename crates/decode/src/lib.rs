@@ -19,7 +19,11 @@
 //! their sequence); `layer_blocked` makes each call [`LAYER_REPEATS`] times in a row before
 //! the next (each call as its op case repeats it). Their ratio at a host-bound batch is
 //! the profile's own context factor ([`StepProfile::layer_context`]), measured in the
-//! process that measures the step.
+//! process that measures the step. And `layer_beside` ([`Op::beside`]): the same layer as
+//! `layer`, timed once before every sample of the step at the step's batch, so that it
+//! sees the host in the state the step's samples saw (the H200's host switches between
+//! states ~1.9× apart within seconds; `predict --host-model controlled` prices the step's
+//! host costs at it).
 //!
 //! A decode case is one step of B sequences at cache length L (every timed call starts from
 //! the same L-long cache); a prefill case is the whole prompt of S tokens into an empty
@@ -313,6 +317,23 @@ impl Op for Decode {
         out
     }
 
+    /// Beside each decode step's samples, one decoder layer of the same step and batch in
+    /// sequence (site [`StepProfile::layer_beside`]): the layer in the step's own host state.
+    fn beside(&self, variant: &str, problem: &Problem) -> Option<Problem> {
+        let profile: StepProfile = variant.parse().ok()?;
+        let (_, site) = profile.layer_beside()?;
+        let layers = match problem.dims {
+            Dims::Step { layers, .. } => layers,
+            _ => return None,
+        };
+        (problem.site == "step" && problem.phase == Phase::Decode).then(|| Problem {
+            site,
+            calls_per_step: layers,
+            step_work: None,
+            ..problem.clone()
+        })
+    }
+
     fn prepare(
         &self,
         variant: &str,
@@ -380,8 +401,9 @@ impl Op for Decode {
         }
         if problem.site != "step" {
             let (_, sequence, alone) = profile.layer_context();
+            let beside = profile.layer_beside().map(|(_, site)| site);
             let blocked = match problem.site {
-                s if s == sequence => false,
+                s if s == sequence || Some(s) == beside => false,
                 s if s == alone => true,
                 other => return Err(Failure::error(format!("decode: no site {other}"))),
             };
@@ -398,6 +420,10 @@ impl Op for Decode {
                 format!(
                     "each call made {LAYER_REPEATS} times in a row before the next (as its op case repeats it)"
                 )
+            } else if Some(problem.site) == beside {
+                "each call made once, in the model's order, timed once before every sample of \
+                 the step at this batch (the step's own host state)"
+                    .to_string()
             } else {
                 "each call made once, in the model's order".to_string()
             };

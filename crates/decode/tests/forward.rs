@@ -162,11 +162,24 @@ fn the_layer_cases_check_and_repeat_calls_without_changing_them() {
         .into_iter()
         .find(|p| p.op == OpKind::Decode)
         .unwrap();
+    // the layer timed beside a decode step is a case of its own, at the step's batch; not
+    // beside a prefill or a layer
+    let prefill = shapes::derive(&cfg, Step::prefill(1, 8))
+        .into_iter()
+        .find(|p| p.op == OpKind::Decode)
+        .unwrap();
     for v in op.variants() {
+        assert!(op.beside(v, &prefill).is_none(), "{v}");
         let profile: shapes::StepProfile = v.parse().unwrap();
         let (_, sequence, alone) = profile.layer_context();
+        let beside = op.beside(v, &step).unwrap();
+        assert_eq!(Some((v, beside.site)), profile.layer_beside());
+        assert_eq!(beside.batch, step.batch);
+        assert_eq!(beside.calls_per_step, cfg.num_hidden_layers);
+        assert!(op.beside(v, &beside).is_none(), "{v}");
+        assert!(!sites(shapes::Phase::Decode).contains(&beside.site));
         let mut outs = Vec::new();
-        for site in [sequence, alone] {
+        for site in [sequence, alone, beside.site] {
             let p = shapes::Problem {
                 site,
                 ..step.clone()
@@ -179,7 +192,9 @@ fn the_layer_cases_check_and_repeat_calls_without_changing_them() {
             prepared.run().unwrap();
             outs.push(prepared.output().unwrap());
         }
-        // the same inputs (fixed seed): blocked repetition leaves the layer's output as is
+        // the same inputs (fixed seed): blocked repetition leaves the layer's output as is,
+        // and the layer beside the step is the layer
         assert!(outs[0].equal(&outs[1]), "{v}");
+        assert!(outs[0].equal(&outs[2]), "{v}");
     }
 }

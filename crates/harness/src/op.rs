@@ -199,6 +199,16 @@ pub trait Op {
         true
     }
 
+    /// A case of this op timed once before every sample of `problem`'s `pipelined` case,
+    /// written as a row of its own (the site the returned problem names): a control
+    /// interleaved with the case at the scale of one sample, so that it sees the host in
+    /// the state the case's samples saw (the decode crate: one decoder layer beside each
+    /// step). It is checked against float64 like any case; outside the case's timed region.
+    /// `None` (the default): none.
+    fn beside(&self, _variant: &str, _problem: &Problem) -> Option<Problem> {
+        None
+    }
+
     /// Build inputs and buffers on `device`. A variant the build or device does not provide
     /// is a [`Failure`] with status `unsupported` and the reason, never a panic.
     fn prepare(

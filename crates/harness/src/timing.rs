@@ -609,6 +609,38 @@ pub fn run_op(
                 continue;
             }
         };
+        // the case's own control, timed before each of its pipelined samples (Op::beside)
+        let mut beside = None;
+        if selection.mode == RunMode::Bench
+            && keys.iter().any(|(m, _)| *m == Mode::Pipelined)
+            && let Some(bp) = op.beside(variant, problem)
+        {
+            let key = key_for(op, variant, &bp, dt, device, Mode::Pipelined);
+            if !sink.has(&key) {
+                match preflight(
+                    op,
+                    variant,
+                    &bp,
+                    dt,
+                    device,
+                    crate::plan::cap_for(config, &bp),
+                ) {
+                    Ok((prepared, rel_err)) => {
+                        beside = Some(Beside {
+                            key,
+                            problem: bp,
+                            prepared,
+                            rel_err,
+                        })
+                    }
+                    Err(refused) => {
+                        let row =
+                            failure_row(&run_id, &key, &bp, dt, refused.failure, refused.rel_err);
+                        sink.write(&row, &[])?;
+                    }
+                }
+            }
+        }
         for (mode, key) in &keys {
             // a cold mode times a copy of the case of its own (spread over copies of its
             // state); a case with no model state has nothing to make cold, its warm row holds
@@ -672,7 +704,8 @@ pub fn run_op(
                 (None, Some(f)) => f.as_mut(),
                 (None, None) => prepared.as_mut(),
             };
-            let (mut row, samples) = time_case(
+            let with_beside = *mode == Mode::Pipelined;
+            let (mut row, samples, beside_samples) = time_case(
                 &mut group,
                 timed,
                 Timed {
@@ -691,6 +724,10 @@ pub fn run_op(
                 samples_per_case,
                 clocks[d].as_mut().ok(),
                 controls[d].as_mut().map(|c| &mut **c as &mut dyn Prepared),
+                beside
+                    .as_mut()
+                    .filter(|_| with_beside)
+                    .map(|b| &mut *b.prepared as &mut dyn Prepared),
             );
             if let Some(what) = spread {
                 row.note = Some(match row.note.take() {
@@ -699,7 +736,27 @@ pub fn run_op(
                 });
             }
             row.max_rel_err = Some(err);
+            let ok = row.status == Status::Ok;
             sink.write(&row, &samples)?;
+            if let Some(b) = beside.as_ref().filter(|_| with_beside) {
+                let execution = config.execution.unwrap_or(1);
+                let (row, samples) = if ok {
+                    b.row(&run_id, dt, execution, &beside_samples)
+                } else {
+                    // nothing was timed beside a case that failed
+                    let why = Failure {
+                        status: row.status,
+                        reason: format!(
+                            "timed beside {key}, which ended as {}: {}",
+                            row.status,
+                            row.note.as_deref().unwrap_or("-")
+                        ),
+                    };
+                    let row = failure_row(&run_id, &b.key, &b.problem, dt, why, None);
+                    (row, Vec::new())
+                };
+                sink.write(&row, &samples)?;
+            }
         }
     }
     group.finish();
@@ -894,7 +951,8 @@ fn time_case(
     samples_per_case: usize,
     mut clock: Option<&mut DeviceClock>,
     mut control: Option<&mut dyn Prepared>,
-) -> (ResultRow, Vec<Sample>) {
+    mut beside: Option<&mut dyn Prepared>,
+) -> (ResultRow, Vec<Sample>, Vec<(u64, f64)>) {
     let Timed {
         problem,
         dt,
@@ -913,6 +971,8 @@ fn time_case(
     // (iters, total ns, control ns) of every call criterion makes
     type Record = Vec<(u64, f64, Option<f64>)>;
     let record: Rc<RefCell<Record>> = Rc::default();
+    // (calls, total ns) of the case beside, one run before every call criterion makes
+    let beside_record: Rc<RefCell<Vec<(u64, f64)>>> = Rc::default();
     let failed: Rc<RefCell<Option<TchError>>> = Rc::default();
     if let Some(c) = clock.as_deref_mut() {
         c.take_coverage();
@@ -924,6 +984,17 @@ fn time_case(
                     return Duration::from_nanos(iters);
                 }
                 let host = control.as_deref_mut().and_then(|c| control_ns(c, device));
+                if let Some(b) = beside.as_deref_mut() {
+                    match time_calls(b, device, Mode::Pipelined, 1, None) {
+                        Ok(d) => beside_record
+                            .borrow_mut()
+                            .push((b.calls_per_run().max(1), d.as_nanos() as f64)),
+                        Err(e) => {
+                            *failed.borrow_mut() = Some(e);
+                            return Duration::from_nanos(iters);
+                        }
+                    }
+                }
                 match time_calls_planted(prepared, device, mode, iters, clock.as_deref_mut(), plant)
                 {
                     Ok(d) => {
@@ -961,13 +1032,13 @@ fn time_case(
     if let Err(panic) = outcome {
         row.status = Status::Error;
         row.note = Some(format!("panicked while timing: {}", panic_message(&panic)));
-        return (row, Vec::new());
+        return (row, Vec::new(), Vec::new());
     }
     if let Some(e) = failed.borrow_mut().take() {
         let f = Failure::from(e);
         row.status = f.status;
         row.note = Some(f.reason);
-        return (row, Vec::new());
+        return (row, Vec::new(), Vec::new());
     }
     // criterion calls us once per warm-up round, then once per sample: the samples are the
     // last `samples_per_case` calls (in test mode, the single call)
@@ -988,7 +1059,17 @@ fn time_case(
         row.control_ns = Some(stats::median(&controls));
     }
     let pairs: Vec<(u64, f64)> = tail.iter().map(|&(i, t, _)| (i, t)).collect();
-    let est = stats::per_call(&pairs).and_then(|times| stats::estimate(&times, 0.95, 2000));
+    summarize(&mut row, &pairs, problem.flops(), bytes);
+    // the case beside: its runs before the same samples
+    let beside = beside_record.borrow();
+    let beside_tail = beside[beside.len().saturating_sub(samples_per_case)..].to_vec();
+    (row, samples, beside_tail)
+}
+
+/// A row's timing from its samples, (calls, total ns) each: median, interval, MAD, rates;
+/// an `error` row where none is usable.
+fn summarize(row: &mut ResultRow, pairs: &[(u64, f64)], flops: u64, bytes: u64) {
+    let est = stats::per_call(pairs).and_then(|times| stats::estimate(&times, 0.95, 2000));
     match est {
         Ok(e) => {
             row.samples = Some(e.n);
@@ -999,7 +1080,7 @@ fn time_case(
             row.mad_ns = Some(e.mad);
             if e.median > 0.0 {
                 // per nanosecond = giga per second
-                row.gflops = Some(problem.flops() as f64 / e.median);
+                row.gflops = Some(flops as f64 / e.median);
                 row.gbps = Some(bytes as f64 / e.median);
             }
         }
@@ -1008,7 +1089,46 @@ fn time_case(
             row.note = Some(format!("no usable samples: {e}"));
         }
     }
-    (row, samples)
+}
+
+/// The case timed beside another's pipelined samples ([`Op::beside`]), prepared and
+/// checked once.
+struct Beside {
+    key: CaseKey,
+    problem: Problem,
+    prepared: Box<dyn Prepared>,
+    rel_err: f64,
+}
+
+impl Beside {
+    /// Its row and samples from its runs before the other case's samples.
+    fn row(
+        &self,
+        run_id: &str,
+        dt: DType,
+        execution: u32,
+        runs: &[(u64, f64)],
+    ) -> (ResultRow, Vec<Sample>) {
+        let p = &self.prepared;
+        let bytes = p.bytes().unwrap_or_else(|| self.problem.bytes(dt.size()));
+        let mut row = base_row(run_id, &self.key, &self.problem, dt, Status::Ok);
+        row.bytes = bytes;
+        row.kernel = p.kernel();
+        row.note = p.note();
+        row.max_rel_err = Some(self.rel_err);
+        summarize(&mut row, runs, self.problem.flops(), bytes);
+        let samples = runs
+            .iter()
+            .map(|&(iters, total_ns)| Sample {
+                key: self.key.clone(),
+                execution,
+                iters,
+                total_ns,
+                control_ns: None,
+            })
+            .collect();
+        (row, samples)
+    }
 }
 
 fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {

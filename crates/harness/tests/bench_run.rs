@@ -309,3 +309,109 @@ fn pipelined_cold_spreads_the_state_and_skips_stateless_cases() {
         cold.note
     );
 }
+
+/// An op whose cases each have a case timed beside them ([`Op::beside`]): `slow` spins
+/// 300 µs a call, and its own pipelined samples are made with that; `bad` fails its check.
+struct WithBeside;
+
+struct Spin(Duration);
+
+impl Prepared for Spin {
+    fn run(&mut self) -> Result<(), TchError> {
+        let t0 = std::time::Instant::now();
+        while t0.elapsed() < self.0 {
+            std::hint::spin_loop();
+        }
+        Ok(())
+    }
+    fn output(&mut self) -> Result<Tensor, TchError> {
+        Tensor::f_ones([4], (tch::Kind::Float, tch::Device::Cpu))
+    }
+    fn reference(&mut self) -> Result<Tensor, TchError> {
+        Tensor::f_ones([4], (tch::Kind::Double, tch::Device::Cpu))
+    }
+    fn calls_per_run(&self) -> u64 {
+        2
+    }
+}
+
+impl Op for WithBeside {
+    fn kind(&self) -> OpKind {
+        OpKind::Floor
+    }
+    fn variants(&self) -> Vec<&'static str> {
+        vec!["fast", "broken"]
+    }
+    fn problems(&self, _: &Config) -> Vec<Problem> {
+        vec![Problem::floor()]
+    }
+    fn beside(&self, _: &str, problem: &Problem) -> Option<Problem> {
+        (problem.site == "add1").then(|| Problem {
+            site: "aside",
+            ..problem.clone()
+        })
+    }
+    fn prepare(
+        &self,
+        variant: &str,
+        problem: &Problem,
+        _: DType,
+        _: Device,
+    ) -> Result<Box<dyn Prepared>, Failure> {
+        let x = Tensor::f_ones([4], (tch::Kind::Float, tch::Device::Cpu))?;
+        Ok(match (variant, problem.site) {
+            // one run: 2 calls of 150 µs
+            (_, "aside") if variant == "fast" => Box::new(Spin(Duration::from_micros(300))),
+            (_, "aside") => Box::new(P { x, off: 0.5 }),
+            _ => Box::new(P { x, off: 0.0 }),
+        })
+    }
+}
+
+/// The case beside another is timed before each of the other's pipelined samples (one run
+/// each, none in other modes) and written as a row of its own with as many samples; a
+/// beside case that fails its check is a `mismatch` row, and the other case is timed all
+/// the same.
+#[test]
+fn a_case_beside_another_is_timed_before_each_of_its_samples() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let mut c = criterion::Criterion::default()
+        .sample_size(10)
+        .warm_up_time(cfg.warmup)
+        .measurement_time(cfg.measure)
+        .without_plots();
+    let selection = Selection::parse(["--bench".to_string()]).unwrap();
+    let summary = harness::run_op(&mut c, &WithBeside, &selection, &cfg, &[Device::CPU]).unwrap();
+    let run = Run::load(&summary.path.unwrap()).unwrap();
+    let row = |variant: &str, site: &str, mode: Mode| {
+        run.results
+            .iter()
+            .find(|r| r.variant == variant && r.site == site && r.mode == mode)
+            .cloned()
+    };
+    // 2 variants × (3 modes + 1 beside)
+    assert_eq!(run.results.len(), 8);
+    for mode in [Mode::Synced, Mode::Device] {
+        assert!(row("fast", "aside", mode).is_none());
+    }
+    let aside = row("fast", "aside", Mode::Pipelined).unwrap();
+    assert_eq!(aside.status, Status::Ok);
+    assert_eq!(aside.samples, Some(10));
+    let per_call = aside.median_ns.unwrap();
+    assert!((150_000.0..400_000.0).contains(&per_call), "{per_call}");
+    let samples = run.samples().unwrap();
+    let of = |r: &rundir::ResultRow| samples.get(&r.key).unwrap().clone();
+    assert_eq!(of(&aside).len(), 10);
+    assert!(of(&aside).iter().all(|s| s.iters == 2));
+    // the case itself is as it would be alone: a 64-element add, not the spin
+    let main = row("fast", "add1", Mode::Pipelined).unwrap();
+    assert_eq!(of(&main).len(), 10);
+    assert!(main.median_ns.unwrap() < 100_000.0, "{:?}", main.median_ns);
+    let broken = row("broken", "aside", Mode::Pipelined).unwrap();
+    assert_eq!(broken.status, Status::Mismatch);
+    assert_eq!(
+        row("broken", "add1", Mode::Pipelined).unwrap().status,
+        Status::Ok
+    );
+}

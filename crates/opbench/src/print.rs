@@ -232,6 +232,12 @@ pub fn host_model(
                 "× {scale:.3} to the step's own process (its layer's calls each alone, {alone} at B={batch}, over what the rows price them at)"
             ))
         }
+        Some(analysis::predict::HostSpeed::Beside { batch, scale }) => {
+            let site = q.profile.layer_beside().map_or("-", |(_, s)| s);
+            parts.push(format!(
+                "× {scale:.3} to the step's own samples (one decoder layer timed before each of them, {site} at B={batch}, over what the rows price its calls at; in sequence, so no context factor on top)"
+            ))
+        }
         None => {}
     }
     if let Some(c) = pred.context {

@@ -84,6 +84,18 @@ impl StepProfile {
         }
     }
 
+    /// The `decode` site of one decoder layer timed once before every sample of this
+    /// profile's step, at the step's batch, as a row of its own: the layer in the step's own
+    /// host state (a control interleaved with the step at the scale of one sample). The
+    /// decode crate's tch profiles only; scripts/peer.py samples its layer rows in rounds
+    /// with the HF step already.
+    pub fn layer_beside(self) -> Option<(&'static str, &'static str)> {
+        match self {
+            StepProfile::Transformers => None,
+            p => Some((p.as_str(), "layer_beside")),
+        }
+    }
+
     /// What a run from before `variant` existed measured in its place: the same call over a
     /// contiguous input (`aten_split` → `aten`). `None`: no stand-in.
     pub fn stand_in(variant: &str) -> Option<&'static str> {
