@@ -1000,6 +1000,7 @@ fn graph_replay(ctx: &Ctx, on: On) -> Result<String, AnalysisError> {
             r.device == on.device
                 && r.dtype == on.dtype
                 && r.op == OpKind::Decode
+                && r.site == "step"
                 && r.phase == Phase::Decode
                 && r.mode == Mode::Graph
         })
