@@ -1020,13 +1020,45 @@ pub struct Split {
 }
 
 impl Split {
-    pub fn of(transformers: &Prediction, libtorch: &Prediction) -> Split {
+    /// The transformers step `transformers` (predicted for `q`) split three ways. The
+    /// libtorch share is the same calls as tch makes them (the hf-eager profile's rows) at
+    /// the host speed and context of the transformers step's own process: where its host
+    /// costs were scaled to its own layer ([`HostSpeed::Layer`]), the hf-eager rows as
+    /// measured alone times that scale and context factor — not hf-eager's own `controlled`
+    /// price, which follows the tch step's process (its [`HostSpeed::Beside`] layer: at
+    /// whatever state that process was in); else the hf-eager step under `q`'s host model.
+    pub fn priced(
+        run: &Run,
+        fits: &Fits,
+        q: &Query,
+        transformers: &Prediction,
+    ) -> Result<Split, AnalysisError> {
+        let tch = Query {
+            profile: StepProfile::HfEager,
+            ..q.clone()
+        };
+        let libtorch = match transformers.host_speed {
+            Some(HostSpeed::Layer { scale, .. }) => {
+                let rows = Query {
+                    host: HostModel::AsMeasured,
+                    ..tch
+                };
+                let factor = transformers.context.map_or(1.0, |c| c.factor);
+                predict_with(run, fits, &rows)?.host_time_ns() * scale * factor
+            }
+            _ => predict_with(run, fits, &tch)?.host_time_ns(),
+        };
+        Ok(Split::of(transformers, libtorch))
+    }
+
+    /// The split where the same calls cost libtorch `libtorch_ns` of host time.
+    fn of(transformers: &Prediction, libtorch_ns: f64) -> Split {
         let host = transformers.host_time_ns();
         // the framework's own work is Python's whatever the calls cost; where the calls
         // from Python priced below tch's (noise: on the CPU a call's work dwarfs its
         // dispatch), Python added nothing to them and dispatch is all their time
         let calls = host - transformers.framework_ns();
-        let dispatch = libtorch.host_time_ns().min(calls);
+        let dispatch = libtorch_ns.min(calls);
         Split {
             kernels_ns: transformers.gpu.then_some(transformers.device_ns),
             dispatch_ns: dispatch,

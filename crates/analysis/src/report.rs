@@ -828,22 +828,14 @@ fn breakdown(ctx: &Ctx, on: On) -> Result<String, AnalysisError> {
                 let Ok(p) = predict_with(ctx.run, &ctx.fits, &q) else {
                     continue;
                 };
-                let tch = for_report(
-                    ctx.run,
-                    Query {
-                        profile: StepProfile::HfEager,
-                        ..q.clone()
-                    },
-                );
                 let host = if p.gpu { p.host_ns } else { p.serial_ns };
                 let (dispatch, python) = match profile {
-                    StepProfile::Transformers => match predict_with(ctx.run, &ctx.fits, &tch) {
-                        Ok(l) => {
-                            let s = crate::predict::Split::of(&p, &l);
-                            (s.dispatch_ns.min(host), s.python_ns)
+                    StepProfile::Transformers => {
+                        match crate::predict::Split::priced(ctx.run, &ctx.fits, &q, &p) {
+                            Ok(s) => (s.dispatch_ns.min(host), s.python_ns),
+                            Err(_) => (0.0, host),
                         }
-                        Err(_) => (0.0, host),
-                    },
+                    }
                     _ => (host, 0.0),
                 };
                 let kernels = (p.step_ns - host).max(0.0);

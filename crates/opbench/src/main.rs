@@ -335,12 +335,9 @@ fn predict_verb(args: &PredictArgs) -> Result<u8, CliError> {
     }
     // the user's stack: how much of it is Python and the framework
     if q.profile == StepProfile::Transformers {
-        let tch = analysis::predict::Query {
-            profile: StepProfile::HfEager,
-            ..q.clone()
-        };
-        if let Ok(libtorch) = analysis::predict::predict(&run, &tch) {
-            print::python_split(&run, &q, &pred, &libtorch);
+        let fits = analysis::fit::fit_run(&run);
+        if let Ok(split) = analysis::predict::Split::priced(&run, &fits, &q, &pred) {
+            print::python_split(&run, &q, &pred, &split);
         }
     }
     // what graphs would give, where the run has graph-mode rows to price it from

@@ -297,8 +297,7 @@ pub fn host_state(state: HostState, p: &Prediction, measured: Option<f64>) {
 /// The transformers step split three ways: kernels, libtorch's dispatch (the same calls
 /// made from tch) and Python + the framework (the rest of the host's time), predicted and,
 /// where the run has both steps, measured.
-pub fn python_split(run: &Run, q: &Query, pred: &Prediction, libtorch: &Prediction) {
-    let s = analysis::predict::Split::of(pred, libtorch);
+pub fn python_split(run: &Run, q: &Query, pred: &Prediction, s: &analysis::predict::Split) {
     let pct = |v: f64| 100.0 * v / pred.step_ns;
     let kernels = s.kernels_ns.map_or(String::new(), |k| {
         format!(

@@ -1115,6 +1115,17 @@ fn predict_prices_the_transformers_step_and_splits_it() {
         )),
         "{out}"
     );
+    // the split prices libtorch's share of those calls at the same host speed and context:
+    // the tch rows as measured × the scale × the context factor
+    let dispatch = tch_host * (700_000.0 / priced) * (850.0 / 700.0);
+    assert!(
+        out.contains(&format!(
+            "libtorch dispatch and launch {:.3} ms",
+            dispatch / 1e6
+        )),
+        "want {}\n{out}",
+        dispatch / 1e6
+    );
     // the step measured with 1 and 8 layers: one layer inside the step beside what the
     // plan prices a layer's calls at (every call that recurs per layer, at its Python price)
     let layers = 28;
@@ -1501,4 +1512,39 @@ fn report_stays_within_a_memory_limit_on_extreme_values() {
         String::from_utf8_lossy(&status.stderr)
     );
     assert!(run.join("report.md").is_file());
+}
+
+/// On a published H200 run with the layer beside each tch step, `predict --host-model
+/// controlled` says it priced the step's host costs at that layer, at the step's batch, and
+/// applied no context factor on top.
+#[test]
+fn predict_says_it_priced_the_tch_step_at_the_layer_beside_it() {
+    let run = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../results/2026-11-30-nvidia-h200-cuda-torch2.11.0-beside-x2"
+    );
+    let (code, out, err) = opbench(&[
+        "predict",
+        run,
+        "--model",
+        "qwen3-0.6b",
+        "--batch",
+        "8",
+        "--ctx",
+        "1024",
+        "--profile",
+        "fused",
+        "--host-model",
+        "controlled",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let line = out
+        .lines()
+        .find(|l| l.contains("host model controlled: host costs"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        line.contains("to the step's own samples (one decoder layer timed before each of them, layer_beside at B=8")
+            && !line.contains("the context factor ("),
+        "{line}"
+    );
 }
