@@ -25,6 +25,7 @@ const H200_TCHLAYER_X1: &str = "2026-11-30-nvidia-h200-cuda-torch2.11.0-tchlayer
 const H200_S8A_X2: &str = "2026-11-30-nvidia-h200-cuda-torch2.11.0-s8a-x2";
 const H200_BESIDE_X2: &str = "2026-11-30-nvidia-h200-cuda-torch2.11.0-beside-x2";
 const H200_BESIDE_B_X1: &str = "2026-11-30-nvidia-h200-cuda-torch2.11.0-beside-b-x1";
+const H200_BESIDE_C_X1: &str = "2026-11-30-nvidia-h200-cuda-torch2.11.0-beside-c-x1";
 
 /// An eager (pipelined) step on the H200 at L = 1024, host costs as measured.
 fn h200_eager(cfg: &ModelConfig, profile: StepProfile, batch: usize) -> Query<'_> {
@@ -761,22 +762,29 @@ fn the_report_prices_a_profile_with_its_layer_where_the_run_has_it() {
     }
 }
 
-/// Two runs of one lease with the decode crate's `layer_beside` rows (one decoder layer of
-/// each tch step timed before every sample of the step, at its batch): `controlled` scales
-/// the tch steps' host costs so that one layer's calls cost what that layer did — exactly —
-/// applies no context factor on top, and composes hf-eager and fused within ±10% of the
-/// measured step at B = 1, 8, 64 in both host states; transformers within ±15%. In
-/// `-beside-b-x1` the hf-eager B = 8 step ran in the slow state (1.6× its B = 1 step), and
-/// its layer beside it did too.
+/// Three runs in two leases with the decode crate's `layer_beside` rows (one decoder layer
+/// of each tch step timed before every sample of the step, at its batch): `controlled`
+/// scales the tch steps' host costs so that one layer's calls cost what that layer did —
+/// exactly — applies no context factor on top, and composes hf-eager and fused within ±10%
+/// of the measured step at B = 1, 8, 64 in both host states; transformers within ±15%
+/// where the run has the peer's rows (not `-beside-c-x1`). In `-beside-b-x1` the hf-eager
+/// B = 8 step ran in the slow state (1.6× its B = 1 step), and its layer beside it did too.
 #[test]
-fn the_tch_steps_priced_at_the_layer_beside_them_in_two_runs() {
+fn the_tch_steps_priced_at_the_layer_beside_them_in_two_leases() {
     use analysis::predict::{HostSpeed, beside_ns};
     let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
-    for name in [H200_BESIDE_X2, H200_BESIDE_B_X1] {
+    for (name, peer) in [
+        (H200_BESIDE_X2, true),
+        (H200_BESIDE_B_X1, true),
+        (H200_BESIDE_C_X1, false),
+    ] {
         let run = load(name);
         for state in HostState::ALL {
             let run = at_host_state(&run, state).unwrap();
             for profile in StepProfile::EVERY {
+                if profile == StepProfile::Transformers && !peer {
+                    continue;
+                }
                 for b in [1, 8, 64] {
                     let q = Query {
                         host: HostModel::Controlled,

@@ -97,24 +97,10 @@ pub fn estimate(
     device: Device,
     keys_of_case: usize,
 ) -> (f64, bool) {
-    let flops = problem.flops() as f64;
-    let bytes = problem.bytes(dt.size()) as f64;
-    let call = if device.is_gpu() {
-        20e-6
-    } else {
-        // f16 / bf16 have no fast CPU GEMM on most machines
-        let slow = if dt == DType::F32 { 1.0 } else { 8.0 };
-        (flops * slow / rates.f32_flops)
-            .max(bytes / rates.bytes_per_s)
-            .max(5e-6)
-    };
+    let call = call_seconds(rates, problem, dt, device);
     if cap_for(config, problem).is_some_and(|cap| call > cap.as_secs_f64()) {
         return (call, true);
     }
-    // once per case, shared by its modes: random inputs (a model's weights for the decode
-    // crate), then the float64 reference on the CPU
-    let prepare = bytes / rates.random_bytes_per_s;
-    let check = flops / rates.f64_flops + 2.0 * bytes / rates.bytes_per_s;
     let samples = config.samples as f64;
     let measure = config.measure.as_secs_f64().max(samples * call);
     let control = if config.control { samples * 2e-4 } else { 0.0 };
@@ -122,9 +108,43 @@ pub fn estimate(
     let analysis = 0.03;
     let per_key = config.warmup.as_secs_f64() + measure + control + analysis;
     (
-        per_key + (prepare + check) / keys_of_case.max(1) as f64,
+        per_key + setup_seconds(rates, problem, dt) / keys_of_case.max(1) as f64,
         false,
     )
+}
+
+/// Estimated seconds of a case timed beside another's `pipelined` samples ([`crate::Op::beside`]):
+/// its setup, and one call before each sample and each warm-up round (about as many).
+pub fn estimate_beside(
+    config: &Config,
+    rates: &Rates,
+    problem: &Problem,
+    dt: DType,
+    device: Device,
+) -> f64 {
+    let runs = 2.0 * config.samples as f64;
+    setup_seconds(rates, problem, dt) + runs * call_seconds(rates, problem, dt, device)
+}
+
+/// One call of `problem`, from the machine's rates (a GPU call: its launch).
+fn call_seconds(rates: &Rates, problem: &Problem, dt: DType, device: Device) -> f64 {
+    if device.is_gpu() {
+        return 20e-6;
+    }
+    // f16 / bf16 have no fast CPU GEMM on most machines
+    let slow = if dt == DType::F32 { 1.0 } else { 8.0 };
+    (problem.flops() as f64 * slow / rates.f32_flops)
+        .max(problem.bytes(dt.size()) as f64 / rates.bytes_per_s)
+        .max(5e-6)
+}
+
+/// Once per case, shared by its modes: random inputs (a model's weights for the decode
+/// crate), then the float64 reference on the CPU.
+fn setup_seconds(rates: &Rates, problem: &Problem, dt: DType) -> f64 {
+    let (flops, bytes) = (problem.flops() as f64, problem.bytes(dt.size()) as f64);
+    let prepare = bytes / rates.random_bytes_per_s;
+    let check = flops / rates.f64_flops + 2.0 * bytes / rates.bytes_per_s;
+    prepare + check
 }
 
 /// The call cap of a case: `OPBENCH_CALL_CAP_MS`, except for the ceilings and the floor,

@@ -582,6 +582,15 @@ pub fn run_op(
                     keys.iter()
                         .map(|(_, k)| format!("{},{k},{secs:.4},{}\n", op.kind(), u8::from(skip))),
                 );
+                // the case timed beside the pipelined samples is a row of the plan too
+                if let Some(bp) = op
+                    .beside(variant, problem)
+                    .filter(|_| !skip && keys.iter().any(|(m, _)| *m == Mode::Pipelined))
+                {
+                    let key = key_for(op, variant, &bp, dt, device, Mode::Pipelined);
+                    let secs = crate::plan::estimate_beside(config, &rates, &bp, dt, device);
+                    plan_lines.push(format!("{},{key},{secs:.4},0\n", op.kind()));
+                }
             }
             continue;
         }
