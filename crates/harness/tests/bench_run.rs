@@ -85,15 +85,20 @@ fn config(out: &std::path::Path) -> Config {
     }
 }
 
+/// A criterion set up as the config asks (10 samples, its warm-up and measure times).
+fn criterion_for(cfg: &Config) -> criterion::Criterion {
+    criterion::Criterion::default()
+        .sample_size(10)
+        .warm_up_time(cfg.warmup)
+        .measurement_time(cfg.measure)
+        .without_plots()
+}
+
 #[test]
 fn every_case_ends_as_a_row_with_its_samples_or_its_reason() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path());
-    let mut c = criterion::Criterion::default()
-        .sample_size(10)
-        .warm_up_time(cfg.warmup)
-        .measurement_time(cfg.measure)
-        .without_plots();
+    let mut c = criterion_for(&cfg);
     let selection = Selection::parse(["--bench".to_string()]).unwrap();
     let summary = harness::run_op(&mut c, &Mixed, &selection, &cfg, &[Device::CPU]).unwrap();
     // 4 variants x 3 modes
@@ -277,11 +282,7 @@ fn pipelined_cold_spreads_the_state_and_skips_stateless_cases() {
     cfg.modes = vec![Mode::Pipelined, Mode::PipelinedCold];
     // 4 KiB of state against a 16 KiB "cache": 8 copies
     cfg.l2_bytes = Some(16 << 10);
-    let mut c = criterion::Criterion::default()
-        .sample_size(10)
-        .warm_up_time(cfg.warmup)
-        .measurement_time(cfg.measure)
-        .without_plots();
+    let mut c = criterion_for(&cfg);
     let selection = Selection::parse(["--bench".to_string()]).unwrap();
     let summary = harness::run_op(&mut c, &WithState, &selection, &cfg, &[Device::CPU]).unwrap();
     let loaded = Run::load(&summary.path.unwrap()).unwrap();
@@ -376,11 +377,7 @@ impl Op for WithBeside {
 fn a_case_beside_another_is_timed_before_each_of_its_samples() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path());
-    let mut c = criterion::Criterion::default()
-        .sample_size(10)
-        .warm_up_time(cfg.warmup)
-        .measurement_time(cfg.measure)
-        .without_plots();
+    let mut c = criterion_for(&cfg);
     let selection = Selection::parse(["--bench".to_string()]).unwrap();
     let summary = harness::run_op(&mut c, &WithBeside, &selection, &cfg, &[Device::CPU]).unwrap();
     let run = Run::load(&summary.path.unwrap()).unwrap();
