@@ -144,9 +144,11 @@ pub struct PredictArgs {
     /// How host costs measured alone are priced in a GPU eager step: as-measured; context
     /// (times the context factor: the profile's own layer in sequence over its calls each
     /// alone where the run has those rows, else the floor's mixed / blocked); controlled
-    /// (scaled to the step's own process first — its layer's calls each alone over what the
-    /// rows price them at — or, without the layer rows, each row by its control; then times
-    /// the context factor). The others are printed beside it.
+    /// (the tch steps: scaled so that one layer's calls cost what the decode crate's
+    /// layer_beside row, timed before every sample of the step, measured — the step's own
+    /// host state and sequence; else scaled to the step's own process — its layer's calls
+    /// each alone over what the rows price them at — or, without layer rows, each row by its
+    /// control; then times the context factor). The others are printed beside it.
     #[arg(long, default_value = "as-measured", value_parser = PossibleValuesParser::new(HostModel::ALL.map(HostModel::as_str)).try_map(|s| s.parse::<HostModel>()))]
     host_model: HostModel,
     /// Which of each host-timed row's samples price it: typical (its median) or fast (the
