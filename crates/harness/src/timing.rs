@@ -949,6 +949,16 @@ fn control_ns(control: &mut dyn Prepared, device: Device) -> Option<f64> {
     Some(t0.elapsed().as_nanos() as f64 / calls as f64)
 }
 
+/// What a criterion call does once the case has failed (nothing more is run): wait a
+/// millisecond per iteration (at most a second) and report it. Criterion's warm-up doubles
+/// the iterations until its wall-clock time passes: a call that returned at once would
+/// double them past `u64::MAX` (an overflow panic in debug builds).
+fn after_failure(iters: u64) -> Duration {
+    let wait = Duration::from_millis(iters.min(1_000));
+    std::thread::sleep(wait);
+    wait
+}
+
 /// Time one case in one mode through criterion; returns its row and raw samples.
 #[allow(clippy::too_many_arguments)]
 fn time_case(
@@ -983,6 +993,8 @@ fn time_case(
     // (calls, total ns) of the case beside, one run before every call criterion makes
     let beside_record: Rc<RefCell<Vec<(u64, f64)>>> = Rc::default();
     let failed: Rc<RefCell<Option<TchError>>> = Rc::default();
+    // the failure was the case timed beside this one's
+    let beside_failed = std::cell::Cell::new(false);
     if let Some(c) = clock.as_deref_mut() {
         c.take_coverage();
     }
@@ -990,7 +1002,7 @@ fn time_case(
         group.bench_function(id_in_group(key), |b| {
             b.iter_custom(|iters| {
                 if failed.borrow().is_some() {
-                    return Duration::from_nanos(iters);
+                    return after_failure(iters);
                 }
                 let host = control.as_deref_mut().and_then(|c| control_ns(c, device));
                 if let Some(b) = beside.as_deref_mut() {
@@ -1000,7 +1012,8 @@ fn time_case(
                             .push((b.calls_per_run().max(1), d.as_nanos() as f64)),
                         Err(e) => {
                             *failed.borrow_mut() = Some(e);
-                            return Duration::from_nanos(iters);
+                            beside_failed.set(true);
+                            return after_failure(iters);
                         }
                     }
                 }
@@ -1014,7 +1027,7 @@ fn time_case(
                     }
                     Err(e) => {
                         *failed.borrow_mut() = Some(e);
-                        Duration::from_nanos(iters)
+                        after_failure(iters)
                     }
                 }
             })
@@ -1046,7 +1059,11 @@ fn time_case(
     if let Some(e) = failed.borrow_mut().take() {
         let f = Failure::from(e);
         row.status = f.status;
-        row.note = Some(f.reason);
+        row.note = Some(if beside_failed.get() {
+            format!("the case timed beside it failed: {}", f.reason)
+        } else {
+            f.reason
+        });
         return (row, Vec::new(), Vec::new());
     }
     // criterion calls us once per warm-up round, then once per sample: the samples are the

@@ -336,12 +336,27 @@ impl Prepared for Spin {
     }
 }
 
+/// Checks right, then fails every timed call.
+struct FailsToRun;
+
+impl Prepared for FailsToRun {
+    fn run(&mut self) -> Result<(), TchError> {
+        Err(TchError::Torch("out of memory on the second call".into()))
+    }
+    fn output(&mut self) -> Result<Tensor, TchError> {
+        Tensor::f_ones([4], (tch::Kind::Float, tch::Device::Cpu))
+    }
+    fn reference(&mut self) -> Result<Tensor, TchError> {
+        Tensor::f_ones([4], (tch::Kind::Double, tch::Device::Cpu))
+    }
+}
+
 impl Op for WithBeside {
     fn kind(&self) -> OpKind {
         OpKind::Floor
     }
     fn variants(&self) -> Vec<&'static str> {
-        vec!["fast", "broken"]
+        vec!["fast", "broken", "failing"]
     }
     fn problems(&self, _: &Config) -> Vec<Problem> {
         vec![Problem::floor()]
@@ -363,6 +378,7 @@ impl Op for WithBeside {
         Ok(match (variant, problem.site) {
             // one run: 2 calls of 150 µs
             (_, "aside") if variant == "fast" => Box::new(Spin(Duration::from_micros(300))),
+            (_, "aside") if variant == "failing" => Box::new(FailsToRun),
             (_, "aside") => Box::new(P { x, off: 0.5 }),
             _ => Box::new(P { x, off: 0.0 }),
         })
@@ -387,8 +403,8 @@ fn a_case_beside_another_is_timed_before_each_of_its_samples() {
             .find(|r| r.variant == variant && r.site == site && r.mode == mode)
             .cloned()
     };
-    // 2 variants × (3 modes + 1 beside)
-    assert_eq!(run.results.len(), 8);
+    // 3 variants × (3 modes + 1 beside)
+    assert_eq!(run.results.len(), 12);
     for mode in [Mode::Synced, Mode::Device] {
         assert!(row("fast", "aside", mode).is_none());
     }
@@ -409,6 +425,30 @@ fn a_case_beside_another_is_timed_before_each_of_its_samples() {
     assert_eq!(broken.status, Status::Mismatch);
     assert_eq!(
         row("broken", "add1", Mode::Pipelined).unwrap().status,
+        Status::Ok
+    );
+    // a case beside that fails while timed: the case's row says whose failure it was, and
+    // the beside row names the case it was timed beside
+    let failing = row("failing", "add1", Mode::Pipelined).unwrap();
+    assert_eq!(failing.status, Status::Oom, "{:?}", failing.note);
+    let note = failing.note.as_deref().unwrap();
+    assert!(
+        note.starts_with("the case timed beside it failed: ") && note.contains("out of memory"),
+        "{note}"
+    );
+    let aside = row("failing", "aside", Mode::Pipelined).unwrap();
+    assert_eq!(aside.status, Status::Oom);
+    assert!(
+        aside
+            .note
+            .as_deref()
+            .unwrap()
+            .contains("timed beside floor/failing/add1"),
+        "{:?}",
+        aside.note
+    );
+    assert_eq!(
+        row("failing", "add1", Mode::Synced).unwrap().status,
         Status::Ok
     );
 }
