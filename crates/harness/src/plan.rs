@@ -304,4 +304,36 @@ mod tests {
         assert!(l.ends_with("~16s left") || l.ends_with("~17s left"), "{l}");
         assert_eq!(hms(3725), "1h02m");
     }
+
+    /// A case timed beside another costs its setup and one call per sample and warm-up
+    /// round — no warm-up or measure budget of its own, unlike a case key.
+    #[test]
+    fn a_case_beside_costs_its_calls_not_a_budget() {
+        let rates = Rates {
+            f32_flops: 1e10,
+            f64_flops: 1e9,
+            bytes_per_s: 1e10,
+            random_bytes_per_s: 1e9,
+        };
+        let mut config = Config::from_env().unwrap();
+        config.samples = 10;
+        let cfg = shapes::ModelConfig::builtin("qwen3-0.6b").unwrap();
+        let layer = shapes::derive(&cfg, shapes::Step::decode(8, 128))
+            .into_iter()
+            .find(|p| p.op == shapes::OpKind::Decode)
+            .map(|p| Problem {
+                site: "layer_beside",
+                ..p
+            })
+            .unwrap();
+        let call = call_seconds(&rates, &layer, DType::F32, Device::CPU);
+        let beside = estimate_beside(&config, &rates, &layer, DType::F32, Device::CPU);
+        let setup = setup_seconds(&rates, &layer, DType::F32);
+        assert!((beside - (setup + 20.0 * call)).abs() < 1e-9 * beside);
+        let (key, _) = estimate(&config, &rates, &layer, DType::F32, Device::CPU, 1);
+        assert!(key > config.warmup.as_secs_f64() + setup, "{key}");
+        // on a GPU a call is its launch
+        let gpu = estimate_beside(&config, &rates, &layer, DType::F32, Device::gpu(0));
+        assert!((gpu - (setup + 20.0 * 20e-6)).abs() < 1e-9);
+    }
 }
