@@ -573,10 +573,31 @@ fn host_vs_device(ctx: &Ctx, on: On) -> String {
     md
 }
 
-/// `q` with the host model a report prices it with ([`HostModel::for_report`]).
-fn for_report<'a>(run: &Run, q: Query<'a>) -> Query<'a> {
-    let host = HostModel::for_report(run, &q);
-    Query { host, ..q }
+/// The step a report prices: `profile` at batch `b` and context `ctx_len` on `on`, in
+/// `mode`, with the host model a report prices it with ([`HostModel::for_report`]).
+fn report_query<'a>(
+    run: &Run,
+    cfg: &'a ModelConfig,
+    on: On,
+    profile: StepProfile,
+    b: usize,
+    ctx_len: usize,
+    mode: Mode,
+) -> Query<'a> {
+    let q = Query {
+        model: cfg,
+        batch: b,
+        ctx: ctx_len,
+        profile,
+        device: on.device,
+        dtype: on.dtype,
+        mode,
+        host: HostModel::AsMeasured,
+    };
+    Query {
+        host: HostModel::for_report(run, &q),
+        ..q
+    }
 }
 
 /// Which host model priced each profile's eager step, in one sentence; empty on the CPU,
@@ -650,19 +671,7 @@ fn predicted_steps(ctx: &Ctx, on: On) -> String {
                 continue;
             }
             for b in batches(ctx, on) {
-                let q = for_report(
-                    ctx.run,
-                    Query {
-                        model: &cfg,
-                        batch: b,
-                        ctx: ctx_len,
-                        profile,
-                        device: on.device,
-                        dtype: on.dtype,
-                        mode: Mode::Pipelined,
-                        host: HostModel::AsMeasured,
-                    },
-                );
+                let q = report_query(ctx.run, &cfg, on, profile, b, ctx_len, Mode::Pipelined);
                 chosen.insert(profile, q.host);
                 match predict_with(ctx.run, &ctx.fits, &q) {
                     Ok(p) => {
@@ -809,19 +818,7 @@ fn breakdown(ctx: &Ctx, on: On) -> Result<String, AnalysisError> {
         let mut chosen = BTreeMap::new();
         for (profile, mode) in profiles {
             for &b in &batches {
-                let q = for_report(
-                    ctx.run,
-                    Query {
-                        model: &cfg,
-                        batch: b,
-                        ctx: ctx_len,
-                        profile,
-                        device: on.device,
-                        dtype: on.dtype,
-                        mode,
-                        host: HostModel::AsMeasured,
-                    },
-                );
+                let q = report_query(ctx.run, &cfg, on, profile, b, ctx_len, mode);
                 if mode == Mode::Pipelined {
                     chosen.insert(profile, q.host);
                 }

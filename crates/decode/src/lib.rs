@@ -277,6 +277,21 @@ impl Decode {
     }
 }
 
+/// One decoder layer of the step `step`, at `site`: the same shape, called once per
+/// decoder layer of a forward.
+fn layer_of(step: &Problem, site: &'static str) -> Problem {
+    let layers = match step.dims {
+        Dims::Step { layers, .. } => layers,
+        _ => 1,
+    };
+    Problem {
+        site,
+        calls_per_step: layers,
+        step_work: None,
+        ..step.clone()
+    }
+}
+
 impl Op for Decode {
     fn kind(&self) -> OpKind {
         OpKind::Decode
@@ -299,19 +314,7 @@ impl Op for Decode {
             out.push(p.clone());
             if layer {
                 let (_, sequence, alone) = StepProfile::HfEager.layer_context();
-                // a forward runs the layer once per decoder layer
-                let layers = match p.dims {
-                    Dims::Step { layers, .. } => layers,
-                    _ => 1,
-                };
-                for site in [sequence, alone] {
-                    out.push(Problem {
-                        site,
-                        calls_per_step: layers,
-                        step_work: None,
-                        ..p.clone()
-                    });
-                }
+                out.extend([sequence, alone].map(|site| layer_of(&p, site)));
             }
         }
         out
@@ -322,16 +325,7 @@ impl Op for Decode {
     fn beside(&self, variant: &str, problem: &Problem) -> Option<Problem> {
         let profile: StepProfile = variant.parse().ok()?;
         let (_, site) = profile.layer_beside()?;
-        let layers = match problem.dims {
-            Dims::Step { layers, .. } => layers,
-            _ => return None,
-        };
-        (problem.site == "step" && problem.phase == Phase::Decode).then(|| Problem {
-            site,
-            calls_per_step: layers,
-            step_work: None,
-            ..problem.clone()
-        })
+        (problem.site == "step" && problem.phase == Phase::Decode).then(|| layer_of(problem, site))
     }
 
     fn prepare(

@@ -308,16 +308,16 @@ mod tests {
     /// A case timed beside another costs its setup and one call per sample and warm-up
     /// round — no warm-up or measure budget of its own, unlike a case key.
     #[test]
-    fn a_case_beside_costs_its_calls_not_a_budget() {
+    fn a_case_beside_costs_its_calls_not_a_budget() -> Result<(), Box<dyn std::error::Error>> {
         let rates = Rates {
             f32_flops: 1e10,
             f64_flops: 1e9,
             bytes_per_s: 1e10,
             random_bytes_per_s: 1e9,
         };
-        let mut config = Config::from_env().unwrap();
+        let mut config = Config::from_env()?;
         config.samples = 10;
-        let cfg = shapes::ModelConfig::builtin("qwen3-0.6b").unwrap();
+        let cfg = shapes::ModelConfig::builtin("qwen3-0.6b")?;
         let layer = shapes::derive(&cfg, shapes::Step::decode(8, 128))
             .into_iter()
             .find(|p| p.op == shapes::OpKind::Decode)
@@ -325,7 +325,7 @@ mod tests {
                 site: "layer_beside",
                 ..p
             })
-            .unwrap();
+            .ok_or("no decode problem")?;
         let call = call_seconds(&rates, &layer, DType::F32, Device::CPU);
         let beside = estimate_beside(&config, &rates, &layer, DType::F32, Device::CPU);
         let setup = setup_seconds(&rates, &layer, DType::F32);
@@ -335,5 +335,6 @@ mod tests {
         // on a GPU a call is its launch
         let gpu = estimate_beside(&config, &rates, &layer, DType::F32, Device::gpu(0));
         assert!((gpu - (setup + 20.0 * 20e-6)).abs() < 1e-9);
+        Ok(())
     }
 }

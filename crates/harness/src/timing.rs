@@ -583,10 +583,7 @@ pub fn run_op(
                         .map(|(_, k)| format!("{},{k},{secs:.4},{}\n", op.kind(), u8::from(skip))),
                 );
                 // the case timed beside the pipelined samples is a row of the plan too
-                if let Some(bp) = op
-                    .beside(variant, problem)
-                    .filter(|_| !skip && keys.iter().any(|(m, _)| *m == Mode::Pipelined))
-                {
+                if let Some(bp) = beside_problem(op, variant, problem, &keys).filter(|_| !skip) {
                     let key = key_for(op, variant, &bp, dt, device, Mode::Pipelined);
                     let secs = crate::plan::estimate_beside(config, &rates, &bp, dt, device);
                     plan_lines.push(format!("{},{key},{secs:.4},0\n", op.kind()));
@@ -621,8 +618,7 @@ pub fn run_op(
         // the case's own control, timed before each of its pipelined samples (Op::beside)
         let mut beside = None;
         if selection.mode == RunMode::Bench
-            && keys.iter().any(|(m, _)| *m == Mode::Pipelined)
-            && let Some(bp) = op.beside(variant, problem)
+            && let Some(bp) = beside_problem(op, variant, problem, &keys)
         {
             let key = key_for(op, variant, &bp, dt, device, Mode::Pipelined);
             if !sink.has(&key) {
@@ -949,6 +945,20 @@ fn control_ns(control: &mut dyn Prepared, device: Device) -> Option<f64> {
     Some(t0.elapsed().as_nanos() as f64 / calls as f64)
 }
 
+/// The problem timed beside `problem`'s pipelined samples ([`Op::beside`]), where the
+/// case has a pipelined key to time.
+fn beside_problem(
+    op: &dyn Op,
+    variant: &str,
+    problem: &Problem,
+    keys: &[(Mode, CaseKey)],
+) -> Option<Problem> {
+    keys.iter()
+        .any(|(m, _)| *m == Mode::Pipelined)
+        .then(|| op.beside(variant, problem))
+        .flatten()
+}
+
 /// What a criterion call does once the case has failed (nothing more is run): wait a
 /// millisecond per iteration (at most a second) and report it. Criterion's warm-up doubles
 /// the iterations until its wall-clock time passes: a call that returned at once would
@@ -980,7 +990,7 @@ fn time_case(
         plant,
         execution,
     } = t;
-    let bytes = prepared.bytes().unwrap_or_else(|| problem.bytes(dt.size()));
+    let bytes = case_bytes(prepared, problem, dt);
     // calls per timed unit: a graph replay runs many
     let calls = prepared.calls_per_run().max(1);
     group.throughput(Throughput::ElementsAndBytes {
@@ -1034,10 +1044,7 @@ fn time_case(
         });
     }));
 
-    let mut row = base_row(run_id, key, problem, dt, Status::Ok);
-    row.bytes = bytes;
-    row.kernel = prepared.kernel();
-    row.note = prepared.note();
+    let mut row = timed_row(run_id, key, problem, dt, prepared);
     // only the device modes use the clock, so only their rows get a coverage count
     if let Some(coverage) = clock
         .filter(|_| mode.is_device())
@@ -1085,16 +1092,37 @@ fn time_case(
         row.control_ns = Some(stats::median(&controls));
     }
     let pairs: Vec<(u64, f64)> = tail.iter().map(|&(i, t, _)| (i, t)).collect();
-    summarize(&mut row, &pairs, problem.flops(), bytes);
+    summarize(&mut row, &pairs);
     // the case beside: its runs before the same samples
     let beside = beside_record.borrow();
     let beside_tail = beside[beside.len().saturating_sub(samples_per_case)..].to_vec();
     (row, samples, beside_tail)
 }
 
-/// A row's timing from its samples, (calls, total ns) each: median, interval, MAD, rates;
-/// an `error` row where none is usable.
-fn summarize(row: &mut ResultRow, pairs: &[(u64, f64)], flops: u64, bytes: u64) {
+/// Bytes one call of a prepared case moves: its own count where the variant moves more
+/// than the problem's minimum, else the problem's.
+fn case_bytes(prepared: &dyn Prepared, problem: &Problem, dt: DType) -> u64 {
+    prepared.bytes().unwrap_or_else(|| problem.bytes(dt.size()))
+}
+
+/// An ok row of a timed case before its timing: identity, work, the kernel and note.
+fn timed_row(
+    run_id: &str,
+    key: &CaseKey,
+    problem: &Problem,
+    dt: DType,
+    prepared: &dyn Prepared,
+) -> ResultRow {
+    let mut row = base_row(run_id, key, problem, dt, Status::Ok);
+    row.bytes = case_bytes(prepared, problem, dt);
+    row.kernel = prepared.kernel();
+    row.note = prepared.note();
+    row
+}
+
+/// A row's timing from its samples, (calls, total ns) each: median, interval, MAD, and
+/// the rates of the row's own FLOPs and bytes; an `error` row where none is usable.
+fn summarize(row: &mut ResultRow, pairs: &[(u64, f64)]) {
     let est = stats::per_call(pairs).and_then(|times| stats::estimate(&times, 0.95, 2000));
     match est {
         Ok(e) => {
@@ -1106,8 +1134,8 @@ fn summarize(row: &mut ResultRow, pairs: &[(u64, f64)], flops: u64, bytes: u64) 
             row.mad_ns = Some(e.mad);
             if e.median > 0.0 {
                 // per nanosecond = giga per second
-                row.gflops = Some(flops as f64 / e.median);
-                row.gbps = Some(bytes as f64 / e.median);
+                row.gflops = Some(row.flops as f64 / e.median);
+                row.gbps = Some(row.bytes as f64 / e.median);
             }
         }
         Err(e) => {
@@ -1135,14 +1163,9 @@ impl Beside {
         execution: u32,
         runs: &[(u64, f64)],
     ) -> (ResultRow, Vec<Sample>) {
-        let p = &self.prepared;
-        let bytes = p.bytes().unwrap_or_else(|| self.problem.bytes(dt.size()));
-        let mut row = base_row(run_id, &self.key, &self.problem, dt, Status::Ok);
-        row.bytes = bytes;
-        row.kernel = p.kernel();
-        row.note = p.note();
+        let mut row = timed_row(run_id, &self.key, &self.problem, dt, &*self.prepared);
         row.max_rel_err = Some(self.rel_err);
-        summarize(&mut row, runs, self.problem.flops(), bytes);
+        summarize(&mut row, runs);
         let samples = runs
             .iter()
             .map(|&(iters, total_ns)| Sample {

@@ -301,7 +301,9 @@ fn predict_verb(args: &PredictArgs) -> Result<u8, CliError> {
         mode: args.mode,
         host: args.host_model,
     };
-    let pred = analysis::predict::predict(&run, &q)?;
+    // one fit of the run for every composition below
+    let fits = analysis::fit::fit_run(&run);
+    let pred = analysis::predict::predict_with(&run, &fits, &q)?;
     print::prediction(&run, &q, &pred, args.host_state);
     if q.mode == Mode::Pipelined && device.is_gpu() {
         let others: Vec<_> = HostModel::ALL
@@ -312,7 +314,10 @@ fn predict_verb(args: &PredictArgs) -> Result<u8, CliError> {
                     host: m,
                     ..q.clone()
                 };
-                Some((m, analysis::predict::predict(&run, &other).ok()?))
+                Some((
+                    m,
+                    analysis::predict::predict_with(&run, &fits, &other).ok()?,
+                ))
             })
             .collect();
         // a run without the floor's mixed / blocked rows (or controls) prices every host
@@ -337,7 +342,6 @@ fn predict_verb(args: &PredictArgs) -> Result<u8, CliError> {
     }
     // the user's stack: how much of it is Python and the framework
     if q.profile == StepProfile::Transformers {
-        let fits = analysis::fit::fit_run(&run);
         if let Ok(split) = analysis::predict::Split::priced(&run, &fits, &q, &pred) {
             print::python_split(&run, &q, &pred, &split);
         }
@@ -348,7 +352,7 @@ fn predict_verb(args: &PredictArgs) -> Result<u8, CliError> {
             mode: Mode::Graph,
             ..q.clone()
         };
-        if let Ok(graph) = analysis::predict::predict(&run, &gq) {
+        if let Ok(graph) = analysis::predict::predict_with(&run, &fits, &gq) {
             print::graph_outlook(&run, &q, &pred, &graph);
         }
     }

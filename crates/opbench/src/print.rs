@@ -337,10 +337,14 @@ pub fn python_split(run: &Run, q: &Query, pred: &Prediction, s: &analysis::predi
             .filter(|r| r.is_ok())?
             .median_ns
     };
+    // the layer as called and its calls flat: the plan's in-sequence framework part
+    // (`layer_own`); each call alone: the profile's context rows
+    let (_, _, each) = q.profile.layer_context();
+    let called = pred.plan.other.iter().find_map(|u| u.in_sequence);
     if let (Some(alone), Some(flat), Some(calls)) = (
-        layer_row("layer"),
-        layer_row("layer_flat"),
-        layer_row("layer_calls"),
+        called.and_then(|(whole, _)| layer_row(whole)),
+        called.and_then(|(_, parts)| layer_row(parts)),
+        layer_row(each),
     ) {
         println!(
             "one decoder layer (scripts/peer.py, interleaved): called as the model calls it {:.3} ms, its calls written out flat {:.3} ms, each call alone {:.3} ms: in sequence the calls cost {:.2}× what they cost alone, and transformers' own code adds {:.3} ms per layer",
