@@ -20,6 +20,11 @@ Rows (docs/schema.md; every case checked against a float64 CPU reference first):
   32 new tokens, greedy), tokens/s in the note;
 - sites `module_call`, `mask`, `cache_update`: the framework's own work per call (an empty
   nn.Module's call, `create_causal_mask`, DynamicCache.update beyond its two `cat`s);
+- sites `layer`, `layer_flat`, `layer_calls`, `stack`, `stack_flat`, per layer, sampled in
+  interleaved rounds: one decoder layer called as the model calls it, its calls written out
+  flat, the same calls each timed alone; every decoder layer called in turn as the model
+  calls them, and their calls flat in turn (predict prices transformers' own code per layer
+  as stack − stack_flat, and its calls' sequence from layer_flat and layer_calls);
 - the op sites at the run's decode shapes, as transformers calls them from Python, variant
   `py-<the tch variant>`: `linear/py-aten` (the model's nn.Linear), `rmsnorm/py-hf`
   (Qwen3RMSNorm), `rope/py-rotate_half` (q·cos + rotate_half(q)·sin), `rope/py-hf`
@@ -183,9 +188,10 @@ def rel_err(out, ref):
 
 TOL = {"f32": 1e-4, "f16": 1e-2, "bf16": 5e-2}
 STEP_TOL = {"f32": 1e-3, "f16": 1.5e-2, "bf16": 1e-1}
-# the decoder-layer rows (one layer called alone, its calls flat, each call alone), sampled
-# together; transformers' own code per layer is the first less the second (opbench predict)
-LAYER_SITES = ("layer", "layer_flat", "layer_calls")
+# the decoder-layer rows (one layer called alone, its calls flat, each call alone; every
+# layer of the model called in turn, and their calls flat in turn), sampled together;
+# transformers' own code per layer is `stack` less `stack_flat` (opbench predict)
+LAYER_SITES = ("layer", "layer_flat", "layer_calls", "stack", "stack_flat")
 DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 
 
@@ -319,11 +325,15 @@ def main(argv):
 
     def layer_rows(b, kc, vc, x, pos):
         """Rows `layer` (one Qwen3DecoderLayer called as the model calls it, from a DynamicCache
-        of L tokens, reset after each call), `layer_flat` (its calls written out flat) and
-        `layer_calls` (the same calls each timed alone, summed), all per layer, sampled in
-        interleaved rounds. layer − layer_flat is transformers' own code in a layer (module
-        calls, kwargs, the attention interface lookup, the cache's bookkeeping);
-        layer_flat / layer_calls what the calls cost in sequence over alone."""
+        of L tokens, reset after each call), `layer_flat` (its calls written out flat),
+        `layer_calls` (the same calls each timed alone, summed), `stack` (every decoder layer
+        of the model called in turn, as the step calls them, each from its own cache layer of
+        L tokens) and `stack_flat` (their calls written out flat, in turn), all per layer,
+        sampled in interleaved rounds. stack − stack_flat is transformers' own code in a
+        layer (module calls, kwargs, the attention interface lookup, the cache's
+        bookkeeping) with each layer's module objects and weights in the state the step
+        leaves them in: on a CPU every layer's weights pass the cache between two calls of
+        it; layer_flat / layer_calls what the calls cost in sequence over alone."""
         import copy
         lay = model.model.layers[0]
         pe = model.model.rotary_emb(x, pos)
@@ -336,22 +346,51 @@ def main(argv):
                    "V": vc.cpu().double()}
         want = run_program(layer_program(ref_lay, b), ref_env)
         del ref_lay
+        layers = list(model.model.layers)
         cache = DynamicCache(config=model.config)
-        cache.update(kc, vc, 0)
-        cl = cache.layers[0]
-        k0, v0 = cl.keys, cl.values
+        for i in range(len(layers)):
+            cache.update(kc, vc, i)
+        kept = [(cl.keys, cl.values) for cl in cache.layers]
+
+        def reset():
+            for cl, (k0, v0) in zip(cache.layers, kept):
+                cl.keys, cl.values = k0, v0
 
         def layer_call():
             out = lay(x, attention_mask=None, position_ids=pos, past_key_values=cache, use_cache=True,
                       position_embeddings=pe)
-            cl.keys, cl.values = k0, v0
+            reset()
             return out
+
+        def stack():
+            # each layer's cache reset right after its call: as in the step, where a layer's
+            # update frees the keys and values it replaces before the next layer allocates
+            # its own (held over the whole pass, B = 8's 56 appends on the CPU took fresh
+            # pages every pass: ~1.8 ms a layer the step does not spend)
+            h = x
+            for lay_, cl, (k0, v0) in zip(layers, cache.layers, kept):
+                h = lay_(h, attention_mask=None, position_ids=pos, past_key_values=cache, use_cache=True,
+                         position_embeddings=pe)
+                cl.keys, cl.values = k0, v0
+            return h
+        progs = [layer_program(lay_, b) for lay_ in layers]
+
+        def stack_flat():
+            e = {"x": x, "pe": pe, "K": kc, "V": vc}
+            for prog_ in progs:
+                e["x"] = run_program(prog_, e)
+            return e["x"]
+        # the stack runs layer 0's code on every layer: the same calls, whose check is the
+        # layer's; and the stack called as the model calls it against its calls flat
         err = max(rel_err(got, want), rel_err(layer_call(), want))
+        stack_err = rel_err(stack(), stack_flat())
         sites = [(s_, key("decode", "transformers", s_, b, ctx + 1)) for s_ in LAYER_SITES]
-        if not err <= STEP_TOL[dt_name]:
+        if not (err <= STEP_TOL[dt_name] and stack_err <= STEP_TOL[dt_name]):
+            what = (f"the decoder layer is {err:.3e} off its float64 reference" if err > STEP_TOL[dt_name] else
+                    f"the layers called as the model calls them are {stack_err:.3e} off their calls written out flat")
             for s_, kk in sites:
-                run.write(kk, f"batch={b} L={ctx}", [], f"the decoder layer is {err:.3e} off its float64 reference "
-                          f"(tolerance {STEP_TOL[dt_name]})", rel_err=err, status="mismatch")
+                run.write(kk, f"batch={b} L={ctx}", [], f"{what} (tolerance {STEP_TOL[dt_name]})", rel_err=err,
+                          status="mismatch")
             return
         leaves = [functools.partial(call, dict(env)) for _, call in prog]
         flat = functools.partial(run_program, prog, dict(env))
@@ -365,30 +404,46 @@ def main(argv):
             for f in leaves:
                 f()
             calls += 1
+        stack()
+        stack_flat()
         timer.sync()
         per = max((time.perf_counter() - t0) / calls / 3, 1e-7)
         n = max(2, int(timer.measure_s / timer.samples / per))
-        # LAYER_SITES' order: the layer as called, its calls flat, each call alone
+        # the stacks: about as many layers per sample as the layer sites, at least one pass
+        passes = max(1, round(n / len(layers)))
+        # LAYER_SITES' order: the layer as called, its calls flat, each call alone, every
+        # layer as called, their calls flat
         samplers = dict(zip(LAYER_SITES, [lambda: timer.sample(layer_call, n), lambda: timer.sample(flat, n),
-                                          lambda: sum(timer.sample(f, n) for f in leaves)]))
+                                          lambda: sum(timer.sample(f, n) for f in leaves),
+                                          lambda: timer.sample(stack, passes) / len(layers),
+                                          lambda: timer.sample(stack_flat, passes) / len(layers)]))
         res = {s_: [] for s_ in samplers}
         order = list(samplers)
         rng = random.Random(b)
-        for _ in range(timer.samples):
+        # twice the samples: predict reads differences of these rows, ~10% of each
+        rounds = 2 * timer.samples
+        for _ in range(rounds):
             rng.shuffle(order)
             for which in order:
                 res[which].append(samplers[which]())
+        nl = len(layers)
         what = {
             "layer": "one Qwen3DecoderLayer called as the model calls it (kwargs, DynamicCache of L, reset after "
                      "each call)",
             "layer_flat": f"the same layer's {len(prog)} calls written out flat from Python (leaf modules and "
                           "functions, no wrappers, kwargs or cache object)",
             "layer_calls": f"the same {len(prog)} calls each timed alone, back to back, summed per round",
+            "stack": f"the model's {nl} Qwen3DecoderLayers called in turn as the model calls them (each from its own "
+                     f"cache layer of L, reset after its call; layer 0's check covers their code; {passes} pass(es) "
+                     "per sample)",
+            "stack_flat": f"the same {nl} layers' calls written out flat, in turn ({passes} pass(es) per sample)",
         }
         for s_, kk in sites:
             if not run.has(kk):
-                run.write(kk, f"batch={b} L={ctx}", res[s_], f"{what[s_]}; per layer; {timer.samples} rounds of the "
-                          f"three interleaved, {n} calls per sample; {version}{note_base}", rel_err=err, iters=n)
+                iters = passes * nl if s_.startswith("stack") else n
+                run.write(kk, f"batch={b} L={ctx}", res[s_], f"{what[s_]}; per layer; {rounds} rounds of the "
+                          f"five interleaved, {n} calls per sample of the one layer; {version}{note_base}",
+                          rel_err=err, iters=iters)
 
     model = None
     if transformers is not None:

@@ -81,7 +81,7 @@ class OpPass(unittest.TestCase):
             self.assertEqual(len(samples), 3 * len(rows))
 
     @unittest.skipIf(importlib.util.find_spec("transformers") is None, "transformers is not importable")
-    def test_the_hf_step_and_its_decoder_layer_three_ways(self):
+    def test_the_hf_step_and_its_decoder_layers_five_ways(self):
         # a four-layer Qwen3 of the real structure, small enough for the CPU in seconds
         with tempfile.TemporaryDirectory() as t:
             shapes = Path(t) / "shapes"
@@ -103,15 +103,22 @@ class OpPass(unittest.TestCase):
                                  env=dict(os.environ, OPBENCH_SHAPES=str(shapes)))
             self.assertEqual(out.returncode, 0, out.stderr)
             got = {r["site"]: r for r in rows_of(run / "results.csv") if r["variant"] == "transformers"}
-            for site in ["step", "layers1", "layers4", "generate", "layer", "layer_flat", "layer_calls", "mask",
-                         "module_call", "cache_update"]:
+            layer_sites = ["layer", "layer_flat", "layer_calls", "stack", "stack_flat"]
+            for site in ["step", "layers1", "layers4", "generate", "mask", "module_call", "cache_update"] + layer_sites:
                 self.assertIn(site, got)
                 self.assertEqual(got[site]["status"], "ok", got[site])
             self.assertNotIn("layer_own", got)
-            for site in ["layer", "layer_flat", "layer_calls"]:
+            for site in layer_sites:
                 r = got[site]
-                self.assertEqual((r["batch"], r["kv_len"], r["samples"]), ("1", "17", "3"))
+                # twice the samples: predict reads differences of these rows
+                self.assertEqual((r["batch"], r["kv_len"], r["samples"]), ("1", "17", "6"))
                 self.assertLess(float(r["max_rel_err"]), 1e-4, r)
+            # the stacks are the model's four layers in turn, written per layer: about one
+            # layer's time, not four
+            self.assertIn("the model's 4 Qwen3DecoderLayers called in turn", got["stack"]["note"])
+            for site in ["stack", "stack_flat"]:
+                ratio = float(got[site]["median_ns"]) / float(got["layer"]["median_ns"])
+                self.assertTrue(0.25 < ratio < 3.0, (site, ratio))
             # a layer's calls each alone cost something, and so does the layer called whole
             self.assertGreater(float(got["layer_calls"]["median_ns"]), 0)
             self.assertGreater(float(got["layer"]["median_ns"]), float(got["module_call"]["median_ns"]))

@@ -95,6 +95,10 @@ impl DeviceSource {
     }
 }
 
+/// The CPU's component of what one decoder layer's calls cost more in their sequence than
+/// each repeated alone ([`Prediction::sequence`]), one call per layer.
+pub const IN_SEQUENCE: &str = "in_sequence";
+
 /// One line of the breakdown; times per call in ns.
 #[derive(Debug, Clone)]
 pub struct Component {
@@ -131,6 +135,12 @@ pub struct Prediction {
     /// adjusted): a call inside a step of different calls over the same call repeated
     /// alone; `None` where not applied.
     pub context: Option<Context>,
+    /// The CPU only: one decoder layer's calls in their sequence and each repeated alone
+    /// at the step's batch ([`StepProfile::layer_context`]), whose difference per layer the
+    /// step is priced with (component `in_sequence`, [`StepProfile::cpu_sequence`]);
+    /// `None` on a GPU, where the same rows give the host's context factor, for the tch
+    /// profiles, and where the run lacks them.
+    pub sequence: Option<LayerRows>,
     /// The host speed every host cost was scaled to (`controlled`); `None` where not
     /// applied.
     pub host_speed: Option<HostSpeed>,
@@ -403,7 +413,7 @@ pub struct LayerRows {
 /// `q`'s [`LayerRows`] at the smallest batch the run has both (where the host costs come
 /// from), in `q.mode`; `None` where it has none.
 pub fn layer_rows(run: &Run, q: &Query) -> Option<LayerRows> {
-    let (variant, in_sequence, alone) = q.profile.layer_context();
+    let (variant, in_sequence, _) = q.profile.layer_context();
     let series = q.decode_key(variant, in_sequence, q.mode).series;
     let mut batches: Vec<usize> = run
         .ok_rows()
@@ -411,16 +421,63 @@ pub fn layer_rows(run: &Run, q: &Query) -> Option<LayerRows> {
         .map(|r| r.batch)
         .collect();
     batches.sort_unstable();
-    let at = |site: &str, batch: usize| {
+    batches
+        .into_iter()
+        .find_map(|batch| layer_rows_at(run, q, batch))
+}
+
+/// `q`'s [`LayerRows`] at `batch`, in `q.mode`; `None` where the run lacks either row.
+pub fn layer_rows_at(run: &Run, q: &Query, batch: usize) -> Option<LayerRows> {
+    let (variant, in_sequence, alone) = q.profile.layer_context();
+    let at = |site: &str| {
         let key = q.decode_key(variant, site, q.mode).series.at(batch);
         run.row(&key).filter(|r| r.is_ok())?.median_ns
     };
-    batches.into_iter().find_map(|batch| {
-        let (seq, each) = (at(in_sequence, batch)?, at(alone, batch)?);
-        (each > 0.0).then_some(LayerRows {
-            batch,
-            in_sequence_ns: seq,
-            alone_ns: each,
+    let (seq, each) = (at(in_sequence)?, at(alone)?);
+    (each > 0.0).then_some(LayerRows {
+        batch,
+        in_sequence_ns: seq,
+        alone_ns: each,
+    })
+}
+
+/// A framework part measured in sequence ([`shapes::OtherCall::in_sequence`]): the first
+/// (whole, parts) pair of scripts/peer.py rows the run has at `q`'s shape, and their
+/// medians, ns.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct InSequence {
+    pub whole: &'static str,
+    pub parts: &'static str,
+    pub whole_ns: f64,
+    pub parts_ns: f64,
+}
+
+impl InSequence {
+    /// The part: whole − parts, floored at 0.
+    pub fn ns(&self) -> f64 {
+        (self.whole_ns - self.parts_ns).max(0.0)
+    }
+}
+
+/// `pairs`' first pair with both rows at `q`'s shape in `q.mode` (a difference of two rows
+/// in the same state: a difference's own samples have no host state, so their 10th
+/// percentile is not the states' difference).
+pub fn in_sequence(
+    run: &Run,
+    q: &Query,
+    pairs: &[(&'static str, &'static str)],
+) -> Option<InSequence> {
+    let at = |site: &str| {
+        run.row(&q.decode_key(StepProfile::Transformers.as_str(), site, q.mode))
+            .filter(|r| r.is_ok())?
+            .median_ns
+    };
+    pairs.iter().find_map(|&(whole, parts)| {
+        Some(InSequence {
+            whole,
+            parts,
+            whole_ns: at(whole)?,
+            parts_ns: at(parts)?,
         })
     })
 }
@@ -854,15 +911,11 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
                 })
             };
             let alone = |r: &ResultRow| Some(r.median_ns? * factor * at_speed(Some(r)));
-            // a difference of two rows in the same state (a difference's own samples have
-            // no host state: their 10th percentile is not the states' difference)
-            let in_sequence = u.in_sequence.and_then(|(whole, parts)| {
-                let t = framework(whole)?.median_ns? - framework(parts)?.median_ns?;
-                Some((t.max(0.0), t.max(0.0), Source::Measured))
-            });
+            let in_sequence =
+                in_sequence(run, q, u.in_sequence).map(|d| (d.ns(), d.ns(), Source::Measured));
             let priced = match (in_sequence, framework(u.name)) {
                 (Some(p), _) => Some(p),
-                (None, Some(r)) if u.in_sequence.is_none() => r
+                (None, Some(r)) if u.in_sequence.is_empty() => r
                     .median_ns
                     .zip(alone(r))
                     .map(|(t, h)| (t, h, Source::Measured)),
@@ -907,6 +960,30 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
             device_source,
         });
     }
+    // on the CPU a call's time is its work and the calls' times add up: what a layer's
+    // calls cost more in their sequence than each repeated alone, as its op case repeats
+    // it (the profile's layer rows at this batch), is a part of the step where the calls
+    // are made from Python; on a GPU the same rows are the host's context factor (above),
+    // and only a host model applies it
+    let sequence = if gpu || !q.profile.cpu_sequence() {
+        None
+    } else {
+        layer_rows_at(run, q, q.batch)
+    };
+    if let Some(l) = sequence {
+        let t = (l.in_sequence_ns - l.alone_ns).max(0.0);
+        components.push(Component {
+            op: None,
+            variant: "-",
+            site: IN_SEQUENCE,
+            calls: q.model.num_hidden_layers,
+            per_call_ns: t,
+            host_ns: t,
+            device_ns: 0.0,
+            source: Source::Measured,
+            device_source: DeviceSource::None,
+        });
+    }
     if !missing.is_empty() {
         return Err(AnalysisError::Input(format!(
             "{}: no measurement or fit for {} case(s) of the {} step at {} {} {}: {} \
@@ -931,7 +1008,7 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
     let in_sequence_parts: Vec<&str> = plan
         .other
         .iter()
-        .filter(|u| u.in_sequence.is_some())
+        .filter(|u| !u.in_sequence.is_empty())
         .map(|u| u.name)
         .collect();
     let alone_part = |c: &Component| !(c.op.is_none() && in_sequence_parts.contains(&c.site));
@@ -1000,6 +1077,7 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
         batch: q.batch,
         gpu,
         context,
+        sequence,
         host_speed,
         switch_ns,
     })

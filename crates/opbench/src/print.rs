@@ -163,6 +163,16 @@ pub fn prediction(run: &Run, q: &Query, pred: &Prediction, state: HostState) {
     for u in &pred.plan.other {
         println!("  {:<16} {}", u.name, u.what);
     }
+    if let Some(l) = pred.sequence {
+        let (variant, in_sequence, alone) = q.profile.layer_context();
+        println!(
+            "  {:<16} what one decoder layer's calls cost more in their sequence than each repeated alone, as an op case repeats it (decode/{variant} {in_sequence} − {alone} at B={}: {:.3} − {:.3} ms per layer, floored at 0); on the CPU the calls' times add up, so the step is priced with it",
+            analysis::predict::IN_SEQUENCE,
+            l.batch,
+            l.in_sequence_ns / 1e6,
+            l.alone_ns / 1e6
+        );
+    }
     // the median's interval, where the row has one (the fast state's quantile has none)
     let measured = |mode| {
         step_row(run, q, mode).and_then(|r| {
@@ -337,22 +347,28 @@ pub fn python_split(run: &Run, q: &Query, pred: &Prediction, s: &analysis::predi
             .filter(|r| r.is_ok())?
             .median_ns
     };
-    // the layer as called and its calls flat: the plan's in-sequence framework part
-    // (`layer_own`); each call alone: the profile's context rows
-    let (_, _, each) = q.profile.layer_context();
-    let called = pred.plan.other.iter().find_map(|u| u.in_sequence);
-    if let (Some(alone), Some(flat), Some(calls)) = (
-        called.and_then(|(whole, _)| layer_row(whole)),
-        called.and_then(|(_, parts)| layer_row(parts)),
-        layer_row(each),
-    ) {
+    // the layers as called and their calls flat: the plan's in-sequence framework part
+    // (`layer_own`); one layer's calls flat and each alone: the profile's context rows
+    let (_, flat, each) = q.profile.layer_context();
+    let own = pred
+        .plan
+        .other
+        .iter()
+        .find_map(|u| analysis::predict::in_sequence(run, q, u.in_sequence));
+    if let (Some(own), Some(flat), Some(calls)) = (own, layer_row(flat), layer_row(each)) {
+        let whole = if own.whole == "layer" {
+            "one layer called as the model calls it"
+        } else {
+            "every layer called in turn as the model calls them"
+        };
         println!(
-            "one decoder layer (scripts/peer.py, interleaved): called as the model calls it {:.3} ms, its calls written out flat {:.3} ms, each call alone {:.3} ms: in sequence the calls cost {:.2}× what they cost alone, and transformers' own code adds {:.3} ms per layer",
-            alone / 1e6,
+            "one decoder layer (scripts/peer.py, interleaved): {whole} {:.3} ms, its calls written out flat {:.3} ms: transformers' own code adds {:.3} ms per layer; one layer's calls flat {:.3} ms, each alone {:.3} ms: in sequence the calls cost {:.2}× what they cost alone",
+            own.whole_ns / 1e6,
+            own.parts_ns / 1e6,
+            (own.whole_ns - own.parts_ns) / 1e6,
             flat / 1e6,
             calls / 1e6,
             flat / calls,
-            (alone - flat) / 1e6
         );
     }
     if let Some(s) = analysis::predict::layer_slope(run, q) {

@@ -943,6 +943,71 @@ fn predict_prices_a_cpu_step_with_its_state_read_from_memory() {
     }
     let out = predict(&fast, "transformers");
     assert!(out.contains("Python + framework 0.145 ms"), "{out}");
+
+    // the layer rows at B = 1: on the CPU what a layer's calls from Python cost more in
+    // their sequence than each repeated alone is a part of the step, per layer
+    // (transformers: layer_flat − layer_calls, 150 µs; not hf-eager's layer −
+    // layer_blocked, 60 µs); transformers' own code per layer is every layer called in turn less their calls flat (70 µs), not
+    // one layer's (layer − layer_flat, 20 µs)
+    let step_of = |out: &str| -> f64 {
+        let line = out.lines().find(|l| l.starts_with("predicted: ")).unwrap();
+        line["predicted: ".len()..]
+            .split(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let before: Vec<f64> = ["hf-eager", "transformers"]
+        .iter()
+        .map(|p| step_of(&predict(&warm, p)))
+        .collect();
+    let layers = dir.path().join("layers");
+    let mut with_layers = cases.clone();
+    for (variant, site, t) in [
+        ("hf-eager", "layer", 1_060_000.0),
+        ("hf-eager", "layer_blocked", 1_000_000.0),
+        ("transformers", "layer", 1_420_000.0),
+        ("transformers", "layer_flat", 1_400_000.0),
+        ("transformers", "layer_calls", 1_250_000.0),
+        ("transformers", "stack", 2_170_000.0),
+        ("transformers", "stack_flat", 2_100_000.0),
+    ] {
+        let mut c = case("decode", variant, site, 1, vec![t; 5]);
+        c.kv = Some(129);
+        with_layers.push(c);
+    }
+    write_run(&layers, &with_layers);
+    for f in ["results.csv", "samples.csv"] {
+        edit(&layers.join(f), ",f16,", ",f32,");
+        edit(&layers.join(f), "cuda:0", "cpu");
+    }
+    // the tch steps' calls, made from Rust: their layer rows do not price the CPU step
+    let hf = predict(&layers, "hf-eager");
+    assert!(!hf.contains("in_sequence"), "{hf}");
+    assert!((step_of(&hf) - before[0]).abs() < 1e-3, "{hf}");
+    let tr = predict(&layers, "transformers");
+    assert!(
+        tr.lines().any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.get(2) == Some(&"in_sequence") && f[3] == "28" && f[4] == "150.00"
+        }),
+        "{tr}"
+    );
+    assert!(
+        tr.contains(
+            "decode/transformers layer_flat − layer_calls at B=1: 1.400 − 1.250 ms per layer"
+        ),
+        "{tr}"
+    );
+    // the run without layer rows priced layer_own at the old parts (4 module calls and a
+    // cache update, 1 µs each); with them 70 µs, and the sequence 150 µs, per layer
+    let want = before[1] - 28.0 * 0.005 + 28.0 * (0.070 + 0.150);
+    assert!((step_of(&tr) - want).abs() < 2e-3, "want {want}\n{tr}");
+    assert!(
+        tr.contains("every layer called in turn as the model calls them 2.170 ms, its calls written out flat 2.100 ms: transformers' own code adds 0.070 ms per layer; one layer's calls flat 1.400 ms, each alone 1.250 ms"),
+        "{tr}"
+    );
 }
 
 #[test]
@@ -1084,7 +1149,7 @@ fn predict_prices_the_transformers_step_and_splits_it() {
     };
     let out = predicted(&[], alone + 28.0 * 50_000.0);
     assert!(
-        out.contains("one decoder layer (scripts/peer.py, interleaved): called as the model calls it 0.900 ms, its calls written out flat 0.850 ms, each call alone 0.700 ms: in sequence the calls cost 1.21× what they cost alone, and transformers' own code adds 0.050 ms per layer"),
+        out.contains("one decoder layer (scripts/peer.py, interleaved): one layer called as the model calls it 0.900 ms, its calls written out flat 0.850 ms: transformers' own code adds 0.050 ms per layer; one layer's calls flat 0.850 ms, each alone 0.700 ms: in sequence the calls cost 1.21× what they cost alone"),
         "{out}"
     );
     let out = predicted(

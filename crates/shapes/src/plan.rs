@@ -84,6 +84,17 @@ impl StepProfile {
         }
     }
 
+    /// Whether a CPU step of this profile is priced with what its layer's calls cost more in
+    /// their sequence than each repeated alone ([`StepProfile::layer_context`]'s rows'
+    /// difference, per layer): transformers' calls, made from Python, whose interpreter
+    /// state shares the caches with the calls' data. On the 2-core CPU the peer's layer
+    /// cost 0.3–0.7 ms more in sequence at every batch of five runs; the decode crate's tch
+    /// layer anywhere from 0 to 0.75 ms, and adding it made the tch steps' predictions worse
+    /// (docs/findings.md, ninth session).
+    pub fn cpu_sequence(self) -> bool {
+        self == StepProfile::Transformers
+    }
+
     /// The `decode` site of one decoder layer timed once before every sample of this
     /// profile's step, at the step's batch, as a row of its own: the layer in the step's own
     /// host state (a control interleaved with the step at the scale of one sample). The
@@ -180,10 +191,11 @@ pub struct OtherCall {
     /// What it is, in the model's code.
     pub what: &'static str,
     /// A framework part measured in sequence, as the difference of two scripts/peer.py rows
-    /// (`layer_own`: one decoder layer called as the model calls it, less its calls written
-    /// out flat): its host cost already includes the host's context. `None`: a row of its
-    /// own name, measured alone.
-    pub in_sequence: Option<(&'static str, &'static str)>,
+    /// (whole, parts), the first pair the run has (`layer_own`: every decoder layer called
+    /// in turn as the model calls them, less their calls written out flat; before those rows,
+    /// one layer called alone less its calls flat): its host cost already includes the
+    /// host's context. Empty: a row of its own name, measured alone.
+    pub in_sequence: &'static [(&'static str, &'static str)],
     /// What a run from before this framework part was measured prices it at: other
     /// framework rows × their count per call (`layer_own`: the old plan's four module calls
     /// and cache update per layer). Empty: no stand-in.
@@ -192,17 +204,17 @@ pub struct OtherCall {
 
 /// A framework part's pricing: [`OtherCall::in_sequence`] and [`OtherCall::stand_in`].
 type FrameworkPart = (
-    Option<(&'static str, &'static str)>,
+    &'static [(&'static str, &'static str)],
     &'static [(&'static str, usize)],
 );
 
 fn framework_part(name: &str) -> FrameworkPart {
     match name {
         "layer_own" => (
-            Some(("layer", "layer_flat")),
+            &[("stack", "stack_flat"), ("layer", "layer_flat")],
             &[("module_call", 4), ("cache_update", 1)],
         ),
-        _ => (None, &[]),
+        _ => (&[], &[]),
     }
 }
 
@@ -236,8 +248,8 @@ const OTHER: &[OtherRow] = &[
         [0, 0, 1],
         [0, 0, 0],
         "transformers' own code in a decoder layer: the layer, self_attn and mlp module calls, \
-         kwargs, the attention interface lookup, DynamicCache.update's bookkeeping (one layer \
-         called as the model calls it, less its calls written out flat)",
+         kwargs, the attention interface lookup, DynamicCache.update's bookkeeping (every layer \
+         called in turn as the model calls them, less their calls written out flat, per layer)",
     ),
     (
         "module_call",
