@@ -26,6 +26,8 @@ const H200_S8A_X2: &str = "2026-11-30-nvidia-h200-cuda-torch2.11.0-s8a-x2";
 const H200_BESIDE_X2: &str = "2026-11-30-nvidia-h200-cuda-torch2.11.0-beside-x2";
 const H200_BESIDE_B_X1: &str = "2026-11-30-nvidia-h200-cuda-torch2.11.0-beside-b-x1";
 const H200_BESIDE_C_X1: &str = "2026-11-30-nvidia-h200-cuda-torch2.11.0-beside-c-x1";
+const H200_STACK_X2: &str = "2026-12-01-nvidia-h200-cuda-torch2.11.0-stack-x2";
+const CPU_STACK_X1: &str = "2026-12-01-intel-r-xeon-r-processor-cpu-torch2.11.0-stack-x1";
 
 /// An eager (pipelined) step on the H200 at L = 1024, host costs as measured.
 fn h200_eager(cfg: &ModelConfig, profile: StepProfile, batch: usize) -> Query<'_> {
@@ -887,4 +889,66 @@ fn the_graph_replay_table_lists_the_steps_only() {
         .filter(|r| r.mode == Mode::Graph && r.site.starts_with("layer"))
         .count();
     assert!(layer_rows > 0);
+}
+
+/// The ninth session: transformers' own code per layer from every decoder layer called in
+/// turn (`stack` − `stack_flat`). On the H200 (one lease, two executions, fast state,
+/// `controlled`) the tch steps stay within ±10% and the HF step within ±15%, its own code
+/// 20–40 µs a layer as before; on the 2-core CPU (one execution) the HF step, priced with
+/// its layer's calls in sequence, comes within ±20% at B = 1, 2, 8, where the same run
+/// without that part is priced lower at every batch.
+#[test]
+fn the_layers_in_turn_price_transformers_own_code_on_both_machines() {
+    use analysis::predict::IN_SEQUENCE;
+    let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
+    let run = at_host_state(&load(H200_STACK_X2), HostState::Fast).unwrap();
+    for profile in StepProfile::EVERY {
+        for b in [1, 8, 64] {
+            let q = Query {
+                host: HostModel::Controlled,
+                ..h200_eager(&cfg, profile, b)
+            };
+            let p = predict(&run, &q).unwrap();
+            let err = p.step_ns / measured_step(&run, &q) - 1.0;
+            let bound = if profile == StepProfile::Transformers {
+                0.15
+            } else {
+                0.10
+            };
+            assert!(err.abs() <= bound, "{profile} B={b}: {err:.3}");
+            assert!(p.sequence.is_none(), "{profile} B={b}");
+            if profile == StepProfile::Transformers {
+                let own = p.components.iter().find(|c| c.site == "layer_own").unwrap();
+                assert!(
+                    (20e3..=40e3).contains(&own.host_ns),
+                    "B={b}: {}",
+                    own.host_ns
+                );
+                let d =
+                    analysis::predict::in_sequence(&run, &q, &[("stack", "stack_flat")]).unwrap();
+                assert!((own.host_ns - d.ns()).abs() < 1e-6);
+            }
+        }
+    }
+    let run = load(CPU_STACK_X1);
+    for b in [1, 2, 8] {
+        let q = Query {
+            model: &cfg,
+            batch: b,
+            ctx: 128,
+            profile: StepProfile::Transformers,
+            device: DeviceId::CPU,
+            dtype: DType::F32,
+            mode: Mode::Pipelined,
+            host: HostModel::AsMeasured,
+        };
+        let p = predict(&run, &q).unwrap();
+        let measured = measured_step(&run, &q);
+        let err = p.step_ns / measured - 1.0;
+        assert!(err.abs() <= 0.20, "B={b}: {err:.3}");
+        let seq = p.components.iter().find(|c| c.site == IN_SEQUENCE).unwrap();
+        assert!(seq.per_call_ns > 0.0, "B={b}");
+        let without = p.step_ns - seq.per_call_ns * seq.calls as f64;
+        assert!(without < p.step_ns && without / measured < 1.0, "B={b}");
+    }
 }

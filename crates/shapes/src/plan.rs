@@ -88,8 +88,8 @@ impl StepProfile {
     /// their sequence than each repeated alone ([`StepProfile::layer_context`]'s rows'
     /// difference, per layer): transformers' calls, made from Python, whose interpreter
     /// state shares the caches with the calls' data. On the 2-core CPU the peer's layer
-    /// cost 0.3–0.7 ms more in sequence at every batch of five runs; the decode crate's tch
-    /// layer anywhere from 0 to 0.75 ms, and adding it made the tch steps' predictions worse
+    /// cost 0.3–1.1 ms more in sequence in 11 of 12 batch-runs; the decode crate's tch layer
+    /// −0.6 to +0.86 ms with no pattern, and adding it made the tch steps' predictions worse
     /// (docs/findings.md, ninth session).
     pub fn cpu_sequence(self) -> bool {
         self == StepProfile::Transformers
