@@ -148,7 +148,9 @@ pub struct PredictArgs {
     /// layer_beside row, timed before every sample of the step, measured — the step's own
     /// host state and sequence; else scaled to the step's own process — its layer's calls
     /// each alone over what the rows price them at — or, without layer rows, each row by its
-    /// control; then times the context factor). The others are printed beside it.
+    /// control; then times the context factor). The others are printed beside it. On the
+    /// CPU no host model applies; the transformers step there adds what its layer's calls
+    /// cost more in sequence than each alone (in_sequence: layer_flat − layer_calls).
     #[arg(long, default_value = "as-measured", value_parser = PossibleValuesParser::new(HostModel::ALL.map(HostModel::as_str)).try_map(|s| s.parse::<HostModel>()))]
     host_model: HostModel,
     /// Which of each host-timed row's samples price it: typical (its median) or fast (the
