@@ -1,34 +1,40 @@
-//! A verdict per shared case between two runs (`opbench compare BASE CAND`).
+//! Did the candidate build make it worse? A verdict per shared case and per family of cases
+//! between two runs (`opbench compare BASE CAND`).
 //!
-//! For each case key in both runs, both `ok`, the ratio of medians (candidate / base) and
-//! an interval of it at level 1 − alpha, from the per-call times of samples.csv:
+//! **Per case.** For each case both runs have ok: the ratio of medians (candidate / base)
+//! and its standard error from a hierarchical bootstrap over executions (separate
+//! processes) and samples ([`stats::decide::case_test`]), widened for the few executions a
+//! side and, when the runs are of two sittings ([`same_sitting`]: another boot, lease or
+//! day), by the drift same-build runs show between sittings ([`DEVICE_DRIFT`],
+//! [`HOST_DRIFT`]). From it a p-value, an interval, and the case's minimum detectable effect
+//! (`mde`, 80% power). Then:
 //!
-//! - **Both runs with ≥ 2 executions** (separate processes): a hierarchical bootstrap
-//!   (executions resampled, then samples within them), so the spread between processes is
-//!   in the interval. `slower` / `faster` need the whole interval beyond 1 ± threshold;
-//!   `same` the whole interval within it; anything else is `ambiguous`.
-//! - **A side with one execution, device modes** (GPU events, which move far less between
-//!   processes than host time, but not nothing): the interval of one process's samples and
-//!   a two-sided Mann-Whitney U test; `slower` needs ratio > 1 + threshold, p < alpha, the
-//!   interval above 1 (`faster` alike) and a change beyond [`DEVICE_PROCESS_SPREAD`] (else
-//!   `ambiguous`, flagged `single-execution`); `same` the interval within 1 ± threshold.
-//! - **A side with one execution, host-timed modes** (pipelined, synced): the
-//!   between-process noise is unknown, and on a noisy host it is far larger than one
-//!   process's samples show, so no speed verdict is given: `ambiguous`, flagged
-//!   `single-execution`, with the ratio and the one-process interval for information.
-//! - A device-mode row that is an upper bound (`uncovered_chunks` > 0) on either side is not
-//!   compared as a device time (flag `upper-bound`).
+//! - `slower` / `faster`: a discovery of the Benjamini–Hochberg procedure over every tested
+//!   case of the comparison (false-discovery rate `alpha`) **and** a ratio beyond
+//!   1 ± `threshold`;
+//! - `same`: equivalence shown — the 1 − 2·alpha interval inside 1 ± max(threshold, mde)
+//!   (a case cannot be called the same more finely than its noise resolves; the `mde`
+//!   column says how finely it was);
+//! - `ambiguous`: neither.
 //!
-//! With `normalize` (the CLI's default), every per-call time of a host-bound, host-timed
-//! case is first divided by the host-speed control of its execution (the dispatch floor,
-//! measured right before every sample; its median over the execution), so a host that is
-//! slower in one process than in another is compared at equal speed. Cases whose time is
-//! not the host's dispatch are compared raw ([`raw_cases`]): device-bound ones (their
-//! `device` row, in either run, at least half the host-timed median) and compute-bound ones
-//! (a median over [`CONTROL_SPAN`] times the control). Measured on the H200 (docs/findings.md): with 5 executions a side, it kept A/A false
-//! flags at 0 of 189 and found a planted +20% host slowdown in 97% of host-bound cases,
-//! where the raw times found 1%. Samples without a control (runs before it existed) are
-//! compared raw.
+//! A host-timed case with one execution on a side gets no speed verdict (flag
+//! `single-execution`): the noise between processes is unknown. A device case with one
+//! execution a side must also move beyond [`DEVICE_PROCESS_SPREAD`].
+//!
+//! **Host speed.** Host-timed, host-bound cases are divided by their execution's median
+//! host control before the test: by default the build-independent one (`host_ns`, plain
+//! CPU work timed before every sample, [`Control::Host`]), so a build whose every torch call
+//! is dearer shows as slower; runs without it fall back to the dispatch floor's `add`
+//! (`control_ns`, [`Control::Torch`]), which cancels such a build. Device-bound and
+//! compute-bound cases ([`raw_cases`]) and GPU-event times are compared raw.
+//!
+//! **Families.** The shared shift of every host-bound case, of every device case, of each op
+//! in each mode, and the dispatch floor at equal host speed (torch control / host
+//! control, the build's own per-call cost): a geometric-mean ratio with executions
+//! resampled jointly across the cases ([`stats::decide::shared_shift`]), judged like a case
+//! with `family_threshold` and Benjamini–Hochberg over the families. A change of a few
+//! percent in every case, invisible case by case, is found here. The exit code counts
+//! slower families with the failing cases.
 //!
 //! Flags: `kernel-changed` (the `kernel` column differs, or where both runs have a trace
 //! pass, the case's dominant kernel in traces.csv), `status-changed` (ok became
@@ -102,11 +108,25 @@ pub struct Line {
     pub cand: Option<f64>,
     pub ratio: Option<f64>,
     pub ratio_ci: Option<(f64, f64)>,
+    /// p-value of "no change" (before Benjamini–Hochberg).
     pub p: Option<f64>,
+    /// The smallest change this case's noise resolves (fraction, 80% power): a `same`
+    /// verdict means "within ± max(threshold, mde)".
+    pub mde: Option<f64>,
     pub verdict: Verdict,
     pub flags: Vec<Flag>,
     /// A regression the exit code reports.
     pub fails: bool,
+    /// Both runs have the case ok, and it is comparable (not an upper bound).
+    pub both_ok: bool,
+}
+
+impl Line {
+    fn no_samples(&mut self) {
+        self.verdict = Verdict::Ambiguous;
+        self.ratio = self.cand.zip(self.base).map(|(c, b)| c / b);
+        self.flags.push(Flag::NoSamples);
+    }
 }
 
 /// How far a GPU-event time may move between processes of one build. In four A/A pairs
@@ -118,19 +138,90 @@ pub struct Line {
 /// none of those 43 is.
 pub const DEVICE_PROCESS_SPREAD: f64 = 0.2;
 
+/// Which host-speed control host-timed, host-bound cases are divided by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Control {
+    /// The build-independent host work (`host_ns`, the default): a build whose every
+    /// torch call is dearer shows as slower; falls back to [`Control::Torch`] where a run
+    /// lacks it.
+    Host,
+    /// The dispatch floor's `add` (`control_ns`): cancels the host's speed *and* any change
+    /// of the build's dispatch, which then only the `dispatch` family shows.
+    Torch,
+    /// No division: raw per-call times.
+    Raw,
+}
+
+impl Control {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Control::Host => "host",
+            Control::Torch => "torch",
+            Control::Raw => "raw",
+        }
+    }
+}
+
+/// The standard deviations (of the log ratio) of what moves between sittings — another
+/// lease, another boot, another day — with the build unchanged: `case`, one case's own
+/// scatter; `shared`, a whole mode's common shift. Measured on the H200 from same-build
+/// runs a day apart (docs/findings.md, "Across days").
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Drift {
+    pub case: f64,
+    pub shared: f64,
+}
+
+impl Drift {
+    pub const NONE: Drift = Drift {
+        case: 0.0,
+        shared: 0.0,
+    };
+}
+
+/// Drift between sittings of GPU-event (device) times, H200: today's runs against the
+/// published `-calibration-a1`/`-a2` (same torch, a day apart; docs/findings.md).
+pub const DEVICE_DRIFT: Drift = Drift {
+    case: 0.020,
+    shared: 0.010,
+};
+/// Drift between sittings of host-timed times at equal host speed, H200, likewise.
+pub const HOST_DRIFT: Drift = Drift {
+    case: 0.040,
+    shared: 0.020,
+};
+
+/// Whether the between-sitting drift is added to the intervals.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum DriftChoice {
+    /// Added when the runs are from different sittings ([`same_sitting`]).
+    Auto,
+    /// Never (the runs are known to be of one sitting).
+    Off,
+    /// Always, these values for every mode.
+    Given(Drift),
+}
+
 /// The settings of a comparison.
 #[derive(Debug, Clone, Copy)]
 pub struct Settings {
-    /// Smallest change that counts, as a fraction (0.05 = 5%).
+    /// Smallest change of one case that counts, as a fraction (0.03 = 3%).
     pub threshold: f64,
-    /// Significance level of the test (and 1 − level of the ratio's interval).
+    /// Smallest shared shift of a family that counts, as a fraction.
+    pub family_threshold: f64,
+    /// The false-discovery rate over the cases (and over the families) of a comparison,
+    /// and 1 − level of the intervals.
     pub alpha: f64,
-    /// Divide each host-timed per-call time by its sample's host-speed control (default).
-    pub normalize: bool,
+    /// What host-timed, host-bound cases are divided by.
+    pub control: Control,
+    pub drift: DriftChoice,
+    /// Bootstrap resamples per case and family.
+    pub resamples: usize,
 }
 
 impl Settings {
-    /// Checked settings: threshold in [0, 1), alpha in (0, 1).
+    /// Checked settings: thresholds in [0, 1), alpha in (0, 0.5); the host control, drift
+    /// between sittings when the runs are of two, 1,000 resamples.
     pub fn new(threshold: f64, alpha: f64) -> Result<Self, AnalysisError> {
         if !(0.0..1.0).contains(&threshold) {
             return Err(AnalysisError::Input(format!(
@@ -138,63 +229,69 @@ impl Settings {
                 threshold * 100.0
             )));
         }
-        if !(alpha > 0.0 && alpha < 1.0) {
+        if !(alpha > 0.0 && alpha < 0.5) {
             return Err(AnalysisError::Input(format!(
-                "--alpha {alpha}: expected a level in (0, 1)"
+                "--alpha {alpha}: expected a level in (0, 0.5)"
             )));
         }
         Ok(Settings {
             threshold,
+            family_threshold: DEFAULT_FAMILY_THRESHOLD,
             alpha,
-            normalize: true,
+            control: Control::Host,
+            drift: DriftChoice::Auto,
+            resamples: 1000,
         })
+    }
+
+    /// With a family threshold (fraction in [0, 1)).
+    pub fn with_family_threshold(mut self, t: f64) -> Result<Self, AnalysisError> {
+        if !(0.0..1.0).contains(&t) {
+            return Err(AnalysisError::Input(format!(
+                "--family-threshold {}: expected a percentage in [0, 100)",
+                t * 100.0
+            )));
+        }
+        self.family_threshold = t;
+        Ok(self)
     }
 }
 
-/// The verdict from per-call times of both runs: (verdict, ratio, interval, p).
-pub fn verdict(base: &[f64], cand: &[f64], s: Settings) -> (Verdict, f64, (f64, f64), f64) {
-    let ratio = stats::median(cand) / stats::median(base);
-    let ci = stats::ratio_ci(base, cand, 1.0 - s.alpha, 2000);
-    let p = stats::mann_whitney(base, cand);
-    let t = s.threshold;
-    let v = if ratio > 1.0 + t && p < s.alpha && ci.0 > 1.0 {
-        Verdict::Slower
-    } else if ratio < 1.0 - t && p < s.alpha && ci.1 < 1.0 {
-        Verdict::Faster
-    } else if ci.0 >= 1.0 - t && ci.1 <= 1.0 + t {
-        Verdict::Same
-    } else {
-        Verdict::Ambiguous
+/// The per-case threshold `opbench compare` uses unless told (3%).
+pub const DEFAULT_THRESHOLD: f64 = 0.03;
+/// The family threshold `opbench compare` uses unless told (1.5%).
+pub const DEFAULT_FAMILY_THRESHOLD: f64 = 0.015;
+/// The false-discovery rate `opbench compare` uses unless told.
+pub const DEFAULT_ALPHA: f64 = 0.05;
+
+/// Whether two runs were measured in one sitting: the same boot of the same machine where
+/// both record a boot id, else started within [`SITTING_HOURS`] of each other. A run
+/// without env.json is of another sitting.
+pub fn same_sitting(base: Option<&Env>, cand: Option<&Env>) -> bool {
+    let (Some(b), Some(c)) = (base, cand) else {
+        return false;
     };
-    (v, ratio, ci, p)
+    if let (Some(x), Some(y)) = (b.host_state.get("boot_id"), c.host_state.get("boot_id")) {
+        return x == y;
+    }
+    let at = |e: &Env| chrono::DateTime::parse_from_rfc3339(&e.started_at).ok();
+    match (at(b), at(c)) {
+        (Some(x), Some(y)) => (x - y).num_minutes().abs() <= (SITTING_HOURS * 60.0) as i64,
+        _ => false,
+    }
 }
 
-/// The verdict from per-call times grouped by execution: (verdict, ratio, interval).
-pub fn hier_verdict(
-    base: &[Vec<f64>],
-    cand: &[Vec<f64>],
-    s: Settings,
-) -> (Verdict, f64, (f64, f64)) {
-    let pooled = |g: &[Vec<f64>]| -> Vec<f64> { g.iter().flatten().copied().collect() };
-    let ratio = stats::median(&pooled(cand)) / stats::median(&pooled(base));
-    let ci = stats::hier_ratio_ci(base, cand, 1.0 - s.alpha, 2000);
-    let t = s.threshold;
-    let v = if ci.0 > 1.0 + t {
-        Verdict::Slower
-    } else if ci.1 < 1.0 - t {
-        Verdict::Faster
-    } else if ci.0 >= 1.0 - t && ci.1 <= 1.0 + t {
-        Verdict::Same
-    } else {
-        Verdict::Ambiguous
-    };
-    (v, ratio, ci)
-}
+/// How far apart two runs without boot ids may start and count as one sitting.
+pub const SITTING_HOURS: f64 = 3.0;
 
-/// A run's per-call times, grouped by execution, and whether any sample had a control.
+/// A run's per-call times, grouped by execution, and what they were divided by.
 struct PerCall {
     times: BTreeMap<CaseKey, Vec<Vec<f64>>>,
-    controlled: bool,
+    /// Per execution, the torch control over the host control of every sample that has
+    /// both (the dispatch floor at equal host speed).
+    dispatch: Vec<Vec<f64>>,
+    /// The control the host-bound cases were divided by (`Raw` where the samples had none).
+    used: Control,
 }
 
 /// How many times the host-speed control a host-timed median may be and still be divided by
@@ -206,7 +303,7 @@ pub const CONTROL_SPAN: f64 = 20.0;
 ///
 /// - **device-bound**: the run has the case's `device` row too and it is at least half the
 ///   host-timed median; the time is the GPU's. Measured on the H200: lm_head at B = 64
-///   read 1.8× slower at "equal host speed" in a session whose host ran 35% faster;
+///   read 1.8× slower at "equal host speed" in a run whose host ran 35% faster;
 /// - **compute-bound**: the median is more than [`CONTROL_SPAN`] times the case's control;
 ///   the time is the work's, not dispatch. Measured on the 2-core CPU: lm_head at B = 8
 ///   (88 ms, equal raw medians under torch 2.11 and 2.15) read 1.44× slower when divided.
@@ -236,29 +333,57 @@ pub fn raw_cases(runs: &[&Run]) -> BTreeSet<CaseKey> {
     out
 }
 
-/// Per-call times of each case from a run's samples.csv, grouped by execution. With
-/// `normalize`, a host-bound, host-timed case's times are divided by its execution's median
-/// control, where the samples have one; GPU-event times never are (the host's speed is not
-/// in them), nor are the host-timed times of [`raw_cases`].
-fn per_call(run: &Run, normalize: bool, raw: &BTreeSet<CaseKey>) -> Result<PerCall, AnalysisError> {
+/// Per-call times of each case from a run's samples.csv, grouped by execution. A
+/// host-bound, host-timed case's times are divided by its execution's median `control`
+/// (the host control where both runs have it, `use_host`; else the torch control); GPU-event
+/// times never are (the host's speed is not in them), nor are the host-timed times of
+/// [`raw_cases`].
+fn per_call(
+    run: &Run,
+    control: Control,
+    use_host: bool,
+    raw: &BTreeSet<CaseKey>,
+) -> Result<PerCall, AnalysisError> {
     let mut out = BTreeMap::new();
-    let mut controlled = false;
+    let mut used = Control::Raw;
+    let mut dispatch: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
     for (k, execs) in run.samples_by_execution()? {
         let host_timed = !k.mode.is_device() && !raw.contains(&k);
-        let by_exec = execs.into_iter().map(|e| {
-            let control = e.median_control();
-            controlled |= control.is_some();
-            match control.filter(|_| normalize && host_timed) {
-                Some(c) => e.per_call_ns.iter().map(|t| t / c).collect(),
-                None => e.per_call_ns,
+        let mut by_exec = Vec::with_capacity(execs.len());
+        for (i, e) in execs.into_iter().enumerate() {
+            if !e.host_ns.is_empty() && e.control_ns.len() == e.host_ns.len() {
+                let d = dispatch.entry(i).or_default();
+                d.extend(e.control_ns.iter().zip(&e.host_ns).map(|(t, h)| t / h));
             }
-        });
-        out.insert(k, by_exec.collect());
+            let by = match control {
+                Control::Host if use_host => e.median_host().map(|c| (c, Control::Host)),
+                Control::Host | Control::Torch => e.median_control().map(|c| (c, Control::Torch)),
+                Control::Raw => None,
+            };
+            match by.filter(|_| host_timed) {
+                Some((c, which)) => {
+                    used = which;
+                    by_exec.push(e.per_call_ns.iter().map(|t| t / c).collect());
+                }
+                None => by_exec.push(e.per_call_ns),
+            }
+        }
+        out.insert(k, by_exec);
     }
     Ok(PerCall {
         times: out,
-        controlled,
+        dispatch: dispatch.into_values().collect(),
+        used,
     })
+}
+
+/// The run's samples have the build-independent host control.
+fn has_host_control(run: &Run) -> Result<bool, AnalysisError> {
+    Ok(run
+        .samples_by_execution()?
+        .values()
+        .flatten()
+        .any(|e| !e.host_ns.is_empty()))
 }
 
 impl PerCall {
@@ -268,18 +393,147 @@ impl PerCall {
     }
 }
 
+/// What a family of cases shares.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum FamilyScope {
+    /// Every host-timed case divided by the host control: the host's dispatch of all ops.
+    AllHostBound,
+    /// Every GPU-event case: the device's kernels.
+    AllDevice,
+    /// The dispatch floor's `add` at equal host speed (torch control / host control, over
+    /// every sample): the build's own per-call cost, whatever the host did.
+    Dispatch,
+    /// One op (crate) in one timing mode; `host_bound` tells the divided host-timed cases
+    /// from those compared raw.
+    Op {
+        op: String,
+        mode: rundir::Mode,
+        host_bound: bool,
+    },
+}
+
+impl FamilyScope {
+    /// A global family (over every op), not one op's.
+    pub fn is_global(&self) -> bool {
+        !matches!(self, FamilyScope::Op { .. })
+    }
+}
+
+impl std::fmt::Display for FamilyScope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FamilyScope::AllHostBound => {
+                f.write_str("all host-bound cases (host-timed, at equal host speed)")
+            }
+            FamilyScope::AllDevice => f.write_str("all device cases (GPU-event time)"),
+            FamilyScope::Dispatch => f.write_str("dispatch: the torch floor at equal host speed"),
+            FamilyScope::Op {
+                op,
+                mode,
+                host_bound,
+            } => {
+                let what = if mode.is_device() {
+                    ""
+                } else if *host_bound {
+                    ", host-bound"
+                } else {
+                    ", raw (device- or compute-bound)"
+                };
+                write!(f, "{op} {mode}{what}")
+            }
+        }
+    }
+}
+
+/// A family's verdict: the shared shift of its cases.
+#[derive(Debug, Clone)]
+pub struct FamilyLine {
+    pub scope: FamilyScope,
+    pub shift: stats::decide::Shift,
+    pub ci: (f64, f64),
+    pub mde: f64,
+    pub verdict: Verdict,
+}
+
+/// One case's data for the decision: its test, or why it has none.
+enum Tested {
+    /// The test, and whether a side has a single execution (device time only).
+    Test(stats::decide::CaseTest, bool),
+    /// A host-timed case with one execution a side: ratio and interval for information.
+    SingleHost(f64, (f64, f64)),
+    NoSamples,
+}
+
+/// The test of one case both runs have ok.
+fn test_case(x: &[Vec<f64>], y: &[Vec<f64>], device: bool, drift: f64, s: Settings) -> Tested {
+    let n = |g: &[Vec<f64>]| g.iter().filter(|e| !e.is_empty()).count();
+    let total = |g: &[Vec<f64>]| g.iter().map(Vec::len).sum::<usize>();
+    if total(x) < 2 || total(y) < 2 {
+        return Tested::NoSamples;
+    }
+    let single = n(x) < 2 || n(y) < 2;
+    let t = stats::decide::case_test(x, y, drift, s.resamples);
+    if single && !device {
+        return Tested::SingleHost(t.ratio, t.interval(1.0 - s.alpha));
+    }
+    Tested::Test(t, single)
+}
+
+/// The verdict of a tested case: `discovery` from Benjamini–Hochberg over the comparison.
+fn case_verdict(
+    t: &stats::decide::CaseTest,
+    single: bool,
+    discovery: bool,
+    s: Settings,
+) -> Verdict {
+    // one process a side (device time): a change must also clear the spread device times
+    // show between processes
+    let floor = if single { DEVICE_PROCESS_SPREAD } else { 0.0 };
+    let large = s.threshold.max(floor);
+    let margin = large.max(t.mde(s.alpha));
+    if discovery && t.ratio > 1.0 + large {
+        Verdict::Slower
+    } else if discovery && t.ratio < 1.0 - large {
+        Verdict::Faster
+    } else if t.equivalent(margin, s.alpha) {
+        Verdict::Same
+    } else {
+        Verdict::Ambiguous
+    }
+}
+
+/// The verdict of a family's shift: `discovery` from Benjamini–Hochberg over the families.
+fn family_verdict(t: &stats::decide::CaseTest, discovery: bool, s: Settings) -> Verdict {
+    let margin = s.family_threshold.max(t.mde(s.alpha));
+    if discovery && t.ratio > 1.0 + s.family_threshold {
+        Verdict::Slower
+    } else if discovery && t.ratio < 1.0 - s.family_threshold {
+        Verdict::Faster
+    } else if t.equivalent(margin, s.alpha) {
+        Verdict::Same
+    } else {
+        Verdict::Ambiguous
+    }
+}
+
 /// The comparison of two runs.
 #[derive(Debug, Clone)]
 pub struct Comparison {
     /// One line per case in either run, in case order.
     pub lines: Vec<Line>,
+    /// The families' shared shifts: the global ones first, then per op and mode.
+    pub families: Vec<FamilyLine>,
     /// env.json fields that differ and can change kernels or timings.
     pub env_diff: Vec<String>,
     /// Executions (processes) in each run: base, candidate.
     pub executions: (usize, usize),
-    /// Host-timed per-call times were divided by the host-speed control (asked for, and
-    /// the samples had one).
-    pub normalized: bool,
+    /// What host-bound, host-timed cases were divided by.
+    pub control: Control,
+    /// The runs are of one sitting ([`same_sitting`]).
+    pub same_sitting: bool,
+    /// The drift added to device and host-timed intervals (none in one sitting).
+    pub drift: (Drift, Drift),
+    pub settings: Settings,
 }
 
 impl Comparison {
@@ -293,16 +547,93 @@ impl Comparison {
             .filter(|l| l.flags.iter().any(&pred))
             .count()
     }
+    /// Regressions the exit code reports: failing cases and slower families.
     pub fn fails(&self) -> usize {
         self.lines.iter().filter(|l| l.fails).count()
+            + self
+                .families
+                .iter()
+                .filter(|f| f.verdict == Verdict::Slower)
+                .count()
+    }
+    /// The family of `scope`, if the comparison has one.
+    pub fn family(&self, scope: &FamilyScope) -> Option<&FamilyLine> {
+        self.families.iter().find(|f| &f.scope == scope)
     }
 }
 
-/// Compare two runs case by case.
+/// Compare two runs case by case, then by family.
 ///
 /// A run with no ok row, or two runs with no case in common (a CPU run against a GPU run,
 /// say), is an [`AnalysisError::Input`]: there is nothing to compare.
 pub fn compare(base: &Run, cand: &Run, s: Settings) -> Result<Comparison, AnalysisError> {
+    check_comparable(base, cand)?;
+    let raw = raw_cases(&[base, cand]);
+    let use_host = has_host_control(base)? && has_host_control(cand)?;
+    let bs = per_call(base, s.control, use_host, &raw)?;
+    let cs = per_call(cand, s.control, use_host, &raw)?;
+    let same = same_sitting(base.env.as_ref(), cand.env.as_ref());
+    let drift = match s.drift {
+        DriftChoice::Off => (Drift::NONE, Drift::NONE),
+        DriftChoice::Auto if same => (Drift::NONE, Drift::NONE),
+        DriftChoice::Auto => (DEVICE_DRIFT, HOST_DRIFT),
+        DriftChoice::Given(d) => (d, d),
+    };
+    let mut lines = identity_lines(base, cand)?;
+    let mut tests: Vec<(usize, stats::decide::CaseTest, bool)> = Vec::new();
+    for (i, line) in lines.iter_mut().enumerate() {
+        if !line.both_ok {
+            continue;
+        }
+        let device = line.key.mode.is_device();
+        let d = if device { drift.0.case } else { drift.1.case };
+        match (bs.times.get(&line.key), cs.times.get(&line.key)) {
+            (Some(x), Some(y)) => match test_case(x, y, device, d, s) {
+                Tested::Test(t, single) => tests.push((i, t, single)),
+                Tested::SingleHost(r, ci) => {
+                    line.verdict = Verdict::Ambiguous;
+                    line.ratio = Some(r);
+                    line.ratio_ci = Some(ci);
+                    line.flags.push(Flag::SingleExecution);
+                }
+                Tested::NoSamples => line.no_samples(),
+            },
+            _ => line.no_samples(),
+        }
+    }
+    let ps: Vec<f64> = tests.iter().map(|(_, t, _)| t.p).collect();
+    let discoveries = stats::decide::benjamini_hochberg(&ps, s.alpha);
+    for ((i, t, single), discovery) in tests.iter().zip(discoveries) {
+        let line = &mut lines[*i];
+        line.verdict = case_verdict(t, *single, discovery, s);
+        line.ratio = Some(t.ratio);
+        line.ratio_ci = Some(t.interval(1.0 - s.alpha));
+        line.p = Some(t.p);
+        line.mde = Some(t.mde(s.alpha));
+        line.fails |= line.verdict == Verdict::Slower;
+        if *single && line.verdict == Verdict::Ambiguous && discovery {
+            line.flags.push(Flag::SingleExecution);
+        }
+    }
+    let families = families(&lines, &bs, &cs, &raw, drift, s);
+    Ok(Comparison {
+        lines,
+        families,
+        env_diff: env_diff(base.env.as_ref(), cand.env.as_ref()),
+        executions: (bs.executions(), cs.executions()),
+        control: if bs.used == cs.used {
+            bs.used
+        } else {
+            Control::Raw
+        },
+        same_sitting: same,
+        drift,
+        settings: s,
+    })
+}
+
+/// Refuse runs with nothing to compare.
+fn check_comparable(base: &Run, cand: &Run) -> Result<(), AnalysisError> {
     for run in [base, cand] {
         if run.ok_rows().next().is_none() {
             return Err(AnalysisError::Input(format!(
@@ -325,9 +656,90 @@ pub fn compare(base: &Run, cand: &Run, s: Settings) -> Result<Comparison, Analys
             devices(cand)
         )));
     }
-    let raw = raw_cases(&[base, cand]);
-    let bs = per_call(base, s.normalize, &raw)?;
-    let cs = per_call(cand, s.normalize, &raw)?;
+    Ok(())
+}
+
+/// The families' shared shifts, with Benjamini–Hochberg over the families.
+fn families(
+    lines: &[Line],
+    bs: &PerCall,
+    cs: &PerCall,
+    raw: &BTreeSet<CaseKey>,
+    drift: (Drift, Drift),
+    s: Settings,
+) -> Vec<FamilyLine> {
+    use stats::decide::FamilyCase;
+    let mut groups: BTreeMap<FamilyScope, Vec<FamilyCase>> = BTreeMap::new();
+    for l in lines.iter().filter(|l| l.mde.is_some()) {
+        let (Some(x), Some(y)) = (bs.times.get(&l.key), cs.times.get(&l.key)) else {
+            continue;
+        };
+        let Some(fc) = FamilyCase::from_groups(x, y) else {
+            continue;
+        };
+        let device = l.key.mode.is_device();
+        let host_bound = !device && !raw.contains(&l.key);
+        if device {
+            groups.entry(FamilyScope::AllDevice).or_default().push(fc.clone());
+        } else if host_bound {
+            groups
+                .entry(FamilyScope::AllHostBound)
+                .or_default()
+                .push(fc.clone());
+        }
+        let op = FamilyScope::Op {
+            op: l.key.op.to_string(),
+            mode: l.key.mode,
+            host_bound,
+        };
+        groups.entry(op).or_default().push(fc);
+    }
+    let mut shifts: Vec<(FamilyScope, stats::decide::Shift)> = Vec::new();
+    for (scope, cases) in groups {
+        let d = match &scope {
+            FamilyScope::AllDevice => drift.0.shared,
+            FamilyScope::Op { mode, .. } if mode.is_device() => drift.0.shared,
+            _ => drift.1.shared,
+        };
+        if let Some(sh) = stats::decide::shared_shift(&cases, d, s.resamples) {
+            shifts.push((scope, sh));
+        }
+    }
+    if bs.dispatch.len() >= 2 && cs.dispatch.len() >= 2 {
+        let t = stats::decide::case_test(&bs.dispatch, &cs.dispatch, drift.1.shared, s.resamples);
+        shifts.push((
+            FamilyScope::Dispatch,
+            stats::decide::Shift {
+                cases: 1,
+                ratio: t.ratio,
+                se: t.se,
+                df: t.df,
+                p: t.p,
+            },
+        ));
+    }
+    shifts.sort_by(|a, b| a.0.cmp(&b.0));
+    let ps: Vec<f64> = shifts.iter().map(|(_, sh)| sh.p).collect();
+    let found = stats::decide::benjamini_hochberg(&ps, s.alpha);
+    shifts
+        .into_iter()
+        .zip(found)
+        .map(|((scope, shift), discovery)| {
+            let t = shift.as_test();
+            FamilyLine {
+                scope,
+                shift,
+                ci: t.interval(1.0 - s.alpha),
+                mde: t.mde(s.alpha),
+                verdict: family_verdict(&t, discovery, s),
+            }
+        })
+        .collect()
+}
+
+/// A line per case in either run, with its identity flags (new, gone, status and kernel
+/// changes, upper bounds) and no speed verdict yet.
+fn identity_lines(base: &Run, cand: &Run) -> Result<Vec<Line>, AnalysisError> {
     let index = |run: &Run| -> BTreeMap<CaseKey, ResultRow> {
         run.results
             .iter()
@@ -355,9 +767,11 @@ pub fn compare(base: &Run, cand: &Run, s: Settings) -> Result<Comparison, Analys
             ratio: None,
             ratio_ci: None,
             p: None,
+            mde: None,
             verdict: Verdict::None,
             flags: Vec::new(),
             fails: false,
+            both_ok: false,
         };
         match (b, c) {
             (Some(_), None) => line.flags.push(Flag::Gone),
@@ -383,59 +797,18 @@ pub fn compare(base: &Run, cand: &Run, s: Settings) -> Result<Comparison, Analys
                         }
                     }
                 }
+                let ok = b.status == Status::Ok && c.status == Status::Ok;
                 let bound = key.mode.is_device() && (b.is_upper_bound() || c.is_upper_bound());
-                if b.status == Status::Ok && c.status == Status::Ok && bound {
+                if ok && bound {
                     line.flags.push(Flag::UpperBound);
-                } else if b.status == Status::Ok && c.status == Status::Ok {
-                    let n = |g: &Vec<Vec<f64>>| g.iter().filter(|e| !e.is_empty()).count();
-                    let total = |g: &Vec<Vec<f64>>| g.iter().map(Vec::len).sum::<usize>();
-                    match (bs.times.get(key), cs.times.get(key)) {
-                        (Some(x), Some(y)) if n(x) >= 2 && n(y) >= 2 => {
-                            let (v, ratio, ci) = hier_verdict(x, y, s);
-                            line.verdict = v;
-                            line.ratio = Some(ratio);
-                            line.ratio_ci = Some(ci);
-                            line.fails |= v == Verdict::Slower;
-                        }
-                        (Some(x), Some(y)) if total(x) >= 2 && total(y) >= 2 => {
-                            let (x, y): (Vec<f64>, Vec<f64>) = (x.concat(), y.concat());
-                            let (v, ratio, ci, p) = verdict(&x, &y, s);
-                            line.ratio = Some(ratio);
-                            line.ratio_ci = Some(ci);
-                            line.p = Some(p);
-                            // one process a side: a device time is slower or faster only
-                            // beyond the spread device times show between processes
-                            let within_spread = (ratio - 1.0).abs() <= DEVICE_PROCESS_SPREAD;
-                            let moved = matches!(v, Verdict::Slower | Verdict::Faster);
-                            if key.mode.is_device() && moved && within_spread {
-                                line.verdict = Verdict::Ambiguous;
-                                line.flags.push(Flag::SingleExecution);
-                            } else if key.mode.is_device() {
-                                line.verdict = v;
-                                line.fails |= v == Verdict::Slower;
-                            } else {
-                                line.verdict = Verdict::Ambiguous;
-                                line.flags.push(Flag::SingleExecution);
-                            }
-                        }
-                        _ => {
-                            line.verdict = Verdict::Ambiguous;
-                            line.ratio = line.cand.zip(line.base).map(|(c, b)| c / b);
-                            line.flags.push(Flag::NoSamples);
-                        }
-                    }
                 }
+                line.both_ok = ok && !bound;
             }
             (None, None) => {}
         }
         lines.push(line);
     }
-    Ok(Comparison {
-        lines,
-        env_diff: env_diff(base.env.as_ref(), cand.env.as_ref()),
-        executions: (bs.executions(), cs.executions()),
-        normalized: s.normalize && bs.controlled && cs.controlled,
-    })
+    Ok(lines)
 }
 
 /// env.json fields whose difference can change kernels or timings, as `field: a -> b`.

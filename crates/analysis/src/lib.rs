@@ -8,7 +8,8 @@
 //! - [`fit::fit_run`]: overhead + work/rate per series.
 //! - [`predict::predict`]: one decode step composed from a run, per [`shapes::StepPlan`].
 //! - [`merge::merge`]: a run's executions (separate processes) into one run.
-//! - [`compare::compare`]: a verdict per case between two runs.
+//! - [`compare::compare`]: a verdict per case and per family of cases between two runs.
+//! - [`export`]: runs as Bencher Metric Format JSON and Apache Otava CSV.
 //! - [`report::write_report`]: report.md and its SVG plots.
 //! - [`publish::publish`]: a run copied into `results/`, with its fits and report, and
 //!   listed in `results/README.md`.
@@ -17,6 +18,7 @@
 //!   (E-Divisive with a t-test); [`history_report::write_history_report`] draws the trends.
 
 pub mod compare;
+pub mod export;
 pub mod fit;
 pub mod history;
 pub mod history_report;

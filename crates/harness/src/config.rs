@@ -64,6 +64,17 @@ pub struct Config {
     /// spin for this percentage of the host time the call itself took: the host made that
     /// much slower. Never set it in a run that is published.
     pub plant_pct: f64,
+    /// `OPBENCH_PLANT_SCOPE`, with a host plant: `op` (default) spins after the case's own
+    /// calls only; `torch` after every torch call the process times — the case's, the
+    /// dispatch floor's control's and the case timed beside it — as a build whose every
+    /// call is dearer would (a slower HIP launch path, a dispatcher change). The
+    /// build-independent host control is never planted. Never set it in a published run.
+    pub plant_scope: crate::timing::PlantScope,
+    /// `OPBENCH_PLANT_DEVICE_PCT`, a test knob: in the `device` mode, a spin kernel
+    /// (`at::cuda::sleep`) of this percentage of the calls' own device time after every
+    /// chunk of calls, inside the timed events: the device's kernels made that much slower.
+    /// Never set it in a published run.
+    pub plant_device_pct: f64,
     /// `OPBENCH_L2_BYTES`: the last-level cache `device_cold` flushes, where the runtime
     /// reports none or the wrong one (AMD's Infinity Cache is not its L2).
     pub l2_bytes: Option<u64>,
@@ -202,6 +213,17 @@ impl Config {
                 p => {
                     return Err(format!(
                         "OPBENCH_PLANT_PCT={p}: expected a percentage in [0, 1000]"
+                    ));
+                }
+            },
+            plant_scope: crate::timing::PlantScope::parse(
+                &var("OPBENCH_PLANT_SCOPE").unwrap_or_default(),
+            )?,
+            plant_device_pct: match number("OPBENCH_PLANT_DEVICE_PCT", 0.0f64)? {
+                p if (0.0..=1000.0).contains(&p) => p,
+                p => {
+                    return Err(format!(
+                        "OPBENCH_PLANT_DEVICE_PCT={p}: expected a percentage in [0, 1000]"
                     ));
                 }
             },

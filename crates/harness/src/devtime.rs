@@ -51,6 +51,20 @@ pub struct DeviceClock {
     flush: Option<Tensor>,
     l2_bytes: u64,
     coverage: Coverage,
+    plant: DevicePlant,
+}
+
+/// A planted device slowdown (`OPBENCH_PLANT_DEVICE_PCT`): a spin kernel of `pct` percent
+/// of the chunk's own device time, enqueued after each chunk's calls inside its events.
+/// The calls' device time per call is estimated from the case's previous chunk (its
+/// events less the spin planted in it); a case's first chunk (criterion's warm-up) is not
+/// planted. One spin per chunk of up to 256 calls keeps the spin kernel's own launch gap
+/// (~1 µs) under 0.5% of a chunk of 2 µs kernels.
+#[derive(Debug, Clone, Copy, Default)]
+struct DevicePlant {
+    pct: f64,
+    /// The case's device time per call, unplanted, from its last chunk.
+    per_call_ns: Option<f64>,
 }
 
 /// How many timed chunks ran behind a lead that outlasted the host's enqueue.
@@ -173,11 +187,27 @@ impl DeviceClock {
             flush: None,
             coverage: Coverage::default(),
             l2_bytes: last_level_cache(device, l2_bytes),
+            plant: DevicePlant::default(),
         })
     }
 
-    /// The lead coverage since the last call, and start counting afresh (once per case).
+    /// Plant `pct` percent of extra device time in the warm `device` mode (a calibration
+    /// knob, `OPBENCH_PLANT_DEVICE_PCT`); needs `at::cuda::sleep`.
+    pub fn set_plant(&mut self, pct: f64) -> Result<(), TchError> {
+        if pct > 0.0 && !matches!(self.delay, Delay::Sleep { .. }) {
+            return Err(TchError::Kind(
+                "OPBENCH_PLANT_DEVICE_PCT needs at::cuda::sleep, which this libtorch does not export"
+                    .into(),
+            ));
+        }
+        self.plant.pct = pct;
+        Ok(())
+    }
+
+    /// The lead coverage since the last call, and start counting afresh (once per case;
+    /// the device plant's estimate of the case's time starts afresh too).
     pub fn take_coverage(&mut self) -> Coverage {
+        self.plant.per_call_ns = None;
         std::mem::take(&mut self.coverage)
     }
 
@@ -203,6 +233,16 @@ impl DeviceClock {
         Ok(())
     }
 
+    /// Enqueue the planted spin after a chunk of `chunk` calls; returns its planned ns.
+    fn plant_after(&self, chunk: u64) -> Result<f64, TchError> {
+        let Some(per_call) = self.plant.per_call_ns.filter(|_| self.plant.pct > 0.0) else {
+            return Ok(0.0);
+        };
+        let ns = self.plant.pct / 100.0 * per_call * chunk as f64;
+        self.lead(ns)?;
+        Ok(ns)
+    }
+
     /// Device time of `iters` back-to-back calls of `p` (warm: same buffers).
     pub fn time(&mut self, p: &mut dyn Prepared, iters: u64) -> Result<Duration, TchError> {
         let mut total_ns = 0.0;
@@ -219,9 +259,13 @@ impl DeviceClock {
                 for _ in 0..chunk {
                     p.run()?;
                 }
+                let planted = self.plant_after(chunk)?;
                 self.timer.stop()?;
                 let host = t0.elapsed().as_nanos() as f64;
                 let device_ns = self.timer.elapsed_ms()? * 1e6;
+                if self.plant.pct > 0.0 {
+                    self.plant.per_call_ns = Some((device_ns - planted).max(1.0) / chunk as f64);
+                }
                 self.host_ns_per_call = host / chunk as f64;
                 tries += 1;
                 // the lead covered the host's enqueue: the calls ran back to back

@@ -111,7 +111,8 @@ pub fn collect(run_id: &str, devices: &[Device]) -> EnvInfo {
     }
 }
 
-/// The host's CPU frequency governor, CPU 0's current MHz and the load average (Linux).
+/// The host's CPU frequency governor, CPU 0's current MHz, the load average and the boot id
+/// (Linux).
 fn host_state() -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     #[cfg(target_os = "linux")]
@@ -135,6 +136,11 @@ fn host_state() -> BTreeMap<String, String> {
                 .map(|(_, v)| v.trim().to_string())
         }) {
             out.insert("cpu0_mhz".into(), mhz);
+        }
+        // which boot of which machine: two runs with the same boot id were measured in
+        // one sitting (one lease, one VM), which `opbench compare` needs to know
+        if let Some(b) = read("/proc/sys/kernel/random/boot_id") {
+            out.insert("boot_id".into(), b);
         }
         if let Some(l) = read("/proc/loadavg") {
             out.insert(

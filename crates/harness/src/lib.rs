@@ -27,6 +27,7 @@ pub mod env;
 pub mod floor;
 pub mod gpu_facts;
 pub mod graph;
+pub mod hostspeed;
 pub mod op;
 pub mod plan;
 pub mod record;

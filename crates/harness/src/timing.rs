@@ -121,6 +121,50 @@ pub struct Plant {
     pub ns: u64,
     /// A spin of this percentage of the call's own host time.
     pub pct: f64,
+    /// Which calls are planted (`OPBENCH_PLANT_SCOPE`).
+    pub scope: PlantScope,
+}
+
+/// Which torch calls a host plant slows down.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum PlantScope {
+    /// The timed case's own calls: a slower op.
+    #[default]
+    Op,
+    /// Every torch call the process times, the dispatch floor's control included: a build
+    /// whose every call is dearer. The build-independent host control is never planted.
+    Torch,
+}
+
+impl PlantScope {
+    /// `op` (or empty) or `torch`; anything else is a one-line error naming the variable.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "" | "op" => Ok(PlantScope::Op),
+            "torch" => Ok(PlantScope::Torch),
+            other => Err(format!(
+                "OPBENCH_PLANT_SCOPE={other}: expected op or torch"
+            )),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PlantScope::Op => "op",
+            PlantScope::Torch => "torch",
+        }
+    }
+}
+
+impl Plant {
+    /// The plant for the process's other torch calls (the control, the case beside): the
+    /// same spin with a `torch` scope, none with `op`.
+    pub fn for_other_calls(self) -> Plant {
+        match self.scope {
+            PlantScope::Torch => self,
+            PlantScope::Op => Plant::default(),
+        }
+    }
 }
 
 /// [`time_calls`] with a [`Plant`] after every call in the host-timed modes.
@@ -132,7 +176,7 @@ pub fn time_calls_planted(
     clock: Option<&mut DeviceClock>,
     plant: Plant,
 ) -> Result<Duration, TchError> {
-    if plant == Plant::default() || mode.is_device() {
+    if (plant.ns == 0 && plant.pct == 0.0) || mode.is_device() {
         return time_calls(p, device, mode, iters, clock);
     }
     let mut planted = Planted { inner: p, plant };
@@ -390,6 +434,14 @@ impl Sink {
             env.settings
                 .insert("plant_pct".into(), c.plant_pct.to_string());
         }
+        if c.plant_ns > 0 || c.plant_pct > 0.0 {
+            env.settings
+                .insert("plant_scope".into(), c.plant_scope.as_str().into());
+        }
+        if c.plant_device_pct > 0.0 {
+            env.settings
+                .insert("plant_device_pct".into(), c.plant_device_pct.to_string());
+        }
         self.run = Some(RunWriter::open(&c.out, &self.run_id, c.execution, &env)?);
         Ok(())
     }
@@ -518,7 +570,9 @@ pub fn run_op(
                     .into(),
             )
         } else if wants_clock {
-            DeviceClock::new(device, config.l2_bytes).map_err(|e| first_line(&e.to_string()))
+            DeviceClock::new(device, config.l2_bytes)
+                .and_then(|mut c| c.set_plant(config.plant_device_pct).map(|()| c))
+                .map_err(|e| first_line(&e.to_string()))
         } else {
             Err("no device mode asked for".into())
         });
@@ -721,6 +775,7 @@ pub fn run_op(
                     plant: Plant {
                         ns: config.plant_ns,
                         pct: config.plant_pct,
+                        scope: config.plant_scope,
                     },
                     execution: config.execution.unwrap_or(1),
                 },
@@ -916,6 +971,15 @@ fn id_in_group(key: &CaseKey) -> String {
         .map_or(full.clone(), |(_, rest)| rest.to_string())
 }
 
+/// The host-speed controls timed right before a sample: the dispatch floor's per-call time
+/// (moves with the build and the host) and the build-independent host work (moves with the
+/// host alone, [`crate::hostspeed`]).
+#[derive(Debug, Clone, Copy, Default)]
+struct Controls {
+    torch: Option<f64>,
+    host: Option<f64>,
+}
+
 /// What a case is timed as.
 struct Timed<'a> {
     problem: &'a Problem,
@@ -929,15 +993,21 @@ struct Timed<'a> {
 /// The host-speed control: the dispatch floor's per-call time over ~200 µs of back-to-back
 /// calls, right before a sample. Its ratio to a case's time cancels the host's speed when
 /// the host switches state between samples or processes (docs/method.md).
-fn control_ns(control: &mut dyn Prepared, device: Device) -> Option<f64> {
+/// With a `torch`-scope plant ([`PlantScope::Torch`]) its calls are planted too.
+fn control_ns(control: &mut dyn Prepared, device: Device, plant: Plant) -> Option<f64> {
     const CHUNK: u64 = 16;
     const SPAN: Duration = Duration::from_micros(200);
+    let plant = plant.for_other_calls();
+    let mut planted = Planted {
+        inner: control,
+        plant,
+    };
     device.sync();
     let t0 = Instant::now();
     let mut calls = 0u64;
     while t0.elapsed() < SPAN || calls == 0 {
         for _ in 0..CHUNK {
-            control.run().ok()?;
+            planted.run().ok()?;
         }
         calls += CHUNK;
     }
@@ -991,14 +1061,15 @@ fn time_case(
         execution,
     } = t;
     let bytes = case_bytes(prepared, problem, dt);
+    let host_control = crate::hostspeed::HostControl::new();
     // calls per timed unit: a graph replay runs many
     let calls = prepared.calls_per_run().max(1);
     group.throughput(Throughput::ElementsAndBytes {
         elements: problem.flops(),
         bytes,
     });
-    // (iters, total ns, control ns) of every call criterion makes
-    type Record = Vec<(u64, f64, Option<f64>)>;
+    // (iters, total ns, (torch control ns, host control ns)) of every call criterion makes
+    type Record = Vec<(u64, f64, Controls)>;
     let record: Rc<RefCell<Record>> = Rc::default();
     // (calls, total ns) of the case beside, one run before every call criterion makes
     let beside_record: Rc<RefCell<Vec<(u64, f64)>>> = Rc::default();
@@ -1014,9 +1085,15 @@ fn time_case(
                 if failed.borrow().is_some() {
                     return after_failure(iters);
                 }
-                let host = control.as_deref_mut().and_then(|c| control_ns(c, device));
+                let host = Controls {
+                    torch: control
+                        .as_deref_mut()
+                        .and_then(|c| control_ns(c, device, plant)),
+                    host: control.is_some().then(|| host_control.time_ns()),
+                };
                 if let Some(b) = beside.as_deref_mut() {
-                    match time_calls(b, device, Mode::Pipelined, 1, None) {
+                    let other = plant.for_other_calls();
+                    match time_calls_planted(b, device, Mode::Pipelined, 1, None, other) {
                         Ok(d) => beside_record
                             .borrow_mut()
                             .push((b.calls_per_run().max(1), d.as_nanos() as f64)),
@@ -1079,15 +1156,16 @@ fn time_case(
     let tail = &all[all.len().saturating_sub(samples_per_case)..];
     let samples: Vec<Sample> = tail
         .iter()
-        .map(|&(iters, total_ns, control_ns)| Sample {
+        .map(|&(iters, total_ns, c)| Sample {
             key: key.clone(),
             execution,
             iters,
             total_ns,
-            control_ns,
+            control_ns: c.torch,
+            host_ns: c.host,
         })
         .collect();
-    let controls: Vec<f64> = tail.iter().filter_map(|s| s.2).collect();
+    let controls: Vec<f64> = tail.iter().filter_map(|s| s.2.torch).collect();
     if !controls.is_empty() {
         row.control_ns = Some(stats::median(&controls));
     }
@@ -1174,6 +1252,7 @@ impl Beside {
                 iters,
                 total_ns,
                 control_ns: None,
+                host_ns: None,
             })
             .collect();
         (row, samples)

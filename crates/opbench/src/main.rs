@@ -84,6 +84,48 @@ enum Verb {
     /// per case (E-Divisive means with a t-test). Exit 1 when the newest build of a series
     /// begins a regression.
     History(HistoryArgs),
+    /// Write runs in other tools' formats to stdout: `bmf` (Bencher Metric Format JSON of
+    /// one run: per case its median latency in ns with the interval's bounds) or `otava`
+    /// (an Apache Otava CSV of many runs: one row per run in start order, a column per case).
+    Export(ExportArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ExportArgs {
+    /// bmf (one run) or otava (any number of runs).
+    #[arg(long, value_enum)]
+    format: ExportFormat,
+    /// Run directories.
+    #[arg(required = true)]
+    runs: Vec<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum ExportFormat {
+    Bmf,
+    Otava,
+}
+
+fn export_verb(args: &ExportArgs) -> Result<u8, CliError> {
+    let runs = args
+        .runs
+        .iter()
+        .map(|d| Run::load(d))
+        .collect::<Result<Vec<_>, _>>()?;
+    match args.format {
+        ExportFormat::Bmf => {
+            let [run] = runs.as_slice() else {
+                return Err(CliError::input(format!(
+                    "export --format bmf takes one run, got {}",
+                    runs.len()
+                )));
+            };
+            let json = analysis::export::bmf(run);
+            println!("{}", serde_json::to_string_pretty(&json).unwrap_or_default());
+        }
+        ExportFormat::Otava => print!("{}", analysis::export::otava_csv(&runs)?),
+    }
+    Ok(0)
 }
 
 #[derive(Debug, clap::Args)]
@@ -167,20 +209,49 @@ pub struct CompareArgs {
     base: PathBuf,
     /// The candidate run directory.
     cand: PathBuf,
-    /// Smallest change that counts, in percent.
-    #[arg(long, default_value_t = 5.0)]
+    /// Smallest change of one case that counts, in percent.
+    #[arg(long, default_value_t = 100.0 * analysis::compare::DEFAULT_THRESHOLD)]
     threshold: f64,
-    /// Significance level of the test (and 1 − level of the ratio's interval).
-    #[arg(long, default_value_t = 0.01)]
+    /// Smallest shared shift of a family of cases (all host-bound, all device, one op in one
+    /// mode, the dispatch floor) that counts, in percent.
+    #[arg(long, default_value_t = 100.0 * analysis::compare::DEFAULT_FAMILY_THRESHOLD)]
+    family_threshold: f64,
+    /// False-discovery rate over the cases (Benjamini–Hochberg), and over the families; the
+    /// intervals are at 1 − alpha.
+    #[arg(long, default_value_t = analysis::compare::DEFAULT_ALPHA)]
     alpha: f64,
-    /// md: a report with the environment and the cases that are not `same`; csv: every case.
+    /// md: a report that leads with the families, then the changed cases; csv: every case;
+    /// families: the families as CSV.
     #[arg(long, value_enum, default_value = "md")]
-    format: Format,
-    /// Compare host-timed cases raw, not divided by the host-speed control measured before
-    /// each sample (the default divides: it cancels a host that runs faster in one process
-    /// than in another).
+    format: CompareFormat,
+    /// What host-timed, host-bound cases are divided by: `host`, the build-independent host
+    /// work timed before each sample (a build whose every torch call is dearer shows);
+    /// `torch`, the dispatch floor's add (cancels the host's speed and the build's dispatch
+    /// alike); `raw`, nothing.
+    #[arg(long, value_enum, default_value = "host")]
+    control: ControlArg,
+    /// Compare host-timed cases raw (the same as `--control raw`).
     #[arg(long)]
     raw: bool,
+    /// The drift between sittings added to the intervals: `auto` when the runs are of two
+    /// sittings (another boot id, or started over 3 hours apart), `off`, or a percentage
+    /// (a case's and a family's standard deviation alike).
+    #[arg(long, default_value = "auto")]
+    drift: String,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum CompareFormat {
+    Md,
+    Csv,
+    Families,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum ControlArg {
+    Host,
+    Torch,
+    Raw,
 }
 
 #[derive(Debug, clap::Args)]
@@ -387,17 +458,41 @@ fn merge_verb(dir: &std::path::Path) -> Result<u8, CliError> {
 }
 
 fn compare_verb(args: &CompareArgs) -> Result<u8, CliError> {
-    let mut settings = analysis::compare::Settings::new(args.threshold / 100.0, args.alpha)?;
-    settings.normalize = !args.raw;
+    use analysis::compare::{Control, Drift, DriftChoice};
+    let mut settings = analysis::compare::Settings::new(args.threshold / 100.0, args.alpha)?
+        .with_family_threshold(args.family_threshold / 100.0)?;
+    settings.control = match (args.raw, args.control) {
+        (true, _) | (_, ControlArg::Raw) => Control::Raw,
+        (false, ControlArg::Host) => Control::Host,
+        (false, ControlArg::Torch) => Control::Torch,
+    };
+    settings.drift = match args.drift.trim() {
+        "auto" => DriftChoice::Auto,
+        "off" => DriftChoice::Off,
+        pct => match pct.parse::<f64>() {
+            Ok(p) if (0.0..100.0).contains(&p) => DriftChoice::Given(Drift {
+                case: (1.0 + p / 100.0).ln(),
+                shared: (1.0 + p / 100.0).ln(),
+            }),
+            _ => {
+                return Err(CliError {
+                    code: 2,
+                    message: format!("--drift {pct}: expected auto, off or a percentage in [0, 100)"),
+                });
+            }
+        },
+    };
     let base = Run::load(&args.base)?;
     let cand = Run::load(&args.cand)?;
     let cmp = analysis::compare::compare(&base, &cand, settings)?;
+    let stdout = |e: csv::Error| CliError {
+        code: 1,
+        message: format!("stdout: {e}"),
+    };
     match args.format {
-        Format::Csv => print::comparison_csv(&cmp).map_err(|e| CliError {
-            code: 1,
-            message: format!("stdout: {e}"),
-        })?,
-        Format::Md => print::comparison_md(&base, &cand, &cmp, args.threshold, args.alpha),
+        CompareFormat::Csv => print::comparison_csv(&cmp).map_err(stdout)?,
+        CompareFormat::Families => print::families_csv(&cmp).map_err(stdout)?,
+        CompareFormat::Md => print::comparison_md(&base, &cand, &cmp),
     }
     Ok(u8::from(cmp.fails() > 0))
 }
@@ -449,6 +544,7 @@ fn main() -> ExitCode {
             })
             .map_err(CliError::from),
         Verb::History(args) => history_verb(&args),
+        Verb::Export(args) => export_verb(&args),
         Verb::Publish(args) => analysis::publish::publish(&analysis::publish::Publication {
             run: args.run,
             results: args.results,

@@ -1,6 +1,6 @@
 //! How the verbs print their results: tables for a terminal, CSV for a pipe.
 
-use analysis::compare::{Comparison, Flag, Line, Verdict};
+use analysis::compare::{Comparison, Control, Flag, Line, Verdict};
 use analysis::history::{ChangeKind, History};
 use analysis::predict::{HostState, Prediction, Query, Source, step_row};
 use rundir::{CaseKey, FitRow, Mode, Run};
@@ -489,6 +489,7 @@ pub fn comparison_csv(cmp: &Comparison) -> Result<(), csv::Error> {
         "p_value",
         "verdict",
         "flags",
+        "mde",
     ]);
     w.write_record(&header)?;
     for l in sorted(cmp) {
@@ -502,6 +503,7 @@ pub fn comparison_csv(cmp: &Comparison) -> Result<(), csv::Error> {
             l.p.map_or(String::new(), |p| format!("{p:.3e}")),
             l.verdict.as_str().into(),
             flags(l),
+            num(l.mde, 4),
         ]);
         w.write_record(&rec)?;
     }
@@ -509,24 +511,70 @@ pub fn comparison_csv(cmp: &Comparison) -> Result<(), csv::Error> {
     Ok(())
 }
 
-pub fn comparison_md(base: &Run, cand: &Run, cmp: &Comparison, threshold: f64, alpha: f64) {
+/// The families of a comparison as CSV: scope, cases, ratio, interval, mde, p, verdict.
+pub fn families_csv(cmp: &Comparison) -> Result<(), csv::Error> {
+    let mut w = csv::Writer::from_writer(std::io::stdout());
+    w.write_record([
+        "family", "global", "cases", "ratio", "ratio_ci_low", "ratio_ci_high", "mde", "p_value",
+        "verdict",
+    ])?;
+    for f in &cmp.families {
+        w.write_record([
+            f.scope.to_string(),
+            f.scope.is_global().to_string(),
+            f.shift.cases.to_string(),
+            format!("{:.4}", f.shift.ratio),
+            format!("{:.4}", f.ci.0),
+            format!("{:.4}", f.ci.1),
+            format!("{:.4}", f.mde),
+            format!("{:.3e}", f.shift.p),
+            f.verdict.as_str().into(),
+        ])?;
+    }
+    w.flush()?;
+    Ok(())
+}
+
+/// A percentage change from a ratio: `+6.1%`.
+fn pct(r: f64) -> String {
+    format!("{:+.1}%", 100.0 * (r - 1.0))
+}
+
+/// The families table: the global families, then each op's.
+fn families_md(cmp: &Comparison) {
+    println!("## Families: the shared shift of their cases\n");
+    println!("| family | cases | shift [CI] | mde | verdict |");
+    println!("|---|---|---|---|---|");
+    let mut fams: Vec<_> = cmp.families.iter().collect();
+    fams.sort_by_key(|f| !f.scope.is_global());
+    for f in fams {
+        println!(
+            "| {} | {} | {} [{}, {}] | ±{:.1}% | {}{} |",
+            f.scope,
+            f.shift.cases,
+            pct(f.shift.ratio),
+            pct(f.ci.0),
+            pct(f.ci.1),
+            100.0 * f.mde,
+            f.verdict.as_str(),
+            if f.verdict == Verdict::Slower { " ✗" } else { "" }
+        );
+    }
+    println!();
+}
+
+pub fn comparison_md(base: &Run, cand: &Run, cmp: &Comparison) {
+    let s = cmp.settings;
     println!(
         "# opbench compare\n\nbase: `{}`  \ncandidate: `{}`\n",
         base.dir.display(),
         cand.dir.display()
     );
-    if cmp.env_diff.is_empty() {
-        println!("Environment: no differences in the fields that change kernels.\n");
-    } else {
-        println!("Environment differences:\n");
-        for d in &cmp.env_diff {
-            println!("- {d}");
-        }
-        println!();
-    }
+    families_md(cmp);
+    let moved = |l: &&Line| l.verdict == Verdict::Slower || l.verdict == Verdict::Faster;
     println!(
-        "{} cases: {} slower, {} faster, {} same, {} ambiguous; {} kernel-changed, {} status-changed, {} new, {} gone \
-         (threshold {}%, alpha {})\n",
+        "## Cases\n\n{} cases: {} slower, {} faster, {} same, {} ambiguous; {} kernel-changed, {} status-changed, {} new, {} gone \
+         (threshold {}%, false-discovery rate {}; `same` means within ± max(threshold, the case's mde))\n",
         cmp.lines.len(),
         cmp.count(Verdict::Slower),
         cmp.count(Verdict::Faster),
@@ -536,34 +584,14 @@ pub fn comparison_md(base: &Run, cand: &Run, cmp: &Comparison, threshold: f64, a
         cmp.flagged(|f| matches!(f, Flag::StatusChanged(..))),
         cmp.flagged(|f| *f == Flag::New),
         cmp.flagged(|f| *f == Flag::Gone),
-        threshold,
-        alpha
+        100.0 * s.threshold,
+        s.alpha
     );
-    let (nb, nc) = cmp.executions;
-    println!(
-        "Executions (processes): base {nb}, candidate {nc}{}.\n",
-        if cmp.normalized {
-            "; host-timed ratios are at equal host speed (each execution's times divided by its \
-             host-speed control, where measured), while the µs columns are the raw medians"
-        } else {
-            ""
-        }
-    );
-    if nb < 2 || nc < 2 {
-        println!(
-            "With one execution on a side the noise between processes is unknown, and on a busy host it is \
-             far larger than one process's samples show: host-timed cases (pipelined, synced) get no speed \
-             verdict (flag `single-execution`), and a device-timed case is slower or faster only beyond \
-             {:.0}%, the spread GPU-event times showed between processes of one build. Run both builds with \
-             OPBENCH_EXECUTIONS=5 or more.\n",
-            100.0 * analysis::compare::DEVICE_PROCESS_SPREAD
-        );
-    }
-    println!("| case | base µs | cand µs | ratio [CI] | p | verdict | flags |");
+    println!("| case | base µs | cand µs | ratio [CI] | mde | verdict | flags |");
     println!("|---|---|---|---|---|---|---|");
     for l in sorted(cmp)
         .into_iter()
-        .filter(|l| l.verdict != Verdict::Same || !l.flags.is_empty())
+        .filter(|l| moved(l) || l.fails || !l.flags.is_empty())
     {
         println!(
             "| {} | {} | {} | {} | {} | {}{} | {} |",
@@ -575,13 +603,59 @@ pub fn comparison_md(base: &Run, cand: &Run, cmp: &Comparison, threshold: f64, a
                 (Some(r), None) => format!("{r:.3}"),
                 _ => String::new(),
             },
-            l.p.map_or(String::new(), |p| format!("{p:.1e}")),
+            l.mde.map_or(String::new(), |m| format!("±{:.1}%", 100.0 * m)),
             l.verdict.as_str(),
             if l.fails { " ✗" } else { "" },
             flags(l)
         );
     }
-    println!("\n(`same` cases without flags are not listed.)");
+    println!(
+        "\n(Only cases that moved, failed or carry a flag are listed; `--format csv` has every case.)\n"
+    );
+    setting_md(cmp);
+}
+
+/// How the comparison was made: environment, executions, control, drift.
+fn setting_md(cmp: &Comparison) {
+    println!("## How it was compared\n");
+    if cmp.env_diff.is_empty() {
+        println!("- Environment: no differences in the fields that change kernels.");
+    } else {
+        println!("- Environment differences: {}.", cmp.env_diff.join("; "));
+    }
+    let (nb, nc) = cmp.executions;
+    println!(
+        "- Executions (processes): base {nb}, candidate {nc}. Host-bound, host-timed cases divided by: {} \
+         (the µs columns are raw medians).",
+        match cmp.control {
+            Control::Host => "the build-independent host control (a build's dearer dispatch shows)",
+            Control::Torch =>
+                "the dispatch floor's torch control (a build's dearer dispatch is divided away; see the dispatch family)",
+            Control::Raw => "nothing (raw)",
+        }
+    );
+    let (d, h) = cmp.drift;
+    println!(
+        "- Sittings: {}; drift between sittings added (SD of the log ratio, case / shared): device {:.1}% / {:.1}%, host {:.1}% / {:.1}%.",
+        if cmp.same_sitting {
+            "one (same boot, or started within 3 hours)"
+        } else {
+            "two"
+        },
+        100.0 * d.case,
+        100.0 * d.shared,
+        100.0 * h.case,
+        100.0 * h.shared
+    );
+    if nb < 2 || nc < 2 {
+        println!(
+            "- With one execution on a side the noise between processes is unknown: host-timed cases get no \
+             speed verdict (flag `single-execution`), and a device-timed case is slower or faster only beyond \
+             {:.0}%, the spread GPU-event times showed between processes of one build. Run both builds with \
+             OPBENCH_EXECUTIONS=3 or more.",
+            100.0 * analysis::compare::DEVICE_PROCESS_SPREAD
+        );
+    }
 }
 
 /// `opbench history` as markdown: each series' points, then every change.

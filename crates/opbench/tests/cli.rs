@@ -55,16 +55,40 @@ fn case(
 }
 
 fn write_run(dir: &Path, cases: &[Case]) {
+    write_run_at(dir, cases, &Sitting::default());
+}
+
+/// When and how a hand-made run was measured: its start (runs of one start are of one
+/// sitting) and, where given, the host controls of each execution (torch, host), written
+/// beside every sample.
+#[derive(Default)]
+struct Sitting {
+    started_at: &'static str,
+    controls: Vec<(f64, f64)>,
+}
+
+fn write_run_at(dir: &Path, cases: &[Case], at: &Sitting) {
     std::fs::create_dir_all(dir).unwrap();
+    let started = if at.started_at.is_empty() {
+        "2026-12-01T00:00:00Z"
+    } else {
+        at.started_at
+    };
     std::fs::write(
         dir.join("env.json"),
-        "{\"libtorch_version\": \"2.11.0\", \"backend\": \"cuda\"}",
+        format!(
+            "{{\"libtorch_version\": \"2.11.0\", \"backend\": \"cuda\", \"started_at\": \"{started}\"}}"
+        ),
     )
     .unwrap();
     let mut r = std::fs::File::create(dir.join("results.csv")).unwrap();
     let mut s = std::fs::File::create(dir.join("samples.csv")).unwrap();
     writeln!(r, "{RESULTS}").unwrap();
-    writeln!(s, "{SAMPLES}").unwrap();
+    if at.controls.is_empty() {
+        writeln!(s, "{SAMPLES}").unwrap();
+    } else {
+        writeln!(s, "{SAMPLES},control_ns,host_ns").unwrap();
+    }
     for c in cases {
         let kv = c.kv.map_or(String::new(), |k| k.to_string());
         let model = if c.op == "floor" {
@@ -78,10 +102,14 @@ fn write_run(dir: &Path, cases: &[Case]) {
             let m = stats::median(&all);
             rates = format!("{},{}", c.flops as f64 / m, c.bytes as f64 / m);
             for (e, times) in c.times.iter().enumerate() {
+                let controls = at
+                    .controls
+                    .get(e)
+                    .map_or(String::new(), |(t, h)| format!(",{t},{h}"));
                 for t in times {
                     writeln!(
                         s,
-                        "{},{},{},{model},decode,{},1,{kv},f16,cuda:0,{},{},10,{}",
+                        "{},{},{},{model},decode,{},1,{kv},f16,cuda:0,{},{},10,{}{controls}",
                         c.op,
                         c.variant,
                         c.site,
@@ -409,6 +437,206 @@ fn compare_of_a_run_with_itself_is_all_same_and_exits_zero() {
         "{v:?}"
     );
     assert!(v.iter().filter(|(_, v, _)| v == "same").count() >= 10);
+}
+
+/// `compare --format families`: (family, ratio, verdict) rows.
+fn families(base: &Path, cand: &Path, extra: &[&str]) -> Vec<(String, f64, String)> {
+    let mut args = vec![
+        "compare",
+        base.to_str().unwrap(),
+        cand.to_str().unwrap(),
+        "--format",
+        "families",
+    ];
+    args.extend(extra);
+    let (code, out, err) = opbench(&args);
+    assert!(code == 0 || code == 1, "{err}");
+    csv::Reader::from_reader(out.as_bytes())
+        .records()
+        .map(|r| {
+            let r = r.unwrap();
+            (r[0].to_string(), r[3].parse().unwrap(), r[8].to_string())
+        })
+        .collect()
+}
+
+fn family<'a>(f: &'a [(String, f64, String)], name: &str) -> &'a (String, f64, String) {
+    f.iter()
+        .find(|x| x.0.starts_with(name))
+        .unwrap_or_else(|| panic!("no family {name} in {f:?}"))
+}
+
+/// Host-bound pipelined cases over `execs` executions, each case's per-execution level
+/// noisy by `between` (CV), each execution's host running at `speed[e]`, its times ×
+/// `factor(i)`.
+fn host_cases(
+    rng: &mut StdRng,
+    n: usize,
+    execs: usize,
+    between: f64,
+    speed: &[f64],
+    factor: impl Fn(usize) -> f64,
+    seed_sites: &[f64],
+) -> Vec<Case> {
+    (0..n)
+        .map(|i| {
+            let site: &'static str = Box::leak(format!("s{i}").into_boxed_str());
+            let mut c = case("rmsnorm", "aten", site, 1, vec![]);
+            c.times = (0..execs)
+                .map(|e| {
+                    let level = seed_sites[i]
+                        * factor(i)
+                        * speed[e]
+                        * (1.0 + Normal::new(0.0, between).unwrap().sample(rng));
+                    noisy(rng, level, 0.02, 10)
+                })
+                .collect();
+            c
+        })
+        .collect()
+}
+
+#[test]
+fn compare_finds_a_shared_shift_that_no_case_shows_alone_and_no_false_one() {
+    // 150 host-bound cases, 8% noisy between processes, 3 executions a side: +6% in every
+    // case is found by the family and the global verdict with its magnitude, not case by
+    // case; noise alone gives no family verdict and no case verdict
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = StdRng::seed_from_u64(9);
+    let sites: Vec<f64> = (0..150).map(|_| rng.random_range(3e3..3e4)).collect();
+    let one = [1.0; 3];
+    let base = host_cases(&mut rng, 150, 3, 0.08, &one, |_| 1.0, &sites);
+    let same = host_cases(&mut rng, 150, 3, 0.08, &one, |_| 1.0, &sites);
+    let up = host_cases(&mut rng, 150, 3, 0.08, &one, |_| 1.06, &sites);
+    let controls = Sitting {
+        controls: vec![(1500.0, 50_000.0); 3],
+        ..Sitting::default()
+    };
+    for (name, cases) in [("base", &base), ("same", &same), ("up", &up)] {
+        write_run_at(&dir.path().join(name), cases, &controls);
+    }
+    let (b, s, u) = (
+        dir.path().join("base"),
+        dir.path().join("same"),
+        dir.path().join("up"),
+    );
+    let aa = families(&b, &s, &[]);
+    for (name, _, v) in &aa {
+        assert!(v == "same" || v == "ambiguous", "A/A family {name}: {v}");
+    }
+    let (_, out, _) = compare_csv(&b, &s);
+    let moved = verdicts(&out)
+        .iter()
+        .filter(|v| v.1 == "slower" || v.1 == "faster")
+        .count();
+    assert_eq!(moved, 0, "A/A case verdicts");
+    let f = families(&b, &u, &[]);
+    let all = family(&f, "all host-bound");
+    assert_eq!(all.2, "slower", "{f:?}");
+    assert!((all.1 - 1.06).abs() < 0.02, "{all:?}");
+    let (code, out, _) = compare_csv(&b, &u);
+    let slower = verdicts(&out).iter().filter(|v| v.1 == "slower").count();
+    assert!(slower < 75, "case by case, +6% in 8% noise is mostly unclear: {slower}");
+    assert_eq!(code, 1, "a slower family fails the comparison");
+}
+
+#[test]
+fn a_build_whose_every_torch_call_is_dearer_shows_against_the_host_control_only() {
+    // the candidate's every torch call costs 10% more, the torch control included; the
+    // host's speed differs by execution (±10%) and moves every time and both controls
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = StdRng::seed_from_u64(10);
+    let sites: Vec<f64> = (0..120).map(|_| rng.random_range(3e3..3e4)).collect();
+    let (sb, sc) = ([1.0, 1.1, 0.92], [0.95, 1.08, 1.0]);
+    let base = host_cases(&mut rng, 120, 3, 0.03, &sb, |_| 1.0, &sites);
+    let cand = host_cases(&mut rng, 120, 3, 0.03, &sc, |_| 1.10, &sites);
+    let ctl = |speed: &[f64], build: f64| Sitting {
+        controls: speed
+            .iter()
+            .map(|s| (1500.0 * s * build, 50_000.0 * s))
+            .collect(),
+        ..Sitting::default()
+    };
+    write_run_at(&dir.path().join("a"), &base, &ctl(&sb, 1.0));
+    write_run_at(&dir.path().join("b"), &cand, &ctl(&sc, 1.10));
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    let host = families(&a, &b, &[]);
+    let all = family(&host, "all host-bound");
+    assert_eq!(all.2, "slower", "{host:?}");
+    assert!((all.1 - 1.10).abs() < 0.03, "{all:?}");
+    let dispatch = family(&host, "dispatch");
+    assert_eq!(dispatch.2, "slower", "{host:?}");
+    assert!((dispatch.1 - 1.10).abs() < 0.01, "{dispatch:?}");
+    // divided by the torch control, the build's change is divided away
+    let torch = families(&a, &b, &["--control", "torch"]);
+    assert_ne!(family(&torch, "all host-bound").2, "slower", "{torch:?}");
+    assert!((family(&torch, "all host-bound").1 - 1.0).abs() < 0.02);
+}
+
+#[test]
+fn one_changed_case_among_many_is_found_and_moves_no_family_verdict_elsewhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = StdRng::seed_from_u64(11);
+    let sites: Vec<f64> = (0..200).map(|_| rng.random_range(3e3..3e4)).collect();
+    let one = [1.0; 3];
+    let base = host_cases(&mut rng, 200, 3, 0.02, &one, |_| 1.0, &sites);
+    let cand = host_cases(&mut rng, 200, 3, 0.02, &one, |i| if i == 7 { 1.4 } else { 1.0 }, &sites);
+    write_run(&dir.path().join("a"), &base);
+    write_run(&dir.path().join("b"), &cand);
+    let (code, out, _) = compare_csv(&dir.path().join("a"), &dir.path().join("b"));
+    let v = verdicts(&out);
+    let moved: Vec<_> = v
+        .iter()
+        .filter(|x| x.1 == "slower" || x.1 == "faster")
+        .collect();
+    assert_eq!(moved.len(), 1, "{moved:?}");
+    assert_eq!(moved[0].0, "aten/s7");
+    assert_eq!(code, 1);
+    let f = families(&dir.path().join("a"), &dir.path().join("b"), &[]);
+    assert_ne!(family(&f, "all host-bound").2, "faster", "{f:?}");
+    let same = v.iter().filter(|x| x.1 == "same").count();
+    assert!(same >= 180, "{same} of 200 same");
+}
+
+#[test]
+fn runs_of_two_sittings_must_clear_the_drift_between_them() {
+    // device times 3% slower in every case, measured a day apart: within one sitting that
+    // is a change; across days it is what the drift between sittings does
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = StdRng::seed_from_u64(12);
+    let mk = |rng: &mut StdRng, f: f64| -> Vec<Case> {
+        (0..100)
+            .map(|i| {
+                let site: &'static str = Box::leak(format!("d{i}").into_boxed_str());
+                let mut c = case("linear", "aten", site, 1, vec![]);
+                c.mode = "device";
+                let m = 10_000.0 + 100.0 * i as f64;
+                c.times = (0..3).map(|_| noisy(rng, m * f, 0.003, 10)).collect();
+                c
+            })
+            .collect()
+    };
+    let (base, cand) = (mk(&mut rng, 1.0), mk(&mut rng, 1.03));
+    write_run(&dir.path().join("a"), &base);
+    write_run(&dir.path().join("b"), &cand);
+    let day_later = Sitting {
+        started_at: "2026-12-02T00:00:00Z",
+        ..Sitting::default()
+    };
+    write_run_at(&dir.path().join("c"), &cand, &day_later);
+    let one = families(&dir.path().join("a"), &dir.path().join("b"), &[]);
+    assert_eq!(family(&one, "all device").2, "slower", "{one:?}");
+    let two = families(&dir.path().join("a"), &dir.path().join("c"), &[]);
+    assert_ne!(family(&two, "all device").2, "slower", "{two:?}");
+    let (_, md, _) = opbench(&[
+        "compare",
+        dir.path().join("a").to_str().unwrap(),
+        dir.path().join("c").to_str().unwrap(),
+    ]);
+    assert!(md.contains("Sittings: two"), "{md}");
+    // told the runs are of one sitting, the shift is a change again
+    let off = families(&dir.path().join("a"), &dir.path().join("c"), &["--drift", "off"]);
+    assert_eq!(family(&off, "all device").2, "slower", "{off:?}");
 }
 
 #[test]

@@ -233,11 +233,26 @@ pub struct Sample {
     /// The host-speed control right before this sample: the dispatch floor's per-call
     /// time in ns (empty where it was not measured).
     pub control_ns: Option<f64>,
+    /// The build-independent host-speed control right before this sample: a fixed piece
+    /// of CPU work that never calls torch, in ns (empty where it was not measured: runs
+    /// before it existed). A new build cannot move it; the host's own speed does.
+    pub host_ns: Option<f64>,
 }
 
 impl Sample {
     /// `samples.csv` columns, in file order: the case key, then these.
-    const TAIL: [&'static str; 4] = ["execution", "iters", "total_ns", "control_ns"];
+    const TAIL: [&'static str; 5] = ["execution", "iters", "total_ns", "control_ns", "host_ns"];
+
+    /// Columns added after schema 2 that a reader does not require (older runs lack them).
+    const OPTIONAL: [&'static str; 1] = ["host_ns"];
+
+    /// The columns a reader of schema ≥ 2 requires.
+    pub fn v2_columns() -> Vec<&'static str> {
+        Self::columns()
+            .into_iter()
+            .filter(|c| !Self::OPTIONAL.contains(c))
+            .collect()
+    }
 
     /// `samples.csv` columns, in file order.
     pub fn columns() -> Vec<&'static str> {
@@ -265,6 +280,7 @@ impl Sample {
             self.iters.to_string(),
             self.total_ns.to_string(),
             opt(&self.control_ns),
+            opt(&self.host_ns),
         ]);
         out
     }
@@ -287,6 +303,7 @@ impl Sample {
             iters,
             total_ns,
             control_ns: l.positive("control_ns", false)?,
+            host_ns: l.positive("host_ns", false)?,
         })
     }
 }

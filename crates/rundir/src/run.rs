@@ -152,7 +152,7 @@ impl Run {
     pub fn samples(&self) -> Result<BTreeMap<CaseKey, Vec<Sample>>, RunError> {
         let path = self.dir.join("samples.csv");
         let required = if self.schema >= 2 {
-            Sample::columns()
+            Sample::v2_columns()
         } else {
             Sample::v1_columns()
         };
@@ -176,6 +176,7 @@ impl Run {
                     let e = by_exec.entry(s.execution).or_default();
                     e.per_call_ns.push(s.per_call_ns());
                     e.control_ns.extend(s.control_ns);
+                    e.host_ns.extend(s.host_ns);
                 }
                 (key, by_exec.into_values().collect())
             })
@@ -190,6 +191,9 @@ pub struct ExecSamples {
     pub per_call_ns: Vec<f64>,
     /// The host-speed controls measured before the samples (none in runs without them).
     pub control_ns: Vec<f64>,
+    /// The build-independent host controls measured before the samples (none in runs
+    /// before they existed).
+    pub host_ns: Vec<f64>,
 }
 
 impl ExecSamples {
@@ -198,6 +202,11 @@ impl ExecSamples {
     /// between processes.
     pub fn median_control(&self) -> Option<f64> {
         (!self.control_ns.is_empty()).then(|| stats::median(&self.control_ns))
+    }
+
+    /// The execution's median build-independent host control (see [`Sample::host_ns`]).
+    pub fn median_host(&self) -> Option<f64> {
+        (!self.host_ns.is_empty()).then(|| stats::median(&self.host_ns))
     }
 
     /// The median per-call time.

@@ -7,6 +7,8 @@
 //!   crossover batch and the overhead share.
 //! - [`twosample`]: the Mann-Whitney U test and a bootstrap interval of the ratio of
 //!   medians, for comparing two runs' samples of a case.
+//! - [`decide`]: per-case tests with a minimum detectable effect, Benjamini–Hochberg
+//!   across cases, and a family's shared shift (executions resampled jointly).
 //! - [`changepoint`]: E-Divisive means with a t-test (as Apache Otava): where in a sequence
 //!   of builds a case's time changed.
 //!
@@ -14,6 +16,7 @@
 //! and never a NaN in a result.
 
 pub mod changepoint;
+pub mod decide;
 pub mod estimate;
 pub mod fit;
 pub mod twosample;

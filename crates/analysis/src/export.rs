@@ -1,0 +1,92 @@
+//! Runs in the formats of the tools teams already run (`opbench export`).
+//!
+//! - [`bmf`]: Bencher Metric Format JSON of one run — per case (its key as the benchmark
+//!   name) a `latency` measure in ns: the median as `value`, the bootstrap interval of the
+//!   median as `lower_value` / `upper_value`. `bencher run --adapter json` reads it.
+//! - [`otava_csv`]: an Apache Otava (formerly Hunter) CSV of many runs — one row per run,
+//!   in start order: `time` (the run's start, ISO 8601), the attributes `run`, `torch`,
+//!   `revision`, `device`, then one column per case (its key) holding the median in ns.
+//!   Otava's change-point analysis then runs on opbench's medians.
+//!
+//! Only ok rows are exported; a case a run lacks is an empty cell in the Otava CSV.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use rundir::Run;
+use serde_json::{Map, Value, json};
+
+use crate::AnalysisError;
+
+/// Bencher Metric Format JSON of `run`.
+pub fn bmf(run: &Run) -> Value {
+    let mut out = Map::new();
+    for r in run.ok_rows() {
+        let Some(m) = r.median_ns else { continue };
+        let mut latency = Map::new();
+        latency.insert("value".into(), json!(m));
+        if let (Some(lo), Some(hi)) = (r.ci_low_ns, r.ci_high_ns) {
+            latency.insert("lower_value".into(), json!(lo));
+            latency.insert("upper_value".into(), json!(hi));
+        }
+        out.insert(r.key.to_string(), json!({ "latency": latency }));
+    }
+    Value::Object(out)
+}
+
+/// An Apache Otava CSV of `runs`, sorted by start time. Every run needs env.json with a
+/// start time: Otava orders points by it.
+pub fn otava_csv(runs: &[Run]) -> Result<String, AnalysisError> {
+    let mut rows: Vec<(&str, &Run)> = Vec::new();
+    for run in runs {
+        let started = run
+            .env
+            .as_ref()
+            .map(|e| e.started_at.as_str())
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| {
+                AnalysisError::Input(format!(
+                    "{}: env.json has no started_at: Otava orders runs by time",
+                    run.dir.display()
+                ))
+            })?;
+        rows.push((started, run));
+    }
+    rows.sort_by(|a, b| a.0.cmp(b.0));
+    let keys: BTreeSet<String> = runs
+        .iter()
+        .flat_map(|r| r.ok_rows().map(|x| x.key.to_string()))
+        .collect();
+    let mut w = csv::WriterBuilder::new().from_writer(Vec::new());
+    let mut header = vec!["time", "run", "torch", "revision", "device"];
+    header.extend(keys.iter().map(String::as_str));
+    w.write_record(&header)
+        .map_err(|e| AnalysisError::Input(e.to_string()))?;
+    for (started, run) in rows {
+        let env = run.env.clone().unwrap_or_default();
+        let medians: BTreeMap<String, f64> = run
+            .ok_rows()
+            .filter_map(|r| r.median_ns.map(|m| (r.key.to_string(), m)))
+            .collect();
+        let name = run
+            .dir
+            .file_name()
+            .map_or(String::new(), |n| n.to_string_lossy().into_owned());
+        let mut rec = vec![
+            started.to_string(),
+            name,
+            env.libtorch_version.clone(),
+            env.git_revision.clone(),
+            env.device_label().to_string(),
+        ];
+        rec.extend(
+            keys.iter()
+                .map(|k| medians.get(k).map_or(String::new(), |m| format!("{m:.1}"))),
+        );
+        w.write_record(&rec)
+            .map_err(|e| AnalysisError::Input(e.to_string()))?;
+    }
+    let bytes = w
+        .into_inner()
+        .map_err(|e| AnalysisError::Input(e.to_string()))?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}

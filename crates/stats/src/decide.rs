@@ -1,0 +1,388 @@
+//! Deciding whether a build changed a time: per-case tests with a minimum detectable effect,
+//! the Benjamini–Hochberg procedure across the cases of a comparison, and the shared shift
+//! of a family of cases.
+//!
+//! Everything works on the log of a ratio of medians (candidate / base), from per-call times
+//! grouped by execution (separate processes):
+//!
+//! - [`case_test`]: the ratio, its standard error from a hierarchical bootstrap
+//!   (executions, then samples within them), widened by `n/(n−1)` for the few executions a
+//!   side usually has and by any between-sitting drift given, a Wald interval and p-value
+//!   with Student-t quantiles (df = executions − 2), and the minimum detectable effect at
+//!   80% power.
+//! - [`benjamini_hochberg`]: which p-values are discoveries with the false-discovery rate
+//!   held at `q`.
+//! - [`shared_shift`]: the mean log ratio over a family's cases, with executions resampled
+//!   *jointly* across the cases (a slow process slows all its cases at once), plus a shared
+//!   drift term: "linear device time +6% [4, 8] over 30 cases".
+//!
+//! No tch, no I/O; degenerate input gives an infinite standard error, never a NaN verdict.
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use statrs::distribution::{ContinuousCDF, Normal, StudentsT};
+
+/// Power at which the minimum detectable effect is stated.
+pub const MDE_POWER: f64 = 0.8;
+
+/// The outcome of one case's test.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CaseTest {
+    /// median(cand) / median(base), pooled over executions.
+    pub ratio: f64,
+    /// Standard error of ln(ratio).
+    pub se: f64,
+    /// Degrees of freedom of the t quantiles.
+    pub df: f64,
+    /// Two-sided p-value of "no change".
+    pub p: f64,
+}
+
+impl CaseTest {
+    /// The two-sided interval of the ratio at `level`.
+    pub fn interval(&self, level: f64) -> (f64, f64) {
+        let h = t_quantile(0.5 + level / 2.0, self.df) * self.se;
+        let l = self.ratio.ln();
+        ((l - h).exp(), (l + h).exp())
+    }
+
+    /// The smallest change (as a fraction) found with [`MDE_POWER`] at level `alpha`.
+    pub fn mde(&self, alpha: f64) -> f64 {
+        mde(self.se, self.df, alpha)
+    }
+
+    /// Equivalence within ±`margin` (TOST at `alpha`): the 1 − 2·alpha interval inside
+    /// [1 − margin, 1 + margin].
+    pub fn equivalent(&self, margin: f64, alpha: f64) -> bool {
+        let (lo, hi) = self.interval(1.0 - 2.0 * alpha);
+        lo >= 1.0 - margin && hi <= 1.0 + margin
+    }
+}
+
+/// The minimum detectable effect (fraction) for a log-ratio standard error `se`.
+pub fn mde(se: f64, df: f64, alpha: f64) -> f64 {
+    let z = t_quantile(1.0 - alpha / 2.0, df) + t_quantile(MDE_POWER, df);
+    (z * se).exp() - 1.0
+}
+
+/// Student-t quantile (normal where df is huge or not finite).
+fn t_quantile(p: f64, df: f64) -> f64 {
+    if df.is_finite() && df >= 1.0 && df < 1e6 {
+        if let Ok(t) = StudentsT::new(0.0, 1.0, df) {
+            return t.inverse_cdf(p);
+        }
+    }
+    Normal::new(0.0, 1.0).map_or(1.96, |n| n.inverse_cdf(p))
+}
+
+fn t_cdf(x: f64, df: f64) -> f64 {
+    if df.is_finite() && df >= 1.0 && df < 1e6 {
+        if let Ok(t) = StudentsT::new(0.0, 1.0, df) {
+            return t.cdf(x);
+        }
+    }
+    Normal::new(0.0, 1.0).map_or(0.5, |n| n.cdf(x))
+}
+
+/// Two-sided p-value of `estimate / se` against a t with `df`.
+fn p_value(estimate: f64, se: f64, df: f64) -> f64 {
+    if !(se > 0.0) || !se.is_finite() {
+        return if estimate == 0.0 || !se.is_finite() {
+            1.0
+        } else {
+            0.0
+        };
+    }
+    (2.0 * (1.0 - t_cdf((estimate / se).abs(), df))).clamp(0.0, 1.0)
+}
+
+fn nonempty(g: &[Vec<f64>]) -> Vec<&Vec<f64>> {
+    g.iter().filter(|x| !x.is_empty()).collect()
+}
+
+fn hier_draw(groups: &[&Vec<f64>], rng: &mut StdRng, buf: &mut Vec<f64>) -> f64 {
+    buf.clear();
+    for _ in 0..groups.len() {
+        let g = groups[rng.random_range(0..groups.len())];
+        for _ in 0..g.len() {
+            buf.push(g[rng.random_range(0..g.len())]);
+        }
+    }
+    crate::median(buf)
+}
+
+fn mean(xs: &[f64]) -> f64 {
+    xs.iter().sum::<f64>() / xs.len().max(1) as f64
+}
+
+fn sd(xs: &[f64]) -> f64 {
+    let n = xs.len() as f64;
+    if n < 2.0 {
+        return f64::INFINITY;
+    }
+    let m = xs.iter().sum::<f64>() / n;
+    (xs.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0)).sqrt()
+}
+
+/// The small-sample widening of a bootstrap standard error over `n` resampled groups: the
+/// bootstrap's variance of a mean of n groups is (n − 1)/n of the unbiased one.
+fn widen(n: usize) -> f64 {
+    if n >= 2 {
+        (n as f64 / (n as f64 - 1.0)).sqrt()
+    } else {
+        1.0
+    }
+}
+
+/// One case's test from per-call times grouped by execution, with `drift` (a standard
+/// deviation of the log ratio, 0 for none) added for what moves between sittings.
+///
+/// With two or more executions a side, df = executions − 2 (at least 2); with one a side,
+/// the samples are the groups (df = samples − 2): the caller knows that such an
+/// interval misses the spread between processes.
+pub fn case_test(base: &[Vec<f64>], cand: &[Vec<f64>], drift: f64, resamples: usize) -> CaseTest {
+    let (b, c) = (nonempty(base), nonempty(cand));
+    let pooled = |g: &[&Vec<f64>]| -> Vec<f64> { g.iter().flat_map(|x| x.iter()).copied().collect() };
+    let (pb, pc) = (pooled(&b), pooled(&c));
+    if pb.len() < 2 || pc.len() < 2 {
+        return CaseTest {
+            ratio: if pb.is_empty() || pc.is_empty() {
+                1.0
+            } else {
+                crate::median(&pc) / crate::median(&pb)
+            },
+            se: f64::INFINITY,
+            df: 1.0,
+            p: 1.0,
+        };
+    }
+    let ratio = crate::median(&pc) / crate::median(&pb);
+    // one execution a side: its samples are the groups
+    let split = |g: Vec<&Vec<f64>>, p: &[f64]| -> Vec<Vec<f64>> {
+        if g.len() >= 2 {
+            g.into_iter().cloned().collect()
+        } else {
+            p.iter().map(|x| vec![*x]).collect()
+        }
+    };
+    let (gb, gc) = (split(b, &pb), split(c, &pc));
+    let (rb, rc): (Vec<&Vec<f64>>, Vec<&Vec<f64>>) = (gb.iter().collect(), gc.iter().collect());
+    let mut rng = StdRng::seed_from_u64(17);
+    let (mut bb, mut cb) = (Vec::new(), Vec::new());
+    let logs: Vec<f64> = (0..resamples.max(50))
+        .map(|_| {
+            let x = hier_draw(&rb, &mut rng, &mut bb);
+            let y = hier_draw(&rc, &mut rng, &mut cb);
+            (y / x).ln()
+        })
+        .collect();
+    let boot = sd(&logs) * widen(gb.len().min(gc.len()));
+    let se = (boot.powi(2) + drift.powi(2)).sqrt();
+    let df = ((gb.len() + gc.len()) as f64 - 2.0).max(2.0);
+    CaseTest {
+        ratio,
+        se,
+        df,
+        p: p_value(ratio.ln(), se, df),
+    }
+}
+
+/// Which of `ps` are discoveries at false-discovery rate `q` (Benjamini–Hochberg step-up):
+/// the k smallest p-values, for the largest k with p(k) ≤ k·q/m.
+pub fn benjamini_hochberg(ps: &[f64], q: f64) -> Vec<bool> {
+    let m = ps.len();
+    let mut order: Vec<usize> = (0..m).collect();
+    order.sort_by(|&a, &b| ps[a].total_cmp(&ps[b]));
+    let mut k = 0;
+    for (rank, &i) in order.iter().enumerate() {
+        if ps[i] <= (rank + 1) as f64 * q / m as f64 {
+            k = rank + 1;
+        }
+    }
+    let mut out = vec![false; m];
+    for &i in &order[..k] {
+        out[i] = true;
+    }
+    out
+}
+
+/// A family's shared shift: the geometric mean ratio over its cases.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Shift {
+    /// Cases in the family.
+    pub cases: usize,
+    /// exp(mean over cases of ln ratio).
+    pub ratio: f64,
+    pub se: f64,
+    pub df: f64,
+    pub p: f64,
+}
+
+impl Shift {
+    /// As a [`CaseTest`], for its interval, mde and equivalence.
+    pub fn as_test(&self) -> CaseTest {
+        CaseTest {
+            ratio: self.ratio,
+            se: self.se,
+            df: self.df,
+            p: self.p,
+        }
+    }
+}
+
+/// One case of a family: the logs of its per-execution medians on each side.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FamilyCase {
+    pub base: Vec<f64>,
+    pub cand: Vec<f64>,
+}
+
+impl FamilyCase {
+    /// Per-execution medians of per-call times grouped by execution (empty groups dropped).
+    pub fn from_groups(base: &[Vec<f64>], cand: &[Vec<f64>]) -> Option<Self> {
+        let meds = |g: &[Vec<f64>]| -> Vec<f64> {
+            g.iter()
+                .filter(|x| !x.is_empty())
+                .map(|x| crate::median(x).ln())
+                .collect()
+        };
+        let (b, c) = (meds(base), meds(cand));
+        (!b.is_empty() && !c.is_empty()).then_some(FamilyCase { base: b, cand: c })
+    }
+
+    /// The case's log ratio: mean log of its candidate executions less the base's (the
+    /// geometric mean of execution medians, whose bootstrap is as smooth as the estimate).
+    fn log_ratio(&self) -> f64 {
+        mean(&self.cand) - mean(&self.base)
+    }
+}
+
+/// The shared shift of a family of cases: exp of the mean over cases of each case's log
+/// ratio of geometric-mean execution medians. Each bootstrap replicate draws the executions of
+/// each side once for all cases (execution i of every case is the same process); the cases
+/// are the family's own, not a sample of others, so they are not resampled (their spread
+/// is the family's make-up, not noise). A shared drift (`drift`: the standard deviation of a
+/// whole sitting's shift, 0 for none) is added in quadrature. The standard error is the replicates' spread
+/// widened for the few executions a side; df = executions − 2 (at least 2).
+pub fn shared_shift(cases: &[FamilyCase], drift: f64, resamples: usize) -> Option<Shift> {
+    if cases.is_empty() {
+        return None;
+    }
+    let n = cases.len();
+    let point = cases.iter().map(FamilyCase::log_ratio).sum::<f64>() / n as f64;
+    let nb = cases.iter().map(|c| c.base.len()).max().unwrap_or(1);
+    let nc = cases.iter().map(|c| c.cand.len()).max().unwrap_or(1);
+    let mut rng = StdRng::seed_from_u64(23);
+    let (mut ib, mut ic) = (vec![0usize; nb], vec![0usize; nc]);
+    let (mut xb, mut xc) = (Vec::new(), Vec::new());
+    let mut reps = Vec::with_capacity(resamples);
+    for _ in 0..resamples.max(50) {
+        ib.iter_mut().for_each(|i| *i = rng.random_range(0..nb));
+        ic.iter_mut().for_each(|i| *i = rng.random_range(0..nc));
+        let mut sum = 0.0;
+        for c in cases {
+            xb.clear();
+            xb.extend(ib.iter().map(|&i| c.base[i % c.base.len()]));
+            xc.clear();
+            xc.extend(ic.iter().map(|&i| c.cand[i % c.cand.len()]));
+            sum += mean(&xc) - mean(&xb);
+        }
+        reps.push(sum / n as f64);
+    }
+    let boot = sd(&reps) * widen(nb.min(nc));
+    let se = (boot.powi(2) + drift.powi(2)).sqrt();
+    let df = ((nb + nc) as f64 - 2.0).max(2.0);
+    Some(Shift {
+        cases: n,
+        ratio: point.exp(),
+        se,
+        df,
+        p: p_value(point, se, df),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand_distr::{Distribution, Normal as N};
+
+    fn execs(rng: &mut StdRng, level: f64, between: f64, within: f64, n: usize) -> Vec<Vec<f64>> {
+        (0..n)
+            .map(|_| {
+                let l = level * (1.0 + N::new(0.0, between).unwrap().sample(rng));
+                (0..10)
+                    .map(|_| l * (1.0 + N::new(0.0, within).unwrap().sample(rng)))
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_shift_is_significant_and_its_interval_brackets_it() {
+        let mut rng = StdRng::seed_from_u64(1);
+        let b = execs(&mut rng, 100.0, 0.01, 0.02, 5);
+        let c = execs(&mut rng, 110.0, 0.01, 0.02, 5);
+        let t = case_test(&b, &c, 0.0, 2000);
+        let (lo, hi) = t.interval(0.95);
+        assert!(t.p < 1e-3 && lo > 1.05 && lo < 1.10 && hi > 1.10, "{t:?} [{lo}, {hi}]");
+        assert!(t.mde(0.05) < 0.05, "{}", t.mde(0.05));
+        // drift widens it: a 10% day-to-day spread makes +10% unclear
+        let d = case_test(&b, &c, 0.10, 2000);
+        assert!(d.p > 0.05 && d.mde(0.05) > 0.25, "{d:?}");
+    }
+
+    #[test]
+    fn no_change_is_equivalent_within_its_resolution() {
+        let mut rng = StdRng::seed_from_u64(2);
+        let b = execs(&mut rng, 100.0, 0.005, 0.01, 5);
+        let c = execs(&mut rng, 100.0, 0.005, 0.01, 5);
+        let t = case_test(&b, &c, 0.0, 2000);
+        assert!(t.p > 0.01, "{t:?}");
+        assert!(t.equivalent(0.03, 0.05), "{t:?}");
+        assert!(!t.equivalent(0.0001, 0.05));
+    }
+
+    #[test]
+    fn degenerate_input_is_no_evidence() {
+        let t = case_test(&[vec![1.0]], &[vec![]], 0.0, 100);
+        assert_eq!(t.p, 1.0);
+        assert!(t.se.is_infinite());
+        assert!(!t.equivalent(0.5, 0.05));
+    }
+
+    #[test]
+    fn benjamini_hochberg_steps_up() {
+        // m = 5, q = 0.05: thresholds 0.01, 0.02, 0.03, 0.04, 0.05
+        let ps = [0.001, 0.5, 0.025, 0.011, 0.9];
+        assert_eq!(
+            benjamini_hochberg(&ps, 0.05),
+            vec![true, false, true, true, false]
+        );
+        assert_eq!(benjamini_hochberg(&[0.2, 0.3], 0.05), vec![false, false]);
+        assert!(benjamini_hochberg(&[], 0.05).is_empty());
+    }
+
+    #[test]
+    fn a_family_shift_is_found_where_its_cases_are_each_unclear() {
+        // 60 cases, each 15% noisy between processes, all +6%: few cases alone are clear,
+        // the family is
+        let mut rng = StdRng::seed_from_u64(3);
+        let mut cases = Vec::new();
+        let mut clear = 0;
+        for _ in 0..60 {
+            let m = rng.random_range(1e3..1e5);
+            let b = execs(&mut rng, m, 0.15, 0.02, 5);
+            let c = execs(&mut rng, m * 1.06, 0.15, 0.02, 5);
+            clear += usize::from(case_test(&b, &c, 0.0, 500).p < 0.01);
+            cases.push(FamilyCase::from_groups(&b, &c).unwrap());
+        }
+        assert!(clear <= 6, "{clear} cases clear alone");
+        let s = shared_shift(&cases, 0.0, 1000).unwrap();
+        let (lo, hi) = s.as_test().interval(0.95);
+        assert!(s.p < 0.05 && lo > 1.0 && hi > 1.06 && lo < 1.06, "{s:?} [{lo}, {hi}]");
+        // a drift as large as the shift makes it unclear again
+        let d = shared_shift(&cases, 0.06, 1000).unwrap();
+        assert!(d.p > 0.05, "{d:?}");
+        assert!(shared_shift(&[], 0.0, 10).is_none());
+    }
+}
