@@ -142,9 +142,7 @@ impl PlantScope {
         match s.trim() {
             "" | "op" => Ok(PlantScope::Op),
             "torch" => Ok(PlantScope::Torch),
-            other => Err(format!(
-                "OPBENCH_PLANT_SCOPE={other}: expected op or torch"
-            )),
+            other => Err(format!("OPBENCH_PLANT_SCOPE={other}: expected op or torch")),
         }
     }
 

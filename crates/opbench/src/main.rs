@@ -121,7 +121,10 @@ fn export_verb(args: &ExportArgs) -> Result<u8, CliError> {
                 )));
             };
             let json = analysis::export::bmf(run);
-            println!("{}", serde_json::to_string_pretty(&json).unwrap_or_default());
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&json).unwrap_or_default()
+            );
         }
         ExportFormat::Otava => print!("{}", analysis::export::otava_csv(&runs)?),
     }
@@ -477,7 +480,9 @@ fn compare_verb(args: &CompareArgs) -> Result<u8, CliError> {
             _ => {
                 return Err(CliError {
                     code: 2,
-                    message: format!("--drift {pct}: expected auto, off or a percentage in [0, 100)"),
+                    message: format!(
+                        "--drift {pct}: expected auto, off or a percentage in [0, 100)"
+                    ),
                 });
             }
         },

@@ -490,6 +490,7 @@ pub fn comparison_csv(cmp: &Comparison) -> Result<(), csv::Error> {
         "verdict",
         "flags",
         "mde",
+        "divided_by",
     ]);
     w.write_record(&header)?;
     for l in sorted(cmp) {
@@ -504,6 +505,7 @@ pub fn comparison_csv(cmp: &Comparison) -> Result<(), csv::Error> {
             l.verdict.as_str().into(),
             flags(l),
             num(l.mde, 4),
+            l.divided_by.map_or(String::new(), |c| c.as_str().into()),
         ]);
         w.write_record(&rec)?;
     }
@@ -515,7 +517,14 @@ pub fn comparison_csv(cmp: &Comparison) -> Result<(), csv::Error> {
 pub fn families_csv(cmp: &Comparison) -> Result<(), csv::Error> {
     let mut w = csv::Writer::from_writer(std::io::stdout());
     w.write_record([
-        "family", "global", "cases", "ratio", "ratio_ci_low", "ratio_ci_high", "mde", "p_value",
+        "family",
+        "global",
+        "cases",
+        "ratio",
+        "ratio_ci_low",
+        "ratio_ci_high",
+        "mde",
+        "p_value",
         "verdict",
     ])?;
     for f in &cmp.families {
@@ -557,7 +566,11 @@ fn families_md(cmp: &Comparison) {
             pct(f.ci.1),
             100.0 * f.mde,
             f.verdict.as_str(),
-            if f.verdict == Verdict::Slower { " ✗" } else { "" }
+            if f.verdict == Verdict::Slower {
+                " ✗"
+            } else {
+                ""
+            }
         );
     }
     println!();
@@ -603,7 +616,8 @@ pub fn comparison_md(base: &Run, cand: &Run, cmp: &Comparison) {
                 (Some(r), None) => format!("{r:.3}"),
                 _ => String::new(),
             },
-            l.mde.map_or(String::new(), |m| format!("±{:.1}%", 100.0 * m)),
+            l.mde
+                .map_or(String::new(), |m| format!("±{:.1}%", 100.0 * m)),
             l.verdict.as_str(),
             if l.fails { " ✗" } else { "" },
             flags(l)

@@ -536,7 +536,10 @@ fn compare_finds_a_shared_shift_that_no_case_shows_alone_and_no_false_one() {
     assert!((all.1 - 1.06).abs() < 0.02, "{all:?}");
     let (code, out, _) = compare_csv(&b, &u);
     let slower = verdicts(&out).iter().filter(|v| v.1 == "slower").count();
-    assert!(slower < 75, "case by case, +6% in 8% noise is mostly unclear: {slower}");
+    assert!(
+        slower < 75,
+        "case by case, +6% in 8% noise is mostly unclear: {slower}"
+    );
     assert_eq!(code, 1, "a slower family fails the comparison");
 }
 
@@ -580,7 +583,15 @@ fn one_changed_case_among_many_is_found_and_moves_no_family_verdict_elsewhere() 
     let sites: Vec<f64> = (0..200).map(|_| rng.random_range(3e3..3e4)).collect();
     let one = [1.0; 3];
     let base = host_cases(&mut rng, 200, 3, 0.02, &one, |_| 1.0, &sites);
-    let cand = host_cases(&mut rng, 200, 3, 0.02, &one, |i| if i == 7 { 1.4 } else { 1.0 }, &sites);
+    let cand = host_cases(
+        &mut rng,
+        200,
+        3,
+        0.02,
+        &one,
+        |i| if i == 7 { 1.4 } else { 1.0 },
+        &sites,
+    );
     write_run(&dir.path().join("a"), &base);
     write_run(&dir.path().join("b"), &cand);
     let (code, out, _) = compare_csv(&dir.path().join("a"), &dir.path().join("b"));
@@ -635,7 +646,11 @@ fn runs_of_two_sittings_must_clear_the_drift_between_them() {
     ]);
     assert!(md.contains("Sittings: two"), "{md}");
     // told the runs are of one sitting, the shift is a change again
-    let off = families(&dir.path().join("a"), &dir.path().join("c"), &["--drift", "off"]);
+    let off = families(
+        &dir.path().join("a"),
+        &dir.path().join("c"),
+        &["--drift", "off"],
+    );
     assert_eq!(family(&off, "all device").2, "slower", "{off:?}");
 }
 

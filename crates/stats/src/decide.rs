@@ -10,6 +10,9 @@
 //!   side usually has and by any between-sitting drift given, a Wald interval and p-value
 //!   with Student-t quantiles (df = executions − 2), and the minimum detectable effect at
 //!   80% power.
+//! - [`moderated_test`]: the same question on the logs of the execution medians, with the
+//!   case's variance shrunk towards the pooled variance of its kind of case ([`Prior`]):
+//!   three executions a side then resolve what thirty would alone.
 //! - [`benjamini_hochberg`]: which p-values are discoveries with the false-discovery rate
 //!   held at `q`.
 //! - [`shared_shift`]: the mean log ratio over a family's cases, with executions resampled
@@ -44,6 +47,25 @@ impl CaseTest {
         let h = t_quantile(0.5 + level / 2.0, self.df) * self.se;
         let l = self.ratio.ln();
         ((l - h).exp(), (l + h).exp())
+    }
+
+    /// The product of two independent ratios (this case's, and a shift every case shares):
+    /// standard errors added in quadrature, Welch–Satterthwaite degrees of freedom.
+    pub fn plus(&self, other: &CaseTest) -> CaseTest {
+        let (a, b) = (self.se.powi(2), other.se.powi(2));
+        let se = (a + b).sqrt();
+        let df = if a + b > 0.0 {
+            (a + b).powi(2) / (a.powi(2) / self.df + b.powi(2) / other.df)
+        } else {
+            self.df + other.df
+        };
+        let ratio = self.ratio * other.ratio;
+        CaseTest {
+            ratio,
+            se,
+            df,
+            p: p_value(ratio.ln(), se, df),
+        }
     }
 
     /// The smallest change (as a fraction) found with [`MDE_POWER`] at level `alpha`.
@@ -142,7 +164,8 @@ fn widen(n: usize) -> f64 {
 /// interval misses the spread between processes.
 pub fn case_test(base: &[Vec<f64>], cand: &[Vec<f64>], drift: f64, resamples: usize) -> CaseTest {
     let (b, c) = (nonempty(base), nonempty(cand));
-    let pooled = |g: &[&Vec<f64>]| -> Vec<f64> { g.iter().flat_map(|x| x.iter()).copied().collect() };
+    let pooled =
+        |g: &[&Vec<f64>]| -> Vec<f64> { g.iter().flat_map(|x| x.iter()).copied().collect() };
     let (pb, pc) = (pooled(&b), pooled(&c));
     if pb.len() < 2 || pc.len() < 2 {
         return CaseTest {
@@ -184,6 +207,92 @@ pub fn case_test(base: &[Vec<f64>], cand: &[Vec<f64>], drift: f64, resamples: us
         se,
         df,
         p: p_value(ratio.ln(), se, df),
+    }
+}
+
+/// One case's per-execution medians, as logs: the unit the moderated test works on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExecLogs {
+    pub base: Vec<f64>,
+    pub cand: Vec<f64>,
+}
+
+impl ExecLogs {
+    /// The logs of each non-empty execution's median, `None` unless both sides have two.
+    pub fn from_groups(base: &[Vec<f64>], cand: &[Vec<f64>]) -> Option<Self> {
+        let logs = |g: &[Vec<f64>]| -> Vec<f64> {
+            g.iter()
+                .filter(|x| !x.is_empty())
+                .map(|x| crate::median(x).ln())
+                .collect()
+        };
+        let (b, c) = (logs(base), logs(cand));
+        (b.len() >= 2 && c.len() >= 2).then_some(ExecLogs { base: b, cand: c })
+    }
+
+    /// The pooled variance of the executions about their side's mean, and its df.
+    pub fn variance(&self) -> (f64, f64) {
+        let ss = |x: &[f64]| {
+            let m = mean(x);
+            x.iter().map(|v| (v - m).powi(2)).sum::<f64>()
+        };
+        let df = (self.base.len() + self.cand.len()) as f64 - 2.0;
+        ((ss(&self.base) + ss(&self.cand)) / df, df)
+    }
+}
+
+/// What the cases of one kind (mode, size) say of their between-execution variance: a
+/// prior that each case's own few-execution estimate is shrunk towards (an empirical-Bayes
+/// moderated t, as limma's): `s2` the typical variance, `df` the weight it gets.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Prior {
+    pub s2: f64,
+    pub df: f64,
+}
+
+/// Prior degrees of freedom given to the pooled variance of a kind of case.
+pub const PRIOR_DF: f64 = 8.0;
+/// Cases of a kind needed before their pooled variance is used as a prior.
+pub const PRIOR_MIN_CASES: usize = 10;
+
+impl Prior {
+    /// The median of the cases' variances, scaled to a mean (the median of a χ²/df
+    /// variable is (1 − 2/(9 df))³ of its mean), with [`PRIOR_DF`]; `None` with fewer than
+    /// [`PRIOR_MIN_CASES`] cases.
+    pub fn pooled(vars: &[(f64, f64)]) -> Option<Prior> {
+        let ok: Vec<&(f64, f64)> = vars
+            .iter()
+            .filter(|(s2, df)| s2.is_finite() && *df >= 1.0)
+            .collect();
+        if ok.len() < PRIOR_MIN_CASES {
+            return None;
+        }
+        let s2: Vec<f64> = ok.iter().map(|v| v.0).collect();
+        let df = mean(&ok.iter().map(|v| v.1).collect::<Vec<_>>());
+        let scale = (1.0 - 2.0 / (9.0 * df)).powi(3);
+        Some(Prior {
+            s2: crate::median(&s2) / scale,
+            df: PRIOR_DF,
+        })
+    }
+}
+
+/// A case's test on the logs of its execution medians: the difference of means, a
+/// variance moderated by `prior` (its own pooled variance weighted by its df, the prior's
+/// by the prior's), `drift` added in quadrature, Student t with the summed df.
+pub fn moderated_test(x: &ExecLogs, prior: Option<Prior>, drift: f64) -> CaseTest {
+    let (s2, df) = x.variance();
+    let (s2, df) = match prior {
+        Some(p) => ((p.df * p.s2 + df * s2) / (p.df + df), p.df + df),
+        None => (s2, df),
+    };
+    let d = mean(&x.cand) - mean(&x.base);
+    let se = (s2 * (1.0 / x.base.len() as f64 + 1.0 / x.cand.len() as f64) + drift.powi(2)).sqrt();
+    CaseTest {
+        ratio: d.exp(),
+        se,
+        df,
+        p: p_value(d, se, df),
     }
 }
 
@@ -324,7 +433,10 @@ mod tests {
         let c = execs(&mut rng, 110.0, 0.01, 0.02, 5);
         let t = case_test(&b, &c, 0.0, 2000);
         let (lo, hi) = t.interval(0.95);
-        assert!(t.p < 1e-3 && lo > 1.05 && lo < 1.10 && hi > 1.10, "{t:?} [{lo}, {hi}]");
+        assert!(
+            t.p < 1e-3 && lo > 1.05 && lo < 1.10 && hi > 1.10,
+            "{t:?} [{lo}, {hi}]"
+        );
         assert!(t.mde(0.05) < 0.05, "{}", t.mde(0.05));
         // drift widens it: a 10% day-to-day spread makes +10% unclear
         let d = case_test(&b, &c, 0.10, 2000);
@@ -343,11 +455,71 @@ mod tests {
     }
 
     #[test]
+    fn a_shared_shift_adds_its_ratio_and_its_uncertainty() {
+        let a = CaseTest {
+            ratio: 1.05,
+            se: 0.03,
+            df: 10.0,
+            p: 0.1,
+        };
+        let b = CaseTest {
+            ratio: 1.10,
+            se: 0.04,
+            df: 4.0,
+            p: 0.05,
+        };
+        let c = a.plus(&b);
+        assert!((c.ratio - 1.155).abs() < 1e-9);
+        assert!((c.se - 0.05).abs() < 1e-9);
+        assert!(c.df > 4.0 && c.df < 14.0, "{c:?}");
+        assert!(c.p < a.p.min(b.p), "{c:?}");
+    }
+
+    #[test]
     fn degenerate_input_is_no_evidence() {
         let t = case_test(&[vec![1.0]], &[vec![]], 0.0, 100);
         assert_eq!(t.p, 1.0);
         assert!(t.se.is_infinite());
         assert!(!t.equivalent(0.5, 0.05));
+    }
+
+    #[test]
+    fn the_pooled_variance_lends_few_executions_the_power_of_many() {
+        // 3 executions a side, 1.5% between them, +5%: alone (df 4) mostly unclear;
+        // with the variance of 100 such cases as a prior, clear
+        let mut rng = StdRng::seed_from_u64(4);
+        let mut vars = Vec::new();
+        let mut cases = Vec::new();
+        for _ in 0..100 {
+            let b = execs(&mut rng, 1e4, 0.015, 0.005, 3);
+            let c = execs(&mut rng, 1.05e4, 0.015, 0.005, 3);
+            let x = ExecLogs::from_groups(&b, &c).unwrap();
+            vars.push(x.variance());
+            cases.push(x);
+        }
+        let prior = Prior::pooled(&vars).unwrap();
+        assert!((prior.s2.sqrt() - 0.015).abs() < 0.004, "{prior:?}");
+        let found = |p: Option<Prior>| {
+            cases
+                .iter()
+                .filter(|x| moderated_test(x, p, 0.0).p < 0.01)
+                .count()
+        };
+        let (alone, pooled) = (found(None), found(Some(prior)));
+        assert!(
+            pooled > alone + 20 && pooled >= 70,
+            "alone {alone}, pooled {pooled}"
+        );
+        // and under no change the pooled test keeps its level
+        let null = (0..200)
+            .filter(|_| {
+                let b = execs(&mut rng, 1e4, 0.015, 0.005, 3);
+                let c = execs(&mut rng, 1e4, 0.015, 0.005, 3);
+                moderated_test(&ExecLogs::from_groups(&b, &c).unwrap(), Some(prior), 0.0).p < 0.01
+            })
+            .count();
+        assert!(null <= 6, "{null} of 200 false at 1%");
+        assert!(Prior::pooled(&vars[..5]).is_none());
     }
 
     #[test]
@@ -379,7 +551,10 @@ mod tests {
         assert!(clear <= 6, "{clear} cases clear alone");
         let s = shared_shift(&cases, 0.0, 1000).unwrap();
         let (lo, hi) = s.as_test().interval(0.95);
-        assert!(s.p < 0.05 && lo > 1.0 && hi > 1.06 && lo < 1.06, "{s:?} [{lo}, {hi}]");
+        assert!(
+            s.p < 0.05 && lo > 1.0 && hi > 1.06 && lo < 1.06,
+            "{s:?} [{lo}, {hi}]"
+        );
         // a drift as large as the shift makes it unclear again
         let d = shared_shift(&cases, 0.06, 1000).unwrap();
         assert!(d.p > 0.05, "{d:?}");
