@@ -528,7 +528,7 @@ fn case_verdict(
     // show between processes
     let floor = if single { DEVICE_PROCESS_SPREAD } else { 0.0 };
     let large = s.threshold.max(floor);
-    let margin = large.max(t.mde(s.alpha));
+    let margin = s.threshold.max(t.mde(s.alpha));
     if discovery && t.ratio > 1.0 + large {
         Verdict::Slower
     } else if discovery && t.ratio < 1.0 - large {

@@ -153,7 +153,7 @@ fn compare_gives_the_published_verdicts() {
     // comparison of them called 339 slower or faster before); device rows are slower or
     // faster only beyond the spread GPU-event times show between processes (20%): the 27
     // device rows this pair called faster at 5% were 0.919–0.950, inside what A/A pairs of
-    // executions showed (up to 15.2%), and are ambiguous
+    // executions showed (up to 15.2%), and are ambiguous.
     let counts = [
         Verdict::Slower,
         Verdict::Faster,
@@ -201,11 +201,15 @@ fn executions_and_the_control_separate_a_planted_slowdown_from_host_noise() {
     )
     .unwrap();
     assert_eq!(aa.executions, (5, 5));
+    // at most 1% false flags per mode (Benjamini–Hochberg over ~200 cases each), and no
+    // global family moves
     for device in [false, true] {
-        assert_eq!(
-            count(&aa, device, Verdict::Slower) + count(&aa, device, Verdict::Faster),
-            0
-        );
+        let moved = count(&aa, device, Verdict::Slower) + count(&aa, device, Verdict::Faster);
+        assert!(moved <= 2, "device {device}: {moved}");
+    }
+    for f in aa.families.iter().filter(|f| f.scope.is_global()) {
+        assert_ne!(f.verdict, Verdict::Slower, "{}", f.scope);
+        assert_ne!(f.verdict, Verdict::Faster, "{}", f.scope);
     }
     let p20 = load("2026-11-30-nvidia-h200-cuda-torch2.11.0-calibration-p20");
     let planted = compare(&a1, &p20, s).unwrap();
@@ -221,9 +225,24 @@ fn executions_and_the_control_separate_a_planted_slowdown_from_host_noise() {
             .filter(|l| l.verdict == Verdict::Slower)
             .count()
     };
+    // and the global verdict finds it, with its size
+    let all = planted
+        .family(&analysis::compare::FamilyScope::AllHostBound)
+        .unwrap();
+    assert_eq!(all.verdict, Verdict::Slower);
+    assert!((all.shift.ratio - 1.25).abs() < 0.03, "{}", all.shift.ratio);
     assert_eq!(bound.len(), 47, "device- or compute-bound pipelined cases");
     assert!(slower(true) >= 140, "{}", slower(true));
-    assert_eq!(slower(false), 0);
+    // of the cases compared raw, only the math SDPA (a composite of many small kernels,
+    // compute-bound by its median but host-limited in part) feels a plant on its calls
+    let raw_slower: Vec<&analysis::compare::Line> = planted
+        .lines
+        .iter()
+        .filter(|l| !l.key.mode.is_device() && bound.contains(&l.key))
+        .filter(|l| l.verdict == Verdict::Slower)
+        .collect();
+    assert!(raw_slower.len() <= 3, "{}", raw_slower.len());
+    assert!(raw_slower.iter().all(|l| l.key.to_string().starts_with("sdpa/math/")));
     assert_eq!(
         count(&planted, true, Verdict::Slower),
         0,
@@ -231,7 +250,7 @@ fn executions_and_the_control_separate_a_planted_slowdown_from_host_noise() {
     );
     // raw, the host's own drift between the runs hides the plant
     let raw = Settings {
-        normalize: false,
+        control: analysis::compare::Control::Raw,
         ..s
     };
     let hidden = compare(&a1, &p20, raw).unwrap();

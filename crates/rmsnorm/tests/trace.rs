@@ -32,6 +32,8 @@ fn a_cpu_trace_lists_the_aten_ops_of_each_variant() {
         seed: 1,
         plant_ns: 0,
         plant_pct: 0.0,
+        plant_scope: harness::timing::PlantScope::Op,
+        plant_device_pct: 0.0,
         control: false,
         l2_bytes: None,
         trace: Some(TraceMode::Kineto),

@@ -46,6 +46,7 @@ fn row(batch: usize) -> (ResultRow, Vec<Sample>) {
         iters: 10,
         total_ns,
         control_ns: Some(800.0),
+        host_ns: Some(52_000.0),
     };
     (r, vec![s(1000.0), s(1010.0)])
 }
