@@ -5,6 +5,8 @@
     python3 scripts/run.py workspace VERSION  `TCH MATCH WORKSPACE` for a torch version
     python3 scripts/run.py env                what the build needs, as `export` lines
     python3 scripts/run.py bench [cargo bench args...]
+    python3 scripts/run.py bench --against OLD_PYTHON [cargo bench args...]
+                                              two builds interleaved, then compared
     python3 scripts/run.py test               the test suite, as CI runs it
     python3 scripts/run.py test-torch VERSION build and test against torch VERSION (PyPI)
 
@@ -497,6 +499,57 @@ def bench(args):
     print(f"opbench: run directory: {run_dir}")
 
 
+def bench_against(args, against):
+    """Two builds in one sitting, executions interleaved (base, cand, then cand, base, …),
+    as Chromium's Pinpoint does: `run.py bench --against OLD_PYTHON [cargo args]`. The
+    candidate is the Python found as usual (the new build); OLD_PYTHON the one to compare
+    against. Each is built with its own tch, runs OPBENCH_EXECUTIONS executions (default 3)
+    into runs/<RUN>-base and runs/<RUN>-cand, then `opbench compare` writes
+    runs/<RUN>-compare.md; the exit code is compare's. No peer and no trace pass."""
+    old = Path(against)
+    if not torch_of(old):
+        fail(f"--against {old}: that Python cannot import torch")
+    cand = build_env()
+    base = build_env(old)
+    run_id = cand.get("OPBENCH_RUN") or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    out = Path(cand.get("OPBENCH_OUT") or ROOT / "target" / "opbench")
+    n = cand.get("OPBENCH_EXECUTIONS", "3")
+    if not n.isdigit() or int(n) < 2:
+        fail(f"OPBENCH_EXECUTIONS={n}: an interleaved comparison needs 2 or more")
+    n = int(n)
+    args = list(args) or ["--workspace"]
+    names = {"base": f"{run_id}-base", "cand": f"{run_id}-cand"}
+    envs = {"base": base, "cand": cand}
+    for side, env in envs.items():
+        env["OPBENCH_OUT"] = str(out)
+        env.pop("OPBENCH_TRACE", None)
+        env.pop("OPBENCH_PLAN_FILE", None)
+        say(f"building the {side} side (torch {env['OPBENCH_TORCH']})")
+        cargo(env, "bench", "-q", "--no-run", *args, stdout=subprocess.DEVNULL)
+    cargo(cand, "build", "-q", "--release", "-p", "opbench")
+    seed = int(cand.get("OPBENCH_SEED") or time.time())
+    t0 = time.monotonic()
+    for i in range(1, n + 1):
+        order = ["base", "cand"] if i % 2 else ["cand", "base"]
+        for side in order:
+            say(f"execution {i} of {n}: {side} (torch {envs[side]['OPBENCH_TORCH']}) at {hms(time.monotonic() - t0)}")
+            e = dict(envs[side], OPBENCH_RUN=names[side], OPBENCH_EXECUTION=str(i), OPBENCH_SEED=str(seed + i))
+            if cargo(e, "bench", "-q", *args, check=False, stdout=subprocess.DEVNULL) != 0:
+                say(f"{side} execution {i} failed; the others are kept")
+    exe = Path(cand["OPBENCH_WS"]) / "target" / "release" / ("opbench.exe" if WINDOWS else "opbench")
+    dirs = {side: out / "runs" / name for side, name in names.items()}
+    for d in dirs.values():
+        subprocess.run([str(exe), "merge", str(d)], check=True)
+    report = out / "runs" / f"{run_id}-compare.md"
+    with report.open("w") as f:
+        rc = subprocess.run([str(exe), "compare", str(dirs["base"]), str(dirs["cand"])], stdout=f).returncode
+    text = report.read_text()
+    head = text.split("## Cases")[0]
+    print(head.rstrip())
+    print(f"\nopbench: base {dirs['base']}\nopbench: candidate {dirs['cand']}\nopbench: comparison {report}")
+    return rc
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -521,6 +574,11 @@ def main(argv):
                 val = env[k].replace("'", "'\\''")
                 print(f"export {k}='{val}'")
     elif verb == "bench":
+        if "--against" in rest:
+            i = rest.index("--against")
+            if i + 1 >= len(rest):
+                fail("--against needs the path of the other Python (its venv's bin/python)")
+            return bench_against(rest[:i] + rest[i + 2 :], rest[i + 1])
         bench(rest)
     elif verb == "test":
         test()

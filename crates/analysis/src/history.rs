@@ -6,11 +6,13 @@
 //!   run and a CPU run are never one series.
 //! - **Points** of a series are builds, in build order: libtorch version, then the CUDA/HIP
 //!   runtime and the driver, then the earliest start time. A build is also told apart by
-//!   libtorch's git commit (`COMMIT_SHA` in its build configuration), opbench's revision,
-//!   and the settings that change kernels or timings (the variables env.json records, the
-//!   SDP switches, CPU threads, a planted slowdown): a run with
-//!   `TORCH_BLAS_PREFER_HIPBLASLT=0` is its own point, marked with what differs. Runs of
-//!   the same build and settings on the same machine are replicates: one point.
+//!   libtorch's git commit (`COMMIT_SHA` in its build configuration) and the settings that
+//!   change kernels or timings (the variables env.json records, the SDP switches, CPU
+//!   threads, a planted slowdown): a run with `TORCH_BLAS_PREFER_HIPBLASLT=0` is its own
+//!   point, marked with what differs. Runs of the same build and settings on the same
+//!   machine are replicates: one point — whatever opbench revision made them, since a
+//!   history tracks builds, and a lease's or opbench's own shift is the replicates' spread,
+//!   not a change of build.
 //! - **Values:** per case and point, the mean of its replicates: each execution (process)
 //!   of a run is one, its median per-call time; a run without executions gives its median.
 //!   Device-timed rows (GPU events) are used by default. Host-timed rows (pipelined, synced)
@@ -19,7 +21,10 @@
 //!   because one process of host time says little about the build (docs/findings.md);
 //!   device- and compute-bound cases ([`crate::compare::raw_cases`]) are taken raw. A device time that is an upper bound is left out. A case missing at a point is a gap.
 //! - **Change points:** [`stats::change_points`] (E-Divisive means with a t-test, as Apache
-//!   Otava) over each case's points. Status changes (ok to unsupported, say) are listed too.
+//!   Otava) over each case's points; a step must also clear the spread runs of one build
+//!   show between sittings ([`SeriesDrift`]: pooled over the series' replicate runs, at
+//!   least what the H200 showed across days), with as many runs on each side as the
+//!   segments hold. Status changes (ok to unsupported, say) are listed too.
 //!   A change point or status loss at a series' newest point that makes a case slower or
 //!   broken is a regression: `opbench history` exits 1.
 
@@ -132,8 +137,10 @@ pub fn kernel_settings(env: &Env) -> BTreeMap<String, String> {
         }
     }
     out.insert("threads".into(), env.threads.to_string());
-    if let Some(p) = env.settings.get("plant_pct") {
-        out.insert("plant_pct".into(), p.clone());
+    for k in ["plant_pct", "plant_ns", "plant_scope", "plant_device_pct"] {
+        if let Some(p) = env.settings.get(k) {
+            out.insert(k.into(), p.clone());
+        }
     }
     out
 }
@@ -187,8 +194,6 @@ pub struct Build {
     pub driver: VersionKey,
     /// libtorch's git commit (`COMMIT_SHA` of `at::show_config()`), where it says.
     pub torch_commit: String,
-    /// opbench's own revision: a change in how opbench measures is a change too.
-    pub opbench: String,
     /// [`kernel_settings`] of its runs.
     pub settings: BTreeMap<String, String>,
 }
@@ -201,12 +206,11 @@ impl Build {
             runtime: v(&env.runtime_version),
             driver: v(&env.driver_version),
             torch_commit: commit_sha(&env.build_config).unwrap_or_default(),
-            opbench: env.git_revision.chars().take(12).collect(),
             settings: kernel_settings(env),
         }
     }
 
-    /// `torch 2.11.0 (70d99e99), runtime 13.0, driver 13.0, opbench 67cbc79ebefe`.
+    /// `torch 2.11.0 (70d99e99), runtime 13.0, driver 13.0`.
     pub fn label(&self) -> String {
         let mut s = format!("torch {}", self.torch.text);
         if !self.torch_commit.is_empty() {
@@ -220,9 +224,6 @@ impl Build {
         }
         if !self.driver.text.is_empty() {
             s += &format!(", driver {}", self.driver.text);
-        }
-        if !self.opbench.is_empty() {
-            s += &format!(", opbench {}", self.opbench);
         }
         for (k, v) in self.settings.iter().filter(|(k, _)| *k != "threads") {
             s += &format!(", {k}={v}");
@@ -242,7 +243,6 @@ impl Build {
         diff("torch commit", &prev.torch_commit, &self.torch_commit);
         diff("runtime", &prev.runtime.text, &self.runtime.text);
         diff("driver", &prev.driver.text, &self.driver.text);
-        diff("opbench", &prev.opbench, &self.opbench);
         let keys: BTreeSet<&String> = prev.settings.keys().chain(self.settings.keys()).collect();
         for k in keys {
             let v = |m: &BTreeMap<String, String>| m.get(k).cloned().unwrap_or_else(|| "-".into());
@@ -293,6 +293,8 @@ impl Point {
 pub struct Value {
     /// Mean of the replicates (ns); `None` when the case is not ok or not usable here.
     pub ns: Option<f64>,
+    /// Each replicate run's own value (the mean of its executions), in run order.
+    pub runs: Vec<f64>,
     pub status: Status,
     pub kernel: Option<String>,
 }
@@ -565,7 +567,8 @@ fn values(
     let reference = (!controls.is_empty()).then(|| stats::median(&controls));
     let mut out: BTreeMap<CaseKey, Vec<Option<Value>>> = BTreeMap::new();
     for (i, (_, members)) in points.iter().enumerate() {
-        let mut at: BTreeMap<CaseKey, (Vec<f64>, Status, Option<String>)> = BTreeMap::new();
+        // per case: each member run's values (its executions'), its status and kernel
+        let mut at: BTreeMap<CaseKey, (Vec<Vec<f64>>, Status, Option<String>)> = BTreeMap::new();
         for l in members {
             // device- and compute-bound cases are not divided by the control
             let raw_cases = crate::compare::raw_cases(&[&l.run]);
@@ -576,6 +579,8 @@ fn values(
                 let entry = at
                     .entry(row.key.clone())
                     .or_insert_with(|| (Vec::new(), row.status, row.kernel.clone()));
+                entry.0.push(Vec::new());
+                let mine = entry.0.len() - 1;
                 if row.status != Status::Ok {
                     // a replicate that is not ok makes the point not ok
                     entry.1 = row.status;
@@ -587,22 +592,33 @@ fn values(
                         continue;
                     }
                     match execs {
-                        Some(e) => entry.0.extend(e.iter().map(|(t, _)| *t)),
-                        None => entry.0.extend(row.median_ns),
+                        Some(e) => entry.0[mine].extend(e.iter().map(|(t, _)| *t)),
+                        None => entry.0[mine].extend(row.median_ns),
                     }
                 } else if let Some(e) = execs {
                     let raw = raw_cases.contains(&row.key);
-                    entry.0.extend(e.iter().map(|(t, c)| match (c, reference) {
+                    entry.0[mine].extend(e.iter().map(|(t, c)| match (c, reference) {
                         (Some(c), Some(r)) if !raw => t / c * r,
                         _ => *t,
                     }));
                 }
             }
         }
-        for (key, (reps, status, kernel)) in at {
+        for (key, (per_run, status, kernel)) in at {
+            let reps: Vec<f64> = per_run.iter().flatten().copied().collect();
+            let runs: Vec<f64> = per_run
+                .iter()
+                .filter(|r| !r.is_empty())
+                .map(|r| r.iter().sum::<f64>() / r.len() as f64)
+                .collect();
             let v = Value {
                 ns: (status == Status::Ok && !reps.is_empty())
                     .then(|| reps.iter().sum::<f64>() / reps.len() as f64),
+                runs: if status == Status::Ok {
+                    runs
+                } else {
+                    Vec::new()
+                },
                 status,
                 kernel,
             };
@@ -612,8 +628,70 @@ fn values(
     out
 }
 
+/// How far runs of one build spread between sittings, per kind of timing: the standard
+/// deviation of the log of a run's value about its build's mean, pooled over every case and
+/// point of the series that has two or more runs, and never below what same-build runs
+/// showed between sittings on the H200 ([`crate::compare::DEVICE_DRIFT`],
+/// [`crate::compare::HOST_DRIFT`]): replicates of one sitting cannot show a day's drift.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SeriesDrift {
+    pub device: f64,
+    pub host: f64,
+}
+
+impl SeriesDrift {
+    pub fn of(series: &Series) -> Self {
+        let pooled = |device: bool| -> Option<f64> {
+            let (mut ss, mut df) = (0.0, 0usize);
+            for (key, vals) in &series.cases {
+                if key.mode.is_device() != device {
+                    continue;
+                }
+                for v in vals.iter().flatten().filter(|v| v.runs.len() >= 2) {
+                    let logs: Vec<f64> = v.runs.iter().map(|x| x.ln()).collect();
+                    let m = logs.iter().sum::<f64>() / logs.len() as f64;
+                    ss += logs.iter().map(|x| (x - m).powi(2)).sum::<f64>();
+                    df += logs.len() - 1;
+                }
+            }
+            (df > 0).then(|| (ss / df as f64).sqrt())
+        };
+        SeriesDrift {
+            device: pooled(true)
+                .unwrap_or(0.0)
+                .max(crate::compare::DEVICE_DRIFT.case),
+            host: pooled(false)
+                .unwrap_or(0.0)
+                .max(crate::compare::HOST_DRIFT.case),
+        }
+    }
+
+    pub fn of_mode(&self, mode: Mode) -> f64 {
+        if mode.is_device() {
+            self.device
+        } else {
+            self.host
+        }
+    }
+}
+
+/// A step of `ratio` between segments of `before` and `after` runs is beyond what runs of
+/// one build spread by `tau` (log SD) between sittings: two-sided p ≤ `max_p`.
+pub fn clears_drift(ratio: f64, tau: f64, before: usize, after: usize, max_p: f64) -> bool {
+    let se = tau * (1.0 / before.max(1) as f64 + 1.0 / after.max(1) as f64).sqrt();
+    if !(se > 0.0) {
+        return true;
+    }
+    let z = ratio.ln().abs() / se;
+    let p = statrs::distribution::Normal::new(0.0, 1.0).map_or(1.0, |n| {
+        2.0 * (1.0 - statrs::distribution::ContinuousCDF::cdf(&n, z))
+    });
+    p <= max_p
+}
+
 /// The change points and status changes of every case of one series.
 fn detect(index: usize, series: &Series, cp: &CpSettings) -> Vec<Change> {
+    let drift = SeriesDrift::of(series);
     let newest = series.points.len().saturating_sub(1);
     let build_change = |point: usize| {
         point
@@ -634,7 +712,19 @@ fn detect(index: usize, series: &Series, cp: &CpSettings) -> Vec<Change> {
             .filter_map(|(i, v)| v.as_ref().and_then(|v| v.ns).map(|ns| (i, ns)))
             .collect();
         let xs: Vec<f64> = present.iter().map(|p| p.1).collect();
+        let runs_at = |i: usize| {
+            vals[present[i].0]
+                .as_ref()
+                .map_or(1, |v| v.runs.len().max(1))
+        };
+        let tau = drift.of_mode(key.mode);
         for c in change_points(&xs, cp) {
+            // the step must also clear the spread runs of one build show between sittings
+            let rb: usize = (c.index - c.n_before..c.index).map(runs_at).sum();
+            let ra: usize = (c.index..c.index + c.n_after).map(runs_at).sum();
+            if !clears_drift(c.median_after / c.median_before, tau, rb, ra, cp.max_p) {
+                continue;
+            }
             let (point, prev) = (present[c.index].0, present[c.index - 1].0);
             let kernel_of = |i: usize| vals[i].as_ref().and_then(|v| v.kernel.clone());
             let kernel = match (kernel_of(prev), kernel_of(point)) {

@@ -52,7 +52,11 @@ fn cmp(base: &str, cand: &str) -> Comparison {
 }
 
 /// (called `v`, of) among the tested lines `pick` accepts.
-fn share(c: &Comparison, v: Verdict, pick: impl Fn(&analysis::compare::Line) -> bool) -> (usize, usize) {
+fn share(
+    c: &Comparison,
+    v: Verdict,
+    pick: impl Fn(&analysis::compare::Line) -> bool,
+) -> (usize, usize) {
     let lines: Vec<_> = c
         .lines
         .iter()
@@ -90,7 +94,9 @@ fn the_runs_are_of_one_lease_and_host_controlled() {
 #[test]
 fn a_same_lease_a_a_pair_flags_at_most_one_percent_and_calls_most_cases_the_same() {
     let c = cmp("a1", "a2");
-    for pick in [device as fn(&_) -> bool, |l: &analysis::compare::Line| !device(l)] {
+    for pick in [device as fn(&_) -> bool, |l: &analysis::compare::Line| {
+        !device(l)
+    }] {
         let (slower, n) = share(&c, Verdict::Slower, pick);
         let (faster, _) = share(&c, Verdict::Faster, pick);
         assert!(100 * (slower + faster) <= n, "{slower} + {faster} of {n}");
@@ -145,7 +151,10 @@ fn a_host_plant_is_found_globally_with_its_size_and_in_most_host_bound_cases() {
 fn a_build_whose_every_torch_call_is_dearer_is_found_where_the_torch_control_hides_it() {
     for base in ["a1", "a2"] {
         let c = cmp(base, "t10");
-        assert_eq!(global(&c, FamilyScope::AllHostBound).verdict, Verdict::Slower);
+        assert_eq!(
+            global(&c, FamilyScope::AllHostBound).verdict,
+            Verdict::Slower
+        );
         assert_eq!(global(&c, FamilyScope::Dispatch).verdict, Verdict::Slower);
         let (slower, n) = share(&c, Verdict::Slower, host_bound);
         assert!(slower * 100 >= 80 * n, "{base}: {slower} of {n}");
@@ -158,7 +167,11 @@ fn a_build_whose_every_torch_call_is_dearer_is_found_where_the_torch_control_hid
         let t = compare(&r[base], &r["t10"], s).unwrap();
         let hidden = t.family(&FamilyScope::AllHostBound).unwrap();
         let found = global(&c, FamilyScope::AllHostBound).shift.ratio;
-        assert!(hidden.shift.ratio - 1.0 < 0.2 * (found - 1.0), "{} {found}", hidden.shift.ratio);
+        assert!(
+            hidden.shift.ratio - 1.0 < 0.2 * (found - 1.0),
+            "{} {found}",
+            hidden.shift.ratio
+        );
         let (slower, n) = share(&t, Verdict::Slower, host_bound);
         assert!(slower * 10 < n, "{slower} of {n}");
     }
@@ -176,14 +189,20 @@ fn device_plants_are_found_by_case_and_globally() {
     assert!(slower * 100 >= 95 * n, "+5%, 5 executions: {slower} of {n}");
     let c3 = cmp("a1", "d5");
     let (slower3, n3) = share(&c3, Verdict::Slower, device_5us);
-    assert!(slower3 * 100 < 95 * n3, "+5%, 3 executions: {slower3} of {n3}");
+    assert!(
+        slower3 * 100 < 95 * n3,
+        "+5%, 3 executions: {slower3} of {n3}"
+    );
     // +3%: the global device verdict, with its size
     let d3 = cmp("a1", "d3");
     let all = global(&d3, FamilyScope::AllDevice);
     assert_eq!(all.verdict, Verdict::Slower);
     assert!((all.shift.ratio - 1.03).abs() < 0.01, "{}", all.shift.ratio);
     // a device plant moves no host-bound family
-    assert_ne!(global(&d3, FamilyScope::AllHostBound).verdict, Verdict::Slower);
+    assert_ne!(
+        global(&d3, FamilyScope::AllHostBound).verdict,
+        Verdict::Slower
+    );
 }
 
 #[test]
@@ -193,11 +212,15 @@ fn across_leases_the_same_build_is_not_called_changed() {
         let c = cmp(base, "a3");
         let (slower, n) = share(&c, Verdict::Slower, device);
         let (faster, _) = share(&c, Verdict::Faster, device);
-        assert!(100 * (slower + faster) <= n, "{base}: {slower} + {faster} of {n}");
+        assert!(
+            100 * (slower + faster) <= n,
+            "{base}: {slower} + {faster} of {n}"
+        );
         for scope in [FamilyScope::AllDevice, FamilyScope::AllHostBound] {
             let f = global(&c, scope);
             assert!(
-                f.verdict == Verdict::Same || (f.shift.ratio - 1.0).abs() < c.settings.family_threshold,
+                f.verdict == Verdict::Same
+                    || (f.shift.ratio - 1.0).abs() < c.settings.family_threshold,
                 "{base}: {} {} {:?}",
                 f.scope,
                 f.shift.ratio,

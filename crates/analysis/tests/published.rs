@@ -242,7 +242,11 @@ fn executions_and_the_control_separate_a_planted_slowdown_from_host_noise() {
         .filter(|l| l.verdict == Verdict::Slower)
         .collect();
     assert!(raw_slower.len() <= 3, "{}", raw_slower.len());
-    assert!(raw_slower.iter().all(|l| l.key.to_string().starts_with("sdpa/math/")));
+    assert!(
+        raw_slower
+            .iter()
+            .all(|l| l.key.to_string().starts_with("sdpa/math/"))
+    );
     assert_eq!(
         count(&planted, true, Verdict::Slower),
         0,

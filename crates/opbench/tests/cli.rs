@@ -261,7 +261,10 @@ fn compare_with_executions_holds_its_false_discovery_rate_on_measured_noise() {
         );
         let discoveries = aa[0] + aa[1] + p20[0] + p30[0] + m20[1];
         let false_share = (aa[0] + aa[1]) as f64 / discoveries.max(1) as f64;
-        assert!(false_share <= 0.08, "{name}: false flags {aa:?} of {discoveries} discoveries");
+        assert!(
+            false_share <= 0.08,
+            "{name}: false flags {aa:?} of {discoveries} discoveries"
+        );
         // a planted change is never called the other way
         assert_eq!(p20[1] + p30[1] + m20[0], 0, "{name}");
         if name == "H200" {
@@ -604,7 +607,10 @@ fn one_changed_case_among_many_is_found_and_moves_no_family_verdict_elsewhere() 
         .filter(|x| x.1 == "slower" || x.1 == "faster")
         .collect();
     // the changed case, and at most one of the 199 unchanged (0.5%)
-    assert!(moved.iter().any(|m| m.0 == "aten/s7" && m.1 == "slower"), "{moved:?}");
+    assert!(
+        moved.iter().any(|m| m.0 == "aten/s7" && m.1 == "slower"),
+        "{moved:?}"
+    );
     assert!(moved.len() <= 2, "{moved:?}");
     assert_eq!(code, 1);
     let f = families(&dir.path().join("a"), &dir.path().join("b"), &[]);

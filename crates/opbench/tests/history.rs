@@ -311,6 +311,71 @@ fn a_regression_in_the_newest_build_exits_1_and_the_report_draws_trends() {
     assert_eq!(code, 0, "a 30% step is under a 40% minimum");
 }
 
+/// Device rows of `n` linear cases, each `ns × factor`, with a run's drift between sittings:
+/// a shared shift `shared` and a per-case one drawn with SD `case`.
+fn drifting_rows(rng: &mut StdRng, n: usize, factor: f64, shared: f64, case: f64) -> Vec<Row> {
+    let noise = Normal::new(0.0, case).unwrap();
+    (0..n)
+        .map(|i| Row {
+            op: "linear",
+            site: Box::leak(format!("s{i}").into_boxed_str()),
+            batch: 1,
+            kv: "",
+            status: "ok",
+            kernel: "",
+            ns: (5_000.0 + 500.0 * i as f64) * factor * shared * (1.0 + noise.sample(rng)),
+        })
+        .collect()
+}
+
+#[test]
+fn a_step_of_one_build_is_found_and_a_sittings_drift_is_not() {
+    // ten builds of one run each, every run its own sitting: a shared drift of SD 1% and a
+    // per-case one of 1.5% (what same-build H200 runs showed across days); build 5 makes
+    // every case 8% slower. Then the same builds with no step: nothing is found.
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = StdRng::seed_from_u64(21);
+    for (root, step) in [("step", 1.08), ("flat", 1.0)] {
+        for i in 0..10 {
+            let shared = 1.0 + Normal::new(0.0, 0.01).unwrap().sample(&mut rng);
+            let factor = if i >= 5 { step } else { 1.0 };
+            let rows = drifting_rows(&mut rng, 20, factor, shared, 0.015);
+            let started = format!("2026-12-{:02}T00:00:00Z", i + 1);
+            let d = dir.path().join(root).join(format!("h200-2.{}.0", 10 + i));
+            write_run(&d, true, &format!("2.{}.0", 10 + i), &started, &rows);
+        }
+    }
+    let (_, rows, err) = history_csv(&dir.path().join("step"), &[]);
+    let at: Vec<usize> = rows.iter().map(|r| r["point"].parse().unwrap()).collect();
+    // found at build 5 in at least 16 of the 20 cases (17 with this seed), nowhere else
+    assert!(at.len() >= 16 && at.iter().all(|&p| p == 5), "{at:?} {err}");
+    let (code, rows, err) = history_csv(&dir.path().join("flat"), &[]);
+    assert!(rows.is_empty(), "{rows:?} {err}");
+    assert_eq!(code, 0);
+}
+
+#[test]
+fn runs_of_one_build_by_two_opbench_revisions_are_one_point() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = StdRng::seed_from_u64(22);
+    for (i, rev) in ["abc", "def"].iter().enumerate() {
+        let rows = drifting_rows(&mut rng, 5, if i == 1 { 1.06 } else { 1.0 }, 1.0, 0.005);
+        let d = dir.path().join(format!("h200-{rev}"));
+        write_run(&d, true, "2.11.0", "2026-12-01T00:00:00Z", &rows);
+        let env = std::fs::read_to_string(d.join("env.json")).unwrap();
+        std::fs::write(
+            d.join("env.json"),
+            env.replace("\"abc\"", &format!("\"{rev}\"")),
+        )
+        .unwrap();
+    }
+    let (code, rows, _) = history_csv(dir.path(), &[]);
+    assert!(rows.is_empty(), "{rows:?}");
+    assert_eq!(code, 0);
+    let (_, md, _) = opbench(&["history", dir.path().to_str().unwrap()]);
+    assert!(md.contains("1 builds, 2 runs"), "{md}");
+}
+
 #[test]
 fn history_bad_input_is_one_line_and_exit_2() {
     let dir = tempfile::tempdir().unwrap();
