@@ -534,8 +534,13 @@ def bench_against(args, against):
         for side in order:
             say(f"execution {i} of {n}: {side} (torch {envs[side]['OPBENCH_TORCH']}) at {hms(time.monotonic() - t0)}")
             e = dict(envs[side], OPBENCH_RUN=names[side], OPBENCH_EXECUTION=str(i), OPBENCH_SEED=str(seed + i))
-            if cargo(e, "bench", "-q", *args, check=False, stdout=subprocess.DEVNULL) != 0:
-                say(f"{side} execution {i} failed; the others are kept")
+            # criterion's chatter goes to a log per execution, kept beside the runs
+            log = out / "logs" / f"{names[side]}-{i}.log"
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with log.open("w") as f:
+                rc = cargo(e, "bench", "-q", *args, check=False, stdout=f, stderr=subprocess.STDOUT)
+            if rc != 0:
+                say(f"{side} execution {i} failed (exit {rc}, see {log}); the others are kept")
     exe = Path(cand["OPBENCH_WS"]) / "target" / "release" / ("opbench.exe" if WINDOWS else "opbench")
     dirs = {side: out / "runs" / name for side, name in names.items()}
     for d in dirs.values():

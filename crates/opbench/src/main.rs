@@ -1,7 +1,7 @@
 //! `opbench`: the command line over the run directories the op benches write.
 //!
 //! Verbs: `shapes`, `env`, `fit`, `predict`, `merge`, `compare`, `report`, `publish`,
-//! `history`. Everything but
+//! `history`, `export`. Everything but
 //! `env` is the `analysis` crate's and needs no libtorch; `env` describes this machine
 //! through libtorch and exists only in builds with the `torch` feature (scripts/bench
 //! builds it so). Bad input (an unknown model, a missing file or column, a value out of

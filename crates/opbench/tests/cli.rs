@@ -1582,6 +1582,18 @@ fn report_and_publish_a_run_once() {
     let (code, _, err) = opbench(&tagged);
     assert_eq!(code, 2);
     assert!(err.contains("--tag `../x`"), "{err}");
+    // a calibration run with a planted slowdown is not a measurement: refused, nothing written
+    std::fs::write(
+        run.join("env.json"),
+        r#"{"run_id": "r1", "started_at": "2026-11-29T10:00:00Z", "backend": "cuda", "device_name": "NVIDIA H200",
+            "libtorch_version": "2.11.0", "settings": {"profile": "quick", "plant_device_pct": "5"}}"#,
+    )
+    .unwrap();
+    tagged[last] = "planted";
+    let (code, _, err) = opbench(&tagged);
+    assert_eq!(code, 2);
+    assert!(err.contains("plant_device_pct=5") && err.lines().count() == 1, "{err}");
+    assert!(!results.join("2026-11-29-nvidia-h200-cuda-torch2.11.0-planted").exists());
 }
 
 #[test]
