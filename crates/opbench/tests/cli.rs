@@ -1592,8 +1592,15 @@ fn report_and_publish_a_run_once() {
     tagged[last] = "planted";
     let (code, _, err) = opbench(&tagged);
     assert_eq!(code, 2);
-    assert!(err.contains("plant_device_pct=5") && err.lines().count() == 1, "{err}");
-    assert!(!results.join("2026-11-29-nvidia-h200-cuda-torch2.11.0-planted").exists());
+    assert!(
+        err.contains("plant_device_pct=5") && err.lines().count() == 1,
+        "{err}"
+    );
+    assert!(
+        !results
+            .join("2026-11-29-nvidia-h200-cuda-torch2.11.0-planted")
+            .exists()
+    );
 }
 
 #[test]
