@@ -552,6 +552,9 @@ pub fn history(dirs: &[PathBuf], s: &Settings) -> Result<History, AnalysisError>
     })
 }
 
+/// A case's values at one point: each member run's (its executions'), its status, kernel.
+type RunValues = (Vec<Vec<f64>>, Status, Option<String>);
+
 /// Every case's value at every point of a series.
 fn values(
     points: &[(Point, Vec<Loaded>)],
@@ -568,7 +571,7 @@ fn values(
     let mut out: BTreeMap<CaseKey, Vec<Option<Value>>> = BTreeMap::new();
     for (i, (_, members)) in points.iter().enumerate() {
         // per case: each member run's values (its executions'), its status and kernel
-        let mut at: BTreeMap<CaseKey, (Vec<Vec<f64>>, Status, Option<String>)> = BTreeMap::new();
+        let mut at: BTreeMap<CaseKey, RunValues> = BTreeMap::new();
         for l in members {
             // device- and compute-bound cases are not divided by the control
             let raw_cases = crate::compare::raw_cases(&[&l.run]);
@@ -679,7 +682,7 @@ impl SeriesDrift {
 /// one build spread by `tau` (log SD) between sittings: two-sided p ≤ `max_p`.
 pub fn clears_drift(ratio: f64, tau: f64, before: usize, after: usize, max_p: f64) -> bool {
     let se = tau * (1.0 / before.max(1) as f64 + 1.0 / after.max(1) as f64).sqrt();
-    if !(se > 0.0) {
+    if se.is_nan() || se <= 0.0 {
         return true;
     }
     let z = ratio.ln().abs() / se;

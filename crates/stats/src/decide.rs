@@ -89,7 +89,7 @@ pub fn mde(se: f64, df: f64, alpha: f64) -> f64 {
 
 /// Student-t quantile (normal where df is huge or not finite).
 fn t_quantile(p: f64, df: f64) -> f64 {
-    if df.is_finite() && df >= 1.0 && df < 1e6 {
+    if (1.0..1e6).contains(&df) {
         if let Ok(t) = StudentsT::new(0.0, 1.0, df) {
             return t.inverse_cdf(p);
         }
@@ -98,7 +98,7 @@ fn t_quantile(p: f64, df: f64) -> f64 {
 }
 
 fn t_cdf(x: f64, df: f64) -> f64 {
-    if df.is_finite() && df >= 1.0 && df < 1e6 {
+    if (1.0..1e6).contains(&df) {
         if let Ok(t) = StudentsT::new(0.0, 1.0, df) {
             return t.cdf(x);
         }
@@ -108,7 +108,7 @@ fn t_cdf(x: f64, df: f64) -> f64 {
 
 /// Two-sided p-value of `estimate / se` against a t with `df`.
 fn p_value(estimate: f64, se: f64, df: f64) -> f64 {
-    if !(se > 0.0) || !se.is_finite() {
+    if se.is_nan() || se <= 0.0 || !se.is_finite() {
         return if estimate == 0.0 || !se.is_finite() {
             1.0
         } else {
