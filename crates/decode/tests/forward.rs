@@ -193,8 +193,10 @@ fn the_layer_cases_check_and_repeat_calls_without_changing_them() {
             outs.push(prepared.output().unwrap());
         }
         // the same inputs (fixed seed): blocked repetition leaves the layer's output as is,
-        // and the layer beside the step is the layer
-        assert!(outs[0].equal(&outs[1]), "{v}");
-        assert!(outs[0].equal(&outs[2]), "{v}");
+        // and the layer beside the step is the layer — to float32 rounding: libtorch's CPU
+        // reductions split work by thread, and with other tests running at once the split
+        // (and so the last bit) can differ between calls (seen once in a fresh clone's run)
+        assert!(outs[0].allclose(&outs[1], 1e-5, 1e-6, false), "{v}");
+        assert!(outs[0].allclose(&outs[2], 1e-5, 1e-6, false), "{v}");
     }
 }
