@@ -557,8 +557,14 @@ fn families_md(cmp: &Comparison) {
     let mut fams: Vec<_> = cmp.families.iter().collect();
     fams.sort_by_key(|f| !f.scope.is_global());
     for f in fams {
+        // `same` is shown within ± max(threshold, mde): say how wide when the noise set it
+        let within = if f.verdict == Verdict::Same && f.mde > cmp.settings.family_threshold {
+            format!(" within ±{:.1}%", 100.0 * f.mde)
+        } else {
+            String::new()
+        };
         println!(
-            "| {} | {} | {} [{}, {}] | ±{:.1}% | {}{} |",
+            "| {} | {} | {} [{}, {}] | ±{:.1}% | {}{within}{} |",
             f.scope,
             f.shift.cases,
             pct(f.shift.ratio),
