@@ -44,7 +44,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use rundir::{CaseKey, Env, ResultRow, Run, Status};
+use rundir::{CaseKey, Env, ExecSamples, ResultRow, Run, Status};
 
 use crate::AnalysisError;
 
@@ -343,38 +343,38 @@ pub fn raw_cases(runs: &[&Run]) -> BTreeSet<CaseKey> {
     out
 }
 
-/// Per-call times of each case from a run's samples.csv, grouped by execution. A
-/// host-bound, host-timed case's times are divided by its execution's median `control`
-/// (the host control where both runs have it, `use_host`; else the torch control); GPU-event
-/// times never are (the host's speed is not in them), nor are the host-timed times of
-/// [`raw_cases`].
+/// Per-call times of each case from a run's samples (`Run::samples_by_execution`), grouped
+/// by execution. A host-bound, host-timed case's times are divided by its execution's median
+/// torch control (labelled `Host` where both runs have the host control, `use_host`, since
+/// the dispatch's own change is then added back: [`dispatch_test`]); GPU-event times never
+/// are (the host's speed is not in them), nor are the host-timed times of [`raw_cases`].
 fn per_call(
-    run: &Run,
+    execs: BTreeMap<CaseKey, Vec<ExecSamples>>,
     control: Control,
     use_host: bool,
     raw: &BTreeSet<CaseKey>,
-) -> Result<PerCall, AnalysisError> {
+) -> PerCall {
     let mut out = BTreeMap::new();
     let mut used = Control::Raw;
     let mut dispatch: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
-    for (k, execs) in run.samples_by_execution()? {
+    let mut speeds = Vec::new();
+    let label = match control {
+        Control::Host if use_host => Some(Control::Host),
+        Control::Host | Control::Torch => Some(Control::Torch),
+        Control::Raw => None,
+    };
+    for (k, by_process) in execs {
         let host_timed = !k.mode.is_device() && !raw.contains(&k);
-        let mut by_exec = Vec::with_capacity(execs.len());
-        for (i, e) in execs.into_iter().enumerate() {
+        let mut by_exec = Vec::with_capacity(by_process.len());
+        for (i, e) in by_process.into_iter().enumerate() {
             if !e.host_ns.is_empty() && e.control_ns.len() == e.host_ns.len() {
                 let d = dispatch.entry(i).or_default();
                 d.extend(e.control_ns.iter().zip(&e.host_ns).map(|(t, h)| t / h));
             }
-            // with the host control, a case is divided by the torch control (which tracks
-            // the process's dispatch speed best) and the dispatch's own change at equal host
-            // speed is added back afterwards ([`dispatch_test`])
-            let by = match control {
-                Control::Host if use_host => e.median_control().map(|c| (c, Control::Host)),
-                Control::Host | Control::Torch => e.median_control().map(|c| (c, Control::Torch)),
-                Control::Raw => None,
-            };
-            match by.filter(|_| host_timed) {
-                Some((c, which)) => {
+            speeds.extend(if use_host { &e.host_ns } else { &e.control_ns });
+            let by = label.zip(e.median_control()).filter(|_| host_timed);
+            match by {
+                Some((which, c)) => {
                     used = which;
                     by_exec.push(e.per_call_ns.iter().map(|t| t / c).collect());
                 }
@@ -383,25 +383,12 @@ fn per_call(
         }
         out.insert(k, by_exec);
     }
-    let speeds: Vec<f64> = if use_host {
-        run.samples()?
-            .values()
-            .flatten()
-            .filter_map(|x| x.host_ns)
-            .collect()
-    } else {
-        run.samples()?
-            .values()
-            .flatten()
-            .filter_map(|x| x.control_ns)
-            .collect()
-    };
-    Ok(PerCall {
+    PerCall {
         times: out,
         dispatch: dispatch.into_values().collect(),
         used,
         host_speed: (!speeds.is_empty()).then(|| stats::median(&speeds)),
-    })
+    }
 }
 
 /// The change of the dispatch floor at equal host speed: the logs of each execution's
@@ -416,12 +403,8 @@ fn dispatch_test(bs: &PerCall, cs: &PerCall, drift: f64) -> Option<stats::decide
 }
 
 /// The run's samples have the build-independent host control.
-fn has_host_control(run: &Run) -> Result<bool, AnalysisError> {
-    Ok(run
-        .samples_by_execution()?
-        .values()
-        .flatten()
-        .any(|e| !e.host_ns.is_empty()))
+fn has_host_control(execs: &BTreeMap<CaseKey, Vec<ExecSamples>>) -> bool {
+    execs.values().flatten().any(|e| !e.host_ns.is_empty())
 }
 
 impl PerCall {
@@ -495,26 +478,26 @@ pub struct FamilyLine {
 
 /// One case's data for the decision: its test, or why it has none.
 enum Tested {
-    /// The test, and whether a side has a single execution (device time only).
-    Test(stats::decide::CaseTest, bool),
+    /// A device-timed case's test from one execution's samples.
+    Device(stats::decide::CaseTest),
     /// A host-timed case with one execution a side: ratio and interval for information.
     SingleHost(f64, (f64, f64)),
     NoSamples,
 }
 
-/// The test of one case both runs have ok.
-fn test_case(x: &[Vec<f64>], y: &[Vec<f64>], device: bool, drift: f64, s: Settings) -> Tested {
-    let n = |g: &[Vec<f64>]| g.iter().filter(|e| !e.is_empty()).count();
+/// The test of one case both runs have ok with a single execution on a side (cases with two
+/// or more a side take [`stats::decide::moderated_test`]): the samples' bootstrap.
+fn test_single(x: &[Vec<f64>], y: &[Vec<f64>], device: bool, drift: f64, s: Settings) -> Tested {
     let total = |g: &[Vec<f64>]| g.iter().map(Vec::len).sum::<usize>();
     if total(x) < 2 || total(y) < 2 {
         return Tested::NoSamples;
     }
-    let single = n(x) < 2 || n(y) < 2;
     let t = stats::decide::case_test(x, y, drift, s.resamples);
-    if single && !device {
-        return Tested::SingleHost(t.ratio, t.interval(1.0 - s.alpha));
+    if device {
+        Tested::Device(t)
+    } else {
+        Tested::SingleHost(t.ratio, t.interval(1.0 - s.alpha))
     }
-    Tested::Test(t, single)
 }
 
 /// The verdict of a tested case: `discovery` from Benjamini–Hochberg over the comparison.
@@ -607,9 +590,10 @@ impl Comparison {
 pub fn compare(base: &Run, cand: &Run, s: Settings) -> Result<Comparison, AnalysisError> {
     check_comparable(base, cand)?;
     let raw = raw_cases(&[base, cand]);
-    let use_host = has_host_control(base)? && has_host_control(cand)?;
-    let bs = per_call(base, s.control, use_host, &raw)?;
-    let cs = per_call(cand, s.control, use_host, &raw)?;
+    let (bx, cx) = (base.samples_by_execution()?, cand.samples_by_execution()?);
+    let use_host = has_host_control(&bx) && has_host_control(&cx);
+    let bs = per_call(bx, s.control, use_host, &raw);
+    let cs = per_call(cx, s.control, use_host, &raw);
     let same = same_sitting(base.env.as_ref(), cand.env.as_ref());
     let drift = match s.drift {
         DriftChoice::Off => (Drift::NONE, Drift::NONE),
@@ -750,8 +734,8 @@ fn case_tests(
             multi.push((i, logs));
             continue;
         }
-        match test_case(x, y, device, d, s) {
-            Tested::Test(t, single) => tests.push((i, t, single)),
+        match test_single(x, y, device, d, s) {
+            Tested::Device(t) => tests.push((i, t, true)),
             Tested::SingleHost(r, ci) => {
                 line.verdict = Verdict::Ambiguous;
                 line.ratio = Some(r);

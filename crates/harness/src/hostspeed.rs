@@ -7,13 +7,14 @@
 //! first. This control is plain Rust — a pointer chase through a 64 KiB table mixed with
 //! integer hashing, the kind of work a dispatcher does (dependent loads, branches, no
 //! floating point, no allocation, no system call) — so only the host can move it: a slow
-//! host state, a descheduled vCPU, a lower clock. `opbench compare` divides host-timed
-//! cases by it, and reports the torch control's own change at equal host speed as the
-//! build's dispatch change.
+//! host state, a descheduled vCPU, a lower clock. `opbench compare` takes the torch
+//! control over this one, at equal host speed, as the build's own dispatch cost, and adds
+//! its change between builds to every host-bound case's change against the torch control.
 //!
 //! This module never touches tch.
 
 use std::hint::black_box;
+use std::sync::OnceLock;
 use std::time::Instant;
 
 /// Entries of the chase table (64 KiB of u32: L2-resident on every current CPU).
@@ -48,6 +49,12 @@ impl HostControl {
             next.swap(i, j);
         }
         HostControl { next }
+    }
+
+    /// The process's one control (its table is built once).
+    pub fn shared() -> &'static HostControl {
+        static CONTROL: OnceLock<HostControl> = OnceLock::new();
+        CONTROL.get_or_init(HostControl::new)
     }
 
     /// One pass of the work; returns a value that depends on every step.

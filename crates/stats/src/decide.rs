@@ -122,15 +122,13 @@ fn nonempty(g: &[Vec<f64>]) -> Vec<&Vec<f64>> {
     g.iter().filter(|x| !x.is_empty()).collect()
 }
 
-fn hier_draw(groups: &[&Vec<f64>], rng: &mut StdRng, buf: &mut Vec<f64>) -> f64 {
-    buf.clear();
-    for _ in 0..groups.len() {
-        let g = groups[rng.random_range(0..groups.len())];
-        for _ in 0..g.len() {
-            buf.push(g[rng.random_range(0..g.len())]);
-        }
-    }
-    crate::median(buf)
+/// The log of each non-empty execution's median: the unit the moderated test and the
+/// families work on.
+fn exec_logs(g: &[Vec<f64>]) -> Vec<f64> {
+    g.iter()
+        .filter(|x| !x.is_empty())
+        .map(|x| crate::median(x).ln())
+        .collect()
 }
 
 fn mean(xs: &[f64]) -> f64 {
@@ -189,13 +187,12 @@ pub fn case_test(base: &[Vec<f64>], cand: &[Vec<f64>], drift: f64, resamples: us
         }
     };
     let (gb, gc) = (split(b, &pb), split(c, &pc));
-    let (rb, rc): (Vec<&Vec<f64>>, Vec<&Vec<f64>>) = (gb.iter().collect(), gc.iter().collect());
     let mut rng = StdRng::seed_from_u64(17);
     let (mut bb, mut cb) = (Vec::new(), Vec::new());
     let logs: Vec<f64> = (0..resamples.max(50))
         .map(|_| {
-            let x = hier_draw(&rb, &mut rng, &mut bb);
-            let y = hier_draw(&rc, &mut rng, &mut cb);
+            let x = crate::twosample::hier_draw(&gb, &mut rng, &mut bb);
+            let y = crate::twosample::hier_draw(&gc, &mut rng, &mut cb);
             (y / x).ln()
         })
         .collect();
@@ -220,13 +217,7 @@ pub struct ExecLogs {
 impl ExecLogs {
     /// The logs of each non-empty execution's median, `None` unless both sides have two.
     pub fn from_groups(base: &[Vec<f64>], cand: &[Vec<f64>]) -> Option<Self> {
-        let logs = |g: &[Vec<f64>]| -> Vec<f64> {
-            g.iter()
-                .filter(|x| !x.is_empty())
-                .map(|x| crate::median(x).ln())
-                .collect()
-        };
-        let (b, c) = (logs(base), logs(cand));
+        let (b, c) = (exec_logs(base), exec_logs(cand));
         (b.len() >= 2 && c.len() >= 2).then_some(ExecLogs { base: b, cand: c })
     }
 
@@ -410,15 +401,10 @@ pub struct FamilyCase {
 }
 
 impl FamilyCase {
-    /// Per-execution medians of per-call times grouped by execution (empty groups dropped).
+    /// The logs of per-execution medians of per-call times grouped by execution (empty
+    /// groups dropped).
     pub fn from_groups(base: &[Vec<f64>], cand: &[Vec<f64>]) -> Option<Self> {
-        let meds = |g: &[Vec<f64>]| -> Vec<f64> {
-            g.iter()
-                .filter(|x| !x.is_empty())
-                .map(|x| crate::median(x).ln())
-                .collect()
-        };
-        let (b, c) = (meds(base), meds(cand));
+        let (b, c) = (exec_logs(base), exec_logs(cand));
         (!b.is_empty() && !c.is_empty()).then_some(FamilyCase { base: b, cand: c })
     }
 

@@ -78,7 +78,7 @@ pub fn ratio_ci(base: &[f64], cand: &[f64], level: f64, resamples: usize) -> (f6
 
 /// Draw `groups.len()` groups with replacement, then that many values with replacement
 /// within each drawn group, into `buf`; returns their median.
-fn hier_draw(groups: &[Vec<f64>], rng: &mut StdRng, buf: &mut Vec<f64>) -> f64 {
+pub(crate) fn hier_draw(groups: &[Vec<f64>], rng: &mut StdRng, buf: &mut Vec<f64>) -> f64 {
     buf.clear();
     for _ in 0..groups.len() {
         let g = &groups[rng.random_range(0..groups.len())];
