@@ -12,11 +12,11 @@ enqueue outlasted its lead is redone with a longer one), times them with `torch.
 and compares the median per call with opbench's median. Each case is built `--allocations`
 times on fresh memory (earlier inputs are kept alive meanwhile): the figure is the median
 over allocations, and the spread between them is reported, because where a tensor lands in
-memory moves some kernels by several percent (see README, "Cross-check"). Exit code 0 when
+memory moves some kernels by several percent (docs/method.md, "Cross-check of device time"). Exit code 0 when
 every case agrees within the tolerance, 1 otherwise, 2 on bad input.
 
 Run it right after the opbench run, on the same machine: what the GPU does between kernels
-also moves by a few percent from one process or session to the next.
+also moves by a few percent from one process or sitting to the next.
 
 Needs a GPU and the PyTorch build the run was made with (CUDA or ROCm: `torch.cuda` is
 both). It shares no code with opbench: the op is built from the row's dims alone.

@@ -133,10 +133,10 @@ impl Line {
 }
 
 /// How far a GPU-event time may move between processes of one build. In four A/A pairs
-/// of executions on the H200 (sixth session, two leases; 283 GPU-event rows each) ~2 µs
+/// of executions on the H200 (2026-11-30, two leases; 283 GPU-event rows each) ~2 µs
 /// kernels' `device` rows moved by up to 15.2% (a residual add 1.70 against 1.96 µs), with
 /// one-process intervals of ±0.1%, and at the default 5% threshold one execution a side
-/// gave 43 slower/faster verdicts over the four pairs (the fourth session saw 0.935–1.123).
+/// gave 43 slower/faster verdicts over the four pairs (the 2026-11-30 runs saw 0.935–1.123).
 /// With one execution a side, a device row is called slower or faster only beyond this:
 /// none of those 43 is.
 pub const DEVICE_PROCESS_SPREAD: f64 = 0.2;

@@ -426,7 +426,7 @@ fn a_trace_pass_leaves_timing_unchanged() {
     assert!(same * 10 >= lines.len() * 9, "{same} of {}", lines.len());
 }
 
-/// Issue #16's target, in two processes of one session: the graphed decode step predicted
+/// Issue #16's target, in two processes of one sitting: the graphed decode step predicted
 /// from the op cases' graph (cold where they read model state) rows within ±10% of the
 /// decode crate's measured graphed step, both profiles, B = 1, 8, 64.
 #[test]
@@ -550,7 +550,7 @@ fn cpu_predictions_price_the_step_with_its_weights_cold() {
     }
 }
 
-/// Two leases of one session on the H200 (two and three executions, each with the op rows
+/// Two leases of one sitting on the H200 (two and three executions, each with the op rows
 /// and the decode steps minutes apart): the eager steps' medians disagree between the
 /// leases by up to a fifth, their fast host state (10th percentile of the pooled samples)
 /// by under a tenth; and predict's error over the six eager cases spreads less in the fast
@@ -641,7 +641,7 @@ fn the_transformers_step_runs_the_hf_eager_kernels() {
     }
 }
 
-/// Three leases of the seventh session, each with the peer's decoder-layer rows: in the
+/// Three leases of the 2026-11-30 runs, each with the peer's decoder-layer rows: in the
 /// fast host state with the context host model, predict composes the HF transformers step
 /// within ±15% of the one measured in 8 of the 9 cases (B = 1, 8, 64; the ninth −15.3%, a
 /// step measured mostly in the slow state), its context factor is the layer's own (its
@@ -851,7 +851,7 @@ fn the_tch_steps_priced_at_the_layer_beside_them_in_two_leases() {
     assert!(l8 / l1 > 1.4, "{l1} {l8}");
 }
 
-/// The same lease's first run, with the seventh session's model (the tch steps' host speed
+/// The same lease's first run, with the 2026-11-30 runs' model (the tch steps' host speed
 /// from their `layer` and `layer_blocked` rows at B = 1, measured seconds to minutes away
 /// from the steps): the host switched states between the cases of one process, and
 /// `controlled` missed fused by over +50% at B = 1 and 64 and hf-eager by over −30% at
@@ -914,7 +914,7 @@ fn the_graph_replay_table_lists_the_steps_only() {
     assert!(layer_rows > 0);
 }
 
-/// The ninth session: transformers' own code per layer from every decoder layer called in
+/// the 2026-12-01 runs: transformers' own code per layer from every decoder layer called in
 /// turn (`stack` − `stack_flat`). On the H200 (one lease, two executions, fast state,
 /// `controlled`) the tch steps stay within ±10% and the HF step within ±15%, its own code
 /// 20–40 µs a layer as before; on the 2-core CPU (one execution) the HF step, priced with

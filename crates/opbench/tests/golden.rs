@@ -6,11 +6,11 @@
 //! changed on purpose; the device-mode verdicts, ratios and intervals did not. predict's
 //! refusal of the crosscheck run (which lacks cases) was re-recorded when it learned to name
 //! every missing case at once instead of the first (issue 14); no number moved. predict's
-//! outputs were re-recorded when it learned `--host-state` (issue 14, sixth session): each
+//! outputs were re-recorded when it learned `--host-state` (issue 14, 2026-11-30): each
 //! gained one line, the step in the other host state beside the chosen one; no line of the
 //! recording changed (checked line by line when re-recorded). compare's outputs were
 //! re-recorded when one-execution device rows learned the 20% between-process spread (issue
-//! 14, sixth session): 29 device lines moved from slower/faster to ambiguous with the flag
+//! 14, 2026-11-30): 29 device lines moved from slower/faster to ambiguous with the flag
 //! `single-execution`, the summary counts and the note above the table changed; no ratio,
 //! interval or p moved. compare's outputs were re-recorded again when it learned
 //! families, the moderated per-case test and the equivalence verdict (issue 30): every

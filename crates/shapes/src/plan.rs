@@ -90,7 +90,7 @@ impl StepProfile {
     /// state shares the caches with the calls' data. On the 2-core CPU the peer's layer
     /// cost 0.3–1.1 ms more in sequence in 11 of 12 batch-runs; the decode crate's tch layer
     /// −0.6 to +0.86 ms with no pattern, and adding it made the tch steps' predictions worse
-    /// (docs/findings.md, ninth session).
+    /// (docs/findings.md, 2026-12-01).
     pub fn cpu_sequence(self) -> bool {
         self == StepProfile::Transformers
     }
