@@ -262,3 +262,36 @@ fn on_the_two_core_cpu_ten_executions_find_a_build_wide_plus_ten_percent_globall
         assert!(all.mde > 0.1 && all.mde < 0.2, "{}", all.mde);
     }
 }
+
+#[test]
+fn five_executions_a_side_call_nine_in_ten_device_cases_the_same_and_miss_only_what_the_plant_missed()
+{
+    // lease 3 (a4, a5, d5c: five interleaved executions each, one boot)
+    let c = cmp("a4", "a5");
+    assert!(c.same_sitting);
+    assert_eq!(c.executions, (5, 5));
+    let (same, n) = share(&c, Verdict::Same, device_5us);
+    assert!(same * 100 >= 90 * n, "device >= 5 us: {same} of {n} same");
+    for pick in [device as fn(&_) -> bool, |l: &analysis::compare::Line| {
+        !device(l)
+    }] {
+        let (slower, n) = share(&c, Verdict::Slower, pick);
+        let (faster, _) = share(&c, Verdict::Faster, pick);
+        assert!(100 * (slower + faster) <= n, "{slower} + {faster} of {n}");
+    }
+    // +5% planted: 88 of 98 and 91 of 97 kernels of 5 us or more called slower; the plant
+    // delivered under 5% on the rest (rope's and HF rmsnorm's many-kernel calls, ratio
+    // 1.015–1.046 as measured), so each miss is a case whose measured change was < 5%
+    for base in ["a4", "a5"] {
+        let c = cmp(base, "d5c");
+        let (slower, n) = share(&c, Verdict::Slower, device_5us);
+        assert!(slower * 100 >= 88 * n, "{base}: {slower} of {n}");
+        for l in c.lines.iter().filter(|l| l.mde.is_some() && device_5us(l)) {
+            if l.verdict != Verdict::Slower {
+                let r = l.ratio.unwrap();
+                assert!(r < 1.05, "{base}: {} missed at {r}", l.key);
+            }
+        }
+        assert_eq!(global(&c, FamilyScope::AllDevice).verdict, Verdict::Slower);
+    }
+}
