@@ -16,7 +16,7 @@ memory moves some kernels by several percent (docs/method.md, "Cross-check of de
 every case agrees within the tolerance, 1 otherwise, 2 on bad input.
 
 Run it right after the opbench run, on the same machine: what the GPU does between kernels
-also moves by a few percent from one process or sitting to the next.
+also moves by a few percent from one process or boot to the next.
 
 Needs a GPU and the PyTorch build the run was made with (CUDA or ROCm: `torch.cuda` is
 both). It shares no code with opbench: the op is built from the row's dims alone.

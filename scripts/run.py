@@ -500,7 +500,7 @@ def bench(args):
 
 
 def bench_against(args, against):
-    """Two builds in one sitting, executions interleaved (base, cand, then cand, base, …),
+    """Two builds in one boot, executions interleaved (base, cand, then cand, base, …),
     as Chromium's Pinpoint does: `run.py bench --against OLD_PYTHON [cargo args]`. The
     candidate is the Python found as usual (the new build); OLD_PYTHON the one to compare
     against. Each is built with its own tch, runs OPBENCH_EXECUTIONS executions (default 3)

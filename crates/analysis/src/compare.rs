@@ -4,8 +4,8 @@
 //! **Per case.** For each case both runs have ok: the ratio of medians (candidate / base)
 //! and its standard error from a hierarchical bootstrap over executions (separate
 //! processes) and samples ([`stats::decide::case_test`]), widened for the few executions a
-//! side and, when the runs are of two sittings ([`same_sitting`]: another boot, lease or
-//! day), by the drift same-build runs show between sittings ([`DEVICE_DRIFT`],
+//! side and, when the runs are of two boots ([`same_boot`]: another boot, lease or
+//! day), by the drift same-build runs show between boots ([`DEVICE_DRIFT`],
 //! [`HOST_DRIFT`]). From it a p-value, an interval, and the case's minimum detectable effect
 //! (`mde`, 80% power). Then:
 //!
@@ -165,7 +165,7 @@ impl Control {
     }
 }
 
-/// The standard deviations (of the log ratio) of what moves between sittings — another
+/// The standard deviations (of the log ratio) of what moves between boots — another
 /// lease, another boot, another day — with the build unchanged: `case`, one case's own
 /// scatter; `shared`, a whole mode's common shift. Measured on the H200 from same-build
 /// runs a day apart (docs/findings.md, "Across days").
@@ -182,15 +182,15 @@ impl Drift {
     };
 }
 
-/// Drift between sittings of GPU-event (device) times, H200 (docs/findings.md, "Across
-/// sittings"): runs of 2026-12-01 (two leases) against the published `-calibration-a1`/`-a2`
+/// Drift between boots of GPU-event (device) times, H200 (docs/findings.md, "Across
+/// boots"): runs of 2026-12-01 (two leases) against the published `-calibration-a1`/`-a2`
 /// of 2026-11-30, same torch: the per-case spread of log ratios was 1.1–2.0% against 1.4%
 /// within one lease (≈ 1.3% more), the shared shift −0.8 to +0.3%; rounded up.
 pub const DEVICE_DRIFT: Drift = Drift {
     case: 0.015,
     shared: 0.010,
 };
-/// Drift between sittings of host-timed times against the torch control, H200, likewise:
+/// Drift between boots of host-timed times against the torch control, H200, likewise:
 /// no per-case spread beyond the 4–6% seen within one lease, a shared shift of −0.9 to
 /// −2.1%.
 pub const HOST_DRIFT: Drift = Drift {
@@ -198,12 +198,12 @@ pub const HOST_DRIFT: Drift = Drift {
     shared: 0.020,
 };
 
-/// Whether the between-sitting drift is added to the intervals.
+/// Whether the between-boot drift is added to the intervals.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum DriftChoice {
-    /// Added when the runs are from different sittings ([`same_sitting`]).
+    /// Added when the runs are from different boots ([`same_boot`]).
     Auto,
-    /// Never (the runs are known to be of one sitting).
+    /// Never (the runs are known to be of one boot).
     Off,
     /// Always, these values for every mode.
     Given(Drift),
@@ -228,7 +228,7 @@ pub struct Settings {
 
 impl Settings {
     /// Checked settings: thresholds in [0, 1), alpha in (0, 0.5); the host control, drift
-    /// between sittings when the runs are of two, 1,000 resamples.
+    /// between boots when the runs are of two, 1,000 resamples.
     pub fn new(threshold: f64, alpha: f64) -> Result<Self, AnalysisError> {
         if !(0.0..1.0).contains(&threshold) {
             return Err(AnalysisError::Input(format!(
@@ -271,10 +271,10 @@ pub const DEFAULT_FAMILY_THRESHOLD: f64 = 0.015;
 /// The false-discovery rate `opbench compare` uses unless told.
 pub const DEFAULT_ALPHA: f64 = 0.05;
 
-/// Whether two runs were measured in one sitting: the same boot of the same machine where
-/// both record a boot id, else started within [`SITTING_HOURS`] of each other. A run
-/// without env.json is of another sitting.
-pub fn same_sitting(base: Option<&Env>, cand: Option<&Env>) -> bool {
+/// Whether two runs were measured in one boot: the same boot of the same machine where
+/// both record a boot id, else started within [`SAME_BOOT_HOURS`] of each other. A run
+/// without env.json is of another boot.
+pub fn same_boot(base: Option<&Env>, cand: Option<&Env>) -> bool {
     let (Some(b), Some(c)) = (base, cand) else {
         return false;
     };
@@ -283,13 +283,13 @@ pub fn same_sitting(base: Option<&Env>, cand: Option<&Env>) -> bool {
     }
     let at = |e: &Env| chrono::DateTime::parse_from_rfc3339(&e.started_at).ok();
     match (at(b), at(c)) {
-        (Some(x), Some(y)) => (x - y).num_minutes().abs() <= (SITTING_HOURS * 60.0) as i64,
+        (Some(x), Some(y)) => (x - y).num_minutes().abs() <= (SAME_BOOT_HOURS * 60.0) as i64,
         _ => false,
     }
 }
 
-/// How far apart two runs without boot ids may start and count as one sitting.
-pub const SITTING_HOURS: f64 = 3.0;
+/// How far apart two runs without boot ids may start and count as one boot.
+pub const SAME_BOOT_HOURS: f64 = 3.0;
 
 /// A run's per-call times, grouped by execution, and what they were divided by.
 struct PerCall {
@@ -550,9 +550,9 @@ pub struct Comparison {
     pub executions: (usize, usize),
     /// What host-bound, host-timed cases were divided by.
     pub control: Control,
-    /// The runs are of one sitting ([`same_sitting`]).
-    pub same_sitting: bool,
-    /// The drift added to device and host-timed intervals (none in one sitting).
+    /// The runs are of one boot ([`same_boot`]).
+    pub same_boot: bool,
+    /// The drift added to device and host-timed intervals (none in one boot).
     pub drift: (Drift, Drift),
     pub settings: Settings,
 }
@@ -594,7 +594,7 @@ pub fn compare(base: &Run, cand: &Run, s: Settings) -> Result<Comparison, Analys
     let use_host = has_host_control(&bx) && has_host_control(&cx);
     let bs = per_call(bx, s.control, use_host, &raw);
     let cs = per_call(cx, s.control, use_host, &raw);
-    let same = same_sitting(base.env.as_ref(), cand.env.as_ref());
+    let same = same_boot(base.env.as_ref(), cand.env.as_ref());
     let drift = match s.drift {
         DriftChoice::Off => (Drift::NONE, Drift::NONE),
         DriftChoice::Auto if same => (Drift::NONE, Drift::NONE),
@@ -604,7 +604,7 @@ pub fn compare(base: &Run, cand: &Run, s: Settings) -> Result<Comparison, Analys
     let mut lines = identity_lines(base, cand)?;
     let dispatch = dispatch_test(&bs, &cs, drift.1.shared);
     // host-timed cases compared raw (device- or compute-bound) carry the host's speed: across
-    // sittings, its change between the runs is added to their uncertainty
+    // boots, its change between the runs is added to their uncertainty
     let host_moved = match (bs.host_speed, cs.host_speed) {
         (Some(b), Some(c)) if !same && s.drift != DriftChoice::Off => (c / b).ln().abs(),
         _ => 0.0,
@@ -623,7 +623,7 @@ pub fn compare(base: &Run, cand: &Run, s: Settings) -> Result<Comparison, Analys
         } else {
             Control::Raw
         },
-        same_sitting: same,
+        same_boot: same,
         drift,
         settings: s,
     })
@@ -764,7 +764,7 @@ fn case_tests(
     tests
 }
 
-/// A case's drift between sittings: the device's, the host's, or for a host-timed case
+/// A case's drift between boots: the device's, the host's, or for a host-timed case
 /// compared raw, the host's with the host's change of speed between the runs.
 fn case_drift(line: &Line, raw: &BTreeSet<CaseKey>, drift: (Drift, Drift), raw_drift: f64) -> f64 {
     if line.key.mode.is_device() {

@@ -22,7 +22,7 @@
 //!   device- and compute-bound cases ([`crate::compare::raw_cases`]) are taken raw. A device time that is an upper bound is left out. A case missing at a point is a gap.
 //! - **Change points:** [`stats::change_points`] (E-Divisive means with a t-test, as Apache
 //!   Otava) over each case's points; a step must also clear the spread runs of one build
-//!   show between sittings ([`SeriesDrift`]: pooled over the series' replicate runs, at
+//!   show between boots ([`SeriesDrift`]: pooled over the series' replicate runs, at
 //!   least what the H200 showed across days), with as many runs on each side as the
 //!   segments hold. Status changes (ok to unsupported, say) are listed too.
 //!   A change point or status loss at a series' newest point that makes a case slower or
@@ -631,11 +631,11 @@ fn values(
     out
 }
 
-/// How far runs of one build spread between sittings, per kind of timing: the standard
+/// How far runs of one build spread between boots, per kind of timing: the standard
 /// deviation of the log of a run's value about its build's mean, pooled over every case and
 /// point of the series that has two or more runs, and never below what same-build runs
-/// showed between sittings on the H200 ([`crate::compare::DEVICE_DRIFT`],
-/// [`crate::compare::HOST_DRIFT`]): replicates of one sitting cannot show a day's drift.
+/// showed between boots on the H200 ([`crate::compare::DEVICE_DRIFT`],
+/// [`crate::compare::HOST_DRIFT`]): replicates of one boot cannot show a day's drift.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SeriesDrift {
     pub device: f64,
@@ -679,7 +679,7 @@ impl SeriesDrift {
 }
 
 /// A step of `ratio` between segments of `before` and `after` runs is beyond what runs of
-/// one build spread by `tau` (log SD) between sittings: two-sided p ≤ `max_p`.
+/// one build spread by `tau` (log SD) between boots: two-sided p ≤ `max_p`.
 pub fn clears_drift(ratio: f64, tau: f64, before: usize, after: usize, max_p: f64) -> bool {
     let se = tau * (1.0 / before.max(1) as f64 + 1.0 / after.max(1) as f64).sqrt();
     if se.is_nan() || se <= 0.0 {
@@ -722,7 +722,7 @@ fn detect(index: usize, series: &Series, cp: &CpSettings) -> Vec<Change> {
         };
         let tau = drift.of_mode(key.mode);
         for c in change_points(&xs, cp) {
-            // the step must also clear the spread runs of one build show between sittings
+            // the step must also clear the spread runs of one build show between boots
             let rb: usize = (c.index - c.n_before..c.index).map(runs_at).sum();
             let ra: usize = (c.index..c.index + c.n_after).map(runs_at).sum();
             if !clears_drift(c.median_after / c.median_before, tau, rb, ra, cp.max_p) {

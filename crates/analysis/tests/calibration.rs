@@ -98,11 +98,11 @@ fn global(c: &Comparison, scope: FamilyScope) -> &analysis::compare::FamilyLine 
 #[test]
 fn the_runs_are_of_one_lease_and_host_controlled() {
     let c = cmp("a1", "a2");
-    assert!(c.same_sitting);
+    assert!(c.same_boot);
     assert_eq!(c.executions, (3, 3));
     assert_eq!(c.control, Control::Host);
-    // the second lease is another sitting: drift is added
-    assert!(!cmp("a1", "a3").same_sitting);
+    // the second lease is another boot: drift is added
+    assert!(!cmp("a1", "a3").same_boot);
 }
 
 #[test]
@@ -221,7 +221,7 @@ fn device_plants_are_found_by_case_and_globally() {
 
 #[test]
 fn across_leases_the_same_build_is_not_called_changed() {
-    // lease 2's A run against lease 1's: drift between sittings is added
+    // lease 2's A run against lease 1's: drift between boots is added
     for base in ["a1", "a2"] {
         let c = cmp(base, "a3");
         let (slower, n) = share(&c, Verdict::Slower, device);
@@ -268,7 +268,7 @@ fn five_executions_a_side_call_nine_in_ten_device_cases_the_same_and_miss_only_w
 {
     // lease 3 (a4, a5, d5c: five interleaved executions each, one boot)
     let c = cmp("a4", "a5");
-    assert!(c.same_sitting);
+    assert!(c.same_boot);
     assert_eq!(c.executions, (5, 5));
     let (same, n) = share(&c, Verdict::Same, device_5us);
     assert!(same * 100 >= 90 * n, "device >= 5 us: {same} of {n} same");

@@ -426,7 +426,7 @@ fn a_trace_pass_leaves_timing_unchanged() {
     assert!(same * 10 >= lines.len() * 9, "{same} of {}", lines.len());
 }
 
-/// Issue #16's target, in two processes of one sitting: the graphed decode step predicted
+/// Issue #16's target, in two processes of one boot: the graphed decode step predicted
 /// from the op cases' graph (cold where they read model state) rows within ±10% of the
 /// decode crate's measured graphed step, both profiles, B = 1, 8, 64.
 #[test]
@@ -550,7 +550,7 @@ fn cpu_predictions_price_the_step_with_its_weights_cold() {
     }
 }
 
-/// Two leases of one sitting on the H200 (two and three executions, each with the op rows
+/// Two leases of one boot on the H200 (two and three executions, each with the op rows
 /// and the decode steps minutes apart): the eager steps' medians disagree between the
 /// leases by up to a fifth, their fast host state (10th percentile of the pooled samples)
 /// by under a tenth; and predict's error over the six eager cases spreads less in the fast

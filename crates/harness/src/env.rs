@@ -138,7 +138,7 @@ fn host_state() -> BTreeMap<String, String> {
             out.insert("cpu0_mhz".into(), mhz);
         }
         // which boot of which machine: two runs with the same boot id were measured in
-        // one sitting (one lease, one VM), which `opbench compare` needs to know
+        // one boot (one lease, one VM), which `opbench compare` needs to know
         if let Some(b) = read("/proc/sys/kernel/random/boot_id") {
             out.insert("boot_id".into(), b);
         }

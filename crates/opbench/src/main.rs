@@ -236,8 +236,8 @@ pub struct CompareArgs {
     /// Compare host-timed cases raw (the same as `--control raw`).
     #[arg(long)]
     raw: bool,
-    /// The drift between sittings added to the intervals: `auto` when the runs are of two
-    /// sittings (another boot id, or started over 3 hours apart), `off`, or a percentage
+    /// The drift between boots added to the intervals: `auto` when the runs are of two
+    /// boots (another boot id, or started over 3 hours apart), `off`, or a percentage
     /// (a case's and a family's standard deviation alike).
     #[arg(long, default_value = "auto")]
     drift: String,

@@ -656,9 +656,9 @@ fn setting_md(cmp: &Comparison) {
     );
     let (d, h) = cmp.drift;
     println!(
-        "- Sittings: {}; drift between sittings added (SD of the log ratio, case / shared): device {:.1}% / {:.1}%, host {:.1}% / {:.1}%.",
-        if cmp.same_sitting {
-            "one (same boot, or started within 3 hours)"
+        "- Boots: {}; drift between boots added (SD of the log ratio, case / shared): device {:.1}% / {:.1}%, host {:.1}% / {:.1}%.",
+        if cmp.same_boot {
+            "one (same boot id, or started within 3 hours)"
         } else {
             "two"
         },

@@ -55,19 +55,19 @@ fn case(
 }
 
 fn write_run(dir: &Path, cases: &[Case]) {
-    write_run_at(dir, cases, &Sitting::default());
+    write_run_at(dir, cases, &RunAt::default());
 }
 
 /// When and how a hand-made run was measured: its start (runs of one start are of one
-/// sitting) and, where given, the host controls of each execution (torch, host), written
+/// boot) and, where given, the host controls of each execution (torch, host), written
 /// beside every sample.
 #[derive(Default)]
-struct Sitting {
+struct RunAt {
     started_at: &'static str,
     controls: Vec<(f64, f64)>,
 }
 
-fn write_run_at(dir: &Path, cases: &[Case], at: &Sitting) {
+fn write_run_at(dir: &Path, cases: &[Case], at: &RunAt) {
     std::fs::create_dir_all(dir).unwrap();
     let started = if at.started_at.is_empty() {
         "2026-12-01T00:00:00Z"
@@ -514,9 +514,9 @@ fn compare_finds_a_shared_shift_that_no_case_shows_alone_and_no_false_one() {
     let base = host_cases(&mut rng, 150, 3, 0.08, &one, |_| 1.0, &sites);
     let same = host_cases(&mut rng, 150, 3, 0.08, &one, |_| 1.0, &sites);
     let up = host_cases(&mut rng, 150, 3, 0.08, &one, |_| 1.06, &sites);
-    let controls = Sitting {
+    let controls = RunAt {
         controls: vec![(1500.0, 50_000.0); 3],
-        ..Sitting::default()
+        ..RunAt::default()
     };
     for (name, cases) in [("base", &base), ("same", &same), ("up", &up)] {
         write_run_at(&dir.path().join(name), cases, &controls);
@@ -559,12 +559,12 @@ fn a_build_whose_every_torch_call_is_dearer_shows_against_the_host_control_only(
     let (sb, sc) = ([1.0, 1.1, 0.92], [0.95, 1.08, 1.0]);
     let base = host_cases(&mut rng, 120, 3, 0.03, &sb, |_| 1.0, &sites);
     let cand = host_cases(&mut rng, 120, 3, 0.03, &sc, |_| 1.10, &sites);
-    let ctl = |speed: &[f64], build: f64| Sitting {
+    let ctl = |speed: &[f64], build: f64| RunAt {
         controls: speed
             .iter()
             .map(|s| (1500.0 * s * build, 50_000.0 * s))
             .collect(),
-        ..Sitting::default()
+        ..RunAt::default()
     };
     write_run_at(&dir.path().join("a"), &base, &ctl(&sb, 1.0));
     write_run_at(&dir.path().join("b"), &cand, &ctl(&sc, 1.10));
@@ -622,9 +622,9 @@ fn one_changed_case_among_many_is_found_and_moves_no_family_verdict_elsewhere() 
 }
 
 #[test]
-fn runs_of_two_sittings_must_clear_the_drift_between_them() {
-    // device times 2% slower in every case, measured a day apart: within one sitting that
-    // is a change; across days it is what the drift between sittings does
+fn runs_of_two_boots_must_clear_the_drift_between_them() {
+    // device times 2% slower in every case, measured a day apart: within one boot that
+    // is a change; across days it is what the drift between boots does
     let dir = tempfile::tempdir().unwrap();
     let mut rng = StdRng::seed_from_u64(12);
     let mk = |rng: &mut StdRng, f: f64| -> Vec<Case> {
@@ -642,9 +642,9 @@ fn runs_of_two_sittings_must_clear_the_drift_between_them() {
     let (base, cand) = (mk(&mut rng, 1.0), mk(&mut rng, 1.02));
     write_run(&dir.path().join("a"), &base);
     write_run(&dir.path().join("b"), &cand);
-    let day_later = Sitting {
+    let day_later = RunAt {
         started_at: "2026-12-02T00:00:00Z",
-        ..Sitting::default()
+        ..RunAt::default()
     };
     write_run_at(&dir.path().join("c"), &cand, &day_later);
     let one = families(&dir.path().join("a"), &dir.path().join("b"), &[]);
@@ -656,8 +656,8 @@ fn runs_of_two_sittings_must_clear_the_drift_between_them() {
         dir.path().join("a").to_str().unwrap(),
         dir.path().join("c").to_str().unwrap(),
     ]);
-    assert!(md.contains("Sittings: two"), "{md}");
-    // told the runs are of one sitting, the shift is a change again
+    assert!(md.contains("Boots: two"), "{md}");
+    // told the runs are of one boot, the shift is a change again
     let off = families(
         &dir.path().join("a"),
         &dir.path().join("c"),

@@ -311,7 +311,7 @@ fn a_regression_in_the_newest_build_exits_1_and_the_report_draws_trends() {
     assert_eq!(code, 0, "a 30% step is under a 40% minimum");
 }
 
-/// Device rows of `n` linear cases, each `ns × factor`, with a run's drift between sittings:
+/// Device rows of `n` linear cases, each `ns × factor`, with a run's drift between boots:
 /// a shared shift `shared` and a per-case one drawn with SD `case`.
 fn drifting_rows(rng: &mut StdRng, n: usize, factor: f64, shared: f64, case: f64) -> Vec<Row> {
     let noise = Normal::new(0.0, case).unwrap();
@@ -329,8 +329,8 @@ fn drifting_rows(rng: &mut StdRng, n: usize, factor: f64, shared: f64, case: f64
 }
 
 #[test]
-fn a_step_of_one_build_is_found_and_a_sittings_drift_is_not() {
-    // ten builds of one run each, every run its own sitting: a shared drift of SD 1% and a
+fn a_step_of_one_build_is_found_and_a_drift_between_boots_is_not() {
+    // ten builds of one run each, every run its own boot: a shared drift of SD 1% and a
     // per-case one of 1.5% (what same-build H200 runs showed across days); build 5 makes
     // every case 8% slower. Then the same builds with no step: nothing is found.
     let dir = tempfile::tempdir().unwrap();

@@ -7,7 +7,7 @@
 //!
 //! - [`case_test`]: the ratio, its standard error from a hierarchical bootstrap
 //!   (executions, then samples within them), widened by `n/(n−1)` for the few executions a
-//!   side usually has and by any between-sitting drift given, a Wald interval and p-value
+//!   side usually has and by any between-boot drift given, a Wald interval and p-value
 //!   with Student-t quantiles (df = executions − 2), and the minimum detectable effect at
 //!   80% power.
 //! - [`moderated_test`]: the same question on the logs of the execution medians, with the
@@ -155,7 +155,7 @@ fn widen(n: usize) -> f64 {
 }
 
 /// One case's test from per-call times grouped by execution, with `drift` (a standard
-/// deviation of the log ratio, 0 for none) added for what moves between sittings.
+/// deviation of the log ratio, 0 for none) added for what moves between boots.
 ///
 /// With two or more executions a side, df = executions − 2 (at least 2); with one a side,
 /// the samples are the groups (df = samples − 2): the caller knows that such an
@@ -420,7 +420,7 @@ impl FamilyCase {
 /// each side once for all cases (execution i of every case is the same process); the cases
 /// are the family's own, not a sample of others, so they are not resampled (their spread
 /// is the family's make-up, not noise). A shared drift (`drift`: the standard deviation of a
-/// whole sitting's shift, 0 for none) is added in quadrature. The standard error is the replicates' spread
+/// whole boot's shift, 0 for none) is added in quadrature. The standard error is the replicates' spread
 /// widened for the few executions a side; df = executions − 2 (at least 2).
 pub fn shared_shift(cases: &[FamilyCase], drift: f64, resamples: usize) -> Option<Shift> {
     if cases.is_empty() {
