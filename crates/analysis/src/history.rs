@@ -442,6 +442,8 @@ pub fn history(dirs: &[PathBuf], s: &Settings) -> Result<History, AnalysisError>
     for dir in find_runs(dirs)? {
         let run = match Run::load(&dir) {
             Ok(r) => r,
+            // a damaged fingerprint would place the run under an unknown machine or build
+            Err(e @ rundir::RunError::Env { .. }) => return Err(e.into()),
             Err(e) => {
                 skipped.push((dir, e.to_string()));
                 continue;

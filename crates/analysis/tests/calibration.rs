@@ -265,7 +265,7 @@ fn on_the_two_core_cpu_ten_executions_find_a_build_wide_plus_ten_percent_globall
 
 #[test]
 fn five_executions_a_side_call_nine_in_ten_device_cases_the_same_and_miss_only_what_the_plant_missed()
-{
+ {
     // lease 3 (a4, a5, d5c: five interleaved executions each, one boot)
     let c = cmp("a4", "a5");
     assert!(c.same_boot);

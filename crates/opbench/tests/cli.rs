@@ -77,7 +77,8 @@ fn write_run_at(dir: &Path, cases: &[Case], at: &RunAt) {
     std::fs::write(
         dir.join("env.json"),
         format!(
-            "{{\"libtorch_version\": \"2.11.0\", \"backend\": \"cuda\", \"started_at\": \"{started}\"}}"
+            "{{\"libtorch_version\": \"2.11.0\", \"backend\": \"cuda\", \
+             \"devices\": [\"cuda:0\"], \"device_name\": \"NVIDIA H200\", \"started_at\": \"{started}\"}}"
         ),
     )
     .unwrap();
@@ -1518,7 +1519,7 @@ fn report_and_publish_a_run_once() {
     write_run(&run, &cases);
     std::fs::write(
         run.join("env.json"),
-        r#"{"run_id": "r1", "started_at": "2026-11-29T10:00:00Z", "backend": "cuda", "device_name": "NVIDIA H200",
+        r#"{"run_id": "r1", "started_at": "2026-11-29T10:00:00Z", "backend": "cuda", "devices": ["cuda:0"], "device_name": "NVIDIA H200",
             "libtorch_version": "2.11.0", "settings": {"profile": "quick"}}"#,
     )
     .unwrap();
@@ -1585,7 +1586,7 @@ fn report_and_publish_a_run_once() {
     // a calibration run with a planted slowdown is not a measurement: refused, nothing written
     std::fs::write(
         run.join("env.json"),
-        r#"{"run_id": "r1", "started_at": "2026-11-29T10:00:00Z", "backend": "cuda", "device_name": "NVIDIA H200",
+        r#"{"run_id": "r1", "started_at": "2026-11-29T10:00:00Z", "backend": "cuda", "devices": ["cuda:0"], "device_name": "NVIDIA H200",
             "libtorch_version": "2.11.0", "settings": {"profile": "quick", "plant_device_pct": "5"}}"#,
     )
     .unwrap();
@@ -1886,4 +1887,55 @@ fn predict_says_it_priced_the_tch_step_at_the_layer_beside_it() {
             && !line.contains("the context factor ("),
         "{line}"
     );
+}
+
+#[test]
+fn a_damaged_env_json_stops_every_verb_with_the_field_named_and_publish_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let runs = dir.path().join("runs");
+    let run = runs.join("r");
+    let other = runs.join("o");
+    small_run(&run);
+    small_run(&other);
+    let good = std::fs::read_to_string(run.join("env.json")).unwrap();
+    let published = dir.path().join("pub");
+    let r = run.to_str().unwrap();
+    for (env, says) in [
+        ("[]".to_string(), "expected a JSON object, found an array"),
+        ("{}".to_string(), "missing field `started_at`"),
+        (
+            good.replace("\"libtorch_version\": \"2.11.0\", ", ""),
+            "missing field `libtorch_version`",
+        ),
+    ] {
+        assert_ne!(env, good);
+        std::fs::write(run.join("env.json"), &env).unwrap();
+        for verb in [
+            vec!["compare", r, other.to_str().unwrap()],
+            vec!["compare", other.to_str().unwrap(), r],
+            vec!["report", r],
+            vec!["fit", r],
+            vec![
+                "predict",
+                r,
+                "--model",
+                "qwen3-0.6b",
+                "--batch",
+                "1",
+                "--ctx",
+                "128",
+            ],
+            vec!["history", runs.to_str().unwrap()],
+            vec!["publish", r, "--results", published.to_str().unwrap()],
+        ] {
+            let (code, out, err) = opbench(&verb);
+            assert_eq!(code, 2, "{says} {verb:?}: {out}{err}");
+            assert!(
+                err.contains("env.json: ") && err.contains(says),
+                "{says} {verb:?}: {err}"
+            );
+            assert_eq!(err.trim().lines().count(), 1, "{err}");
+        }
+        assert!(!published.exists(), "publish wrote {published:?}");
+    }
 }

@@ -28,14 +28,14 @@ fn write_run(dir: &Path, gpu: bool, torch: &str, started: &str, rows: &[Row]) {
     std::fs::create_dir_all(dir).unwrap();
     let env = if gpu {
         format!(
-            r#"{{"schema_version": 2, "run_id": "r", "started_at": "{started}", "backend": "cuda",
+            r#"{{"schema_version": 2, "run_id": "r", "started_at": "{started}", "backend": "cuda", "devices": ["cuda:0"],
                 "device_name": "NVIDIA H200", "arch": "sm_90", "cpu_model": "Xeon",
                 "libtorch_version": "{torch}", "runtime_version": "13.0", "git_revision": "abc",
                 "build_config": "COMMIT_SHA=deadbeef{torch}, X=1", "threads": 16}}"#
         )
     } else {
         format!(
-            r#"{{"schema_version": 2, "run_id": "r", "started_at": "{started}", "backend": "cpu",
+            r#"{{"schema_version": 2, "run_id": "r", "started_at": "{started}", "backend": "cpu", "devices": ["cpu"],
                 "cpu_model": "Xeon", "libtorch_version": "{torch}", "git_revision": "abc", "threads": 2}}"#
         )
     };

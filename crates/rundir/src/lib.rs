@@ -26,7 +26,7 @@ pub use key::{
     Activity, Backend, CaseKey, DeviceId, Mode, SeriesKey, Status, TraceSource, TraceStatus,
 };
 pub use rows::{FitRow, ResultRow, Sample, Work};
-pub use run::{ExecSamples, Run, RunWriter, write_fits};
+pub use run::{ExecSamples, Run, RunWriter, check_env, write_fits};
 pub use shapes::{DTypeName as DType, OpKind, Phase, UnknownValue};
 pub use trace::{KernelRow, TraceRow};
 
@@ -62,6 +62,9 @@ pub enum RunError {
     Json { path: PathBuf, message: String },
     #[error("{}: schema version {found}; this opbench reads versions {OLDEST_READABLE} to {SCHEMA_VERSION}", path.display())]
     Schema { path: PathBuf, found: u32 },
+    /// env.json is not the object its schema describes, or lacks a field every run has.
+    #[error("{}: {problem}", path.display())]
+    Env { path: PathBuf, problem: String },
     #[error("{}: missing column `{column}`", path.display())]
     MissingColumn { path: PathBuf, column: &'static str },
     #[error("{}: line {line}: {message}", path.display())]

@@ -89,8 +89,11 @@ impl Run {
         if !dir.is_dir() {
             return Err(RunError::NotADirectory(dir.to_path_buf()));
         }
-        let env = read_env(&dir.join("env.json"))?;
         let path = dir.join("results.csv");
+        let env = read_env(&dir.join("env.json"))?;
+        if let Some(e) = &env {
+            check_env(e, &dir.join("env.json"), header_version(&path))?;
+        }
         // a run without env.json (made by hand) is read as the version its header has
         let schema = match &env {
             Some(e) => e.schema(),
@@ -228,16 +231,32 @@ fn header_version(path: &Path) -> u32 {
     }
 }
 
-/// env.json, if the run has one; schema versions this crate cannot read are an error.
+/// env.json, if the run has one; schema versions this crate cannot read are an error, and
+/// so is anything but a JSON object (serde would read `[]` as an empty struct).
 fn read_env(path: &Path) -> Result<Option<Env>, RunError> {
     if !path.exists() {
         return Ok(None);
     }
     let text = std::fs::read_to_string(path).map_err(io(path))?;
-    let env: Env = serde_json::from_str(&text).map_err(|e| RunError::Json {
+    let json = |e: serde_json::Error| RunError::Json {
         path: path.to_path_buf(),
         message: e.to_string(),
-    })?;
+    };
+    let value: serde_json::Value = serde_json::from_str(&text).map_err(json)?;
+    if !value.is_object() {
+        let found = match value {
+            serde_json::Value::Array(_) => "an array",
+            serde_json::Value::String(_) => "a string",
+            serde_json::Value::Number(_) => "a number",
+            serde_json::Value::Bool(_) => "a boolean",
+            _ => "null",
+        };
+        return Err(RunError::Env {
+            path: path.to_path_buf(),
+            problem: format!("expected a JSON object, found {found}"),
+        });
+    }
+    let env: Env = serde_json::from_value(value).map_err(json)?;
     let v = env.schema();
     if !(OLDEST_READABLE..=SCHEMA_VERSION).contains(&v) {
         return Err(RunError::Schema {
@@ -246,6 +265,62 @@ fn read_env(path: &Path) -> Result<Option<Env>, RunError> {
         });
     }
     Ok(Some(env))
+}
+
+/// The fields every run's env.json must have for its results to be placed (which build, on
+/// which device, when): `schema_version` (from schema 2; `results_schema` is what the
+/// results.csv header implies), `started_at` (a date), `backend` (`cpu`, `cuda`, `hip`),
+/// `devices`, the device's name (`device_name` on a GPU, `cpu_model` on the CPU) and
+/// `libtorch_version`. The first missing or malformed one is the error.
+pub fn check_env(env: &Env, path: &Path, results_schema: u32) -> Result<(), RunError> {
+    let missing = |field: &str| RunError::Env {
+        path: path.to_path_buf(),
+        problem: format!("missing field `{field}` (every run records it)"),
+    };
+    if env.schema_version == 0 && results_schema >= 2 {
+        return Err(missing("schema_version"));
+    }
+    let date = env.started_at.get(..10).unwrap_or("");
+    if env.started_at.is_empty() {
+        return Err(missing("started_at"));
+    }
+    let is_date = date.len() == 10
+        && date.bytes().enumerate().all(|(i, b)| match i {
+            4 | 7 => b == b'-',
+            _ => b.is_ascii_digit(),
+        });
+    if !is_date {
+        return Err(RunError::Env {
+            path: path.to_path_buf(),
+            problem: format!(
+                "field `started_at`: {:?} does not begin with a date (YYYY-MM-DD)",
+                env.started_at
+            ),
+        });
+    }
+    match env.backend.as_str() {
+        "" => return Err(missing("backend")),
+        "cpu" | "cuda" | "hip" => {}
+        other => {
+            return Err(RunError::Env {
+                path: path.to_path_buf(),
+                problem: format!("field `backend`: {other:?} is not cpu, cuda or hip"),
+            });
+        }
+    }
+    if env.devices.is_empty() {
+        return Err(missing("devices"));
+    }
+    if env.backend == "cpu" && env.cpu_model.is_empty() {
+        return Err(missing("cpu_model"));
+    }
+    if env.backend != "cpu" && env.device_name.as_deref().unwrap_or("").is_empty() {
+        return Err(missing("device_name"));
+    }
+    if env.libtorch_version.is_empty() {
+        return Err(missing("libtorch_version"));
+    }
+    Ok(())
 }
 
 /// An open run directory that cases are appended to.

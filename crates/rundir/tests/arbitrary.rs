@@ -6,6 +6,8 @@ use proptest::prelude::*;
 use rundir::{ResultRow, Run, Sample};
 
 const ROW: &str = "r,linear,aten,q_proj,qwen3-0.6b,decode,1,1,,f16,cuda:0,pipelined,m=1 n=2 k=3,ok,10,1000,1001,990,1010,3,12,34,0.1,0.2,,0.0001,,800,5,0.05,a note";
+const ENV: &str = r#"{"schema_version": 2, "started_at": "2026-12-01T10:00:00Z", "backend": "cuda",
+    "devices": ["cuda:0"], "device_name": "NVIDIA H200", "libtorch_version": "2.11.0"}"#;
 const SAMPLE: &str =
     "linear,aten,q_proj,qwen3-0.6b,decode,1,1,,f16,cuda:0,pipelined,1,10,10000,800,52000";
 
@@ -72,7 +74,7 @@ proptest! {
         sfields[sfield] = svalue.replace([',', '"', '\n', '\r'], "");
         let results = format!("{}\n{}\n", ResultRow::columns().join(","), fields.join(","));
         let samples = format!("{}\n{}\n", Sample::columns().join(","), sfields.join(","));
-        write(dir.path(), b"{\"schema_version\": 2}", results.as_bytes(), samples.as_bytes());
+        write(dir.path(), ENV.as_bytes(), results.as_bytes(), samples.as_bytes());
         if let Ok(run) = Run::load(dir.path()) {
             sane(&run);
         }
@@ -87,7 +89,7 @@ fn the_template_rows_are_valid() {
     let samples = format!("{}\n{SAMPLE}\n", Sample::columns().join(","));
     write(
         dir.path(),
-        b"{\"schema_version\": 2}",
+        ENV.as_bytes(),
         results.as_bytes(),
         samples.as_bytes(),
     );

@@ -54,6 +54,11 @@ fn row(batch: usize) -> (ResultRow, Vec<Sample>) {
 fn env(run_id: &str) -> Env {
     Env {
         run_id: run_id.into(),
+        started_at: "2026-12-01T10:00:00Z".into(),
+        backend: "cuda".into(),
+        devices: vec!["cuda:0".into()],
+        device_name: Some("NVIDIA H200".into()),
+        libtorch_version: "2.11.0".into(),
         ..Env::default()
     }
 }
@@ -255,7 +260,12 @@ fn an_unknown_schema_version_is_named() {
 fn schema_1_reads_its_upper_bound_from_the_note() {
     let (_d, run) = written();
     // a schema-1 run: no version in env.json, no uncovered_chunks column
-    std::fs::write(run.join("env.json"), "{\"run_id\": \"old\"}").unwrap();
+    std::fs::write(
+        run.join("env.json"),
+        r#"{"run_id": "old", "started_at": "2026-11-29T10:00:00Z", "backend": "cuda",
+            "devices": ["cuda:0"], "device_name": "NVIDIA H200", "libtorch_version": "2.11.0"}"#,
+    )
+    .unwrap();
     let text = std::fs::read_to_string(run.join("results.csv")).unwrap();
     let text = text
         .replace(",uncovered_chunks,control_ns,executions,exec_cv,", ",")
@@ -305,4 +315,41 @@ fn a_later_process_with_other_settings_is_refused() {
         e.to_string().contains("other settings (samples: 20 -> 10)"),
         "{e}"
     );
+}
+
+#[test]
+fn an_env_json_that_is_not_an_object_or_lacks_a_field_names_it() {
+    let (_d, run) = written();
+    let text = std::fs::read_to_string(run.join("env.json")).unwrap();
+    for (env, says) in [
+        ("[]".to_string(), "expected a JSON object, found an array"),
+        ("{}".to_string(), "missing field `schema_version`"),
+        (
+            text.replace(
+                "\"libtorch_version\": \"2.11.0\"",
+                "\"libtorch_version\": \"\"",
+            ),
+            "missing field `libtorch_version`",
+        ),
+        (
+            text.replace("\"backend\": \"cuda\"", "\"backend\": \"rocm\""),
+            "field `backend`: \"rocm\" is not cpu, cuda or hip",
+        ),
+        (
+            text.replace(
+                "\"started_at\": \"2026-12-01T10:00:00Z\"",
+                "\"started_at\": \"soon\"",
+            ),
+            "field `started_at`: \"soon\" does not begin with a date",
+        ),
+        (
+            text.replace("\"device_name\": \"NVIDIA H200\"", "\"device_name\": null"),
+            "missing field `device_name`",
+        ),
+    ] {
+        assert_ne!(env, text, "{says}: the replacement must apply");
+        std::fs::write(run.join("env.json"), &env).unwrap();
+        let e = load_err(&run);
+        assert!(e.contains("env.json: ") && e.contains(says), "{says}: {e}");
+    }
 }
