@@ -1,24 +1,8 @@
 //! Configuration from `OPBENCH_*` variables, so criterion's own arguments (filters,
 //! `--save-baseline`, `--sample-size`) keep working on the command line.
 //!
-//! | variable | default | meaning |
-//! |---|---|---|
-//! | `OPBENCH_MODEL` | `qwen3-0.6b` | model name(s), comma-separated, or `all` (every dense size) |
-//! | `OPBENCH_DEVICE` | `all` | `cpu`, `gpu` or `all` visible devices |
-//! | `OPBENCH_GPU` | `0` | which GPU index `gpu`/`all` means |
-//! | `OPBENCH_DTYPE` | grid's per device | restrict to these dtypes (`f32,f16,bf16`) |
-//! | `OPBENCH_PROFILE` | `default` | grid profile in `shapes/grid.toml` (`quick` for CI) |
-//! | `OPBENCH_MODES` | `pipelined,synced`, and on the CPU `pipelined_cold` | timing modes: also `pipelined_cold`; `device`, `device_cold`, `graph`, `graph_cold` (GPU) |
-//! | `OPBENCH_OUT` | `<workspace>/target/opbench` | where `runs/<run_id>/` goes |
-//! | `OPBENCH_RUN` | a UTC timestamp | run id; one `cargo bench` lands in one run |
-//! | `OPBENCH_SAMPLES` | 20 | samples per case (criterion's sample size) |
-//! | `OPBENCH_WARMUP_MS` | 100 | warm-up per case |
-//! | `OPBENCH_MEASURE_MS` | 400 | measurement time per case |
-//! | `OPBENCH_THREADS` | libtorch's default | CPU threads (`torch.set_num_threads`) |
-//! | `OPBENCH_SHAPES` | `shapes/` found upward | folder with model files and `grid.toml` |
-//! | `OPBENCH_CALL_CAP_MS` | `1000` | a case whose first two calls each take longer is a `skipped` row (0: no cap) |
-//! | `OPBENCH_TRACE` | unset | a trace pass instead of timing: `kineto` (or `1`), `logs` (GPU libraries' logs); writes traces.csv, kernels.csv |
-//! | `OPBENCH_L2_BYTES` | the runtime's (CPU: sysfs on Linux), else 256 MiB | last-level cache `device_cold` flushes and the cold modes pass |
+//! The variables, their defaults and meanings are listed once, in the `settings` crate
+//! (`opbench settings`); this module parses and checks the values the bench binaries read.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -89,7 +73,7 @@ pub struct Config {
 }
 
 fn var(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+    settings::var(name).filter(|v| !v.trim().is_empty())
 }
 
 fn number<T: std::str::FromStr>(name: &str, default: T) -> Result<T, String> {

@@ -76,8 +76,8 @@ pub fn collect(run_id: &str, devices: &[Device]) -> EnvInfo {
         schema_version: rundir::SCHEMA_VERSION,
         run_id: run_id.to_string(),
         started_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-        git_revision: std::env::var("OPBENCH_GIT_REV")
-            .unwrap_or_else(|_| env!("OPBENCH_GIT_REV").to_string()),
+        git_revision: settings::var("OPBENCH_GIT_REV")
+            .unwrap_or_else(|| env!("OPBENCH_GIT_REV").to_string()),
         opbench_version: env!("CARGO_PKG_VERSION").to_string(),
         tch_version: TCH_VERSION.to_string(),
         libtorch_version: atenx::torch_version(),

@@ -158,7 +158,7 @@ pub fn cap_for(config: &Config, problem: &Problem) -> Option<Duration> {
 
 /// `OPBENCH_PLAN_FILE`: where list mode appends `crate,key,seconds,skipped` lines.
 pub fn plan_file() -> Option<PathBuf> {
-    std::env::var_os("OPBENCH_PLAN_FILE").map(PathBuf::from)
+    settings::var_os("OPBENCH_PLAN_FILE").map(PathBuf::from)
 }
 
 /// Append plan lines; a failure to write is reported and ignored (it is only a plan).
@@ -192,7 +192,7 @@ impl Progress {
     /// `OPBENCH_PLAN_FILE`; none when unset or unreadable (progress is a courtesy, never a
     /// reason to stop).
     pub fn from_env() -> Option<Self> {
-        let num = |k: &str| std::env::var(k).ok()?.parse::<u64>().ok();
+        let num = |k: &str| settings::var(k)?.parse::<u64>().ok();
         let estimates = plan_file()
             .and_then(|p| std::fs::read_to_string(p).ok())
             .map(|text| {

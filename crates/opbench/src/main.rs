@@ -1,6 +1,6 @@
 //! `opbench`: the command line over the run directories the op benches write.
 //!
-//! Verbs: `shapes`, `env`, `fit`, `predict`, `merge`, `compare`, `report`, `publish`,
+//! Verbs: `shapes`, `settings`, `env`, `fit`, `predict`, `merge`, `compare`, `report`, `publish`,
 //! `history`, `export`. Everything but
 //! `env` is the `analysis` crate's and needs no libtorch; `env` describes this machine
 //! through libtorch and exists only in builds with the `torch` feature (scripts/bench
@@ -47,6 +47,13 @@ macro_rules! choice {
 enum Verb {
     /// The per-op problems of a model's decoder step: dims, FLOPs, bytes, calls per step.
     Shapes(shapes_cmd::Args),
+    /// Every OPBENCH_* variable: default, who reads it (the bench binaries, scripts/bench,
+    /// scripts/calibrate, the build), what it means, and its value where set.
+    Settings {
+        /// `text` (all, grouped by kind) or `md` (the README's table of users' settings).
+        #[arg(long, default_value = "text", value_parser = ["text", "md"])]
+        format: String,
+    },
     /// This machine's environment fingerprint (libtorch, backend, device facts) as JSON.
     /// Needs a build with the `torch` feature.
     Env {
@@ -537,6 +544,14 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.verb {
         Verb::Shapes(args) => shapes_cmd::run(&args),
+        Verb::Settings { format } => {
+            if format == "md" {
+                print!("{}", settings::markdown(settings::Kind::User));
+            } else {
+                print!("{}", settings::listing());
+            }
+            Ok(0)
+        }
         Verb::Env { device } => env_verb(&device),
         Verb::Fit { run } => fit_verb(&run),
         Verb::Predict(args) => predict_verb(&args),

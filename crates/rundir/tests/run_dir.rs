@@ -128,7 +128,7 @@ fn a_second_process_appends_without_a_second_header() {
 /// Child half of the crash test: write two cases, then die without unwinding.
 #[test]
 fn crash_child() {
-    let Ok(out) = std::env::var("OPBENCH_CRASH_CHILD_OUT") else {
+    let Ok(out) = std::env::var("RUNDIR_TEST_CRASH_CHILD_OUT") else {
         return;
     };
     let mut w = RunWriter::open(Path::new(&out), "crash", None, &env("crash")).unwrap();
@@ -144,7 +144,7 @@ fn rows_written_before_the_process_dies_are_kept() {
     let dir = tempfile::tempdir().unwrap();
     let status = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "crash_child", "--nocapture"])
-        .env("OPBENCH_CRASH_CHILD_OUT", dir.path())
+        .env("RUNDIR_TEST_CRASH_CHILD_OUT", dir.path())
         .status()
         .unwrap();
     assert!(!status.success(), "the child must have died");

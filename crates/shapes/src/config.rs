@@ -100,7 +100,7 @@ pub fn builtin_models() -> Vec<&'static str> {
 /// embedded in the binary". Use [`check_shapes_env`] to refuse an `OPBENCH_SHAPES` that is
 /// not a shapes folder rather than fall back.
 pub fn shapes_dir() -> Option<PathBuf> {
-    if let Some(dir) = std::env::var_os("OPBENCH_SHAPES") {
+    if let Some(dir) = settings::var_os("OPBENCH_SHAPES") {
         return Some(PathBuf::from(dir));
     }
     let cwd = std::env::current_dir().ok()?;
@@ -113,7 +113,7 @@ pub fn shapes_dir() -> Option<PathBuf> {
 /// file or a folder without a grid is an error, never a silent fall-back to the built-in
 /// shapes.
 pub fn check_shapes_env() -> Result<(), ShapesError> {
-    let Some(dir) = std::env::var_os("OPBENCH_SHAPES") else {
+    let Some(dir) = settings::var_os("OPBENCH_SHAPES") else {
         return Ok(());
     };
     let dir = PathBuf::from(dir);

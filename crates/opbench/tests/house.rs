@@ -1,0 +1,124 @@
+//! The repository's own promises: a README that stays a guide, one list of settings that
+//! the README and every reader agree with, and docs that speak of runs and dates.
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Text files under `dir` (recursively) whose names end in one of `exts` (or have no
+/// extension, for scripts), target/, .git and __pycache__ left out.
+fn sources(dir: &Path, exts: &[&str], out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        let name = e.file_name().to_string_lossy().into_owned();
+        if p.is_dir() {
+            if !matches!(
+                name.as_str(),
+                "target" | ".git" | "__pycache__" | "fixtures"
+            ) {
+                sources(&p, exts, out);
+            }
+        } else {
+            let ext = p.extension().map(|x| x.to_string_lossy().into_owned());
+            if ext.as_deref().is_none_or(|x| exts.contains(&x)) {
+                out.push(p);
+            }
+        }
+    }
+}
+
+fn repo_texts() -> Vec<(PathBuf, String)> {
+    let r = root();
+    let mut files = vec![r.join("README.md"), r.join(".ci/run")];
+    for d in ["crates", "scripts", "docs"] {
+        sources(
+            &r.join(d),
+            &["rs", "py", "md", "sh", "toml", "txt"],
+            &mut files,
+        );
+    }
+    files
+        .into_iter()
+        .filter_map(|p| std::fs::read_to_string(&p).ok().map(|t| (p, t)))
+        .collect()
+}
+
+#[test]
+fn the_readme_stays_a_guide() {
+    let text = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let n = text.lines().count();
+    assert!(
+        n <= 170,
+        "README.md has {n} lines: it is a guide of at most 160"
+    );
+}
+
+#[test]
+fn the_readme_lists_the_users_settings_as_the_program_does() {
+    let text = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let table = settings::markdown(settings::Kind::User);
+    assert!(
+        text.contains(&table),
+        "README.md's settings table differs from `opbench settings --format md`:\n{table}"
+    );
+}
+
+#[test]
+fn every_opbench_variable_in_the_repository_is_in_the_one_list() {
+    let mut unknown = Vec::new();
+    for (path, text) in repo_texts() {
+        let mut rest = text.as_str();
+        while let Some(i) = rest.find("OPBENCH_") {
+            let tail = &rest[i..];
+            let end = tail
+                .find(|c: char| !(c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_'))
+                .unwrap_or(tail.len());
+            let name = tail[..end].trim_end_matches('_');
+            if name.len() > "OPBENCH_".len() && settings::find(name).is_none() {
+                unknown.push(format!("{}: {name}", path.display()));
+            }
+            rest = &tail[end..];
+        }
+    }
+    assert!(unknown.is_empty(), "not in settings::ALL: {unknown:#?}");
+}
+
+#[test]
+fn only_the_settings_crate_reads_opbench_variables_in_rust() {
+    let r = root();
+    let mut files = Vec::new();
+    sources(&r.join("crates"), &["rs"], &mut files);
+    let settings_dir = r.join("crates/settings");
+    let reads: Vec<String> = files
+        .iter()
+        .filter(|p| !p.starts_with(&settings_dir) && !p.ends_with("build.rs"))
+        .filter(|p| p.extension().is_some_and(|x| x == "rs"))
+        .filter(|p| {
+            let t = std::fs::read_to_string(p).unwrap();
+            ["env::var(\"OPBENCH_", "env::var_os(\"OPBENCH_"]
+                .iter()
+                .any(|pat| t.contains(pat))
+        })
+        .map(|p| p.display().to_string())
+        .collect();
+    assert!(reads.is_empty(), "{reads:?}");
+}
+
+#[test]
+fn the_repository_speaks_of_runs_and_dates() {
+    // the words are assembled so this file does not hold them
+    let words = [["ses", "sion"].concat(), ["sit", "ting"].concat()];
+    let mut found = Vec::new();
+    for (path, text) in repo_texts() {
+        let lower = text.to_lowercase();
+        for w in &words {
+            if lower.contains(w.as_str()) {
+                found.push(format!("{}: {w}", path.display()));
+            }
+        }
+    }
+    assert!(found.is_empty(), "{found:#?}");
+}
