@@ -1083,7 +1083,7 @@ fn graph_replay(ctx: &Ctx, on: On) -> Result<String, AnalysisError> {
 /// The trace pass: kernels per op at the smallest and largest traced batch, fallback
 /// evidence, and each traced decode step beside predict's plan. Empty without traces.
 fn traced_kernels(ctx: &Ctx, on: On) -> String {
-    use crate::traced::{op_rows, step_check, top_ops};
+    use crate::traced::{op_rows, top_ops};
     let mut md = String::new();
     let batches: BTreeSet<usize> = ctx
         .traces
@@ -1156,7 +1156,14 @@ fn traced_kernels(ctx: &Ctx, on: On) -> String {
             )
         }
     );
-    // traced decode steps beside predict's plan
+    md.push_str(&traced_steps(ctx, on));
+    md
+}
+
+/// The traced decode steps beside predict's plan (empty when the trace has none).
+fn traced_steps(ctx: &Ctx, on: On) -> String {
+    use crate::traced::step_check;
+    let mut md = String::new();
     let steps: Vec<&rundir::TraceRow> = ctx
         .traces
         .rows

@@ -266,7 +266,10 @@ fn clock_seed() -> u64 {
 /// `<workspace>/target/opbench`: cargo runs benches from the package folder, so walk up to
 /// the workspace root (CARGO_TARGET_DIR wins when set).
 fn default_out() -> PathBuf {
-    if let Some(t) = var("CARGO_TARGET_DIR") {
+    if let Some(t) = std::env::var("CARGO_TARGET_DIR")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+    {
         return PathBuf::from(t).join("opbench");
     }
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));

@@ -526,7 +526,6 @@ pub fn run_op(
     config: &Config,
     devices: &[Device],
 ) -> Result<RunSummary, BenchError> {
-    let samples_per_case = selection.sample_size.unwrap_or(config.samples);
     let run_id = config.run_id.clone().unwrap_or_else(default_run_id);
     let mut sink = Sink {
         mode: selection.mode,
@@ -546,72 +545,10 @@ pub fn run_op(
     let mut group = c.benchmark_group(op.kind().as_str());
     group.sampling_mode(SamplingMode::Flat);
     let problems = op.problems(config);
-    let wants_clock = config.modes.iter().any(|m| m.is_device()) && selection.mode != RunMode::List;
-    let mut clocks: Vec<Result<DeviceClock, String>> = Vec::new();
-    let mut controls: Vec<Option<Box<dyn Prepared>>> = Vec::new();
-    // the last-level cache the cold modes' copies of the state pass, per device
-    let caches: Vec<u64> = devices
-        .iter()
-        .map(|&d| {
-            let wants_cache = config
-                .modes_for(d.is_gpu())
-                .iter()
-                .any(|m| matches!(m, Mode::GraphCold | Mode::PipelinedCold));
-            if wants_cache {
-                crate::devtime::last_level_cache(d, config.l2_bytes)
-            } else {
-                0
-            }
-        })
-        .collect();
-    for &device in devices {
-        // one clock per GPU, made only when a device mode is asked for
-        clocks.push(if !device.is_gpu() {
-            Err(
-                "device-side timing needs a GPU: CPU calls complete before they return \
-                 (the pipelined time is the device time)"
-                    .into(),
-            )
-        } else if wants_clock {
-            DeviceClock::new(device, config.l2_bytes)
-                .and_then(|mut c| c.set_plant(config.plant_device_pct).map(|()| c))
-                .map_err(|e| first_line(&e.to_string()))
-        } else {
-            Err("no device mode asked for".into())
-        });
-        // the host-speed control: the dispatch floor's add on this device
-        let control = (config.control && selection.mode == RunMode::Bench)
-            .then(|| {
-                let dt = config.dtypes_for(device.is_gpu()).first().copied()?;
-                crate::Floor
-                    .prepare("add", &Problem::floor(), dt, device)
-                    .ok()
-            })
-            .flatten();
-        controls.push(control);
-    }
-    // every case of the grid, in an order shuffled from the recorded seed, so that a host
-    // that drifts within the run does not line up with the order of the cases
-    let mut cases: Vec<(usize, DType, &Problem, &'static str)> = Vec::new();
-    for (d, &device) in devices.iter().enumerate() {
-        for dt in config.dtypes_for(device.is_gpu()) {
-            for problem in &problems {
-                for variant in op.variants() {
-                    if op.applies(variant, problem) {
-                        cases.push((d, dt, problem, variant));
-                    }
-                }
-            }
-        }
-    }
-    if selection.mode == RunMode::Bench {
-        use rand::SeedableRng;
-        use rand::seq::SliceRandom;
-        cases.shuffle(&mut rand::rngs::StdRng::seed_from_u64(config.seed));
-    }
+    let mut per_device = PerDevice::new(config, selection, devices);
     let mut rates: Option<crate::plan::Rates> = None;
     let mut plan_lines: Vec<String> = Vec::new();
-    for (d, dt, problem, variant) in cases {
+    for (d, dt, problem, variant) in grid_cases(op, config, selection, devices, &problems) {
         let device = devices[d];
         let keys: Vec<(Mode, CaseKey)> = config
             .modes_for(device.is_gpu())
@@ -627,25 +564,18 @@ pub fn run_op(
         if keys.is_empty() {
             continue;
         }
+        let case = GridCase {
+            op,
+            variant,
+            problem,
+            dt,
+            device,
+            cache: per_device.caches[d],
+            run_id: &run_id,
+            config,
+        };
         if selection.mode == RunMode::List {
-            for (_, k) in &keys {
-                group.bench_function(id_in_group(k), |b| b.iter(|| ()));
-            }
-            if crate::plan::plan_file().is_some() {
-                let rates = *rates.get_or_insert_with(crate::plan::probe);
-                let (secs, skip) =
-                    crate::plan::estimate(config, &rates, problem, dt, device, keys.len());
-                plan_lines.extend(
-                    keys.iter()
-                        .map(|(_, k)| format!("{},{k},{secs:.4},{}\n", op.kind(), u8::from(skip))),
-                );
-                // the case timed beside the pipelined samples is a row of the plan too
-                if let Some(bp) = beside_problem(op, variant, problem, &keys).filter(|_| !skip) {
-                    let key = key_for(op, variant, &bp, dt, device, Mode::Pipelined);
-                    let secs = crate::plan::estimate_beside(config, &rates, &bp, dt, device);
-                    plan_lines.push(format!("{},{key},{secs:.4},0\n", op.kind()));
-                }
-            }
+            plan_lines.extend(case.list(&mut group, &keys, &mut rates));
             continue;
         }
         let (mut prepared, err) = match preflight(
@@ -672,154 +602,25 @@ pub fn run_op(
                 continue;
             }
         };
-        // the case's own control, timed before each of its pipelined samples (Op::beside)
-        let mut beside = None;
-        if selection.mode == RunMode::Bench
-            && let Some(bp) = beside_problem(op, variant, problem, &keys)
-        {
-            let key = key_for(op, variant, &bp, dt, device, Mode::Pipelined);
-            if !sink.has(&key) {
-                match preflight(
-                    op,
-                    variant,
-                    &bp,
-                    dt,
-                    device,
-                    crate::plan::cap_for(config, &bp),
-                ) {
-                    Ok((prepared, rel_err)) => {
-                        beside = Some(Beside {
-                            key,
-                            problem: bp,
-                            prepared,
-                            rel_err,
-                        })
-                    }
-                    Err(refused) => {
-                        let row =
-                            failure_row(&run_id, &key, &bp, dt, refused.failure, refused.rel_err);
-                        sink.write(&row, &[])?;
-                    }
-                }
-            }
-        }
+        let mut beside = if selection.mode == RunMode::Bench {
+            case.beside(&keys, &mut sink)?
+        } else {
+            None
+        };
+        let samples_per_case = selection.sample_size.unwrap_or(config.samples);
         for (mode, key) in &keys {
-            // a cold mode times a copy of the case of its own (spread over copies of its
-            // state); a case with no model state has nothing to make cold, its warm row holds
-            // (graph_cold on the CPU stays an `unsupported` row, as graph is)
-            let cold_copy = match mode {
-                Mode::PipelinedCold => true,
-                Mode::GraphCold => device.is_gpu(),
-                _ => false,
-            };
-            if cold_copy && prepared.state_bytes() == 0 {
-                continue;
-            }
-            let (mut fresh, spread) = if cold_copy {
-                match self::cold_copy(op, (variant, problem, dt, device), *mode, caches[d]) {
-                    Ok((copy, note)) => (Some(copy), note),
-                    Err(failure) => {
-                        sink.write(&failure_row(&run_id, key, problem, dt, failure, None), &[])?;
-                        continue;
-                    }
-                }
-            } else {
-                (None, None)
-            };
-            // graphs need their capture API, device and graph modes the device's clock
-            let graph_api = if mode.is_graph() {
-                crate::graph::available(device).err()
-            } else {
-                None
-            };
-            let unavailable = graph_api.or_else(|| match &clocks[d] {
-                Err(why) if mode.is_device() => Some(why.clone()),
-                _ => None,
-            });
-            if let Some(why) = unavailable {
-                let row = failure_row(&run_id, key, problem, dt, Failure::unsupported(why), None);
-                sink.write(&row, &[])?;
-                continue;
-            }
-            // graph mode times replays of a captured copy of the case
-            let mut graphed = None;
-            let mut err = err;
-            if mode.is_graph() {
-                // graph_cold: the graph then owns the copy with its copies of the state
-                let captured = match fresh.take() {
-                    Some(f) => crate::graph::capture_cold(f, device, dt, caches[d]),
-                    None => crate::graph::capture(prepared.as_mut(), device, dt),
-                };
-                match captured {
-                    Ok((g, e)) => {
-                        graphed = Some(g);
-                        err = e;
-                    }
-                    Err((failure, rel)) => {
-                        sink.write(&failure_row(&run_id, key, problem, dt, failure, rel), &[])?;
-                        continue;
-                    }
-                }
-            }
-            let timed: &mut dyn Prepared = match (graphed.as_mut(), fresh.as_mut()) {
-                (Some(g), _) => g,
-                (None, Some(f)) => f.as_mut(),
-                (None, None) => prepared.as_mut(),
-            };
-            let with_beside = *mode == Mode::Pipelined;
-            let (mut row, samples, beside_samples) = time_case(
+            case.time_mode(
+                (*mode, key),
                 &mut group,
-                timed,
-                Timed {
-                    problem,
-                    dt,
-                    device,
-                    mode: *mode,
-                    plant: Plant {
-                        ns: config.plant_ns,
-                        pct: config.plant_pct,
-                        scope: config.plant_scope,
-                    },
-                    execution: config.execution.unwrap_or(1),
-                },
-                key,
-                &run_id,
+                &mut sink,
+                (&mut prepared, err),
                 samples_per_case,
-                clocks[d].as_mut().ok(),
-                controls[d].as_mut().map(|c| &mut **c as &mut dyn Prepared),
-                beside
+                &mut per_device.clocks[d],
+                per_device.controls[d]
                     .as_mut()
-                    .filter(|_| with_beside)
-                    .map(|b| &mut *b.prepared as &mut dyn Prepared),
-            );
-            if let Some(what) = spread {
-                row.note = Some(match row.note.take() {
-                    Some(n) => format!("{n}; {what}"),
-                    None => what,
-                });
-            }
-            row.max_rel_err = Some(err);
-            let ok = row.status == Status::Ok;
-            sink.write(&row, &samples)?;
-            if let Some(b) = beside.as_ref().filter(|_| with_beside) {
-                let execution = config.execution.unwrap_or(1);
-                let (row, samples) = if ok {
-                    b.row(&run_id, dt, execution, &beside_samples)
-                } else {
-                    // nothing was timed beside a case that failed
-                    let why = Failure {
-                        status: row.status,
-                        reason: format!(
-                            "timed beside {key}, which ended as {}: {}",
-                            row.status,
-                            row.note.as_deref().unwrap_or("-")
-                        ),
-                    };
-                    let row = failure_row(&run_id, &b.key, &b.problem, dt, why, None);
-                    (row, Vec::new())
-                };
-                sink.write(&row, &samples)?;
-            }
+                    .map(|c| &mut **c as &mut dyn Prepared),
+                beside.as_mut(),
+            )?;
         }
     }
     group.finish();
@@ -834,6 +635,326 @@ pub fn run_op(
         rows: sink.written,
         path: sink.run.as_ref().map(|r| r.path.clone()),
     })
+}
+
+/// What each device of a run needs once: its clock (where a device mode is asked for),
+/// its host-speed control (the dispatch floor's add) and the last-level cache the cold
+/// modes' copies of the state pass.
+struct PerDevice {
+    clocks: Vec<Result<DeviceClock, String>>,
+    controls: Vec<Option<Box<dyn Prepared>>>,
+    caches: Vec<u64>,
+}
+
+impl PerDevice {
+    fn new(config: &Config, selection: &Selection, devices: &[Device]) -> Self {
+        let wants_clock =
+            config.modes.iter().any(|m| m.is_device()) && selection.mode != RunMode::List;
+        let mut out = PerDevice {
+            clocks: Vec::new(),
+            controls: Vec::new(),
+            caches: Vec::new(),
+        };
+        for &device in devices {
+            let wants_cache = config
+                .modes_for(device.is_gpu())
+                .iter()
+                .any(|m| matches!(m, Mode::GraphCold | Mode::PipelinedCold));
+            out.caches.push(if wants_cache {
+                crate::devtime::last_level_cache(device, config.l2_bytes)
+            } else {
+                0
+            });
+            // one clock per GPU, made only when a device mode is asked for
+            out.clocks.push(if !device.is_gpu() {
+                Err(
+                    "device-side timing needs a GPU: CPU calls complete before they return \
+                     (the pipelined time is the device time)"
+                        .into(),
+                )
+            } else if wants_clock {
+                DeviceClock::new(device, config.l2_bytes)
+                    .and_then(|mut c| c.set_plant(config.plant_device_pct).map(|()| c))
+                    .map_err(|e| first_line(&e.to_string()))
+            } else {
+                Err("no device mode asked for".into())
+            });
+            // the host-speed control: the dispatch floor's add on this device
+            let control = (config.control && selection.mode == RunMode::Bench)
+                .then(|| {
+                    let dt = config.dtypes_for(device.is_gpu()).first().copied()?;
+                    crate::Floor
+                        .prepare("add", &Problem::floor(), dt, device)
+                        .ok()
+                })
+                .flatten();
+            out.controls.push(control);
+        }
+        out
+    }
+}
+
+/// Every case of the grid (device index, dtype, problem, variant), in an order shuffled
+/// from the recorded seed when timing, so that a host that drifts within the run does not
+/// line up with the order of the cases.
+fn grid_cases<'p>(
+    op: &dyn Op,
+    config: &Config,
+    selection: &Selection,
+    devices: &[Device],
+    problems: &'p [Problem],
+) -> Vec<(usize, DType, &'p Problem, &'static str)> {
+    let mut cases = Vec::new();
+    for (d, &device) in devices.iter().enumerate() {
+        for dt in config.dtypes_for(device.is_gpu()) {
+            for problem in problems {
+                for variant in op.variants() {
+                    if op.applies(variant, problem) {
+                        cases.push((d, dt, problem, variant));
+                    }
+                }
+            }
+        }
+    }
+    if selection.mode == RunMode::Bench {
+        use rand::SeedableRng;
+        use rand::seq::SliceRandom;
+        cases.shuffle(&mut rand::rngs::StdRng::seed_from_u64(config.seed));
+    }
+    cases
+}
+
+/// One case of the grid: what all its modes share.
+struct GridCase<'a> {
+    op: &'a dyn Op,
+    variant: &'static str,
+    problem: &'a Problem,
+    dt: DType,
+    device: Device,
+    /// The device's last-level cache (for the cold modes).
+    cache: u64,
+    run_id: &'a str,
+    config: &'a Config,
+}
+
+impl GridCase<'_> {
+    /// List mode: the case's keys for criterion's list, and the plan's lines (with the case
+    /// timed beside the pipelined samples) where a plan file is asked for.
+    fn list(
+        &self,
+        group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+        keys: &[(Mode, CaseKey)],
+        rates: &mut Option<crate::plan::Rates>,
+    ) -> Vec<String> {
+        let (op, config) = (self.op, self.config);
+        for (_, k) in keys {
+            group.bench_function(id_in_group(k), |b| b.iter(|| ()));
+        }
+        let mut lines = Vec::new();
+        if crate::plan::plan_file().is_none() {
+            return lines;
+        }
+        let rates = *rates.get_or_insert_with(crate::plan::probe);
+        let (secs, skip) = crate::plan::estimate(
+            config,
+            &rates,
+            self.problem,
+            self.dt,
+            self.device,
+            keys.len(),
+        );
+        lines.extend(
+            keys.iter()
+                .map(|(_, k)| format!("{},{k},{secs:.4},{}\n", op.kind(), u8::from(skip))),
+        );
+        if let Some(bp) = beside_problem(op, self.variant, self.problem, keys).filter(|_| !skip) {
+            let key = key_for(op, self.variant, &bp, self.dt, self.device, Mode::Pipelined);
+            let secs = crate::plan::estimate_beside(config, &rates, &bp, self.dt, self.device);
+            lines.push(format!("{},{key},{secs:.4},0\n", op.kind()));
+        }
+        lines
+    }
+
+    /// The case's own control, timed before each of its pipelined samples
+    /// ([`Op::beside`]); a refused one is its failure row, and `None`.
+    fn beside(
+        &self,
+        keys: &[(Mode, CaseKey)],
+        sink: &mut Sink,
+    ) -> Result<Option<Beside>, BenchError> {
+        let Some(bp) = beside_problem(self.op, self.variant, self.problem, keys) else {
+            return Ok(None);
+        };
+        let key = key_for(
+            self.op,
+            self.variant,
+            &bp,
+            self.dt,
+            self.device,
+            Mode::Pipelined,
+        );
+        if sink.has(&key) {
+            return Ok(None);
+        }
+        let cap = crate::plan::cap_for(self.config, &bp);
+        match preflight(self.op, self.variant, &bp, self.dt, self.device, cap) {
+            Ok((prepared, rel_err)) => Ok(Some(Beside {
+                key,
+                problem: bp,
+                prepared,
+                rel_err,
+            })),
+            Err(refused) => {
+                let row = failure_row(
+                    self.run_id,
+                    &key,
+                    &bp,
+                    self.dt,
+                    refused.failure,
+                    refused.rel_err,
+                );
+                sink.write(&row, &[])?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// Time the case in one mode and write its row (and, in `pipelined`, the row of the
+    /// case timed beside it). A cold mode times a copy of its own, a graph mode replays a
+    /// capture; what a mode cannot do here is an `unsupported` row.
+    #[allow(clippy::too_many_arguments)]
+    fn time_mode(
+        &self,
+        (mode, key): (Mode, &CaseKey),
+        group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+        sink: &mut Sink,
+        (prepared, err): (&mut Box<dyn Prepared>, f64),
+        samples_per_case: usize,
+        clock: &mut Result<DeviceClock, String>,
+        control: Option<&mut dyn Prepared>,
+        beside: Option<&mut Beside>,
+    ) -> Result<(), BenchError> {
+        let (problem, dt, device, run_id) = (self.problem, self.dt, self.device, self.run_id);
+        // a case with no model state has nothing to make cold, its warm row holds
+        // (graph_cold on the CPU stays an `unsupported` row, as graph is)
+        let cold_copy = match mode {
+            Mode::PipelinedCold => true,
+            Mode::GraphCold => device.is_gpu(),
+            _ => false,
+        };
+        if cold_copy && prepared.state_bytes() == 0 {
+            return Ok(());
+        }
+        let (mut fresh, spread) = if cold_copy {
+            match self::cold_copy(
+                self.op,
+                (self.variant, problem, dt, device),
+                mode,
+                self.cache,
+            ) {
+                Ok((copy, note)) => (Some(copy), note),
+                Err(failure) => {
+                    return sink.write(&failure_row(run_id, key, problem, dt, failure, None), &[]);
+                }
+            }
+        } else {
+            (None, None)
+        };
+        // graphs need their capture API, device and graph modes the device's clock
+        let graph_api = if mode.is_graph() {
+            crate::graph::available(device).err()
+        } else {
+            None
+        };
+        let unavailable = graph_api.or_else(|| match &*clock {
+            Err(why) if mode.is_device() => Some(why.clone()),
+            _ => None,
+        });
+        if let Some(why) = unavailable {
+            let row = failure_row(run_id, key, problem, dt, Failure::unsupported(why), None);
+            return sink.write(&row, &[]);
+        }
+        // graph mode times replays of a captured copy of the case
+        let mut graphed = None;
+        let mut err = err;
+        if mode.is_graph() {
+            // graph_cold: the graph then owns the copy with its copies of the state
+            let captured = match fresh.take() {
+                Some(f) => crate::graph::capture_cold(f, device, dt, self.cache),
+                None => crate::graph::capture(prepared.as_mut(), device, dt),
+            };
+            match captured {
+                Ok((g, e)) => {
+                    graphed = Some(g);
+                    err = e;
+                }
+                Err((failure, rel)) => {
+                    return sink.write(&failure_row(run_id, key, problem, dt, failure, rel), &[]);
+                }
+            }
+        }
+        let timed: &mut dyn Prepared = match (graphed.as_mut(), fresh.as_mut()) {
+            (Some(g), _) => g,
+            (None, Some(f)) => f.as_mut(),
+            (None, None) => prepared.as_mut(),
+        };
+        let mut beside = beside.filter(|_| mode == Mode::Pipelined);
+        let config = self.config;
+        let execution = config.execution.unwrap_or(1);
+        let (mut row, samples, beside_samples) = time_case(
+            group,
+            timed,
+            Timed {
+                problem,
+                dt,
+                device,
+                mode,
+                plant: Plant {
+                    ns: config.plant_ns,
+                    pct: config.plant_pct,
+                    scope: config.plant_scope,
+                },
+                execution,
+            },
+            key,
+            run_id,
+            samples_per_case,
+            clock.as_mut().ok(),
+            control,
+            beside
+                .as_mut()
+                .map(|b| &mut *b.prepared as &mut dyn Prepared),
+        );
+        if let Some(what) = spread {
+            row.note = Some(match row.note.take() {
+                Some(n) => format!("{n}; {what}"),
+                None => what,
+            });
+        }
+        row.max_rel_err = Some(err);
+        sink.write(&row, &samples)?;
+        if let Some(b) = beside {
+            let (brow, bsamples) = if row.status == Status::Ok {
+                b.row(run_id, dt, execution, &beside_samples)
+            } else {
+                // nothing was timed beside a case that failed
+                let why = Failure {
+                    status: row.status,
+                    reason: format!(
+                        "timed beside {key}, which ended as {}: {}",
+                        row.status,
+                        row.note.as_deref().unwrap_or("-")
+                    ),
+                };
+                (
+                    failure_row(run_id, &b.key, &b.problem, dt, why, None),
+                    Vec::new(),
+                )
+            };
+            sink.write(&brow, &bsamples)?;
+        }
+        Ok(())
+    }
 }
 
 /// The trace pass of `op` (`OPBENCH_TRACE`): every selected case traced, nothing timed.

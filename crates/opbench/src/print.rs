@@ -138,6 +138,12 @@ pub fn prediction(run: &Run, q: &Query, pred: &Prediction, state: HostState) {
             c.device_source.as_str()
         );
     }
+    sources(q, pred);
+    measured_step(run, q, pred);
+}
+
+/// Where the components' prices came from, and what the unmeasured calls are.
+fn sources(q: &Query, pred: &Prediction) {
     let count = |s: Source| pred.components.iter().filter(|c| c.source == s).count();
     // eltwise sites of a run from before that crate: priced at the floors, as then
     let sites_at_floor = pred
@@ -173,6 +179,10 @@ pub fn prediction(run: &Run, q: &Query, pred: &Prediction, state: HostState) {
             l.alone_ns / 1e6
         );
     }
+}
+
+/// The measured step (and its device time) beside the prediction, where the run has it.
+fn measured_step(run: &Run, q: &Query, pred: &Prediction) {
     // the median's interval, where the row has one (the fast state's quantile has none)
     let measured = |mode| {
         step_row(run, q, mode).and_then(|r| {
