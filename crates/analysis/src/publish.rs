@@ -27,6 +27,8 @@ pub struct Publication {
     pub results: PathBuf,
     /// The exact command(s) that made the run (default: rebuilt from env.json).
     pub command: Option<String>,
+    /// What a user compares against this run for: one line, in the README and the index.
+    pub purpose: String,
     /// Notes for the README.
     pub notes: Option<String>,
     /// Appended to the published name as `-<tag>`.
@@ -109,6 +111,17 @@ pub fn publish(p: &Publication) -> Result<PathBuf, AnalysisError> {
     Ok(dest)
 }
 
+/// How a published README states the run's purpose (the index reads it back).
+const PURPOSE: &str = "Purpose: ";
+
+/// The purpose line of a published run's README, if it has one.
+fn purpose_of(dir: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(dir.join("README.md")).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(PURPOSE))
+        .map(|p| p.replace('|', "/"))
+}
+
 /// Rewrite `results/README.md`: one line per published run (a folder with env.json), newest
 /// first. Returns its path.
 pub fn write_index(results: &Path) -> Result<PathBuf, AnalysisError> {
@@ -131,10 +144,11 @@ pub fn write_index(results: &Path) -> Result<PathBuf, AnalysisError> {
                     .map_or("", |t| t.trim_start_matches('-'));
                 let (backend, device) = (env.backend_name(), env.device_label());
                 format!(
-                    "| {} | [{name}]({name}/README.md) | {device} | {backend} | {} | {} | {tag} |",
+                    "| {} | [{name}]({name}/README.md) | {device} | {backend} | {} | {} | {} |",
                     env.started_at.get(..10).unwrap_or("-"),
                     env.libtorch_version,
                     env.runtime_version.as_deref().unwrap_or("-"),
+                    purpose_of(&dir).unwrap_or_else(|| format!("({tag})")),
                 )
             }
             None => format!("| - | [{name}]({name}/) | env.json unreadable | | | | |"),
@@ -145,11 +159,13 @@ pub fn write_index(results: &Path) -> Result<PathBuf, AnalysisError> {
     rows.sort_by(|a, b| b.0.cmp(&a.0));
     let mut md = String::from(
         "# Published runs\n\n\
-         Each folder is one run, published with `opbench publish` and never edited afterwards: \
-         its README holds the command and versions. `opbench publish` rewrites this table. \
-         `opbench history results/` orders the runs by build per machine and finds where each \
-         case changed; `opbench compare A B` compares two of them.\n\n\
-         | date | run | device | backend | torch | runtime | tag |\n|---|---|---|---|---|---|---|\n",
+         Reference runs to compare a build against, one per machine and build. Each folder was \
+         published with `opbench publish` and is never edited afterwards: its README holds the \
+         command that reproduces it from this repository, and the versions. `opbench publish` \
+         rewrites this table. `opbench compare RUN YOURS` compares yours with one; `opbench \
+         history results/` orders the runs by build per machine and finds where each case \
+         changed.\n\n\
+         | date | run | device | backend | torch | runtime | purpose |\n|---|---|---|---|---|---|---|\n",
     );
     for (_, line) in rows {
         md += &line;
@@ -175,7 +191,7 @@ fn stage(
     for entry in entries.flatten() {
         let path = entry.path();
         let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
-        if path.is_file() && matches!(ext, "csv" | "json" | "md" | "svg") {
+        if path.is_file() && matches!(ext, "csv" | "json" | "md" | "svg" | "gz") {
             let file = entry.file_name();
             std::fs::copy(&path, staging.join(&file))
                 .map_err(|e| AnalysisError::output(&path, e))?;
@@ -231,6 +247,7 @@ fn readme(env: &Env, name: &str, dest: &Path, files: &[String], p: &Publication)
     };
     let mut md = String::new();
     let _ = writeln!(md, "# {name}\n");
+    let _ = writeln!(md, "{PURPOSE}{}\n", p.purpose.trim());
     let _ = writeln!(
         md,
         "An opbench run, published as measured: never edited afterwards.\n"

@@ -53,7 +53,7 @@ fn measured_step(run: &Run, q: &Query) -> f64 {
 
 fn load(name: &str) -> Run {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../results")
+        .join("tests/fixtures/published/results")
         .join(name);
     Run::load(&dir).unwrap()
 }
@@ -263,7 +263,8 @@ fn executions_and_the_control_separate_a_planted_slowdown_from_host_noise() {
 
 #[test]
 fn history_of_the_published_runs_is_one_series_per_machine() {
-    let results = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../results");
+    let results =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/published/results");
     let h = analysis::history::history(
         std::slice::from_ref(&results),
         &analysis::history::Settings::default(),
@@ -379,7 +380,7 @@ fn traces_name_every_gemm_and_the_logs_agree() {
         }
     }
     let logs_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../results")
+        .join("tests/fixtures/published/results")
         .join(H200_GRAPHS);
     let logs = Run {
         dir: logs_dir.join("cublaslt-logs"),
@@ -888,10 +889,10 @@ fn the_layer_rows_at_one_batch_miss_where_the_host_switches_state() {
 #[test]
 fn the_graph_replay_table_lists_the_steps_only() {
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../results")
+        .join("tests/fixtures/published/results")
         .join(H200_BESIDE_B_X1);
     let tmp = tempfile::tempdir().unwrap();
-    for f in ["env.json", "results.csv", "samples.csv"] {
+    for f in ["env.json", "results.csv", "samples.csv.gz"] {
         std::fs::copy(src.join(f), tmp.path().join(f)).unwrap();
     }
     let report = analysis::report::write_report(tmp.path()).unwrap();

@@ -274,6 +274,9 @@ pub struct PublishArgs {
     /// The exact command(s) that made the run, for the README (default: rebuilt from env.json).
     #[arg(long)]
     command: Option<String>,
+    /// What a user compares against this run for (one line, in the README and the index).
+    #[arg(long)]
+    purpose: String,
     /// Notes for the README (what a reader must know about this run).
     #[arg(long)]
     notes: Option<String>,
@@ -569,6 +572,7 @@ fn main() -> ExitCode {
             run: args.run,
             results: args.results,
             command: args.command,
+            purpose: args.purpose,
             notes: args.notes,
             tag: args.tag,
         })

@@ -694,7 +694,7 @@ fn bad_input_is_one_line_and_exit_2() {
     assert!(err.contains("--alpha"), "{err}");
     let run = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../results/2026-11-30-nvidia-h200-cuda-torch2.11.0-graph-cold"
+        "/../analysis/tests/fixtures/published/results/2026-11-30-nvidia-h200-cuda-torch2.11.0-graph-cold"
     );
     for mode in ["graph_cold", "pipelined_cold"] {
         let (code, _, err) = opbench(&[
@@ -1527,6 +1527,8 @@ fn report_and_publish_a_run_once() {
     let args = [
         "publish",
         run.to_str().unwrap(),
+        "--purpose",
+        "a test",
         "--results",
         results.to_str().unwrap(),
     ];
@@ -1566,14 +1568,19 @@ fn report_and_publish_a_run_once() {
             .join("2026-11-29-nvidia-h200-cuda-torch2.11.0-second/results.csv")
             .is_file()
     );
-    // the index lists both, newest name first, with the tag
+    // the index lists both, newest name first, each with its purpose
     let index = std::fs::read_to_string(results.join("README.md")).unwrap();
     let lines: Vec<&str> = index.lines().filter(|l| l.starts_with("| 2026")).collect();
     assert_eq!(lines.len(), 2, "{index}");
     assert!(
-        lines[0].contains("torch2.11.0-second") && lines[0].ends_with("| second |"),
+        lines[0].contains("torch2.11.0-second") && lines[0].ends_with("| a test |"),
         "{index}"
     );
+    let readme = std::fs::read_to_string(
+        results.join("2026-11-29-nvidia-h200-cuda-torch2.11.0-second/README.md"),
+    )
+    .unwrap();
+    assert!(readme.contains("\nPurpose: a test\n"), "{readme}");
     assert!(
         lines[1].contains("| NVIDIA H200 | cuda | 2.11.0 |"),
         "{index}"
@@ -1736,6 +1743,8 @@ fn invalid_numbers_stop_report_publish_and_predict_at_the_reader() {
             vec![
                 "publish",
                 run.to_str().unwrap(),
+                "--purpose",
+                "a test",
                 "--results",
                 dir.path().join("pub").to_str().unwrap(),
             ],
@@ -1774,6 +1783,8 @@ fn publish_refuses_incomplete_runs_and_leaves_nothing() {
     let (code, _, err) = opbench(&[
         "publish",
         run.to_str().unwrap(),
+        "--purpose",
+        "a test",
         "--results",
         results.to_str().unwrap(),
     ]);
@@ -1784,6 +1795,8 @@ fn publish_refuses_incomplete_runs_and_leaves_nothing() {
     let (code, _, err) = opbench(&[
         "publish",
         run.to_str().unwrap(),
+        "--purpose",
+        "a test",
         "--results",
         results.to_str().unwrap(),
     ]);
@@ -1861,7 +1874,7 @@ fn report_stays_within_a_memory_limit_on_extreme_values() {
 fn predict_says_it_priced_the_tch_step_at_the_layer_beside_it() {
     let run = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../results/2026-11-30-nvidia-h200-cuda-torch2.11.0-beside-x2"
+        "/../analysis/tests/fixtures/published/results/2026-11-30-nvidia-h200-cuda-torch2.11.0-beside-x2"
     );
     let (code, out, err) = opbench(&[
         "predict",
@@ -1926,7 +1939,14 @@ fn a_damaged_env_json_stops_every_verb_with_the_field_named_and_publish_writes_n
                 "128",
             ],
             vec!["history", runs.to_str().unwrap()],
-            vec!["publish", r, "--results", published.to_str().unwrap()],
+            vec![
+                "publish",
+                r,
+                "--purpose",
+                "a test",
+                "--results",
+                published.to_str().unwrap(),
+            ],
         ] {
             let (code, out, err) = opbench(&verb);
             assert_eq!(code, 2, "{says} {verb:?}: {out}{err}");

@@ -53,8 +53,11 @@ const RUNS: [(&str, &str, &str); 5] = [
     ),
 ];
 
+/// Where the runs are read from, as `results/RUN`: the fixture copy of the published runs
+/// (the printed paths are relative to it, as they were when read from the repository's
+/// results/).
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../analysis/tests/fixtures/published")
 }
 
 /// Run opbench in `cwd`; stdout then stderr, and the exit line the recording script wrote.
@@ -121,7 +124,7 @@ fn fit_prints_what_it_printed() {
         let tmp = tempfile::tempdir().unwrap();
         let copy = tmp.path().join("run");
         std::fs::create_dir(&copy).unwrap();
-        for f in ["env.json", "results.csv", "samples.csv"] {
+        for f in ["env.json", "results.csv", "samples.csv.gz"] {
             std::fs::copy(root().join("results").join(run).join(f), copy.join(f)).unwrap();
         }
         let got = output(tmp.path(), &["fit", "run"]);

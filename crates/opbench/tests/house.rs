@@ -15,10 +15,7 @@ fn sources(dir: &Path, exts: &[&str], out: &mut Vec<PathBuf>) {
         let p = e.path();
         let name = e.file_name().to_string_lossy().into_owned();
         if p.is_dir() {
-            if !matches!(
-                name.as_str(),
-                "target" | ".git" | "__pycache__" | "fixtures"
-            ) {
+            if !matches!(name.as_str(), "target" | ".git" | "__pycache__") {
                 sources(&p, exts, out);
             }
         } else {
@@ -121,4 +118,42 @@ fn the_repository_speaks_of_runs_and_dates() {
         }
     }
     assert!(found.is_empty(), "{found:#?}");
+}
+
+#[test]
+fn every_reference_run_has_a_purpose_and_a_command_from_this_repository() {
+    let results = root().join("results");
+    let mut n = 0;
+    for e in std::fs::read_dir(&results).unwrap().flatten() {
+        if !e.path().is_dir() {
+            continue;
+        }
+        n += 1;
+        let name = e.file_name().to_string_lossy().into_owned();
+        let readme = std::fs::read_to_string(e.path().join("README.md")).unwrap();
+        assert!(
+            readme.lines().any(|l| l.starts_with("Purpose: ")),
+            "{name}: no purpose"
+        );
+        let command = readme
+            .split("## Command")
+            .nth(1)
+            .and_then(|c| c.split("```").nth(1))
+            .unwrap_or_else(|| panic!("{name}: no command"));
+        // every script the command names is committed
+        for word in command.split_whitespace() {
+            let word = word.trim_matches(|c: char| "\"'();`".contains(c));
+            if word.starts_with("scripts/") {
+                assert!(
+                    root().join(word).is_file(),
+                    "{name}: {word} is not in the repository"
+                );
+            }
+            assert!(
+                !word.ends_with(".sh") || word.starts_with("scripts/"),
+                "{name}: {word} is not a committed script"
+            );
+        }
+    }
+    assert!(n >= 2, "results/ holds {n} runs");
 }

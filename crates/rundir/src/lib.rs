@@ -26,7 +26,7 @@ pub use key::{
     Activity, Backend, CaseKey, DeviceId, Mode, SeriesKey, Status, TraceSource, TraceStatus,
 };
 pub use rows::{FitRow, ResultRow, Sample, Work};
-pub use run::{ExecSamples, Run, RunWriter, check_env, write_fits};
+pub use run::{ExecSamples, Run, RunWriter, check_env, gz_path, has_file, write_fits};
 pub use shapes::{DTypeName as DType, OpKind, Phase, UnknownValue};
 pub use trace::{KernelRow, TraceRow};
 

@@ -54,12 +54,17 @@ fn read_records<T>(
     required: &[&'static str],
     mut read: impl FnMut(&crate::csvio::Line<'_>) -> Result<T, RunError>,
 ) -> Result<Vec<T>, RunError> {
-    if !path.is_file() {
+    // a published or fixture run may keep a large file gzip'd beside the name (samples.csv.gz)
+    let gz = gz_path(path);
+    let (path, input): (&Path, Box<dyn std::io::Read>) = if path.is_file() {
+        (path, Box::new(std::fs::File::open(path).map_err(io(path))?))
+    } else if gz.is_file() {
+        let file = std::fs::File::open(&gz).map_err(io(&gz))?;
+        (&gz, Box::new(flate2::read::GzDecoder::new(file)))
+    } else {
         return Err(RunError::Missing(path.to_path_buf()));
-    }
-    let mut rdr = csv::ReaderBuilder::new()
-        .from_path(path)
-        .map_err(|e| csv_err(path, &e))?;
+    };
+    let mut rdr = csv::ReaderBuilder::new().from_reader(input);
     let header = rdr.headers().map_err(|e| csv_err(path, &e))?.clone();
     let header = Header::new(path, &header, required)?;
     let mut out = Vec::new();
@@ -68,6 +73,18 @@ fn read_records<T>(
         out.push(read(&header.line(&rec))?);
     }
     Ok(out)
+}
+
+/// `path` with `.gz` appended: where a gzip'd copy of a run's file lives.
+pub fn gz_path(path: &Path) -> PathBuf {
+    let mut s = path.as_os_str().to_os_string();
+    s.push(".gz");
+    PathBuf::from(s)
+}
+
+/// Whether the run's file `path` exists, plain or gzip'd.
+pub fn has_file(path: &Path) -> bool {
+    path.is_file() || gz_path(path).is_file()
 }
 
 /// results.csv columns that schema 1 lacks.
