@@ -3,6 +3,7 @@
 directory (without transformers, as on a machine that lacks it), read back by column."""
 
 import csv
+import gzip
 import importlib.util
 import json
 import os
@@ -17,7 +18,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 import peer  # noqa: E402
 
-PUBLISHED = ROOT / "results" / "2026-11-30-nvidia-h200-cuda-torch2.11.0-graphs-trace"
+PUBLISHED = (ROOT / "crates" / "analysis" / "tests" / "fixtures" / "published" / "results"
+             / "2026-11-30-nvidia-h200-cuda-torch2.11.0-graphs-trace")
 
 
 def rows_of(path: Path):
@@ -30,7 +32,8 @@ def make_run(d: Path):
     d.mkdir(parents=True)
     (d / "env.json").write_text(json.dumps({"run_id": "t", "settings": {"profile": "quick", "models": "qwen3-0.6b"}}))
     for f in ("results.csv", "samples.csv"):
-        with (PUBLISHED / f).open() as src:
+        plain = PUBLISHED / f
+        with (plain.open() if plain.exists() else gzip.open(str(plain) + ".gz", "rt")) as src:
             (d / f).write_text(src.readline())
 
 
