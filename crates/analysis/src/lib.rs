@@ -22,6 +22,7 @@ pub mod export;
 pub mod fit;
 pub mod history;
 pub mod history_report;
+pub mod ingest;
 pub mod merge;
 pub mod predict;
 pub mod publish;

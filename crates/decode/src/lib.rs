@@ -52,16 +52,10 @@ pub struct Decode {
     reference: RefCell<Option<(String, Rc<Weights>)>>,
 }
 
-/// Largest relative logit error a whole forward may show against float64: every layer adds
-/// its rounding to the residual stream, so the bound is wider than a single op's. Seen on
-/// Qwen3-0.6B on the CPU: f16 ≈ 3e-3, bf16 ≈ 2.5e-2; the bounds leave room for GPU kernels
-/// that reduce in lower precision.
+/// Largest relative logit error a whole forward may show against float64 (the one table's
+/// step bound, [`DType::tolerance`]).
 pub fn tolerance(dt: DType) -> f64 {
-    match dt {
-        DType::F32 => 1e-3,
-        DType::F16 => 1.5e-2,
-        DType::BF16 => 1e-1,
-    }
+    dt.tolerance(shapes::Check::Step)
 }
 
 /// Layers one timed call of a `layer` or `layer_blocked` case makes (each call repeated so

@@ -11,14 +11,7 @@ pub fn kind(dtype: DType) -> tch::Kind {
     }
 }
 
-/// The largest relative error ‖out − ref‖ / ‖ref‖ a case may show against the float64
-/// reference before it is a `mismatch`. Set from each type's unit roundoff (f32 2⁻²⁴, f16
-/// 2⁻¹¹, bf16 2⁻⁸) with room for accumulation over long reductions (k up to 25600 and
-/// softmax over 4k keys) and for reduced-precision accumulation in fast GPU kernels.
+/// An op's tolerance against the float64 reference ([`DType::tolerance`], the one table).
 pub fn tolerance(dtype: DType) -> f64 {
-    match dtype {
-        DType::F32 => 1e-4,
-        DType::F16 => 5e-3,
-        DType::BF16 => 4e-2,
-    }
+    dtype.tolerance(shapes::Check::Op)
 }

@@ -1301,7 +1301,7 @@ fn time_case(
         row.control_ns = Some(stats::median(&controls));
     }
     let pairs: Vec<(u64, f64)> = tail.iter().map(|&(i, t, _)| (i, t)).collect();
-    summarize(&mut row, &pairs);
+    row.summarize(&pairs);
     // the case beside: its runs before the same samples
     let beside = beside_record.borrow();
     let beside_tail = beside[beside.len().saturating_sub(samples_per_case)..].to_vec();
@@ -1329,31 +1329,6 @@ fn timed_row(
     row
 }
 
-/// A row's timing from its samples, (calls, total ns) each: median, interval, MAD, and
-/// the rates of the row's own FLOPs and bytes; an `error` row where none is usable.
-fn summarize(row: &mut ResultRow, pairs: &[(u64, f64)]) {
-    let est = stats::per_call(pairs).and_then(|times| stats::estimate(&times, 0.95, 2000));
-    match est {
-        Ok(e) => {
-            row.samples = Some(e.n);
-            row.median_ns = Some(e.median);
-            row.mean_ns = Some(e.mean);
-            row.ci_low_ns = Some(e.ci_low);
-            row.ci_high_ns = Some(e.ci_high);
-            row.mad_ns = Some(e.mad);
-            if e.median > 0.0 {
-                // per nanosecond = giga per second
-                row.gflops = Some(row.flops as f64 / e.median);
-                row.gbps = Some(row.bytes as f64 / e.median);
-            }
-        }
-        Err(e) => {
-            row.status = Status::Error;
-            row.note = Some(format!("no usable samples: {e}"));
-        }
-    }
-}
-
 /// The case timed beside another's pipelined samples ([`Op::beside`]), prepared and
 /// checked once.
 struct Beside {
@@ -1374,7 +1349,7 @@ impl Beside {
     ) -> (ResultRow, Vec<Sample>) {
         let mut row = timed_row(run_id, &self.key, &self.problem, dt, &*self.prepared);
         row.max_rel_err = Some(self.rel_err);
-        summarize(&mut row, runs);
+        row.summarize(runs);
         let samples = runs
             .iter()
             .map(|&(iters, total_ns)| Sample {

@@ -1,6 +1,6 @@
 //! `opbench`: the command line over the run directories the op benches write.
 //!
-//! Verbs: `shapes`, `settings`, `env`, `fit`, `predict`, `merge`, `compare`, `report`, `publish`,
+//! Verbs: `shapes`, `settings`, `tolerances`, `env`, `ingest`, `fit`, `predict`, `merge`, `compare`, `report`, `publish`,
 //! `history`, `export`. Everything but
 //! `env` is the `analysis` crate's and needs no libtorch; `env` describes this machine
 //! through libtorch and exists only in builds with the `torch` feature (scripts/bench
@@ -47,6 +47,19 @@ macro_rules! choice {
 enum Verb {
     /// The per-op problems of a model's decoder step: dims, FLOPs, bytes, calls per step.
     Shapes(shapes_cmd::Args),
+    /// Append the rows scripts/peer.py measured (RUN/peer.csv: raw samples and each case's
+    /// error against float64) to RUN, judged by the one tolerance table and estimated by
+    /// the one estimator.
+    Ingest {
+        /// The run directory.
+        run: PathBuf,
+        /// The peer's file (default RUN/peer.csv).
+        #[arg(long)]
+        file: Option<PathBuf>,
+    },
+    /// The tolerance table every case is judged by: dtype, check (op or step), the largest
+    /// relative error against the float64 reference (CSV).
+    Tolerances,
     /// Every OPBENCH_* variable: default, who reads it (the bench binaries, scripts/bench,
     /// scripts/calibrate, the build), what it means, and its value where set.
     Settings {
@@ -547,6 +560,30 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.verb {
         Verb::Shapes(args) => shapes_cmd::run(&args),
+        Verb::Ingest { run, file } => {
+            let file = file.unwrap_or_else(|| run.join("peer.csv"));
+            analysis::ingest::ingest(&run, &file)
+                .map(|d| {
+                    println!(
+                        "opbench: ingested {} rows into {} ({} over their tolerance; {} already there, kept)",
+                        d.rows,
+                        run.display(),
+                        d.mismatches,
+                        d.kept
+                    );
+                    0
+                })
+                .map_err(CliError::from)
+        }
+        Verb::Tolerances => {
+            println!("dtype,check,tolerance");
+            for dt in [DType::F32, DType::F16, DType::BF16] {
+                for check in [shapes::Check::Op, shapes::Check::Step] {
+                    println!("{dt},{},{:e}", check.as_str(), dt.tolerance(check));
+                }
+            }
+            Ok(0)
+        }
         Verb::Settings { format } => {
             if format == "md" {
                 print!("{}", settings::markdown(settings::Kind::User));

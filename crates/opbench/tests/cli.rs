@@ -1959,3 +1959,107 @@ fn a_damaged_env_json_stops_every_verb_with_the_field_named_and_publish_writes_n
         assert!(!published.exists(), "publish wrote {published:?}");
     }
 }
+
+#[test]
+fn ingest_makes_the_peers_rows_by_the_one_estimator_and_tolerance_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("r");
+    std::fs::create_dir_all(&run).unwrap();
+    std::fs::write(
+        run.join("env.json"),
+        r#"{"schema_version": 5, "run_id": "r", "started_at": "2026-12-01T10:00:00Z",
+            "backend": "cuda", "devices": ["cuda:0"], "device_name": "NVIDIA H200",
+            "libtorch_version": "2.11.0"}"#,
+    )
+    .unwrap();
+    let key = |op: &str, variant: &str, site: &str| {
+        format!("{op},{variant},{site},qwen3-0.6b,decode,1,1,,f16,cuda:0,pipelined")
+    };
+    let mut peer = String::from(
+        "op,variant,site,model,phase,batch,q_len,kv_len,dtype,device,mode,\
+         dims,flops,bytes,check,rel_err,status,note,execution,iters,total_ns\n",
+    );
+    // per-call times 10, 11, 12, 13, 100 µs over 4 calls a sample
+    for t in [10.0, 11.0, 12.0, 13.0, 100.0] {
+        peer += &format!(
+            "{},m=1 n=2048 k=1024,4194304,4200000,op,1.0e-3,ok,nn.Linear from Python,1,4,{}\n",
+            key("linear", "py-aten", "q_proj"),
+            4.0 * t * 1e3
+        );
+    }
+    // 8e-3 passed the peer's own f16 bound (1e-2); the one table says 5e-3 for an op
+    peer += &format!(
+        "{},-,0,0,op,8.0e-3,ok,Qwen3RMSNorm from Python,1,2,2000\n",
+        key("rmsnorm", "py-hf", "input_norm")
+    );
+    // a step is checked by the step bound (1.5e-2 in f16)
+    peer += &format!(
+        "{},batch=1 L=16,0,0,step,1.2e-2,ok,HF step,1,3,3000000\n",
+        key("decode", "transformers", "step")
+    );
+    // a framework part timed by difference: not checked; one the peer could not time
+    peer += &format!(
+        "{},-,0,0,,,ok,create_causal_mask,1,10,20000\n",
+        key("decode", "transformers", "mask")
+    );
+    peer += &format!(
+        "{},-,0,0,,,unsupported,transformers is not importable,1,,\n",
+        key("decode", "transformers", "generate")
+    );
+    std::fs::write(run.join("peer.csv"), peer).unwrap();
+    let (code, out, err) = opbench(&["ingest", run.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("ingested 5 rows") && out.contains("1 over their tolerance"),
+        "{out}"
+    );
+    let rows: Vec<rundir::ResultRow> = rundir::Run::load(&run).unwrap().results;
+    let get = |site: &str| rows.iter().find(|r| r.key.site == site).unwrap();
+    let lin = get("q_proj");
+    assert_eq!(lin.status, rundir::Status::Ok);
+    assert_eq!(lin.samples, Some(5));
+    assert!((lin.median_ns.unwrap() - 12_000.0).abs() < 1e-6, "{lin:?}");
+    assert!((lin.gbps.unwrap() - 4_200_000.0 / 12_000.0).abs() < 1e-9);
+    assert!(lin.ci_low_ns.unwrap() <= 12_000.0 && lin.ci_high_ns.unwrap() >= 12_000.0);
+    let norm = get("input_norm");
+    assert_eq!(norm.status, rundir::Status::Mismatch);
+    assert!(
+        norm.note
+            .as_deref()
+            .unwrap()
+            .contains("f16 op tolerance 5e-3"),
+        "{norm:?}"
+    );
+    assert_eq!(get("step").status, rundir::Status::Ok);
+    assert_eq!(get("mask").median_ns, Some(2_000.0));
+    assert_eq!(get("generate").status, rundir::Status::Unsupported);
+    let samples = rundir::Run::load(&run).unwrap().samples().unwrap();
+    assert_eq!(samples.values().map(Vec::len).sum::<usize>(), 5 + 1 + 1);
+    // again: every case is already there
+    let (code, out, _) = opbench(&["ingest", run.to_str().unwrap()]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("ingested 0 rows") && out.contains("5 already there"),
+        "{out}"
+    );
+    // a malformed line is one line naming it, exit 2
+    std::fs::write(
+        run.join("bad.csv"),
+        "op,variant,site,model,phase,batch,q_len,kv_len,dtype,device,mode,\
+         dims,flops,bytes,check,rel_err,status,note,execution,iters,total_ns\n\
+         linear,py-aten,o_proj,qwen3-0.6b,decode,1,1,,f16,cuda:0,pipelined,-,0,0,loose,,ok,,1,1,5\n",
+    )
+    .unwrap();
+    let bad = run.join("bad.csv");
+    let (code, _, err) = opbench(&[
+        "ingest",
+        run.to_str().unwrap(),
+        "--file",
+        bad.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("column `check`") && err.contains("loose"),
+        "{err}"
+    );
+}

@@ -17,6 +17,7 @@
 mod csvio;
 mod env;
 pub mod key;
+mod peer;
 mod rows;
 mod run;
 mod trace;
@@ -25,6 +26,7 @@ pub use env::Env;
 pub use key::{
     Activity, Backend, CaseKey, DeviceId, Mode, SeriesKey, Status, TraceSource, TraceStatus,
 };
+pub use peer::{PEER_TAIL, PeerCase, read_peer};
 pub use rows::{FitRow, ResultRow, Sample, Work};
 pub use run::{ExecSamples, Run, RunWriter, check_env, gz_path, has_file, write_fits};
 pub use shapes::{DTypeName as DType, OpKind, Phase, UnknownValue};

@@ -89,6 +89,33 @@ impl ResultRow {
     }
 
     /// A row with the case's identity, work counts and status, timing left empty.
+    /// The row's timing from its samples, (calls, total ns) each: median, 95% interval of
+    /// the median (2,000 bootstrap resamples), mean, MAD, and the rates of the row's own
+    /// FLOPs and bytes; an `error` row where no sample is usable. The one estimator every
+    /// row is made by (the bench binaries', and `opbench ingest`'s for scripts/peer.py).
+    pub fn summarize(&mut self, pairs: &[(u64, f64)]) {
+        let est = stats::per_call(pairs).and_then(|times| stats::estimate(&times, 0.95, 2000));
+        match est {
+            Ok(e) => {
+                self.samples = Some(e.n);
+                self.median_ns = Some(e.median);
+                self.mean_ns = Some(e.mean);
+                self.ci_low_ns = Some(e.ci_low);
+                self.ci_high_ns = Some(e.ci_high);
+                self.mad_ns = Some(e.mad);
+                if e.median > 0.0 {
+                    // per nanosecond = giga per second
+                    self.gflops = Some(self.flops as f64 / e.median);
+                    self.gbps = Some(self.bytes as f64 / e.median);
+                }
+            }
+            Err(e) => {
+                self.status = Status::Error;
+                self.note = Some(format!("no usable samples: {e}"));
+            }
+        }
+    }
+
     pub fn new(run_id: &str, key: CaseKey, dims: String, status: Status) -> Self {
         ResultRow {
             run_id: run_id.to_string(),

@@ -49,7 +49,7 @@ fn csv_err(path: &Path, e: &csv::Error) -> RunError {
 }
 
 /// Read every record of `path` with `read`, after checking its header for `required`.
-fn read_records<T>(
+pub(crate) fn read_records<T>(
     path: &Path,
     required: &[&'static str],
     mut read: impl FnMut(&crate::csvio::Line<'_>) -> Result<T, RunError>,
@@ -137,6 +137,17 @@ impl Run {
             schema,
             results,
         })
+    }
+
+    /// A run directory's env.json alone, checked as a run of this schema must have it
+    /// (for a run that has no results yet).
+    pub fn env_of(dir: &Path) -> Result<Option<Env>, RunError> {
+        let path = dir.join("env.json");
+        let env = read_env(&path)?;
+        if let Some(e) = &env {
+            check_env(e, &path, SCHEMA_VERSION)?;
+        }
+        Ok(env)
     }
 
     /// `ok` rows with a median.

@@ -22,7 +22,55 @@ pub enum DTypeName {
     BF16,
 }
 
+/// What a case's output is checked as against its float64 CPU reference: one op's call, or
+/// a whole decoder step or layer (many ops chained, each adding its rounding).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Check {
+    Op,
+    Step,
+}
+
+impl Check {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Check::Op => "op",
+            Check::Step => "step",
+        }
+    }
+}
+
+impl std::str::FromStr for Check {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "op" => Ok(Check::Op),
+            "step" => Ok(Check::Step),
+            _ => Err(format!("`{s}`: expected op or step")),
+        }
+    }
+}
+
 impl DTypeName {
+    /// The largest relative error ‖out − ref‖ / ‖ref‖ a case may show against the float64
+    /// reference before it is a `mismatch`: the one table every case is judged by (the
+    /// bench binaries, and `opbench ingest` for the rows scripts/peer.py measures).
+    ///
+    /// An op's bound is set from the type's unit roundoff (f32 2⁻²⁴, f16 2⁻¹¹, bf16 2⁻⁸)
+    /// with room for accumulation over long reductions (k up to 25600 and softmax over 4k
+    /// keys) and for reduced-precision accumulation in fast GPU kernels. A whole forward's
+    /// logits are wider: every layer adds its rounding to the residual stream (seen on
+    /// Qwen3-0.6B on the CPU: f16 ≈ 3e-3, bf16 ≈ 2.5e-2).
+    pub fn tolerance(self, check: Check) -> f64 {
+        match (check, self) {
+            (Check::Op, DTypeName::F32) => 1e-4,
+            (Check::Op, DTypeName::F16) => 5e-3,
+            (Check::Op, DTypeName::BF16) => 4e-2,
+            (Check::Step, DTypeName::F32) => 1e-3,
+            (Check::Step, DTypeName::F16) => 1.5e-2,
+            (Check::Step, DTypeName::BF16) => 1e-1,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             DTypeName::F32 => "f32",

@@ -28,6 +28,6 @@ mod plan;
 mod problem;
 
 pub use config::{ModelConfig, ShapesError, builtin_models, check_shapes_env, shapes_dir};
-pub use grid::{DTypeName, Grid, MAX_BATCH, MAX_LEN, Profile};
+pub use grid::{Check, DTypeName, Grid, MAX_BATCH, MAX_LEN, Profile};
 pub use plan::{CallKind, OtherCall, PlannedCall, StepPlan, StepProfile};
 pub use problem::{Dims, OpKind, Phase, Problem, Step, StepWork, UnknownValue, derive, step_work};

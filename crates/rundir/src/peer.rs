@@ -1,0 +1,95 @@
+//! The file scripts/peer.py hands to Rust (`RUN/peer.csv`): one line per sample of each case
+//! it timed, with the case's fields repeated, or one line without a sample for a case it did
+//! not time. `opbench ingest` judges each case by the one tolerance table and makes its row
+//! with the one estimator ([`crate::ResultRow::summarize`]); Python computes neither.
+
+use std::path::Path;
+
+use shapes::Check;
+
+use crate::csvio::Line;
+use crate::key::{CaseKey, Status};
+use crate::{RunError, run::read_records};
+
+/// The file's columns: the case key, then these.
+pub const PEER_TAIL: [&str; 10] = [
+    "dims",
+    "flops",
+    "bytes",
+    "check",
+    "rel_err",
+    "status",
+    "note",
+    "execution",
+    "iters",
+    "total_ns",
+];
+
+/// One case of the peer's file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PeerCase {
+    pub key: CaseKey,
+    pub dims: String,
+    pub flops: u64,
+    pub bytes: u64,
+    /// How its output was checked against float64 (`None`: not checked, a framework part
+    /// timed by difference or a call that computes nothing).
+    pub check: Option<Check>,
+    /// ‖out − ref‖ / ‖ref‖ against the float64 reference.
+    pub rel_err: Option<f64>,
+    /// `ok` when timed, else why not (the peer's word; the tolerance is judged again).
+    pub status: Status,
+    pub note: Option<String>,
+    pub execution: u32,
+    /// (calls, total ns) per sample, in file order.
+    pub samples: Vec<(u64, f64)>,
+}
+
+/// One line: the case's fields and its sample, if the line has one.
+fn read_line(l: &Line<'_>) -> Result<(PeerCase, Option<(u64, f64)>), RunError> {
+    let check = match l.text("check") {
+        "" => None,
+        s => Some(s.parse().map_err(|e: String| l.error("check", e))?),
+    };
+    let sample = match (l.opt::<u64>("iters")?, l.positive("total_ns", false)?) {
+        (Some(0), _) => return Err(l.error("iters", "0: a sample times at least one call")),
+        (Some(n), Some(t)) => Some((n, t)),
+        (None, None) => None,
+        _ => return Err(l.error("total_ns", "iters and total_ns go together")),
+    };
+    let note = l.text("note");
+    Ok((
+        PeerCase {
+            key: CaseKey::read(l)?,
+            dims: l.text("dims").to_string(),
+            flops: l.opt("flops")?.unwrap_or(0),
+            bytes: l.opt("bytes")?.unwrap_or(0),
+            check,
+            rel_err: l.positive("rel_err", true)?,
+            status: l.req("status")?,
+            note: (!note.is_empty()).then(|| note.to_string()),
+            execution: l.opt("execution")?.unwrap_or(1),
+            samples: Vec::new(),
+        },
+        sample,
+    ))
+}
+
+/// Read the peer's file: its cases in first-seen order, each with its samples.
+pub fn read_peer(path: &Path) -> Result<Vec<PeerCase>, RunError> {
+    let mut required: Vec<&'static str> = CaseKey::COLUMNS.to_vec();
+    required.extend(PEER_TAIL);
+    let lines = read_records(path, &required, read_line)?;
+    let mut out: Vec<PeerCase> = Vec::new();
+    for (case, sample) in lines {
+        let at = match out.iter().position(|c| c.key == case.key) {
+            Some(i) => i,
+            None => {
+                out.push(case);
+                out.len() - 1
+            }
+        };
+        out[at].samples.extend(sample);
+    }
+    Ok(out)
+}
