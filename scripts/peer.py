@@ -9,6 +9,12 @@ Needs torch (the Python opbench benchmarks against); transformers is optional: w
 the run gets the Python op rows only, and one line says what is missing. Weights are random
 (the model file in shapes/ gives the real config); nothing is downloaded.
 
+The peer computes no estimate and judges no error itself: it writes each case's raw samples
+and its error against the float64 reference to RUN/peer.csv, and `opbench ingest RUN` makes
+the rows by the same estimator and tolerance table as every other row. It times a case only
+when its error is within that table (`opbench tolerances`). Its budget (samples, warm-up,
+measurement per case) is the run's, from env.json, unless given.
+
 Rows (docs/schema.md; every case checked against a float64 CPU reference first):
 - op `decode`, variant `transformers`, site `step`: one HF step pipelined (n steps back to
   back, argmax feeding the next, one synchronize), from a DynamicCache of L tokens (cropped
@@ -72,8 +78,33 @@ except ImportError:
 # ------------------------------------------------------------------ the run directory
 
 
+KEY = ["op", "variant", "site", "model", "phase", "batch", "q_len", "kv_len", "dtype", "device", "mode"]
+PEER_COLUMNS = KEY + ["dims", "flops", "bytes", "check", "rel_err", "status", "note", "execution", "iters",
+                      "total_ns"]
+
+
+def opbench_exe():
+    """The opbench binary of this workspace (its newest build): ingest, tolerances, shapes."""
+    ws = Path(os.environ.get("OPBENCH_WS") or ROOT)
+    name = "opbench.exe" if os.name == "nt" else "opbench"
+    found = [p for d in (ws, ROOT) for p in (d / "target" / "release" / name, d / "target" / "debug" / name)
+             if p.is_file()]
+    if not found:
+        fail("opbench is not built: cargo build --release -p opbench (scripts/bench builds it)")
+    return max(found, key=lambda p: p.stat().st_mtime)
+
+
+def tolerances(exe):
+    """{(dtype, check): largest relative error}: the one table, as `opbench tolerances` prints it."""
+    out = subprocess.run([str(exe), "tolerances"], capture_output=True, text=True)
+    if out.returncode != 0:
+        fail(f"{exe} tolerances: {out.stderr.strip() or out.returncode}")
+    return {(r["dtype"], r["check"]): float(r["tolerance"]) for r in csv.DictReader(out.stdout.splitlines())}
+
+
 class Run:
-    """Appends rows to RUN/results.csv and RUN/samples.csv by their header's column names."""
+    """The run directory: its env.json and the cases it holds. The peer's samples go to
+    RUN/peer.csv for `opbench ingest`, which writes the rows."""
 
     def __init__(self, path: Path):
         self.path = path
@@ -81,56 +112,49 @@ class Run:
         if not env.is_file():
             fail(f"{path}: not a run directory (no env.json); run scripts/bench first")
         self.env = json.loads(env.read_text())
-        self.run_id = self.env.get("run_id", path.name)
-        self.results = path / "results.csv"
-        self.samples = path / "samples.csv"
-        for f in (self.results, self.samples):
-            if not f.is_file():
-                fail(f"{f}: missing")
-        with self.results.open() as f:
-            r = csv.reader(f)
-            self.rcols = next(r)
-            keys = ["op", "variant", "site", "model", "phase", "batch", "q_len", "kv_len", "dtype", "device", "mode"]
-            idx = [self.rcols.index(k) for k in keys]
-            self.have = {tuple(row[i] for i in idx) for row in r if row}
-        with self.samples.open() as f:
-            self.scols = next(csv.reader(f))
+        self.execution = str(self.env.get("settings", {}).get("execution", "1"))
+        self.have = set()
+        results = path / "results.csv"
+        if results.is_file():
+            with results.open() as f:
+                self.have = {tuple(r[k] for k in KEY) for r in csv.DictReader(f)}
+        self.peer = path / "peer.csv"
+        if self.peer.is_file():
+            with self.peer.open() as f:
+                self.have |= {tuple(r[k] for k in KEY) for r in csv.DictReader(f)}
+        else:
+            with self.peer.open("w", newline="") as f:
+                csv.writer(f).writerow(PEER_COLUMNS)
 
     def has(self, key):
         return tuple(str(v) for v in key) in self.have
 
-    def write(self, key, dims, times_ns, note, flops=0, nbytes=0, rel_err=None, status="ok", iters=1):
-        """One case: its per-call times (one per sample) and the row they make."""
+    def write(self, key, dims, times_ns, note, flops=0, nbytes=0, rel_err=None, check=None, status="ok",
+              iters=1):
+        """One case: its per-call times (one per sample, `iters` calls each), its error
+        against float64 and how it was checked (`op`, `step`, or None), as lines of peer.csv."""
         if self.has(key):
             return
-        names = ["op", "variant", "site", "model", "phase", "batch", "q_len", "kv_len", "dtype", "device", "mode"]
-        row = dict(zip(names, [str(v) for v in key]))
-        row.update(run_id=self.run_id, dims=dims, status=status, flops=str(flops), bytes=str(nbytes), note=note)
-        if rel_err is not None:
-            row["max_rel_err"] = f"{rel_err:.3e}"
-        if status == "ok":
-            med, mean, lo, hi, mad = estimate(times_ns)
-            row.update(samples=str(len(times_ns)), median_ns=f"{med:.1f}", mean_ns=f"{mean:.1f}",
-                       ci_low_ns=f"{lo:.1f}", ci_high_ns=f"{hi:.1f}", mad_ns=f"{mad:.1f}")
-            if med > 0:
-                row.update(gflops=f"{flops / med:.4f}", gbps=f"{nbytes / med:.4f}")
-            with self.samples.open("a", newline="") as f:
-                w = csv.writer(f)
-                for t in times_ns:
-                    s = dict(row, execution="1", iters=str(iters), total_ns=f"{t * iters:.1f}", control_ns="")
-                    w.writerow([s.get(c, "") for c in self.scols])
-        with self.results.open("a", newline="") as f:
-            csv.writer(f).writerow([row.get(c, "") for c in self.rcols])
+        case = dict(zip(KEY, [str(v) for v in key]))
+        case.update(dims=dims, flops=str(flops), bytes=str(nbytes), check=check or "",
+                    rel_err="" if rel_err is None else f"{rel_err:.6e}", status=status, note=note,
+                    execution=self.execution)
+        timed = times_ns if status == "ok" else []
+        with self.peer.open("a", newline="") as f:
+            w = csv.writer(f)
+            if not timed:
+                w.writerow([case.get(c, "") for c in PEER_COLUMNS])
+            for t in timed:
+                line = dict(case, iters=str(iters), total_ns=f"{t * iters:.1f}")
+                w.writerow([line.get(c, "") for c in PEER_COLUMNS])
         self.have.add(tuple(str(v) for v in key))
 
-
-def estimate(times):
-    """Median, mean, a 95% percentile-bootstrap interval of the median, and the MAD."""
-    med = statistics.median(times)
-    rng = random.Random(1)
-    boots = sorted(statistics.median(rng.choices(times, k=len(times))) for _ in range(2000))
-    mad = statistics.median(abs(t - med) for t in times)
-    return med, statistics.fmean(times), boots[int(0.025 * 2000)], boots[int(0.975 * 2000) - 1], mad
+    def ingest(self, exe):
+        """`opbench ingest`: the rows, made by Rust's estimator and tolerance table."""
+        out = subprocess.run([str(exe), "ingest", str(self.path)], capture_output=True, text=True)
+        if out.returncode != 0:
+            fail(f"opbench ingest: {out.stderr.strip()}", out.returncode)
+        say(out.stdout.strip().removeprefix("opbench: "))
 
 
 # ------------------------------------------------------------------ timing
@@ -186,8 +210,6 @@ def rel_err(out, ref):
     return d / n if n > 0 else d
 
 
-TOL = {"f32": 1e-4, "f16": 1e-2, "bf16": 5e-2}
-STEP_TOL = {"f32": 1e-3, "f16": 1.5e-2, "bf16": 1e-1}
 # the decoder-layer rows (one layer called alone, its calls flat, each call alone; every
 # layer of the model called in turn, and their calls flat in turn), sampled together;
 # transformers' own code per layer is `stack` less `stack_flat` (opbench predict)
@@ -212,16 +234,12 @@ def shapes_dir():
     return Path(d) if d else ROOT / "shapes"
 
 
-def opbench_shapes(model, batch, ctx, dtype):
-    """FLOPs and bytes per (op, site) from `opbench shapes` (the one place they are counted);
-    empty when the binary is not built."""
-    exe = ROOT / "target" / "release" / ("opbench.exe" if os.name == "nt" else "opbench")
-    if not exe.is_file():
-        return {}
+def opbench_shapes(exe, model, batch, ctx, dtype):
+    """FLOPs and bytes per (op, site) from `opbench shapes` (the one place they are counted)."""
     out = subprocess.run([str(exe), "shapes", "--model", model, "--batch", str(batch), "--ctx", str(ctx),
                           "--dtype", dtype, "--format", "csv"], capture_output=True, text=True)
     if out.returncode != 0:
-        return {}
+        fail(f"opbench shapes: {out.stderr.strip()}")
     rows = list(csv.DictReader(out.stdout.splitlines()))
     return {(r["op"], r["site"]): (int(r["flops"]), int(r["bytes"]), r["dims"]) for r in rows}
 
@@ -229,39 +247,91 @@ def opbench_shapes(model, batch, ctx, dtype):
 # ------------------------------------------------------------------ the cases
 
 
-def main(argv):
+class Ctx:
+    """What every row family needs: the run, its budget and model, the device, the HF model
+    (None without transformers) and transformers' helpers, and the tolerances to time by."""
+
+    def key(self, op, variant, site, b, kv=""):
+        return (op, variant, site, self.model_name, "decode", b, 1, kv, self.dt_name, self.label, "pipelined")
+
+    def floor_key(self, variant):
+        return ("floor", variant, "add1", "none", "decode", 1, 1, "", self.dt_name, self.label, "pipelined")
+
+    def case(self, kk, dims, call, err, note, flops=0, nbytes=0, calls_per=1):
+        """Time `call` pipelined, unless its error against float64 is over the op tolerance;
+        `call` may make `calls_per` calls, and the row is per call."""
+        if not err <= self.tol_op:
+            self.run.write(kk, dims, [], f"relative error {err:.3e} against the float64 reference",
+                           flops, nbytes, err, check="op", status="mismatch")
+            return
+        times, n = self.timer.pipelined(call)
+        self.run.write(kk, dims, [t / calls_per for t in times], f"{note}; {self.note_base}", flops, nbytes, err,
+                       check="op", iters=n * calls_per)
+
+
+def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("run", type=Path, help="the run directory (target/opbench/runs/RUN_ID)")
     ap.add_argument("--batches", help="decode batch sizes (default: the run's grid profile)")
     ap.add_argument("--ctx", type=int, help="cache length L (default: the grid's first decode_ctx)")
     ap.add_argument("--device", choices=["cuda", "cpu"], help="default: the GPU when torch sees one")
-    ap.add_argument("--samples", type=int, default=10)
-    ap.add_argument("--measure-ms", type=int, default=300)
-    ap.add_argument("--warmup-ms", type=int, default=200)
+    ap.add_argument("--samples", type=int, help="samples per case (default: the run's)")
+    ap.add_argument("--measure-ms", type=int, help="measurement per case (default: the run's)")
+    ap.add_argument("--warmup-ms", type=int, help="warm-up per case (default: the run's)")
     ap.add_argument("--only", choices=["ops", "step"], help="only the op rows, or only the step rows")
-    a = ap.parse_args(argv)
-    if a.samples < 3:
-        fail("--samples: at least 3")
-    run = Run(a.run)
+    return ap.parse_args(argv)
+
+
+def setup(argv):
+    """The run, its budget and grid, the device and the HF model with random weights."""
+    a = parse_args(argv)
+    c = Ctx()
+    c.only = a.only
+    c.run = run = Run(a.run)
     settings = run.env.get("settings", {})
-    model_name = (settings.get("models") or "qwen3-0.6b").split(",")[0]
-    cfg = load_toml(shapes_dir() / f"{model_name}.toml")
+
+    def budget(given, name, default):
+        try:
+            return given if given is not None else int(settings.get(name, default))
+        except ValueError:
+            fail(f"{run.path}/env.json: settings.{name} = {settings[name]!r} is not a whole number")
+    samples = budget(a.samples, "samples", 20)
+    if samples < 3:
+        fail("--samples: at least 3")
+    c.model_name = (settings.get("models") or "qwen3-0.6b").split(",")[0]
+    c.cfg = cfg = load_toml(shapes_dir() / f"{c.model_name}.toml")
     grid = load_toml(shapes_dir() / "grid.toml").get(settings.get("profile", "default"), {})
     try:
-        batches = [int(b) for b in (a.batches.split(",") if a.batches else grid.get("batches", [1]))]
+        c.batches = [int(b) for b in (a.batches.split(",") if a.batches else grid.get("batches", [1]))]
     except ValueError:
         fail(f"--batches: expected comma-separated whole numbers, got {a.batches}")
-    if not batches or min(batches) < 1:
+    if not c.batches or min(c.batches) < 1:
         fail("--batches: every batch must be at least 1")
-    ctx = a.ctx if a.ctx is not None else (grid.get("decode_ctx") or [1024])[0]
+    c.ctx = a.ctx if a.ctx is not None else (grid.get("decode_ctx") or [1024])[0]
     dev = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if dev == "cuda" and not torch.cuda.is_available():
         fail("--device cuda: torch sees no GPU")
-    device = torch.device(dev, 0) if dev == "cuda" else torch.device("cpu")
-    label = "cpu" if dev == "cpu" else (f"hip:0" if getattr(torch.version, "hip", None) else "cuda:0")
-    dt_name = "f16" if dev == "cuda" else "f32"
-    dtype = DTYPES[dt_name]
-    timer = Timer(device, a.samples, a.warmup_ms / 1e3, a.measure_ms / 1e3)
+    c.device = torch.device(dev, 0) if dev == "cuda" else torch.device("cpu")
+    c.label = "cpu" if dev == "cpu" else ("hip:0" if getattr(torch.version, "hip", None) else "cuda:0")
+    c.dt_name = "f16" if dev == "cuda" else "f32"
+    c.dtype = DTYPES[c.dt_name]
+    c.timer = Timer(c.device, samples, budget(a.warmup_ms, "warmup_ms", 100) / 1e3,
+                    budget(a.measure_ms, "measure_ms", 400) / 1e3)
+    c.exe = opbench_exe()
+    tol = tolerances(c.exe)
+    c.tol_op, c.tol_step = tol[(c.dt_name, "op")], tol[(c.dt_name, "step")]
+    c.H, c.Hkv, c.D = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+    c.hidden, c.inter, c.vocab = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    c.tf, c.model = load_model(c)
+    c.version = f"transformers {c.tf.__version__}, " if c.tf else ""
+    c.note_base = f"Python {sys.version.split()[0]}, torch {torch.__version__}"
+    return c
+
+
+def load_model(c):
+    """transformers' helpers and the model with random weights; (None, None) without it."""
+    torch.manual_seed(0)
+    torch.set_grad_enabled(False)
     try:
         import transformers
         from transformers import Qwen3Config, Qwen3ForCausalLM, DynamicCache
@@ -269,531 +339,565 @@ def main(argv):
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
         from transformers.models.qwen3.modeling_qwen3 import rotate_half, apply_rotary_pos_emb
     except ImportError as e:
-        transformers = None
         say(f"transformers is not importable ({e}): no transformers step, generate or framework rows; "
             "the Python op rows only (pip install transformers to measure the user's stack)")
-    torch.manual_seed(0)
-    H, Hkv, D = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
-    hidden, inter, vocab = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+        return None, None
+    tf = transformers
+    tf.DynamicCache, tf.create_causal_mask, tf.sdpa_attention_forward = (DynamicCache, create_causal_mask,
+                                                                           sdpa_attention_forward)
+    tf.rotate_half, tf.apply_rotary_pos_emb = rotate_half, apply_rotary_pos_emb
+    cfg = c.cfg
+    hf_cfg = Qwen3Config(
+        vocab_size=c.vocab, hidden_size=c.hidden, intermediate_size=c.inter,
+        num_hidden_layers=cfg["num_hidden_layers"], num_attention_heads=c.H,
+        num_key_value_heads=c.Hkv, head_dim=c.D, rope_theta=cfg["rope_theta"],
+        rms_norm_eps=cfg["rms_norm_eps"], max_position_embeddings=cfg["max_position_embeddings"],
+        tie_word_embeddings=cfg.get("tie_word_embeddings", False), attn_implementation="sdpa",
+    )
+    say(f"building {c.model_name} with random weights (transformers {transformers.__version__})")
+    # as from_pretrained(torch_dtype=...) builds it: parameters in the dtype, the rotary
+    # embedding's inv_freq buffer in float32 (a .to(dtype) would cast it and lose the
+    # precision of cos/sin at long positions)
+    model = Qwen3ForCausalLM._from_config(hf_cfg, torch_dtype=c.dtype).to(c.device).eval()
+    return tf, model
 
-    def case(kk, dims, call, err, note, flops=0, nbytes=0, calls_per=1):
-        """Time `call` pipelined, unless its error against float64 is over the tolerance;
-        `call` may make `calls_per` calls, and the row is per call."""
-        if not err <= TOL[dt_name]:
-            run.write(kk, dims, [], f"relative error {err:.3e} against the float64 reference exceeds "
-                      f"{TOL[dt_name]}", flops, nbytes, err, status="mismatch")
-            return
-        times, n = timer.pipelined(call)
-        run.write(kk, dims, [t / calls_per for t in times], f"{note}; {note_base}", flops, nbytes, err,
-                  iters=n * calls_per)
 
-    def key(op, variant, site, b, kv=""):
-        return (op, variant, site, model_name, "decode", b, 1, kv, dt_name, label, "pipelined")
+# ------------------------------------------------------------------ one decoder layer
 
-    def layer_program(lay, b):
-        """One decoder layer's calls as modeling_qwen3 makes them, written out flat (no
-        module wrappers, kwargs or cache object): (name, call) pairs, each reading its inputs
-        from the environment `e` and leaving its output under its name."""
-        at, mlp = lay.self_attn, lay.mlp
-        hs = (b, 1, -1, D)
-        return [
-            ("h", lambda e: lay.input_layernorm(e["x"])),
-            ("q1", lambda e: at.q_proj(e["h"])), ("q2", lambda e: e["q1"].view(hs)),
-            ("q3", lambda e: at.q_norm(e["q2"])), ("q", lambda e: e["q3"].transpose(1, 2)),
-            ("k1", lambda e: at.k_proj(e["h"])), ("k2", lambda e: e["k1"].view(hs)),
-            ("k3", lambda e: at.k_norm(e["k2"])), ("k", lambda e: e["k3"].transpose(1, 2)),
-            ("v1", lambda e: at.v_proj(e["h"])), ("v2", lambda e: e["v1"].view(hs)),
-            ("v", lambda e: e["v2"].transpose(1, 2)),
-            ("qk", lambda e: apply_rotary_pos_emb(e["q"], e["k"], *e["pe"])),
-            ("kf", lambda e: torch.cat([e["K"], e["qk"][1]], dim=-2)),
-            ("vf", lambda e: torch.cat([e["V"], e["v"]], dim=-2)),
-            ("o1", lambda e: sdpa_attention_forward(at, e["qk"][0], e["kf"], e["vf"], None, dropout=0.0,
-                                                    scaling=at.scaling)[0]),
-            ("o2", lambda e: e["o1"].reshape(b, 1, -1).contiguous()),
-            ("o", lambda e: at.o_proj(e["o2"])),
-            ("h2", lambda e: e["x"] + e["o"]),
-            ("n2", lambda e: lay.post_attention_layernorm(e["h2"])),
-            ("g", lambda e: mlp.gate_proj(e["n2"])), ("s", lambda e: mlp.act_fn(e["g"])),
-            ("u", lambda e: mlp.up_proj(e["n2"])), ("gu", lambda e: e["s"] * e["u"]),
-            ("d", lambda e: mlp.down_proj(e["gu"])), ("y", lambda e: e["h2"] + e["d"]),
-        ]
 
-    def run_program(prog, env):
-        for name, call in prog:
-            env[name] = call(env)
-        return env["y"]
+def layer_program(c, lay, b):
+    """One decoder layer's calls as modeling_qwen3 makes them, written out flat (no module
+    wrappers, kwargs or cache object): (name, call) pairs, each reading its inputs from the
+    environment `e` and leaving its output under its name."""
+    at, mlp, tf = lay.self_attn, lay.mlp, c.tf
+    hs = (b, 1, -1, c.D)
+    return [
+        ("h", lambda e: lay.input_layernorm(e["x"])),
+        ("q1", lambda e: at.q_proj(e["h"])), ("q2", lambda e: e["q1"].view(hs)),
+        ("q3", lambda e: at.q_norm(e["q2"])), ("q", lambda e: e["q3"].transpose(1, 2)),
+        ("k1", lambda e: at.k_proj(e["h"])), ("k2", lambda e: e["k1"].view(hs)),
+        ("k3", lambda e: at.k_norm(e["k2"])), ("k", lambda e: e["k3"].transpose(1, 2)),
+        ("v1", lambda e: at.v_proj(e["h"])), ("v2", lambda e: e["v1"].view(hs)),
+        ("v", lambda e: e["v2"].transpose(1, 2)),
+        ("qk", lambda e: tf.apply_rotary_pos_emb(e["q"], e["k"], *e["pe"])),
+        ("kf", lambda e: torch.cat([e["K"], e["qk"][1]], dim=-2)),
+        ("vf", lambda e: torch.cat([e["V"], e["v"]], dim=-2)),
+        ("o1", lambda e: tf.sdpa_attention_forward(at, e["qk"][0], e["kf"], e["vf"], None, dropout=0.0,
+                                                   scaling=at.scaling)[0]),
+        ("o2", lambda e: e["o1"].reshape(b, 1, -1).contiguous()),
+        ("o", lambda e: at.o_proj(e["o2"])),
+        ("h2", lambda e: e["x"] + e["o"]),
+        ("n2", lambda e: lay.post_attention_layernorm(e["h2"])),
+        ("g", lambda e: mlp.gate_proj(e["n2"])), ("s", lambda e: mlp.act_fn(e["g"])),
+        ("u", lambda e: mlp.up_proj(e["n2"])), ("gu", lambda e: e["s"] * e["u"]),
+        ("d", lambda e: mlp.down_proj(e["gu"])), ("y", lambda e: e["h2"] + e["d"]),
+    ]
 
-    def layer_rows(b, kc, vc, x, pos):
-        """Rows `layer` (one Qwen3DecoderLayer called as the model calls it, from a DynamicCache
-        of L tokens, reset after each call), `layer_flat` (its calls written out flat),
-        `layer_calls` (the same calls each timed alone, summed), `stack` (every decoder layer
-        of the model called in turn, as the step calls them, each from its own cache layer of
-        L tokens) and `stack_flat` (their calls written out flat, in turn), all per layer,
-        sampled in interleaved rounds. stack − stack_flat is transformers' own code in a
-        layer (module calls, kwargs, the attention interface lookup, the cache's
-        bookkeeping) with each layer's module objects and weights in the state the step
-        leaves them in: on a CPU every layer's weights pass the cache between two calls of
-        it; layer_flat / layer_calls what the calls cost in sequence over alone."""
-        import copy
-        lay = model.model.layers[0]
-        pe = model.model.rotary_emb(x, pos)
-        env = {"x": x, "pe": pe, "K": kc, "V": vc}
-        prog = layer_program(lay, b)
-        got = run_program(prog, env)
-        # the float64 reference: the same program over a float64 CPU copy of the layer
-        ref_lay = copy.deepcopy(lay).to("cpu", torch.float64)
-        ref_env = {"x": x.cpu().double(), "pe": tuple(t.cpu().double() for t in pe), "K": kc.cpu().double(),
-                   "V": vc.cpu().double()}
-        want = run_program(layer_program(ref_lay, b), ref_env)
-        del ref_lay
-        layers = list(model.model.layers)
-        cache = DynamicCache(config=model.config)
-        for i in range(len(layers)):
-            cache.update(kc, vc, i)
-        kept = [(cl.keys, cl.values) for cl in cache.layers]
 
-        cl0, (k00, v00) = cache.layers[0], kept[0]
+def run_program(prog, env):
+    for name, call in prog:
+        env[name] = call(env)
+    return env["y"]
 
-        def layer_call():
-            # layer 0 updates its own cache layer only: reset that one (inside the timed calls)
-            out = lay(x, attention_mask=None, position_ids=pos, past_key_values=cache, use_cache=True,
-                      position_embeddings=pe)
-            cl0.keys, cl0.values = k00, v00
-            return out
 
-        def stack():
-            # each layer's cache reset right after its call: as in the step, where a layer's
-            # update frees the keys and values it replaces before the next layer allocates
-            # its own (held over the whole pass, B = 8's 56 appends on the CPU took fresh
-            # pages every pass: ~1.8 ms a layer the step does not spend)
-            h = x
-            for lay_, cl, (k0, v0) in zip(layers, cache.layers, kept):
-                h = lay_(h, attention_mask=None, position_ids=pos, past_key_values=cache, use_cache=True,
-                         position_embeddings=pe)
-                cl.keys, cl.values = k0, v0
-            return h
-        progs = [layer_program(lay_, b) for lay_ in layers]
+def layer_rows(c, b, kc, vc, x, pos):
+    """Rows `layer` (one Qwen3DecoderLayer called as the model calls it, from a DynamicCache
+    of L tokens, reset after each call), `layer_flat` (its calls written out flat),
+    `layer_calls` (the same calls each timed alone, summed), `stack` (every decoder layer
+    of the model called in turn, as the step calls them, each from its own cache layer of
+    L tokens) and `stack_flat` (their calls written out flat, in turn), all per layer,
+    sampled in interleaved rounds. stack − stack_flat is transformers' own code in a
+    layer (module calls, kwargs, the attention interface lookup, the cache's
+    bookkeeping) with each layer's module objects and weights in the state the step
+    leaves them in: on a CPU every layer's weights pass the cache between two calls of
+    it; layer_flat / layer_calls what the calls cost in sequence over alone."""
+    import copy
+    model, timer = c.model, c.timer
+    lay = model.model.layers[0]
+    pe = model.model.rotary_emb(x, pos)
+    env = {"x": x, "pe": pe, "K": kc, "V": vc}
+    prog = layer_program(c, lay, b)
+    got = run_program(prog, env)
+    # the float64 reference: the same program over a float64 CPU copy of the layer
+    ref_lay = copy.deepcopy(lay).to("cpu", torch.float64)
+    ref_env = {"x": x.cpu().double(), "pe": tuple(t.cpu().double() for t in pe), "K": kc.cpu().double(),
+               "V": vc.cpu().double()}
+    want = run_program(layer_program(c, ref_lay, b), ref_env)
+    del ref_lay
+    layers = list(model.model.layers)
+    cache = c.tf.DynamicCache(config=model.config)
+    for i in range(len(layers)):
+        cache.update(kc, vc, i)
+    kept = [(cl.keys, cl.values) for cl in cache.layers]
+    cl0, (k00, v00) = cache.layers[0], kept[0]
 
-        def stack_flat():
-            e = {"x": x, "pe": pe, "K": kc, "V": vc}
-            for prog_ in progs:
-                e["x"] = run_program(prog_, e)
-            return e["x"]
-        # the stack runs layer 0's code on every layer: the same calls, whose check is the
-        # layer's; and the stack called as the model calls it against its calls flat
-        err = max(rel_err(got, want), rel_err(layer_call(), want))
-        stack_err = rel_err(stack(), stack_flat())
-        sites = [(s_, key("decode", "transformers", s_, b, ctx + 1)) for s_ in LAYER_SITES]
-        if not (err <= STEP_TOL[dt_name] and stack_err <= STEP_TOL[dt_name]):
-            what = (f"the decoder layer is {err:.3e} off its float64 reference" if err > STEP_TOL[dt_name] else
-                    f"the layers called as the model calls them are {stack_err:.3e} off their calls written out flat")
-            for s_, kk in sites:
-                run.write(kk, f"batch={b} L={ctx}", [], f"{what} (tolerance {STEP_TOL[dt_name]})", rel_err=err,
-                          status="mismatch")
-            return
-        leaves = [functools.partial(call, dict(env)) for _, call in prog]
-        flat = functools.partial(run_program, prog, dict(env))
-        # calls per sample: about measure_s / samples of the flat layer per sample
-        timer.sync()
-        t0 = time.perf_counter()
-        calls = 0
-        while time.perf_counter() - t0 < timer.warmup_s or calls < 3:
-            flat()
-            layer_call()
-            for f in leaves:
-                f()
-            calls += 1
-        stack()
-        stack_flat()
-        timer.sync()
-        per = max((time.perf_counter() - t0) / calls / 3, 1e-7)
-        n = max(2, int(timer.measure_s / timer.samples / per))
-        # the stacks: about as many layers per sample as the layer sites, at least one pass
-        passes = max(1, round(n / len(layers)))
-        # LAYER_SITES' order: the layer as called, its calls flat, each call alone, every
-        # layer as called, their calls flat
-        samplers = dict(zip(LAYER_SITES, [lambda: timer.sample(layer_call, n), lambda: timer.sample(flat, n),
-                                          lambda: sum(timer.sample(f, n) for f in leaves),
-                                          lambda: timer.sample(stack, passes) / len(layers),
-                                          lambda: timer.sample(stack_flat, passes) / len(layers)]))
-        res = {s_: [] for s_ in samplers}
-        order = list(samplers)
-        rng = random.Random(b)
-        # twice the samples: predict reads differences of these rows, ~10% of each
-        rounds = 2 * timer.samples
-        for _ in range(rounds):
-            rng.shuffle(order)
-            for which in order:
-                res[which].append(samplers[which]())
-        nl = len(layers)
-        what = {
-            "layer": "one Qwen3DecoderLayer called as the model calls it (kwargs, DynamicCache of L, reset after "
-                     "each call)",
-            "layer_flat": f"the same layer's {len(prog)} calls written out flat from Python (leaf modules and "
-                          "functions, no wrappers, kwargs or cache object)",
-            "layer_calls": f"the same {len(prog)} calls each timed alone, back to back, summed per round",
-            "stack": f"the model's {nl} Qwen3DecoderLayers called in turn as the model calls them (each from its own "
-                     f"cache layer of L, reset after its call; layer 0's check covers their code; {passes} pass(es) "
-                     "per sample)",
-            "stack_flat": f"the same {nl} layers' calls written out flat, in turn ({passes} pass(es) per sample)",
-        }
-        for s_, kk in sites:
-            if not run.has(kk):
-                iters = passes * nl if s_.startswith("stack") else n
-                run.write(kk, f"batch={b} L={ctx}", res[s_], f"{what[s_]}; per layer; {rounds} rounds of the "
-                          f"five interleaved, {n} calls per sample of the one layer; {version}{note_base}",
-                          rel_err=err, iters=iters)
+    def layer_call():
+        # layer 0 updates its own cache layer only: reset that one (inside the timed calls)
+        out = lay(x, attention_mask=None, position_ids=pos, past_key_values=cache, use_cache=True,
+                  position_embeddings=pe)
+        cl0.keys, cl0.values = k00, v00
+        return out
 
-    model = None
-    if transformers is not None:
-        hf_cfg = Qwen3Config(
-            vocab_size=vocab, hidden_size=hidden, intermediate_size=inter,
-            num_hidden_layers=cfg["num_hidden_layers"], num_attention_heads=H,
-            num_key_value_heads=Hkv, head_dim=D, rope_theta=cfg["rope_theta"],
-            rms_norm_eps=cfg["rms_norm_eps"], max_position_embeddings=cfg["max_position_embeddings"],
-            tie_word_embeddings=cfg.get("tie_word_embeddings", False), attn_implementation="sdpa",
-        )
-        say(f"building {model_name} with random weights (transformers {transformers.__version__})")
-        # as from_pretrained(torch_dtype=...) builds it: parameters in the dtype, the rotary
-        # embedding's inv_freq buffer in float32 (a .to(dtype) would cast it and lose the
-        # precision of cos/sin at long positions)
-        model = Qwen3ForCausalLM._from_config(hf_cfg, torch_dtype=dtype).to(device).eval()
-        torch.set_grad_enabled(False)
-    else:
-        torch.set_grad_enabled(False)
-    version = f"transformers {transformers.__version__}, " if transformers else ""
-    note_base = f"Python {sys.version.split()[0]}, torch {torch.__version__}"
+    def stack():
+        # each layer's cache reset right after its call: as in the step, where a layer's
+        # update frees the keys and values it replaces before the next layer allocates
+        # its own (held over the whole pass, B = 8's 56 appends on the CPU took fresh
+        # pages every pass: ~1.8 ms a layer the step does not spend)
+        h = x
+        for lay_, cl, (k0, v0) in zip(layers, cache.layers, kept):
+            h = lay_(h, attention_mask=None, position_ids=pos, past_key_values=cache, use_cache=True,
+                     position_embeddings=pe)
+            cl.keys, cl.values = k0, v0
+        return h
+    progs = [layer_program(c, lay_, b) for lay_ in layers]
 
-    # ---- the step's check: the model against a float64 CPU copy of itself at a short context
-    step_err = None
-    if model is not None and a.only != "ops":
-        say("checking the HF step against a float64 CPU copy (first sequence, context 16)")
-        import copy
-        ref = copy.deepcopy(model).to("cpu", torch.float64)
-        ids = torch.randint(0, vocab, (1, 17))
-        want = ref(ids).logits[0, -1]
-        del ref
-        cache = DynamicCache(config=model.config)
-        model(ids[:, :16].to(device), past_key_values=cache, use_cache=True)
-        got = model(ids[:, 16:].to(device), past_key_values=cache, use_cache=True).logits[0, -1]
-        step_err = rel_err(got, want)
-        if not step_err <= STEP_TOL[dt_name]:
-            fail(f"the HF step's logits are {step_err:.3e} off the float64 reference (tolerance {STEP_TOL[dt_name]})", 1)
+    def stack_flat():
+        e = {"x": x, "pe": pe, "K": kc, "V": vc}
+        for prog_ in progs:
+            e["x"] = run_program(prog_, e)
+        return e["x"]
+    # the stack runs layer 0's code on every layer: the same calls, whose check is the
+    # layer's; and the stack called as the model calls it against its calls flat
+    err = max(rel_err(got, want), rel_err(layer_call(), want))
+    stack_err = rel_err(stack(), stack_flat())
+    sites = [(s_, c.key("decode", "transformers", s_, b, c.ctx + 1)) for s_ in LAYER_SITES]
+    dims = f"batch={b} L={c.ctx}"
+    if not stack_err <= c.tol_step:
+        for _, kk in sites:
+            c.run.write(kk, dims, [], f"the layers called as the model calls them are {stack_err:.3e} off their "
+                        "calls written out flat", rel_err=max(err, stack_err), check="step", status="mismatch")
+        return
+    if not err <= c.tol_step:
+        for _, kk in sites:
+            c.run.write(kk, dims, [], "the decoder layer is off its float64 reference", rel_err=err, check="step",
+                        status="mismatch")
+        return
+    leaves = [functools.partial(call, dict(env)) for _, call in prog]
+    flat = functools.partial(run_program, prog, dict(env))
+    # calls per sample: about measure_s / samples of the flat layer per sample
+    timer.sync()
+    t0 = time.perf_counter()
+    calls = 0
+    while time.perf_counter() - t0 < timer.warmup_s or calls < 3:
+        flat()
+        layer_call()
+        for f in leaves:
+            f()
+        calls += 1
+    stack()
+    stack_flat()
+    timer.sync()
+    per = max((time.perf_counter() - t0) / calls / 3, 1e-7)
+    n = max(2, int(timer.measure_s / timer.samples / per))
+    # the stacks: about as many layers per sample as the layer sites, at least one pass
+    passes = max(1, round(n / len(layers)))
+    # LAYER_SITES' order: the layer as called, its calls flat, each call alone, every
+    # layer as called, their calls flat
+    samplers = dict(zip(LAYER_SITES, [lambda: timer.sample(layer_call, n), lambda: timer.sample(flat, n),
+                                      lambda: sum(timer.sample(f, n) for f in leaves),
+                                      lambda: timer.sample(stack, passes) / len(layers),
+                                      lambda: timer.sample(stack_flat, passes) / len(layers)]))
+    res = {s_: [] for s_ in samplers}
+    order = list(samplers)
+    rng = random.Random(b)
+    # twice the samples: predict reads differences of these rows, ~10% of each
+    rounds = 2 * timer.samples
+    for _ in range(rounds):
+        rng.shuffle(order)
+        for which in order:
+            res[which].append(samplers[which]())
+    nl = len(layers)
+    what = {
+        "layer": "one Qwen3DecoderLayer called as the model calls it (kwargs, DynamicCache of L, reset after "
+                 "each call)",
+        "layer_flat": f"the same layer's {len(prog)} calls written out flat from Python (leaf modules and "
+                      "functions, no wrappers, kwargs or cache object)",
+        "layer_calls": f"the same {len(prog)} calls each timed alone, back to back, summed per round",
+        "stack": f"the model's {nl} Qwen3DecoderLayers called in turn as the model calls them (each from its own "
+                 f"cache layer of L, reset after its call; layer 0's check covers their code; {passes} pass(es) "
+                 "per sample)",
+        "stack_flat": f"the same {nl} layers' calls written out flat, in turn ({passes} pass(es) per sample)",
+    }
+    for s_, kk in sites:
+        iters = passes * nl if s_.startswith("stack") else n
+        c.run.write(kk, dims, res[s_], f"{what[s_]}; per layer; {rounds} rounds of the five interleaved, {n} "
+                    f"calls per sample of the one layer; {c.version}{c.note_base}", rel_err=err, check="step",
+                    iters=iters)
 
-    for b in batches:
-        counted = opbench_shapes(model_name, b, ctx, dt_name)
 
-        def work(op, site):
-            f, n, d = counted.get((op, site), (0, 0, ""))
-            return f, n, d
+# ------------------------------------------------------------------ the HF step and generate()
 
-        # ---- the HF step and generate()
-        if model is not None and a.only != "ops":
-            def step_times(layers):
-                # the HF step with the model's first `layers` decoder layers: the model file
-                # runs layers[:config.num_hidden_layers], and the cache keeps that many
-                full = model.config.num_hidden_layers
-                model.config.num_hidden_layers = layers
-                try:
-                    cache = DynamicCache(config=model.config)
-                    cache.layers = cache.layers[:layers]
-                    ids = torch.randint(0, vocab, (b, ctx), device=device)
-                    model(ids, past_key_values=cache, use_cache=True)
-                    state = {"tok": torch.randint(0, vocab, (b, 1), device=device)}
 
-                    def step():
-                        out = model(input_ids=state["tok"], past_key_values=cache, use_cache=True)
-                        state["tok"] = out.logits[:, -1:].argmax(-1)
+def step_check(c):
+    """The HF step's error: the model against a float64 CPU copy of itself at context 16."""
+    if c.model is None or c.only == "ops":
+        return None
+    say("checking the HF step against a float64 CPU copy (first sequence, context 16)")
+    import copy
+    model = c.model
+    ref = copy.deepcopy(model).to("cpu", torch.float64)
+    ids = torch.randint(0, c.vocab, (1, 17))
+    want = ref(ids).logits[0, -1]
+    del ref
+    cache = c.tf.DynamicCache(config=model.config)
+    model(ids[:, :16].to(c.device), past_key_values=cache, use_cache=True)
+    got = model(ids[:, 16:].to(c.device), past_key_values=cache, use_cache=True).logits[0, -1]
+    err = rel_err(got, want)
+    if not err <= c.tol_step:
+        fail(f"the HF step's logits are {err:.3e} off the float64 reference (tolerance {c.tol_step})", 1)
+    return err
 
-                    def crop():
-                        extra = cache.get_seq_length() - ctx
-                        if extra > 0:
-                            cache.crop(-extra)
-                            # crop leaves each layer's keys and values as views of the longer
-                            # tensors, whose next `cat` then reads strided memory; a cache of L
-                            # tokens built step by step is contiguous (as generate()'s is)
-                            for layer_ in cache.layers:
-                                layer_.keys = layer_.keys.contiguous()
-                                layer_.values = layer_.values.contiguous()
 
-                    # every sample starts from L: crop what the steps appended, before it
-                    times, n = timer.pipelined(step, before=crop, max_calls=16)
-                    crop()
-                    return times, n
-                finally:
-                    model.config.num_hidden_layers = full
+def step_times(c, b, layers):
+    """The HF step with the model's first `layers` decoder layers, pipelined from a cache of
+    L (cropped back before every sample): the model file runs layers[:num_hidden_layers],
+    and the cache keeps that many."""
+    model, ctx, device = c.model, c.ctx, c.device
+    full = model.config.num_hidden_layers
+    model.config.num_hidden_layers = layers
+    try:
+        cache = c.tf.DynamicCache(config=model.config)
+        cache.layers = cache.layers[:layers]
+        ids = torch.randint(0, c.vocab, (b, ctx), device=device)
+        model(ids, past_key_values=cache, use_cache=True)
+        state = {"tok": torch.randint(0, c.vocab, (b, 1), device=device)}
 
-            k = key("decode", "transformers", "step", b, ctx + 1)
-            if not run.has(k):
-                say(f"B={b}: HF step from a DynamicCache of {ctx}")
-                times, n = step_times(cfg["num_hidden_layers"])
-                run.write(k, f"batch={b} L={ctx}", times,
-                          f"HF transformers step: {version}eager, sdpa, DynamicCache; {n} steps per sample from L "
-                          f"(cropped back after each); {note_base}; checked against float64 at context 16",
-                          rel_err=step_err, iters=n)
-            # the same step with 1 and 8 decoder layers: the difference over 7 is what one
-            # layer costs inside a step (framework included), the rest the step's own work
-            for layers in (1, min(8, cfg["num_hidden_layers"])):
-                k = key("decode", "transformers", f"layers{layers}", b, ctx + 1)
-                if not run.has(k):
-                    times, n = step_times(layers)
-                    run.write(k, f"batch={b} L={ctx} layers={layers}", times,
-                              f"the HF step with its first {layers} decoder layer(s) only (the rest as the full "
-                              f"step, whose check covers this code); {n} steps per sample from L; {note_base}",
-                              rel_err=step_err, iters=n)
-            k = key("decode", "transformers", "generate", b, 16 + 32)
-            if not run.has(k):
-                prompt = torch.randint(0, vocab, (b, 16), device=device)
-                gen = dict(max_new_tokens=32, min_new_tokens=32, do_sample=False, pad_token_id=0)
-                model.generate(prompt, **gen)
-                times = []
-                for _ in range(max(3, a.samples // 3)):
-                    timer.sync()
-                    t0 = time.perf_counter_ns()
-                    model.generate(prompt, **gen)
-                    timer.sync()
-                    times.append((time.perf_counter_ns() - t0) / 32)
-                tps = b * 1e9 / statistics.median(times)
-                run.write(k, f"batch={b} prompt=16 new=32", times,
-                          f"model.generate(): {tps:.1f} tokens/s as the user sees it (greedy, prompt 16, 32 new "
-                          f"tokens, prefill included); per new token; {version}{note_base}", iters=32)
+        def step():
+            out = model(input_ids=state["tok"], past_key_values=cache, use_cache=True)
+            state["tok"] = out.logits[:, -1:].argmax(-1)
 
-        # ---- the Python-side op cases, as transformers calls them
-        if a.only == "step":
+        def crop():
+            extra = cache.get_seq_length() - ctx
+            if extra > 0:
+                cache.crop(-extra)
+                # crop leaves each layer's keys and values as views of the longer tensors,
+                # whose next `cat` then reads strided memory; a cache of L tokens built step
+                # by step is contiguous (as generate()'s is)
+                for layer_ in cache.layers:
+                    layer_.keys = layer_.keys.contiguous()
+                    layer_.values = layer_.values.contiguous()
+
+        times, n = c.timer.pipelined(step, before=crop, max_calls=16)
+        crop()
+        return times, n
+    finally:
+        model.config.num_hidden_layers = full
+
+
+def step_rows(c, b, step_err):
+    """Sites `step`, `layers1`, `layers8` (the step with its first 1 and 8 decoder layers:
+    their difference over 7 is one layer inside a step, the rest the step's own work) and
+    `generate` (model.generate() per new token, as the user sees it)."""
+    k = c.key("decode", "transformers", "step", b, c.ctx + 1)
+    dims = f"batch={b} L={c.ctx}"
+    if not c.run.has(k):
+        say(f"B={b}: HF step from a DynamicCache of {c.ctx}")
+        times, n = step_times(c, b, c.cfg["num_hidden_layers"])
+        c.run.write(k, dims, times, f"HF transformers step: {c.version}eager, sdpa, DynamicCache; {n} steps per "
+                    f"sample from L (cropped back after each); {c.note_base}; checked against float64 at context "
+                    "16", rel_err=step_err, check="step", iters=n)
+    for layers in (1, min(8, c.cfg["num_hidden_layers"])):
+        k = c.key("decode", "transformers", f"layers{layers}", b, c.ctx + 1)
+        if not c.run.has(k):
+            times, n = step_times(c, b, layers)
+            c.run.write(k, f"{dims} layers={layers}", times,
+                        f"the HF step with its first {layers} decoder layer(s) only (the rest as the full step, "
+                        f"whose check covers this code); {n} steps per sample from L; {c.note_base}",
+                        rel_err=step_err, check="step", iters=n)
+    k = c.key("decode", "transformers", "generate", b, 16 + 32)
+    if not c.run.has(k):
+        prompt = torch.randint(0, c.vocab, (b, 16), device=c.device)
+        gen = dict(max_new_tokens=32, min_new_tokens=32, do_sample=False, pad_token_id=0)
+        c.model.generate(prompt, **gen)
+        times = []
+        for _ in range(max(3, c.timer.samples // 3)):
+            c.timer.sync()
+            t0 = time.perf_counter_ns()
+            c.model.generate(prompt, **gen)
+            c.timer.sync()
+            times.append((time.perf_counter_ns() - t0) / 32)
+        tps = b * 1e9 / statistics.median(times)
+        c.run.write(k, f"batch={b} prompt=16 new=32", times,
+                    f"model.generate(): {tps:.1f} tokens/s as the user sees it (greedy, prompt 16, 32 new "
+                    f"tokens, prefill included); per new token; {c.version}{c.note_base}", iters=32)
+
+
+# ------------------------------------------------------------------ the op sites from Python
+
+
+def linear_rows(c, b, work):
+    """`linear/py-aten`: the model's nn.Linear at each projection site."""
+    layer = c.model.model.layers[0] if c.model is not None else None
+    H, Hkv, D, hidden = c.H, c.Hkv, c.D, c.hidden
+    sites = [("q_proj", H * D, hidden), ("k_proj", Hkv * D, hidden), ("v_proj", Hkv * D, hidden),
+             ("o_proj", hidden, H * D), ("gate_proj", c.inter, hidden), ("up_proj", c.inter, hidden),
+             ("down_proj", hidden, c.inter), ("lm_head", c.vocab, hidden)]
+    for site, n, k_ in sites:
+        kk = c.key("linear", "py-aten", site, b)
+        if c.run.has(kk):
             continue
-        say(f"B={b}: Python op cases")
-        layer = model.model.layers[0] if model is not None else None
-        x = torch.randn(b, 1, hidden, device=device, dtype=dtype)
-
-        def lin(site, n, k_):
-            m = getattr(layer.self_attn, site, None) if layer is not None else None
-            if m is None and layer is not None:
-                m = getattr(layer.mlp, site, None)
-            if site == "lm_head" and model is not None:
-                m = model.lm_head
+        m = None
+        if layer is not None:
+            m = getattr(layer.self_attn, site, None)
             if m is None:
-                m = torch.nn.Linear(k_, n, bias=False).to(device=device, dtype=dtype)
-            return m
+                m = getattr(layer.mlp, site, None)
+        if site == "lm_head" and c.model is not None:
+            m = c.model.lm_head
+        if m is None:
+            m = torch.nn.Linear(k_, n, bias=False).to(device=c.device, dtype=c.dtype)
+        xin = torch.randn(b, 1, k_, device=c.device, dtype=c.dtype)
+        out = m(xin)
+        rows, cols = min(b, 64), min(n, 4096)
+        ref = xin[:rows, 0].double().cpu() @ m.weight[:cols].double().cpu().T
+        err = rel_err(out[:rows, 0, :cols], ref)
+        f, nb, d = work("linear", site)
+        c.case(kk, d, lambda: m(xin), err, f"{type(m).__name__} called from Python, as transformers calls it", f,
+               nb)
 
-        sites = [("q_proj", H * D, hidden), ("k_proj", Hkv * D, hidden), ("v_proj", Hkv * D, hidden),
-                 ("o_proj", hidden, H * D), ("gate_proj", inter, hidden), ("up_proj", inter, hidden),
-                 ("down_proj", hidden, inter), ("lm_head", vocab, hidden)]
-        for site, n, k_ in sites:
-            kk = key("linear", "py-aten", site, b)
-            if run.has(kk):
-                continue
-            m = lin(site, n, k_)
-            xin = torch.randn(b, 1, k_, device=device, dtype=dtype)
-            out = m(xin)
-            rows, cols = min(b, 64), min(n, 4096)
-            ref = xin[:rows, 0].double().cpu() @ m.weight[:cols].double().cpu().T
-            err = rel_err(out[:rows, 0, :cols], ref)
-            f, nb, d = work("linear", site)
-            case(kk, d, lambda: m(xin), err, f"{type(m).__name__} called from Python, as transformers calls it", f, nb)
-        eps = cfg["rms_norm_eps"]
 
-        def norm(width):
-            if layer is not None:
-                m = type(layer.input_layernorm)(width, eps=eps).to(device=device, dtype=dtype)
-            else:
-                class Norm(torch.nn.Module):
-                    def __init__(self):
-                        super().__init__()
-                        self.weight = torch.nn.Parameter(torch.ones(width))
+def norm_module(c, width):
+    """The model's RMSNorm class (a stand-in with its arithmetic without transformers)."""
+    eps = c.cfg["rms_norm_eps"]
+    if c.model is not None:
+        m = type(c.model.model.layers[0].input_layernorm)(width, eps=eps).to(device=c.device, dtype=c.dtype)
+    else:
+        class Norm(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.weight = torch.nn.Parameter(torch.ones(width))
 
-                    def forward(self, h):
-                        dt_in = h.dtype
-                        h = h.to(torch.float32)
-                        v = h.pow(2).mean(-1, keepdim=True)
-                        return self.weight * (h * torch.rsqrt(v + eps)).to(dt_in)
-                m = Norm().to(device=device, dtype=dtype)
-            with torch.no_grad():
-                m.weight.copy_(1 + 0.1 * torch.randn(width))
-            return m
+            def forward(self, h):
+                dt_in = h.dtype
+                h = h.to(torch.float32)
+                v = h.pow(2).mean(-1, keepdim=True)
+                return self.weight * (h * torch.rsqrt(v + eps)).to(dt_in)
+        m = Norm().to(device=c.device, dtype=c.dtype)
+    with torch.no_grad():
+        m.weight.copy_(1 + 0.1 * torch.randn(width))
+    return m
 
-        for site, shape in [("input_norm", (b, 1, hidden)), ("post_norm", (b, 1, hidden)),
-                            ("final_norm", (b, 1, hidden)), ("q_norm", (b, 1, H, D)), ("k_norm", (b, 1, Hkv, D))]:
-            kk = key("rmsnorm", "py-hf", site, b)
-            if run.has(kk):
-                continue
-            m = norm(shape[-1])
-            xin = torch.randn(*shape, device=device, dtype=dtype)
-            h = xin.double().cpu()
-            ref = m.weight.double().cpu() * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps))
-            err = rel_err(m(xin), ref)
-            f, nb, d = work("rmsnorm", site)
-            case(kk, d, lambda: m(xin), err, f"{type(m).__name__} called from Python", f, nb)
 
-        def rot(t):
-            if transformers is not None:
-                return rotate_half(t)
-            h = t.shape[-1] // 2
-            return torch.cat((-t[..., h:], t[..., :h]), dim=-1)
+def rmsnorm_rows(c, b, work):
+    """`rmsnorm/py-hf`: Qwen3RMSNorm at each norm site."""
+    eps = c.cfg["rms_norm_eps"]
+    for site, shape in [("input_norm", (b, 1, c.hidden)), ("post_norm", (b, 1, c.hidden)),
+                        ("final_norm", (b, 1, c.hidden)), ("q_norm", (b, 1, c.H, c.D)),
+                        ("k_norm", (b, 1, c.Hkv, c.D))]:
+        kk = c.key("rmsnorm", "py-hf", site, b)
+        if c.run.has(kk):
+            continue
+        m = norm_module(c, shape[-1])
+        xin = torch.randn(*shape, device=c.device, dtype=c.dtype)
+        h = xin.double().cpu()
+        ref = m.weight.double().cpu() * (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps))
+        err = rel_err(m(xin), ref)
+        f, nb, d = work("rmsnorm", site)
+        c.case(kk, d, lambda: m(xin), err, f"{type(m).__name__} called from Python", f, nb)
 
-        pos = torch.full((b, 1), ctx, device=device, dtype=torch.long)
-        if model is not None:
-            cos, sin = model.model.rotary_emb(x, pos)
+
+def rope_rows(c, b, x, pos, work):
+    """`rope/py-rotate_half` (q·cos + rotate_half(q)·sin) and `rope/py-hf` (the rotary
+    embedding module)."""
+    D = c.D
+
+    def rot(t):
+        if c.tf is not None:
+            return c.tf.rotate_half(t)
+        h = t.shape[-1] // 2
+        return torch.cat((-t[..., h:], t[..., :h]), dim=-1)
+
+    if c.model is not None:
+        cos, sin = c.model.model.rotary_emb(x, pos)
+    else:
+        inv = 1.0 / (c.cfg["rope_theta"] ** (torch.arange(0, D, 2, device=c.device, dtype=torch.float32) / D))
+        fr = pos[..., None].float() * inv
+        emb = torch.cat((fr, fr), dim=-1)
+        cos, sin = emb.cos().to(c.dtype), emb.sin().to(c.dtype)
+    cos1, sin1 = cos.unsqueeze(1), sin.unsqueeze(1)
+    for site, heads in [("q", c.H), ("k", c.Hkv)]:
+        kk = c.key("rope", "py-rotate_half", site, b)
+        if c.run.has(kk):
+            continue
+        t = torch.randn(b, heads, 1, D, device=c.device, dtype=c.dtype)
+        out = t * cos1 + rot(t) * sin1
+        td, co, si = t.double().cpu(), cos1.double().cpu(), sin1.double().cpu()
+        err = rel_err(out, td * co + torch.cat((-td[..., D // 2:], td[..., :D // 2]), -1) * si)
+        f, nb, d = work("rope", site)
+        c.case(kk, d, lambda: t * cos1 + rot(t) * sin1, err,
+               "q·cos + rotate_half(q)·sin from Python (apply_rotary_pos_emb's per-tensor work)", f, nb)
+    kk = c.key("rope", "py-hf", "cache", b)
+    if c.model is not None and not c.run.has(kk):
+        re = c.model.model.rotary_emb
+        co, si = re(x, pos)
+        inv = 1.0 / (c.cfg["rope_theta"] ** (torch.arange(0, D, 2, dtype=torch.float64) / D))
+        fr = pos.cpu()[..., None].double() * inv
+        emb = torch.cat((fr, fr), dim=-1)
+        err = rel_err(torch.cat((co, si), -1), torch.cat((emb.cos(), emb.sin()), -1))
+        f, nb, d = work("rope", "cache")
+        c.case(kk, d, lambda: re(x, pos), err, "the rotary embedding module (cos, sin for the step's positions)",
+               f, nb)
+
+
+def attention_rows(c, b, t, work):
+    """`sdpa/py-auto` (transformers' sdpa_attention_forward over the cache) and
+    `kvcache/py-cat` (the cache append); `t` holds the step's q, cache and new keys/values."""
+    H, Hkv, D = c.H, c.Hkv, c.D
+    q, kc, vc, kn, vn, kf, vf = t["q"], t["kc"], t["vc"], t["kn"], t["vn"], t["kf"], t["vf"]
+    kk = c.key("sdpa", "py-auto", "attn", b, c.ctx + 1)
+    if not c.run.has(kk):
+        if c.model is not None:
+            attn_mod = c.model.model.layers[0].self_attn
+            call = lambda: c.tf.sdpa_attention_forward(attn_mod, q, kf, vf, None, dropout=0.0,  # noqa: E731
+                                                       scaling=D ** -0.5)[0]
+            how = "transformers' sdpa_attention_forward"
         else:
-            inv = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, D, 2, device=device, dtype=torch.float32) / D))
-            fr = pos[..., None].float() * inv
-            emb = torch.cat((fr, fr), dim=-1)
-            cos, sin = emb.cos().to(dtype), emb.sin().to(dtype)
-        cos1, sin1 = cos.unsqueeze(1), sin.unsqueeze(1)
-        for site, heads in [("q", H), ("k", Hkv)]:
-            kk = key("rope", "py-rotate_half", site, b)
-            if run.has(kk):
-                continue
-            t = torch.randn(b, heads, 1, D, device=device, dtype=dtype)
-            out = t * cos1 + rot(t) * sin1
-            td, c, s = t.double().cpu(), cos1.double().cpu(), sin1.double().cpu()
-            err = rel_err(out, td * c + torch.cat((-td[..., D // 2:], td[..., :D // 2]), -1) * s)
-            f, nb, d = work("rope", site)
-            case(kk, d, lambda: t * cos1 + rot(t) * sin1, err,
-                 "q·cos + rotate_half(q)·sin from Python (apply_rotary_pos_emb's per-tensor work)", f, nb)
-        kk = key("rope", "py-hf", "cache", b)
-        if model is not None and not run.has(kk):
-            re = model.model.rotary_emb
-            c, s = re(x, pos)
-            inv = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, D, 2, dtype=torch.float64) / D))
-            fr = pos.cpu()[..., None].double() * inv
-            emb = torch.cat((fr, fr), dim=-1)
-            err = rel_err(torch.cat((c, s), -1), torch.cat((emb.cos(), emb.sin()), -1))
-            f, nb, d = work("rope", "cache")
-            case(kk, d, lambda: re(x, pos), err, "the rotary embedding module (cos, sin for the step's positions)",
-                 f, nb)
-        # attention over the cache, and the cache append
-        q = torch.randn(b, H, 1, D, device=device, dtype=dtype)
-        kc = torch.randn(b, Hkv, ctx, D, device=device, dtype=dtype)
-        vc = torch.randn(b, Hkv, ctx, D, device=device, dtype=dtype)
-        kn = torch.randn(b, Hkv, 1, D, device=device, dtype=dtype)
-        vn = torch.randn(b, Hkv, 1, D, device=device, dtype=dtype)
-        kf, vf = torch.cat([kc, kn], -2), torch.cat([vc, vn], -2)
-        kk = key("sdpa", "py-auto", "attn", b, ctx + 1)
-        if not run.has(kk):
-            if model is not None:
-                attn_mod = layer.self_attn
-                call = lambda: sdpa_attention_forward(attn_mod, q, kf, vf, None, dropout=0.0, scaling=D ** -0.5)[0]
-                how = "transformers' sdpa_attention_forward"
-            else:
-                call = lambda: F.scaled_dot_product_attention(q, kf, vf, enable_gqa=True)
-                how = "F.scaled_dot_product_attention(enable_gqa=True)"
-            out = call()
-            q0 = q[:1].double().cpu()
-            k0 = kf[:1].double().cpu().repeat_interleave(H // Hkv, 1)
-            v0 = vf[:1].double().cpu().repeat_interleave(H // Hkv, 1)
-            ref = torch.softmax(q0 @ k0.transpose(-1, -2) / math.sqrt(D), -1) @ v0
-            got = out[:1] if out.shape[1] == H else out[:1].transpose(1, 2)
-            err = rel_err(got, ref)
-            f, nb, d = work("sdpa", "attn")
-            case(kk, d, call, err, f"{how} from Python", f, nb)
-        for site, cache_t, new in [("k", kc, kn), ("v", vc, vn)]:
-            kk = key("kvcache", "py-cat", site, b, ctx + 1)
-            if run.has(kk):
-                continue
-            out = torch.cat([cache_t, new], dim=-2)
-            err = rel_err(out[:1], torch.cat([cache_t[:1].double().cpu(), new[:1].double().cpu()], -2))
-            f, nb, d = work("kvcache", site)
-            case(kk, d, lambda: torch.cat([cache_t, new], dim=-2), err,
-                 "torch.cat from Python (DynamicLayer.update's append)", f, nb)
-        # the element-wise calls between the ops: residual adds, the MLP's act_fn and product,
-        # the attention output's transpose(1, 2).contiguous() (eltwise crate's sites)
-        act = layer.mlp.act_fn if model is not None else F.silu
-        hs_a = torch.randn(b, 1, hidden, device=device, dtype=dtype)
-        hs_b = torch.randn(b, 1, hidden, device=device, dtype=dtype)
-        gate = torch.randn(b, 1, inter, device=device, dtype=dtype)
-        up = torch.randn(b, 1, inter, device=device, dtype=dtype)
-        silu_out = act(gate)
-        attn_o = torch.randn(b, H, 1, D, device=device, dtype=dtype)
-        sig = lambda t: t * torch.sigmoid(t)
-        emb = model.model.embed_tokens if model is not None else torch.nn.Embedding(vocab, hidden).to(device, dtype)
-        tok_ids = torch.randint(0, vocab, (b, 1), device=device)
-        logits = torch.randn(b, 1, vocab, device=device, dtype=dtype)
-        logits[torch.arange(b), 0, torch.randint(0, vocab, (b,))] = 100.0  # a clear winner per row
-        for site, call, ref_of, how in [
-            ("embedding", lambda: emb(tok_ids), lambda: emb.weight.double().cpu()[tok_ids.cpu()],
-             f"{type(emb).__name__} (embed_tokens) from Python"),
-            ("argmax", lambda: logits[:, -1:].argmax(-1), lambda: logits.double().cpu()[:, -1:].argmax(-1).double(),
-             "logits[:, -1:].argmax(-1) from Python (the greedy choice)"),
-            ("residual_add", lambda: hs_a + hs_b, lambda: hs_a.double().cpu() + hs_b.double().cpu(),
-             "residual + branch output from Python"),
-            ("silu", lambda: act(gate), lambda: sig(gate.double().cpu()), f"{type(act).__name__} from Python"),
-            ("swiglu_mul", lambda: silu_out * up, lambda: silu_out.double().cpu() * up.double().cpu(),
-             "act_fn(gate) * up from Python"),
-            ("attn_contiguous", lambda: attn_o.transpose(1, 2).contiguous(),
-             lambda: attn_o.double().cpu().transpose(1, 2).contiguous(),
-             "attn_output.transpose(1, 2).contiguous() from Python (no copy at q = 1)"),
-        ]:
-            kk = key("eltwise", "py-aten", site, b)
-            if run.has(kk):
-                continue
-            err = rel_err(call(), ref_of())
-            f, nb, d = work("eltwise", site)
-            case(kk, d, call, err, how, f, nb)
-        # the framework's own work
-        if model is not None:
-            kk = key("decode", "transformers", "cache_update", b, ctx + 1)
-            if not run.has(kk):
-                cache = DynamicCache(config=model.config)
-                cache.update(kc, vc, 0)
-                lay = cache.layers[0]
-                k0, v0 = lay.keys, lay.values
+            call = lambda: F.scaled_dot_product_attention(q, kf, vf, enable_gqa=True)  # noqa: E731
+            how = "F.scaled_dot_product_attention(enable_gqa=True)"
+        out = call()
+        q0 = q[:1].double().cpu()
+        k0 = kf[:1].double().cpu().repeat_interleave(H // Hkv, 1)
+        v0 = vf[:1].double().cpu().repeat_interleave(H // Hkv, 1)
+        ref = torch.softmax(q0 @ k0.transpose(-1, -2) / math.sqrt(D), -1) @ v0
+        got = out[:1] if out.shape[1] == H else out[:1].transpose(1, 2)
+        err = rel_err(got, ref)
+        f, nb, d = work("sdpa", "attn")
+        c.case(kk, d, call, err, f"{how} from Python", f, nb)
+    for site, cache_t, new in [("k", kc, kn), ("v", vc, vn)]:
+        kk = c.key("kvcache", "py-cat", site, b, c.ctx + 1)
+        if c.run.has(kk):
+            continue
+        out = torch.cat([cache_t, new], dim=-2)
+        err = rel_err(out[:1], torch.cat([cache_t[:1].double().cpu(), new[:1].double().cpu()], -2))
+        f, nb, d = work("kvcache", site)
+        c.case(kk, d, lambda: torch.cat([cache_t, new], dim=-2), err,
+               "torch.cat from Python (DynamicLayer.update's append)", f, nb)
 
-                def upd():
-                    cache.update(kn, vn, 0)
-                    lay.keys, lay.values = k0, v0
 
-                cat_k = lambda: torch.cat([kc, kn], dim=-2)
-                upd_t, _ = timer.pipelined(upd)
-                cat_t, _ = timer.pipelined(cat_k)
-                extra = [max(u - 2 * statistics.median(cat_t), 1.0) for u in upd_t]
-                run.write(kk, f"batch={b} L={ctx}", extra,
-                          "DynamicCache.update(k, v, layer) beyond its two torch.cat appends (per layer; timed beside "
-                          f"one cat, difference per sample, floored at 1 ns); {version}{note_base}")
-            kk = key("decode", "transformers", "mask", b, ctx + 1)
-            if not run.has(kk):
-                cache = DynamicCache(config=model.config)
-                for i in range(cfg["num_hidden_layers"]):
-                    cache.update(kc, vc, i)
-                emb = torch.randn(b, 1, hidden, device=device, dtype=dtype)
-                mpos = torch.full((1, 1), ctx, device=device, dtype=torch.long)
+def eltwise_rows(c, b, work):
+    """`eltwise/py-aten`: the element-wise calls between the ops (residual adds, the MLP's
+    act_fn and product, the attention output's transpose(1, 2).contiguous(), the embedding
+    and the greedy argmax)."""
+    dev, dt = c.device, c.dtype
+    act = c.model.model.layers[0].mlp.act_fn if c.model is not None else F.silu
+    hs_a = torch.randn(b, 1, c.hidden, device=dev, dtype=dt)
+    hs_b = torch.randn(b, 1, c.hidden, device=dev, dtype=dt)
+    gate = torch.randn(b, 1, c.inter, device=dev, dtype=dt)
+    up = torch.randn(b, 1, c.inter, device=dev, dtype=dt)
+    silu_out = act(gate)
+    attn_o = torch.randn(b, c.H, 1, c.D, device=dev, dtype=dt)
+    sig = lambda t: t * torch.sigmoid(t)  # noqa: E731
+    emb = (c.model.model.embed_tokens if c.model is not None
+           else torch.nn.Embedding(c.vocab, c.hidden).to(dev, dt))
+    tok_ids = torch.randint(0, c.vocab, (b, 1), device=dev)
+    logits = torch.randn(b, 1, c.vocab, device=dev, dtype=dt)
+    logits[torch.arange(b), 0, torch.randint(0, c.vocab, (b,))] = 100.0  # a clear winner per row
+    for site, call, ref_of, how in [
+        ("embedding", lambda: emb(tok_ids), lambda: emb.weight.double().cpu()[tok_ids.cpu()],
+         f"{type(emb).__name__} (embed_tokens) from Python"),
+        ("argmax", lambda: logits[:, -1:].argmax(-1), lambda: logits.double().cpu()[:, -1:].argmax(-1).double(),
+         "logits[:, -1:].argmax(-1) from Python (the greedy choice)"),
+        ("residual_add", lambda: hs_a + hs_b, lambda: hs_a.double().cpu() + hs_b.double().cpu(),
+         "residual + branch output from Python"),
+        ("silu", lambda: act(gate), lambda: sig(gate.double().cpu()), f"{type(act).__name__} from Python"),
+        ("swiglu_mul", lambda: silu_out * up, lambda: silu_out.double().cpu() * up.double().cpu(),
+         "act_fn(gate) * up from Python"),
+        ("attn_contiguous", lambda: attn_o.transpose(1, 2).contiguous(),
+         lambda: attn_o.double().cpu().transpose(1, 2).contiguous(),
+         "attn_output.transpose(1, 2).contiguous() from Python (no copy at q = 1)"),
+    ]:
+        kk = c.key("eltwise", "py-aten", site, b)
+        if c.run.has(kk):
+            continue
+        err = rel_err(call(), ref_of())
+        f, nb, d = work("eltwise", site)
+        c.case(kk, d, call, err, how, f, nb)
 
-                def mask():
-                    return create_causal_mask(config=model.config, inputs_embeds=emb, attention_mask=None,
-                                              past_key_values=cache, position_ids=mpos)
-                got = mask()
-                times, _ = timer.pipelined(mask)
-                run.write(kk, f"batch={b} L={ctx}", times,
-                          f"create_causal_mask per step (returned {'None: SDPA needs no mask' if got is None else tuple(got.shape)}); "
-                          f"{version}{note_base}")
-            # one decoder layer: called as the model calls it, its calls written out flat,
-            # and the same calls each timed alone, in interleaved rounds of one process
-            if not all(run.has(key("decode", "transformers", s_, b, ctx + 1)) for s_ in LAYER_SITES):
-                layer_rows(b, kc, vc, x, pos)
-        kk = key("decode", "transformers" if model is not None else "python", "module_call", b)
-        if not run.has(kk):
-            class Empty(torch.nn.Module):
-                def forward(self, h):
-                    return h
-            e = Empty()
-            times, _ = timer.pipelined(lambda: e(x))
-            run.write(kk, "-", times, f"one nn.Module call whose forward returns its input (the call machinery "
-                      f"transformers pays per module); {note_base}")
-    # the Python dispatch floors (not per batch)
-    one = torch.ones(1, device=device, dtype=dtype)
-    two = torch.ones(2, 2, device=device, dtype=dtype)
+
+# ------------------------------------------------------------------ the framework's own work
+
+
+def framework_rows(c, b, t, x, pos):
+    """Sites `cache_update` (DynamicCache.update beyond its two cats), `mask`
+    (create_causal_mask per step) and the decoder-layer rows ([`layer_rows`])."""
+    model, ctx, dims = c.model, c.ctx, f"batch={b} L={c.ctx}"
+    kc, vc, kn, vn = t["kc"], t["vc"], t["kn"], t["vn"]
+    kk = c.key("decode", "transformers", "cache_update", b, ctx + 1)
+    if not c.run.has(kk):
+        cache = c.tf.DynamicCache(config=model.config)
+        cache.update(kc, vc, 0)
+        lay = cache.layers[0]
+        k0, v0 = lay.keys, lay.values
+
+        def upd():
+            cache.update(kn, vn, 0)
+            lay.keys, lay.values = k0, v0
+
+        upd_t, _ = c.timer.pipelined(upd)
+        cat_t, _ = c.timer.pipelined(lambda: torch.cat([kc, kn], dim=-2))
+        extra = [max(u - 2 * statistics.median(cat_t), 1.0) for u in upd_t]
+        c.run.write(kk, dims, extra, "DynamicCache.update(k, v, layer) beyond its two torch.cat appends (per layer; "
+                    "timed beside one cat, difference per sample, floored at 1 ns); "
+                    f"{c.version}{c.note_base}")
+    kk = c.key("decode", "transformers", "mask", b, ctx + 1)
+    if not c.run.has(kk):
+        cache = c.tf.DynamicCache(config=model.config)
+        for i in range(c.cfg["num_hidden_layers"]):
+            cache.update(kc, vc, i)
+        emb = torch.randn(b, 1, c.hidden, device=c.device, dtype=c.dtype)
+        mpos = torch.full((1, 1), ctx, device=c.device, dtype=torch.long)
+
+        def mask():
+            return c.tf.create_causal_mask(config=model.config, inputs_embeds=emb, attention_mask=None,
+                                           past_key_values=cache, position_ids=mpos)
+        got = mask()
+        times, _ = c.timer.pipelined(mask)
+        returned = "None: SDPA needs no mask" if got is None else tuple(got.shape)
+        c.run.write(kk, dims, times, f"create_causal_mask per step (returned {returned}); {c.version}{c.note_base}")
+    # one decoder layer: called as the model calls it, its calls written out flat, and the
+    # same calls each timed alone, in interleaved rounds of one process
+    if not all(c.run.has(c.key("decode", "transformers", s_, b, ctx + 1)) for s_ in LAYER_SITES):
+        layer_rows(c, b, kc, vc, x, pos)
+
+
+def module_call_row(c, b, x):
+    """`module_call`: one nn.Module call whose forward returns its input."""
+    kk = c.key("decode", "transformers" if c.model is not None else "python", "module_call", b)
+    if c.run.has(kk):
+        return
+
+    class Empty(torch.nn.Module):
+        def forward(self, h):
+            return h
+    e = Empty()
+    times, _ = c.timer.pipelined(lambda: e(x))
+    c.run.write(kk, "-", times, "one nn.Module call whose forward returns its input (the call machinery "
+                f"transformers pays per module); {c.note_base}")
+
+
+# ------------------------------------------------------------------ the Python dispatch floors
+
+
+def floor_rows(c):
+    """`floor/py-add` and `floor/py-view`: the Python dispatch floors (not per batch)."""
+    one = torch.ones(1, device=c.device, dtype=c.dtype)
+    two = torch.ones(2, 2, device=c.device, dtype=c.dtype)
     for variant, fn, ref, what in [("py-add", lambda: one + one, lambda: one.double().cpu() * 2, "one-element add"),
                                    ("py-view", lambda: two.transpose(0, 1), lambda: two.double().cpu().T,
                                     "transpose of a tiny tensor: dispatch only")]:
-        kk = ("floor", variant, "add1", "none", "decode", 1, 1, "", dt_name, label, "pipelined")
-        if run.has(kk):
-            continue
-        case(kk, "-", fn, rel_err(fn(), ref()), f"{what} from Python")
-    # the host's context factor from Python (opbench's floor `mixed` / `blocked`): the same
-    # eight kinds of one-element call, switching kind on every call or in runs of a kind
-    a1 = torch.full((1, 1), 1.5, device=device, dtype=dtype)
-    b1 = torch.full((1, 1), 0.25, device=device, dtype=dtype)
-    x8 = torch.randn(1, 8, device=device, dtype=dtype)
-    w8 = (0.35 * torch.randn(8, 8)).to(device=device, dtype=dtype)
+        kk = c.floor_key(variant)
+        if not c.run.has(kk):
+            c.case(kk, "-", fn, rel_err(fn(), ref()), f"{what} from Python")
+
+
+def context_floor_rows(c):
+    """`floor/py-mixed` and `floor/py-blocked`: the host's context factor from Python (as
+    opbench's floor `mixed` / `blocked`), the same eight kinds of one-element call switching
+    kind on every call or in runs of a kind."""
+    dev, dt = c.device, c.dtype
+    a1 = torch.full((1, 1), 1.5, device=dev, dtype=dt)
+    b1 = torch.full((1, 1), 0.25, device=dev, dtype=dt)
+    x8 = torch.randn(1, 8, device=dev, dtype=dt)
+    w8 = (0.35 * torch.randn(8, 8)).to(device=dev, dtype=dt)
     kinds = [lambda a, b, x, w: a + b, lambda a, b, x, w: a * b, lambda a, b, x, w: -a,
              lambda a, b, x, w: torch.rsqrt(b), lambda a, b, x, w: F.silu(a),
              lambda a, b, x, w: torch.cat([a, b], 1), lambda a, b, x, w: x.mean(-1, keepdim=True),
@@ -807,17 +911,59 @@ def main(argv):
         return torch.cat([k(*t).reshape(-1) for k in kinds])
     err = rel_err(every(args), every(tuple(t.double().cpu() for t in args)))
     for variant, calls in orders.items():
-        kk = ("floor", variant, "add1", "none", "decode", 1, 1, "", dt_name, label, "pipelined")
-        if run.has(kk):
+        kk = c.floor_key(variant)
+        if c.run.has(kk):
             continue
 
         def unit(calls=calls):
             for f in calls:
                 f()
         how = "switching kind on every call" if variant == "py-mixed" else f"{rounds} calls of a kind in a row"
-        case(kk, "-", unit, err, f"{rounds} calls of each of 8 kinds of one-element call (add, mul, neg, rsqrt, "
-             f"silu, cat, mean, linear) from Python per timed unit, {how}", calls_per=len(calls))
-    say(f"rows written to {run.path}")
+        c.case(kk, "-", unit, err, f"{rounds} calls of each of 8 kinds of one-element call (add, mul, neg, rsqrt, "
+               f"silu, cat, mean, linear) from Python per timed unit, {how}", calls_per=len(calls))
+
+
+# ------------------------------------------------------------------ main
+
+
+def batch_rows(c, b, step_err):
+    """Every row family at batch `b`."""
+    counted = opbench_shapes(c.exe, c.model_name, b, c.ctx, c.dt_name)
+
+    def work(op, site):
+        return counted.get((op, site), (0, 0, ""))
+
+    if c.model is not None and c.only != "ops":
+        step_rows(c, b, step_err)
+    if c.only == "step":
+        return
+    say(f"B={b}: Python op cases")
+    dev, dt, ctx = c.device, c.dtype, c.ctx
+    x = torch.randn(b, 1, c.hidden, device=dev, dtype=dt)
+    pos = torch.full((b, 1), ctx, device=dev, dtype=torch.long)
+    linear_rows(c, b, work)
+    rmsnorm_rows(c, b, work)
+    rope_rows(c, b, x, pos, work)
+    t = {"q": torch.randn(b, c.H, 1, c.D, device=dev, dtype=dt)}
+    for name, length in [("kc", ctx), ("vc", ctx), ("kn", 1), ("vn", 1)]:
+        t[name] = torch.randn(b, c.Hkv, length, c.D, device=dev, dtype=dt)
+    t["kf"], t["vf"] = torch.cat([t["kc"], t["kn"]], -2), torch.cat([t["vc"], t["vn"]], -2)
+    attention_rows(c, b, t, work)
+    eltwise_rows(c, b, work)
+    if c.model is not None:
+        framework_rows(c, b, t, x, pos)
+    module_call_row(c, b, x)
+
+
+def main(argv):
+    c = setup(argv)
+    step_err = step_check(c)
+    for b in c.batches:
+        batch_rows(c, b, step_err)
+    floor_rows(c)
+    context_floor_rows(c)
+    c.run.ingest(c.exe)
+    say(f"rows written to {c.run.path}")
 
 
 if __name__ == "__main__":

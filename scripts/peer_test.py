@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
-"""Tests of scripts/peer.py on the CPU: its statistics, and a whole op pass into a run
-directory (without transformers, as on a machine that lacks it), read back by column."""
+"""Tests of scripts/peer.py on the CPU: a whole op pass into a run directory (without
+transformers, as on a machine that lacks it), its rows made by `opbench ingest` from the raw
+samples it hands over, read back by column."""
 
 import csv
-import gzip
 import importlib.util
 import json
 import os
-import runpy
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -18,8 +18,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 import peer  # noqa: E402
 
-PUBLISHED = (ROOT / "crates" / "analysis" / "tests" / "fixtures" / "published" / "results"
-             / "2026-11-30-nvidia-h200-cuda-torch2.11.0-graphs-trace")
 
 
 def rows_of(path: Path):
@@ -27,24 +25,48 @@ def rows_of(path: Path):
         return list(csv.DictReader(f))
 
 
-def make_run(d: Path):
-    """An empty run directory with the schema's headers (from a published run)."""
+def make_run(d: Path, **settings):
+    """A run directory as the bench binaries start it: env.json only."""
     d.mkdir(parents=True)
-    (d / "env.json").write_text(json.dumps({"run_id": "t", "settings": {"profile": "quick", "models": "qwen3-0.6b"}}))
-    for f in ("results.csv", "samples.csv"):
-        plain = PUBLISHED / f
-        with (plain.open() if plain.exists() else gzip.open(str(plain) + ".gz", "rt")) as src:
-            (d / f).write_text(src.readline())
+    env = {"schema_version": 5, "run_id": "t", "started_at": "2026-12-01T00:00:00Z", "backend": "cpu",
+           "devices": ["cpu"], "cpu_model": "test", "libtorch_version": "2.11.0",
+           "settings": dict({"profile": "quick", "models": "qwen3-0.6b"}, **settings)}
+    (d / "env.json").write_text(json.dumps(env))
 
 
-class Estimate(unittest.TestCase):
-    def test_median_interval_and_mad(self):
-        med, mean, lo, hi, mad = peer.estimate([10.0, 11.0, 12.0, 13.0, 100.0])
-        self.assertEqual(med, 12.0)
-        self.assertAlmostEqual(mean, 29.2)
-        self.assertLessEqual(lo, med)
-        self.assertGreaterEqual(hi, med)
-        self.assertEqual(mad, 1.0)
+class Handover(unittest.TestCase):
+    def test_the_peer_hands_raw_samples_to_rust_and_reads_the_runs_budget(self):
+        # the run's own budget (4 samples) rules where no argument is given; opbench ingest
+        # makes every row, its median the median of the per-call times the peer handed over
+        with tempfile.TemporaryDirectory() as t:
+            run = Path(t) / "r"
+            make_run(run, samples="4", measure_ms="20", warmup_ms="5")
+            code = (
+                "import sys, runpy; sys.modules['transformers'] = None; "
+                f"sys.argv = ['peer.py', {str(run)!r}, '--only', 'ops', '--batches', '1', '--ctx', '16', "
+                "'--device', 'cpu']; "
+                f"runpy.run_path({str(ROOT / 'scripts' / 'peer.py')!r}, run_name='__main__')"
+            )
+            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            self.assertIn("ingested", out.stderr)
+            per_call = {}
+            for r in rows_of(run / "peer.csv"):
+                key = (r["op"], r["variant"], r["site"])
+                per_call.setdefault(key, []).append(float(r["total_ns"]) / int(r["iters"]))
+            rows = {(r["op"], r["variant"], r["site"]): r for r in rows_of(run / "results.csv")}
+            self.assertEqual(set(per_call), set(rows))
+            for key, times in per_call.items():
+                self.assertEqual(len(times), 4, key)
+                self.assertEqual(rows[key]["samples"], "4", key)
+                self.assertAlmostEqual(float(rows[key]["median_ns"]), statistics.median(times), delta=0.05)
+                self.assertIn(rows[key]["status"], ("ok",), rows[key])
+
+    def test_the_tolerances_are_rusts(self):
+        tol = peer.tolerances(peer.opbench_exe())
+        self.assertEqual(tol[("f16", "op")], 5e-3)
+        self.assertEqual(tol[("f16", "step")], 1.5e-2)
+        self.assertEqual(len(tol), 6)
 
 
 class OpPass(unittest.TestCase):
