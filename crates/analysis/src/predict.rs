@@ -255,10 +255,12 @@ pub enum HostModel {
 }
 
 impl HostModel {
-    /// The host model a report prices `q`'s step with: `controlled` on a GPU where the run
-    /// has the profile's [`layer_rows`] or its layer beside the step ([`beside_ns`]), else
-    /// `as-measured`.
-    pub fn for_report(run: &Run, q: &Query) -> HostModel {
+    /// The default host model, the one `opbench predict` and the report both price `q`'s
+    /// step with unless told otherwise: `controlled` on a GPU where the run has the
+    /// profile's [`layer_rows`] or its layer beside the step ([`beside_ns`]) — the
+    /// best-measured (docs/findings.md: the tch steps within ±2%, the HF step within ±8% in
+    /// the host's fast state, H200, 2026-12-01) — else `as-measured`.
+    pub fn default_for(run: &Run, q: &Query) -> HostModel {
         let layer = layer_rows(run, q).is_some() || beside_ns(run, q).is_some();
         if q.device.is_gpu() && q.mode != Mode::Graph && layer {
             HostModel::Controlled

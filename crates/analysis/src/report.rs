@@ -574,7 +574,7 @@ fn host_vs_device(ctx: &Ctx, on: On) -> String {
 }
 
 /// The step a report prices: `profile` at batch `b` and context `ctx_len` on `on`, in
-/// `mode`, with the host model a report prices it with ([`HostModel::for_report`]).
+/// `mode`, with the default host model ([`HostModel::default_for`]).
 fn report_query<'a>(
     run: &Run,
     cfg: &'a ModelConfig,
@@ -595,7 +595,7 @@ fn report_query<'a>(
         host: HostModel::AsMeasured,
     };
     Query {
-        host: HostModel::for_report(run, &q),
+        host: HostModel::default_for(run, &q),
         ..q
     }
 }

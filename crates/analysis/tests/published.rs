@@ -760,7 +760,7 @@ fn the_tch_steps_take_their_own_layers_context() {
 #[test]
 fn the_report_prices_a_profile_with_its_layer_where_the_run_has_it() {
     let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
-    let on_gpu = |run: &Run, p| HostModel::for_report(run, &h200_eager(&cfg, p, 1));
+    let on_gpu = |run: &Run, p| HostModel::default_for(run, &h200_eager(&cfg, p, 1));
     let tch = [StepProfile::HfEager, StepProfile::Fused];
     let all = load(H200_TCHLAYER_X1);
     for p in StepProfile::EVERY {
@@ -784,7 +784,7 @@ fn the_report_prices_a_profile_with_its_layer_where_the_run_has_it() {
             dtype: DType::F32,
             ..h200_eager(&cfg, p, 1)
         };
-        assert_eq!(HostModel::for_report(&cpu, &on_cpu), HostModel::AsMeasured);
+        assert_eq!(HostModel::default_for(&cpu, &on_cpu), HostModel::AsMeasured);
     }
 }
 

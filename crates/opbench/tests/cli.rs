@@ -1403,7 +1403,7 @@ fn predict_prices_the_transformers_step_and_splits_it() {
         );
         out
     };
-    let out = predicted(&[], alone + 28.0 * 50_000.0);
+    let out = predicted(&["--host-model", "as-measured"], alone + 28.0 * 50_000.0);
     assert!(
         out.contains("one decoder layer (scripts/peer.py, interleaved): one layer called as the model calls it 0.900 ms, its calls written out flat 0.850 ms: transformers' own code adds 0.050 ms per layer; one layer's calls flat 0.850 ms, each alone 0.700 ms: in sequence the calls cost 1.21× what they cost alone"),
         "{out}"
@@ -1425,10 +1425,10 @@ fn predict_prices_the_transformers_step_and_splits_it() {
         .map(|c| (c.problem.calls_per_step / 28) as f64 * 16_000.0)
         .sum::<f64>()
         + 8.0 * 2_000.0;
-    let out = predicted(
-        &["--host-model", "controlled"],
-        alone * 850.0 / 700.0 * (700_000.0 / priced) + 28.0 * 50_000.0,
-    );
+    let controlled = alone * 850.0 / 700.0 * (700_000.0 / priced) + 28.0 * 50_000.0;
+    // with the layer rows `controlled` is the default, as in the report
+    predicted(&[], controlled);
+    let out = predicted(&["--host-model", "controlled"], controlled);
     assert!(
         out.contains(&format!(
             "× {:.3} to the step's own process (its layer's calls each alone, layer_calls at B=1, over what the rows price them at)",
