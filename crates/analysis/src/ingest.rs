@@ -54,19 +54,7 @@ pub fn row_of(run_id: &str, c: &PeerCase) -> (ResultRow, Vec<Sample>) {
         return (row, Vec::new());
     }
     row.summarize(&c.samples);
-    let samples = c
-        .samples
-        .iter()
-        .map(|&(iters, total_ns)| Sample {
-            key: c.key.clone(),
-            execution: c.execution,
-            iters,
-            total_ns,
-            control_ns: None,
-            host_ns: None,
-        })
-        .collect();
-    (row, samples)
+    (row, Sample::bare(&c.key, c.execution, &c.samples))
 }
 
 /// Append the cases of `file` to the run `dir` (cases it already holds are kept as they

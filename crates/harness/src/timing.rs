@@ -1350,18 +1350,7 @@ impl Beside {
         let mut row = timed_row(run_id, &self.key, &self.problem, dt, &*self.prepared);
         row.max_rel_err = Some(self.rel_err);
         row.summarize(runs);
-        let samples = runs
-            .iter()
-            .map(|&(iters, total_ns)| Sample {
-                key: self.key.clone(),
-                execution,
-                iters,
-                total_ns,
-                control_ns: None,
-                host_ns: None,
-            })
-            .collect();
-        (row, samples)
+        (row, Sample::bare(&self.key, execution, runs))
     }
 }
 

@@ -312,6 +312,21 @@ impl Sample {
         out
     }
 
+    /// Samples of `key` from (calls, total ns) pairs, without host controls.
+    pub fn bare(key: &CaseKey, execution: u32, pairs: &[(u64, f64)]) -> Vec<Sample> {
+        pairs
+            .iter()
+            .map(|&(iters, total_ns)| Sample {
+                key: key.clone(),
+                execution,
+                iters,
+                total_ns,
+                control_ns: None,
+                host_ns: None,
+            })
+            .collect()
+    }
+
     pub(crate) fn read(l: &Line<'_>) -> Result<Self, RunError> {
         let iters: u64 = l.req("iters")?;
         if iters == 0 {
