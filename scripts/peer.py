@@ -102,23 +102,31 @@ def tolerances(exe):
     return {(r["dtype"], r["check"]): float(r["tolerance"]) for r in csv.DictReader(out.stdout.splitlines())}
 
 
+def layout(exe):
+    """The run directory's file names, as `opbench layout` prints them (the one description)."""
+    out = subprocess.run([str(exe), "layout"], capture_output=True, text=True)
+    if out.returncode != 0:
+        fail(f"{exe} layout: {out.stderr.strip() or out.returncode}")
+    return json.loads(out.stdout)
+
+
 class Run:
     """The run directory: its env.json and the cases it holds. The peer's samples go to
     RUN/peer.csv for `opbench ingest`, which writes the rows."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, lay):
         self.path = path
-        env = path / "env.json"
+        env = path / lay["env"]
         if not env.is_file():
             fail(f"{path}: not a run directory (no env.json); run scripts/bench first")
         self.env = json.loads(env.read_text())
         self.execution = str(self.env.get("settings", {}).get("execution", "1"))
         self.have = set()
-        results = path / "results.csv"
+        results = path / lay["results"]
         if results.is_file():
             with results.open() as f:
                 self.have = {tuple(r[k] for k in KEY) for r in csv.DictReader(f)}
-        self.peer = path / "peer.csv"
+        self.peer = path / lay["peer"]
         if self.peer.is_file():
             with self.peer.open() as f:
                 self.have |= {tuple(r[k] for k in KEY) for r in csv.DictReader(f)}
@@ -287,7 +295,8 @@ def setup(argv):
     a = parse_args(argv)
     c = Ctx()
     c.only = a.only
-    c.run = run = Run(a.run)
+    c.exe = opbench_exe()
+    c.run = run = Run(a.run, layout(c.exe))
     settings = run.env.get("settings", {})
 
     def budget(given, name, default):
@@ -317,7 +326,6 @@ def setup(argv):
     c.dtype = DTYPES[c.dt_name]
     c.timer = Timer(c.device, samples, budget(a.warmup_ms, "warmup_ms", 100) / 1e3,
                     budget(a.measure_ms, "measure_ms", 400) / 1e3)
-    c.exe = opbench_exe()
     tol = tolerances(c.exe)
     c.tol_op, c.tol_step = tol[(c.dt_name, "op")], tol[(c.dt_name, "step")]
     c.H, c.Hkv, c.D = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]

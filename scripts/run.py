@@ -24,6 +24,7 @@ tch 0.24 (torch 2.11); for another torch a workspace is generated under
 target/torch-ws/tch-<ver>-torch<major.minor>/: the same crates (a symlink, a junction on Windows), a
 Cargo.toml pinning that tch, its own Cargo.lock and target. The checkout is not edited.
 """
+import json
 import os
 import re
 import shutil
@@ -233,6 +234,27 @@ def cargo(env, *args, check=True, **kw):
     return rc
 
 
+# ---------------------------------------------------------------- the run directory
+
+
+def opbench_exe(env):
+    """The release opbench of `env`'s workspace (built by the caller)."""
+    return Path(env["OPBENCH_WS"]) / "target" / "release" / ("opbench.exe" if WINDOWS else "opbench")
+
+
+def layout(env):
+    """The run directory's layout as `opbench layout` prints it (the one description):
+    folder and file names, the default run id's format."""
+    cargo(env, "build", "-q", "--release", "-p", "opbench")
+    out = subprocess.run([str(opbench_exe(env)), "layout"], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def run_dir(lay, out, run_id, execution=None):
+    d = Path(out) / lay["runs"] / run_id
+    return d / lay["executions"] / str(execution) if execution else d
+
+
 # ---------------------------------------------------------------- test
 
 
@@ -276,7 +298,8 @@ def test_torch(version):
     print(f"\n== bench cases once (quick grid) {tag}", flush=True)
     cargo(dict(env, OPBENCH_PROFILE="quick", OPBENCH_DEVICE="cpu"), "bench", "--workspace", "--benches", "--", "--test")
     print(f"\n== a quick CPU run {tag}", flush=True)
-    run = f"test-torch-{version}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+    lay = layout(env)
+    run = f"test-torch-{version}-{time.strftime(lay['run_id_format'], time.gmtime())}"
     out = ROOT / "target" / "opbench"
     small = dict(
         env,
@@ -289,10 +312,10 @@ def test_torch(version):
         OPBENCH_MEASURE_MS="40",
     )
     cargo(small, "bench", "-p", "linear", "-p", "rmsnorm", "--benches", "--", "/decode/b1/")
-    results = out / "runs" / run / "results.csv"
+    results = run_dir(lay, out, run) / lay["results"]
     if not results.exists() or results.stat().st_size == 0:
         fail(f"{results}: not written", 1)
-    cargo(env, "run", "-q", "-p", "opbench", "--", "report", str(out / "runs" / run))
+    subprocess.run([str(opbench_exe(env)), "report", str(run_dir(lay, out, run))], check=True)
     print(f"\n== ok: run directory {out / 'runs' / run} {tag}", flush=True)
 
 
@@ -396,7 +419,8 @@ def bench(args):
     env = build_env()
     # a trace pass runs after timing, in its own processes: never in a timed one
     trace = env.pop("OPBENCH_TRACE", "")
-    run_id = env.setdefault("OPBENCH_RUN", time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
+    lay = layout(env)
+    run_id = env.setdefault("OPBENCH_RUN", time.strftime(lay["run_id_format"], time.gmtime()))
     out = Path(env.get("OPBENCH_OUT") or ROOT / "target" / "opbench")
     env["OPBENCH_OUT"] = str(out)
     n = env.get("OPBENCH_EXECUTIONS", "1")
@@ -409,7 +433,6 @@ def bench(args):
     args = list(args) or ["--workspace"]
     # criterion's arguments go after `--`: add --list to them
     list_args = args + (["--list"] if "--" in args else ["--", "--list"])
-    cargo(env, "build", "-q", "--release", "-p", "opbench")
     cargo(env, "bench", "-q", "--no-run", *args, stdout=subprocess.DEVNULL)
     plans = out / "plans"
     plans.mkdir(parents=True, exist_ok=True)
@@ -437,7 +460,7 @@ def bench(args):
     env.update(OPBENCH_PLAN_CASES=str(cases), OPBENCH_PLAN_FILE=str(plan))
 
     def rows_in(d):
-        f = d / "results.csv"
+        f = d / lay["results"]
         return max(0, sum(1 for _ in f.open()) - 1) if f.exists() else 0
 
     # the user's own stack: HF transformers from Python, into the same run (OPBENCH_PEER=0: not)
@@ -457,9 +480,9 @@ def bench(args):
 
     t0 = time.monotonic()
     peer_secs = 0.0
-    run_dir = out / "runs" / run_id
+    run = run_dir(lay, out, run_id)
     if n == 1:
-        start = dict(env, OPBENCH_PLAN_BASE=str(rows_in(run_dir)), OPBENCH_PLAN_START=str(int(time.time())))
+        start = dict(env, OPBENCH_PLAN_BASE=str(rows_in(run)), OPBENCH_PLAN_START=str(int(time.time())))
         rc = cargo(start, "bench", *args, check=False)
         if rc != 0:
             fail(f"cargo bench failed (exit {rc})", rc)
@@ -472,7 +495,7 @@ def bench(args):
                 env,
                 OPBENCH_EXECUTION=str(i),
                 OPBENCH_SEED=str(seed + i),
-                OPBENCH_PLAN_BASE=str(rows_in(run_dir / "executions" / str(i))),
+                OPBENCH_PLAN_BASE=str(rows_in(run_dir(lay, out, run_id, i))),
                 OPBENCH_PLAN_START=str(int(time.time())),
             )
             if cargo(e, "bench", *args, check=False) != 0:
@@ -481,22 +504,21 @@ def bench(args):
             elif with_peer:
                 # the HF step beside the tch step of the same execution, minutes apart rather
                 # than the whole run apart: the host drifts between them (docs/findings.md)
-                peer_secs += peer(run_dir / "executions" / str(i))
-        exe = Path(env["OPBENCH_WS"]) / "target" / "release" / ("opbench.exe" if WINDOWS else "opbench")
-        subprocess.run([str(exe), "merge", str(run_dir)], check=True)
+                peer_secs += peer(run_dir(lay, out, run_id, i))
+        subprocess.run([str(opbench_exe(env)), "merge", str(run)], check=True)
         if failed:
             say(f"{failed} of {n} executions failed")
     took = time.monotonic() - t0 - peer_secs
     say(f"timing took {hms(took)} (estimated {hms(secs)})")
     if with_peer and n == 1:
-        peer(run_dir)
+        peer(run)
     if trace not in ("", "0"):
         say(f"trace pass (OPBENCH_TRACE={trace}): traces.csv and kernels.csv, no timing")
         t = dict(env, OPBENCH_TRACE=trace)
         t.pop("OPBENCH_PLAN_FILE", None)
         if cargo(t, "bench", *args, check=False) != 0:
             say("the trace pass failed; the timed rows are kept")
-    print(f"opbench: run directory: {run_dir}")
+    print(f"opbench: run directory: {run}")
 
 
 def bench_against(args, against):
@@ -511,7 +533,8 @@ def bench_against(args, against):
         fail(f"--against {old}: that Python cannot import torch")
     cand = build_env()
     base = build_env(old)
-    run_id = cand.get("OPBENCH_RUN") or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    lay = layout(cand)
+    run_id = cand.get("OPBENCH_RUN") or time.strftime(lay["run_id_format"], time.gmtime())
     out = Path(cand.get("OPBENCH_OUT") or ROOT / "target" / "opbench")
     n = cand.get("OPBENCH_EXECUTIONS", "3")
     if not n.isdigit() or int(n) < 2:
@@ -526,7 +549,6 @@ def bench_against(args, against):
         env.pop("OPBENCH_PLAN_FILE", None)
         say(f"building the {side} side (torch {env['OPBENCH_TORCH']})")
         cargo(env, "bench", "-q", "--no-run", *args, stdout=subprocess.DEVNULL)
-    cargo(cand, "build", "-q", "--release", "-p", "opbench")
     seed = int(cand.get("OPBENCH_SEED") or time.time())
     t0 = time.monotonic()
     for i in range(1, n + 1):
@@ -541,11 +563,11 @@ def bench_against(args, against):
                 rc = cargo(e, "bench", "-q", *args, check=False, stdout=f, stderr=subprocess.STDOUT)
             if rc != 0:
                 say(f"{side} execution {i} failed (exit {rc}, see {log}); the others are kept")
-    exe = Path(cand["OPBENCH_WS"]) / "target" / "release" / ("opbench.exe" if WINDOWS else "opbench")
-    dirs = {side: out / "runs" / name for side, name in names.items()}
+    exe = opbench_exe(cand)
+    dirs = {side: run_dir(lay, out, name) for side, name in names.items()}
     for d in dirs.values():
         subprocess.run([str(exe), "merge", str(d)], check=True)
-    report = out / "runs" / f"{run_id}-compare.md"
+    report = Path(out) / lay["runs"] / f"{run_id}-compare.md"
     with report.open("w") as f:
         rc = subprocess.run([str(exe), "compare", str(dirs["base"]), str(dirs["cand"])], stdout=f).returncode
     text = report.read_text()

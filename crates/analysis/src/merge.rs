@@ -38,7 +38,7 @@ pub struct Merged {
 
 /// The executions of a run: (number, folder), in number order.
 fn execution_dirs(dir: &Path) -> Result<Vec<(u32, PathBuf)>, AnalysisError> {
-    let root = dir.join("executions");
+    let root = dir.join(rundir::layout::EXECUTIONS);
     let entries = std::fs::read_dir(&root).map_err(|e| {
         AnalysisError::Input(format!(
             "{}: {e}: a run of several executions has one folder per execution there",

@@ -5,7 +5,7 @@ pub use rundir::{CaseKey, ResultRow, RunWriter, Sample, SeriesKey};
 
 /// A run id from the current time, `YYYYMMDDTHHMMSSZ`.
 pub fn timestamp_id(t: chrono::DateTime<chrono::Utc>) -> String {
-    t.format("%Y%m%dT%H%M%SZ").to_string()
+    t.format(rundir::layout::RUN_ID_FORMAT).to_string()
 }
 
 /// The default run id: the start time of the `cargo` process that launched us when there is

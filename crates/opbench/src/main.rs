@@ -1,6 +1,6 @@
 //! `opbench`: the command line over the run directories the op benches write.
 //!
-//! Verbs: `shapes`, `settings`, `tolerances`, `env`, `ingest`, `fit`, `predict`, `merge`, `compare`, `report`, `publish`,
+//! Verbs: `shapes`, `settings`, `tolerances`, `layout`, `env`, `ingest`, `fit`, `predict`, `merge`, `compare`, `report`, `publish`,
 //! `history`, `export`. Everything but
 //! `env` is the `analysis` crate's and needs no libtorch; `env` describes this machine
 //! through libtorch and exists only in builds with the `torch` feature (scripts/bench
@@ -56,6 +56,14 @@ enum Verb {
         /// The peer's file (default RUN/peer.csv).
         #[arg(long)]
         file: Option<PathBuf>,
+    },
+    /// The run directory's layout (folder and file names, the run id's format) as JSON, or
+    /// one name with --get: what the scripts read instead of keeping a copy.
+    Layout {
+        /// Print only this name's value (runs, executions, env, results, samples, peer,
+        /// traces, kernels, fits, report, run_id_format).
+        #[arg(long)]
+        get: Option<String>,
     },
     /// The tolerance table every case is judged by: dtype, check (op or step), the largest
     /// relative error against the float64 reference (CSV).
@@ -585,6 +593,27 @@ fn main() -> ExitCode {
                 })
                 .map_err(CliError::from)
         }
+        Verb::Layout { get } => match get {
+            Some(k) => rundir::layout::ALL
+                .iter()
+                .find(|(name, _)| *name == k)
+                .map(|(_, v)| {
+                    println!("{v}");
+                    0
+                })
+                .ok_or_else(|| {
+                    let names: Vec<&str> = rundir::layout::ALL.iter().map(|(n, _)| *n).collect();
+                    CliError::input(format!("--get {k}: expected one of {}", names.join(", ")))
+                }),
+            None => {
+                let map: serde_json::Map<String, serde_json::Value> = rundir::layout::ALL
+                    .iter()
+                    .map(|(k, v)| ((*k).to_string(), serde_json::Value::from(*v)))
+                    .collect();
+                println!("{}", serde_json::Value::Object(map));
+                Ok(0)
+            }
+        },
         Verb::Tolerances => {
             println!("dtype,check,tolerance");
             for dt in [DType::F32, DType::F16, DType::BF16] {

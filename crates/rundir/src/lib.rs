@@ -17,6 +17,7 @@
 mod csvio;
 mod env;
 pub mod key;
+pub mod layout;
 mod peer;
 mod rows;
 mod run;

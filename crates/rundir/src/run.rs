@@ -398,11 +398,7 @@ impl RunWriter {
         execution: Option<u32>,
         env: &Env,
     ) -> Result<Self, RunError> {
-        let mut path = out.join("runs").join(run_id);
-        if let Some(i) = execution {
-            path = path.join("executions").join(i.to_string());
-        }
-        Self::at(&path, run_id, env)
+        Self::at(&crate::layout::run_dir(out, run_id, execution), run_id, env)
     }
 
     /// Open (or create) the run directory `path` itself; see [`RunWriter::open`].
