@@ -1,7 +1,8 @@
 //! The harness every op crate stands on.
 //!
 //! - [`Device`] / [`Backend`]: `cpu`, `cuda:i` or `hip:i`, one [`Device::sync`];
-//!   [`load_gpu_library`] keeps libtorch's GPU library from being dropped by the linker.
+//!   [`load_gpu_library`] keeps libtorch's GPU library from being dropped by the linker
+//!   (re-exported from the `machine` crate, with the GPU facts and [`EnvInfo`]).
 //! - [`Op`] / [`Prepared`]: the one trait every op implements: variants, prepare inputs,
 //!   one call, a float64 CPU reference.
 //! - [`bench_op`]: the criterion glue: preflight every case against its reference, time it
@@ -13,19 +14,20 @@
 //!
 //! A bench target is one line: `harness::opbench_bench!(linear::Linear);`.
 //!
-//! Boundary: this crate knows devices, tch and criterion; it knows no op in particular
-//! (beyond the floor). It depends on `shapes` for problems, `stats` for per-case estimates
-//! and `atenx` for what tch does not wrap.
+//! Boundary: this crate knows tch and criterion; it knows no op in particular (beyond the
+//! floor and ceilings, which stay here because the timing engine's host-speed control is the
+//! floor's add). It depends on `machine` for devices and the fingerprint, `shapes` for
+//! problems, `rundir` and `stats` for rows and estimates, and `atenx` for what tch does not
+//! wrap.
 
 pub mod ceiling;
+// the machine's facts live in their own crate
+pub use machine::{device, env, gpu_facts};
 pub mod cold;
 pub mod config;
-pub mod device;
 pub mod devtime;
 pub mod dtype;
-pub mod env;
 pub mod floor;
-pub mod gpu_facts;
 pub mod graph;
 pub mod hostspeed;
 pub mod op;
