@@ -148,6 +148,11 @@ pub struct Prediction {
     /// (floor `mixed` − `blocked` in `graph` mode for a graph, in `device` mode otherwise),
     /// added to each kernel call's device time on a GPU; `None` where the run lacks them.
     pub switch_ns: Option<f64>,
+    /// The measured step the prediction is checked against, where the run has it: the
+    /// decode crate's (or scripts/peer.py's) row of this step in the query's mode, and its
+    /// GPU-event time (`device` mode). Every renderer (print, report) reads these.
+    pub measured: Option<ResultRow>,
+    pub measured_device: Option<ResultRow>,
 }
 
 impl Prediction {
@@ -658,6 +663,8 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
         sequence,
         host_speed,
         switch_ns: pricer.switch_ns,
+        measured: step_row(run, q, q.mode).cloned(),
+        measured_device: step_row(run, q, Mode::Device).cloned(),
     })
 }
 

@@ -16,7 +16,7 @@ use rundir::{DType, DeviceId, Mode, OpKind, Phase, ResultRow, Run};
 use shapes::{ModelConfig, StepProfile};
 
 use crate::fit::{Fits, fit_run};
-use crate::predict::{HostModel, Query, predict_with, step_row};
+use crate::predict::{HostModel, Query, predict_with};
 use crate::{AnalysisError, slug};
 
 /// The variants drawn on the bandwidth plot: one per op, as the hf-eager profile runs it
@@ -675,10 +675,14 @@ fn predicted_steps(ctx: &Ctx, on: On) -> String {
                 chosen.insert(profile, q.host);
                 match predict_with(ctx.run, &ctx.fits, &q) {
                     Ok(p) => {
-                        let measured = step_row(ctx.run, &q, Mode::Pipelined)
+                        let measured = p
+                            .measured
+                            .as_ref()
                             .and_then(|r| r.median_ns)
                             .map_or("-".into(), |m| format!("{:.2}", m / 1e6));
-                        let measured_device = step_row(ctx.run, &q, Mode::Device)
+                        let measured_device = p
+                            .measured_device
+                            .as_ref()
                             .and_then(|r| {
                                 let m = r.median_ns? / 1e6;
                                 Some(format!(
@@ -836,7 +840,7 @@ fn breakdown(ctx: &Ctx, on: On) -> Result<String, AnalysisError> {
                     _ => (host, 0.0),
                 };
                 let kernels = (p.step_ns - host).max(0.0);
-                let measured = step_row(ctx.run, &q, mode).and_then(|r| r.median_ns);
+                let measured = p.measured.as_ref().and_then(|r| r.median_ns);
                 let label = format!(
                     "{}{} B={b}",
                     profile,

@@ -440,7 +440,7 @@ fn predict_verb(args: &PredictArgs) -> Result<u8, CliError> {
         // a run without the floor's mixed / blocked rows (or controls) prices every host
         // model alike: nothing to show
         if others.iter().any(|(_, p)| p.step_ns != pred.step_ns) {
-            print::host_model(&run, &q, &pred, &others);
+            print::host_model(&q, &pred, &others);
         }
     }
     // the other host state beside it, where the run's samples make it differ

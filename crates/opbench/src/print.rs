@@ -139,7 +139,7 @@ pub fn prediction(run: &Run, q: &Query, pred: &Prediction, state: HostState) {
         );
     }
     sources(q, pred);
-    measured_step(run, q, pred);
+    measured_step(q, pred);
 }
 
 /// Where the components' prices came from, and what the unmeasured calls are.
@@ -182,18 +182,18 @@ fn sources(q: &Query, pred: &Prediction) {
 }
 
 /// The measured step (and its device time) beside the prediction, where the run has it.
-fn measured_step(run: &Run, q: &Query, pred: &Prediction) {
+fn measured_step(q: &Query, pred: &Prediction) {
     // the median's interval, where the row has one (the fast state's quantile has none)
-    let measured = |mode| {
-        step_row(run, q, mode).and_then(|r| {
+    fn measured(row: Option<&rundir::ResultRow>) -> Option<(&rundir::ResultRow, f64, String)> {
+        row.and_then(|r| {
             let ci = match (r.ci_low_ns, r.ci_high_ns) {
                 (Some(lo), Some(hi)) => format!(" [{:.3}, {:.3}]", lo / 1e6, hi / 1e6),
                 _ => String::new(),
             };
             Some((r, r.median_ns?, ci))
         })
-    };
-    if let Some((row, m, ci)) = measured(q.mode) {
+    }
+    if let Some((row, m, ci)) = measured(pred.measured.as_ref()) {
         println!(
             "measured ({}): {:.3} ms/step{ci}, {:.1} tokens/s; predicted / measured = {}",
             if q.profile == shapes::StepProfile::Transformers {
@@ -213,7 +213,7 @@ fn measured_step(run: &Run, q: &Query, pred: &Prediction) {
         }
     }
     if pred.gpu {
-        if let Some((row, m, ci)) = measured(Mode::Device) {
+        if let Some((row, m, ci)) = measured(pred.measured_device.as_ref()) {
             println!(
                 "measured device time of the step (GPU events, decode crate): {:.3} ms{ci}; predicted kernels / measured = {}",
                 m / 1e6,
@@ -230,7 +230,6 @@ fn measured_step(run: &Run, q: &Query, pred: &Prediction) {
 
 /// How the host costs were composed, and the step under the other host models beside it.
 pub fn host_model(
-    run: &Run,
     q: &Query,
     pred: &Prediction,
     others: &[(analysis::predict::HostModel, Prediction)],
@@ -284,7 +283,7 @@ pub fn host_model(
             parts.join(", ")
         }
     );
-    let measured = step_row(run, q, q.mode).and_then(|r| r.median_ns);
+    let measured = pred.measured.as_ref().and_then(|r| r.median_ns);
     for (m, p) in others {
         println!(
             "  host model {} (--host-model {}): {:.3} ms/step{}",
