@@ -1,0 +1,356 @@
+//! The host's and the GPU's state around each sample (issue 31: record the state, don't only
+//! survive it). The host: the process's CPU time and involuntary context switches
+//! (`getrusage`; unix), and the whole machine's steal time (`/proc/stat`; Linux). The GPU:
+//! its SM clock, utilization, temperature and the reasons its clocks are held down, from
+//! NVML (`libnvidia-ml`, loaded at run time, never a build dependency) or, for an AMD GPU on
+//! Linux, the amdgpu driver's sysfs files. What a platform does not offer is `None`: an
+//! empty column in samples.csv, never a guess.
+
+use std::ffi::{c_int, c_uint, c_ulonglong, c_void};
+use std::path::{Path, PathBuf};
+
+/// Counters of the host that only grow: read before and after a sample, their difference
+/// is the sample's.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct HostCounters {
+    /// The process's CPU time, user + system (ns).
+    pub cpu_ns: Option<f64>,
+    /// The process's involuntary context switches.
+    pub nivcsw: Option<u64>,
+    /// The machine's steal time (ticks of `/proc/stat`'s `cpu` line).
+    pub steal: Option<u64>,
+}
+
+impl HostCounters {
+    /// Now.
+    pub fn read() -> Self {
+        let (cpu_ns, nivcsw) = rusage();
+        HostCounters {
+            cpu_ns,
+            nivcsw,
+            steal: proc_stat_steal(Path::new("/proc/stat")),
+        }
+    }
+
+    /// What grew from `before` to `self`.
+    pub fn since(&self, before: &HostCounters) -> HostCounters {
+        HostCounters {
+            cpu_ns: self
+                .cpu_ns
+                .zip(before.cpu_ns)
+                .map(|(a, b)| (a - b).max(0.0)),
+            nivcsw: self
+                .nivcsw
+                .zip(before.nivcsw)
+                .map(|(a, b)| a.saturating_sub(b)),
+            steal: self
+                .steal
+                .zip(before.steal)
+                .map(|(a, b)| a.saturating_sub(b)),
+        }
+    }
+}
+
+#[cfg(unix)]
+fn rusage() -> (Option<f64>, Option<u64>) {
+    // SAFETY: getrusage fills the struct it is given; a zeroed rusage is a valid value.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } != 0 {
+        return (None, None);
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 * 1e9 + t.tv_usec as f64 * 1e3;
+    (
+        Some(tv(u.ru_utime) + tv(u.ru_stime)),
+        u64::try_from(u.ru_nivcsw).ok(),
+    )
+}
+
+/// Windows: not read yet (GetProcessTimes would give the CPU time; Windows counts no
+/// involuntary switches per process).
+#[cfg(not(unix))]
+fn rusage() -> (Option<f64>, Option<u64>) {
+    (None, None)
+}
+
+/// The steal ticks of `/proc/stat`'s first (`cpu`) line, where the file exists.
+pub fn proc_stat_steal(path: &Path) -> Option<u64> {
+    parse_steal(&std::fs::read_to_string(path).ok()?)
+}
+
+/// `cpu  user nice system idle iowait irq softirq steal …`: the eighth number.
+pub fn parse_steal(text: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with("cpu "))?;
+    line.split_whitespace().nth(8)?.parse().ok()
+}
+
+/// The GPU's state right after a sample.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct GpuState {
+    pub sm_mhz: Option<u32>,
+    /// Percent of the last sampling period a kernel ran.
+    pub util_pct: Option<u32>,
+    pub temp_c: Option<u32>,
+    /// The reasons the clocks are held below their maximum that are throttling (power
+    /// cap, thermal, hardware slowdown), as NVML's bitmask without the benign ones (GPU
+    /// idle, the application clock setting, the display clock); 0 for none.
+    pub throttle: Option<u64>,
+}
+
+impl GpuState {
+    /// Whether the GPU was held down by power or heat.
+    pub fn throttled(&self) -> bool {
+        self.throttle.is_some_and(|t| t != 0)
+    }
+}
+
+/// NVML's clock-event reasons that are not throttling: GPU idle (0x1), the application
+/// clock setting (0x2), the display clock setting (0x100).
+pub const BENIGN_REASONS: u64 = 0x1 | 0x2 | 0x100;
+
+type NvmlInit = unsafe extern "C" fn() -> c_int;
+type NvmlHandle = unsafe extern "C" fn(c_uint, *mut *mut c_void) -> c_int;
+type NvmlClock = unsafe extern "C" fn(*mut c_void, c_int, *mut c_uint) -> c_int;
+type NvmlUtil = unsafe extern "C" fn(*mut c_void, *mut [c_uint; 2]) -> c_int;
+type NvmlTemp = unsafe extern "C" fn(*mut c_void, c_int, *mut c_uint) -> c_int;
+type NvmlReasons = unsafe extern "C" fn(*mut c_void, *mut c_ulonglong) -> c_int;
+
+/// Where the GPU's state is read from.
+pub enum GpuProbe {
+    Nvml {
+        // kept loaded while the functions below are used
+        _lib: libloading::Library,
+        dev: *mut c_void,
+        clock: NvmlClock,
+        util: NvmlUtil,
+        temp: NvmlTemp,
+        reasons: Option<NvmlReasons>,
+    },
+    /// An amdgpu card's sysfs folder (`/sys/class/drm/cardN/device`).
+    Amdgpu(PathBuf),
+}
+
+impl std::fmt::Debug for GpuProbe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GpuProbe::Nvml { .. } => f.write_str("GpuProbe::Nvml"),
+            GpuProbe::Amdgpu(p) => write!(f, "GpuProbe::Amdgpu({})", p.display()),
+        }
+    }
+}
+
+impl GpuProbe {
+    /// NVML's device `index` (NVML counts in PCI order, as CUDA does with one GPU or with
+    /// `CUDA_DEVICE_ORDER=PCI_BUS_ID`). `Err` says why not (no NVML: not an NVIDIA
+    /// machine, or a driver without it).
+    pub fn nvml(index: usize) -> Result<GpuProbe, String> {
+        let name = if cfg!(windows) {
+            "nvml.dll"
+        } else {
+            "libnvidia-ml.so.1"
+        };
+        // SAFETY: NVML's documented C entry points, called with their signatures; the
+        // library stays loaded in the probe.
+        unsafe {
+            let lib = libloading::Library::new(name).map_err(|e| format!("{name}: {e}"))?;
+            let sym = |n: &[u8]| -> Result<*mut c_void, String> {
+                lib.get::<*mut c_void>(n)
+                    .map(|s| *s)
+                    .map_err(|e| format!("{name}: {e}"))
+            };
+            let init: NvmlInit = std::mem::transmute(sym(b"nvmlInit_v2\0")?);
+            let handle: NvmlHandle = std::mem::transmute(sym(b"nvmlDeviceGetHandleByIndex_v2\0")?);
+            let clock: NvmlClock = std::mem::transmute(sym(b"nvmlDeviceGetClockInfo\0")?);
+            let util: NvmlUtil = std::mem::transmute(sym(b"nvmlDeviceGetUtilizationRates\0")?);
+            let temp: NvmlTemp = std::mem::transmute(sym(b"nvmlDeviceGetTemperature\0")?);
+            let reasons = sym(b"nvmlDeviceGetCurrentClocksEventReasons\0")
+                .or_else(|_| sym(b"nvmlDeviceGetCurrentClocksThrottleReasons\0"))
+                .ok()
+                .map(|p| std::mem::transmute::<*mut c_void, NvmlReasons>(p));
+            if init() != 0 {
+                return Err(format!("{name}: nvmlInit failed"));
+            }
+            let mut dev = std::ptr::null_mut();
+            let i = c_uint::try_from(index).map_err(|e| e.to_string())?;
+            if handle(i, &mut dev) != 0 {
+                return Err(format!("{name}: no device {index}"));
+            }
+            Ok(GpuProbe::Nvml {
+                _lib: lib,
+                dev,
+                clock,
+                util,
+                temp,
+                reasons,
+            })
+        }
+    }
+
+    /// The `index`-th amdgpu card under `drm` (`/sys/class/drm`), by card number.
+    pub fn amdgpu(drm: &Path, index: usize) -> Result<GpuProbe, String> {
+        let mut cards: Vec<(u32, PathBuf)> = std::fs::read_dir(drm)
+            .map_err(|e| format!("{}: {e}", drm.display()))?
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let n: u32 = name.strip_prefix("card")?.parse().ok()?;
+                let dev = e.path().join("device");
+                let vendor = std::fs::read_to_string(dev.join("vendor")).ok()?;
+                (vendor.trim() == "0x1002").then_some((n, dev))
+            })
+            .collect();
+        cards.sort();
+        cards
+            .into_iter()
+            .nth(index)
+            .map(|(_, d)| GpuProbe::Amdgpu(d))
+            .ok_or_else(|| format!("{}: no amdgpu card {index}", drm.display()))
+    }
+
+    /// The state now; a field the source does not give is `None`.
+    pub fn read(&self) -> GpuState {
+        match self {
+            GpuProbe::Nvml {
+                dev,
+                clock,
+                util,
+                temp,
+                reasons,
+                ..
+            } => {
+                let mut mhz: c_uint = 0;
+                let mut u: [c_uint; 2] = [0; 2];
+                let mut t: c_uint = 0;
+                let mut r: c_ulonglong = 0;
+                // SAFETY: the handle and functions are NVML's, alive with the probe.
+                unsafe {
+                    GpuState {
+                        sm_mhz: (clock(*dev, 1, &mut mhz) == 0).then_some(mhz),
+                        util_pct: (util(*dev, &mut u) == 0).then_some(u[0]),
+                        temp_c: (temp(*dev, 0, &mut t) == 0).then_some(t),
+                        throttle: reasons
+                            .filter(|f| f(*dev, &mut r) == 0)
+                            .map(|_| r & !BENIGN_REASONS),
+                    }
+                }
+            }
+            GpuProbe::Amdgpu(dev) => amdgpu_state(dev),
+        }
+    }
+}
+
+/// An amdgpu card's state from its sysfs folder: the current SCLK level (the line of
+/// `pp_dpm_sclk` marked `*`), `gpu_busy_percent`, and the first hwmon's `temp1_input`
+/// (millidegrees). The driver does not say why clocks are low: `throttle` is `None`.
+pub fn amdgpu_state(dev: &Path) -> GpuState {
+    let read = |f: &str| std::fs::read_to_string(dev.join(f)).ok();
+    let sm_mhz = read("pp_dpm_sclk").and_then(|t| {
+        let line = t.lines().find(|l| l.trim_end().ends_with('*'))?;
+        let mhz = line.split_whitespace().nth(1)?;
+        mhz.trim_end_matches("Mhz")
+            .trim_end_matches("MHz")
+            .parse()
+            .ok()
+    });
+    let temp_c = std::fs::read_dir(dev.join("hwmon"))
+        .ok()
+        .and_then(|d| d.flatten().next())
+        .and_then(|h| std::fs::read_to_string(h.path().join("temp1_input")).ok())
+        .and_then(|t| t.trim().parse::<u32>().ok())
+        .map(|m| m / 1000);
+    GpuState {
+        sm_mhz,
+        util_pct: read("gpu_busy_percent").and_then(|t| t.trim().parse().ok()),
+        temp_c,
+        throttle: None,
+    }
+}
+
+// SAFETY: the NVML handle is used from the one thread that times (the probe is not shared
+// between threads; Send only lets it live in the per-device setup).
+unsafe impl Send for GpuProbe {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steal_is_the_eighth_number_of_the_cpu_line() {
+        let text = "cpu  4705 356 584 3699 23 23 0 71 0 0\ncpu0 1393280 32966 572056 13343292 0 0 0 0 0 0\nintr 1\n";
+        assert_eq!(parse_steal(text), Some(71));
+        // a kernel without the column, or no cpu line
+        assert_eq!(parse_steal("cpu  4705 356 584 3699 23 23 0\n"), None);
+        assert_eq!(parse_steal("intr 1\n"), None);
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("stat");
+        std::fs::write(&f, text).unwrap();
+        assert_eq!(proc_stat_steal(&f), Some(71));
+        assert_eq!(proc_stat_steal(&dir.path().join("missing")), None);
+    }
+
+    #[test]
+    fn counters_grow_and_their_difference_is_the_samples() {
+        let before = HostCounters {
+            cpu_ns: Some(1e6),
+            nivcsw: Some(3),
+            steal: Some(10),
+        };
+        let after = HostCounters {
+            cpu_ns: Some(3e6),
+            nivcsw: Some(5),
+            steal: None,
+        };
+        let d = after.since(&before);
+        assert_eq!((d.cpu_ns, d.nivcsw, d.steal), (Some(2e6), Some(2), None));
+        #[cfg(unix)]
+        {
+            let a = HostCounters::read();
+            let mut x = 0u64;
+            for i in 0..2_000_000u64 {
+                x = x.wrapping_mul(31).wrapping_add(i);
+            }
+            std::hint::black_box(x);
+            let d = HostCounters::read().since(&a);
+            assert!(d.cpu_ns.is_some_and(|c| c > 0.0), "{d:?}");
+            assert!(d.nivcsw.is_some());
+        }
+    }
+
+    #[test]
+    fn without_nvml_the_probe_says_why_and_an_amdgpu_card_reads_from_sysfs() {
+        // this test machine has no NVIDIA driver; where it has one, the probe opens
+        if let Err(why) = GpuProbe::nvml(0) {
+            assert!(why.contains("nvidia-ml") || why.contains("nvml"), "{why}");
+        }
+        let drm = tempfile::tempdir().unwrap();
+        assert!(GpuProbe::amdgpu(drm.path(), 0).is_err());
+        let dev = drm.path().join("card1/device");
+        std::fs::create_dir_all(dev.join("hwmon/hwmon3")).unwrap();
+        std::fs::write(dev.join("vendor"), "0x1002\n").unwrap();
+        std::fs::write(
+            dev.join("pp_dpm_sclk"),
+            "0: 500Mhz \n1: 1800Mhz \n2: 2635Mhz *\n",
+        )
+        .unwrap();
+        std::fs::write(dev.join("gpu_busy_percent"), "37\n").unwrap();
+        std::fs::write(dev.join("hwmon/hwmon3/temp1_input"), "61000\n").unwrap();
+        let probe = GpuProbe::amdgpu(drm.path(), 0).unwrap();
+        let s = probe.read();
+        assert_eq!(
+            s,
+            GpuState {
+                sm_mhz: Some(2635),
+                util_pct: Some(37),
+                temp_c: Some(61),
+                throttle: None,
+            }
+        );
+        assert!(!s.throttled());
+        assert!(
+            GpuState {
+                throttle: Some(0x4),
+                ..s
+            }
+            .throttled()
+        );
+    }
+}
