@@ -216,6 +216,7 @@ fn merge_case(per: &[Measured], total: usize) -> (ResultRow, Vec<Sample>) {
     if !controls.is_empty() {
         row.control_ns = Some(stats::median(&controls));
     }
+    row.flagged = rundir::flagged(&samples);
     if per.iter().any(|p| p.1.uncovered_chunks.is_some()) {
         row.uncovered_chunks = Some(per.iter().filter_map(|p| p.1.uncovered_chunks).sum());
     }

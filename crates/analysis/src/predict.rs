@@ -341,9 +341,13 @@ impl std::str::FromStr for HostState {
 
 /// `run` with its rows priced in host state `state`: [`HostState::Typical`] is the run as
 /// loaded; [`HostState::Fast`] prices every ok row timed by the host's clock (not GPU
-/// events or graph replays) at the [`FAST_QUANTILE`] of its samples pooled over
-/// executions, and drops that row's interval (it was the median's). Rows without samples
-/// keep their median. Errors: samples.csv unreadable.
+/// events or graph replays) at the median of its clean samples (none flagged by
+/// [`rundir::Sample::flags`]: no steal, no burst of switches, the host control within
+/// 1.15× its median, no GPU throttling), where its samples record their state and at least
+/// three are clean; else at the [`FAST_QUANTILE`] of its samples pooled over executions.
+/// The row's interval is dropped (it was the median's) and its note says which and how
+/// many samples priced it. Rows without samples keep their median. Errors: samples.csv
+/// unreadable.
 pub fn at_host_state(run: &Run, state: HostState) -> Result<Run, AnalysisError> {
     let mut out = run.clone();
     if state == HostState::Typical {
@@ -355,15 +359,40 @@ pub fn at_host_state(run: &Run, state: HostState) -> Result<Run, AnalysisError> 
         .iter_mut()
         .filter(|r| r.is_ok() && !r.key.mode.is_device())
     {
-        let mut v: Vec<f64> = samples
-            .get(&r.key)
-            .map(|s| s.iter().map(|s| s.per_call_ns()).collect())
-            .unwrap_or_default();
+        let of: &[rundir::Sample] = samples.get(&r.key).map_or(&[], Vec::as_slice);
+        let mut v: Vec<f64> = of.iter().map(|s| s.per_call_ns()).collect();
         if v.is_empty() {
             continue;
         }
-        v.sort_by(f64::total_cmp);
-        r.median_ns = Some(stats::quantile_sorted(&v, FAST_QUANTILE));
+        let clean: Vec<f64> = rundir::flag_each(of)
+            .map(|flags| {
+                of.iter()
+                    .zip(flags)
+                    .filter(|(_, f)| !f)
+                    .map(|(s, _)| s.per_call_ns())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let how = if clean.len() >= 3 {
+            r.median_ns = Some(stats::median(&clean));
+            format!(
+                "fast state: the median of its {} clean samples of {}",
+                clean.len(),
+                v.len()
+            )
+        } else {
+            v.sort_by(f64::total_cmp);
+            r.median_ns = Some(stats::quantile_sorted(&v, FAST_QUANTILE));
+            format!(
+                "fast state: the {:.0}th percentile of its {} samples",
+                100.0 * FAST_QUANTILE,
+                v.len()
+            )
+        };
+        r.note = Some(match r.note.take() {
+            Some(n) => format!("{n}; {how}"),
+            None => how,
+        });
         r.ci_low_ns = None;
         r.ci_high_ns = None;
     }

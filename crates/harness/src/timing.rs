@@ -571,6 +571,7 @@ pub fn run_op(
             dt,
             device,
             cache: per_device.caches[d],
+            probe: per_device.probes[d].as_ref(),
             run_id: &run_id,
             config,
         };
@@ -644,6 +645,8 @@ struct PerDevice {
     clocks: Vec<Result<DeviceClock, String>>,
     controls: Vec<Option<Box<dyn Prepared>>>,
     caches: Vec<u64>,
+    /// Where each GPU's state is read after every sample (machine::state).
+    probes: Vec<Option<machine::state::GpuProbe>>,
 }
 
 impl PerDevice {
@@ -654,6 +657,7 @@ impl PerDevice {
             clocks: Vec::new(),
             controls: Vec::new(),
             caches: Vec::new(),
+            probes: Vec::new(),
         };
         for &device in devices {
             let wants_cache = config
@@ -689,6 +693,16 @@ impl PerDevice {
                 })
                 .flatten();
             out.controls.push(control);
+            let timing = selection.mode == RunMode::Bench;
+            out.probes.push(match device.backend {
+                crate::Backend::Cuda if timing => machine::state::GpuProbe::nvml(device.index).ok(),
+                crate::Backend::Hip if timing => machine::state::GpuProbe::amdgpu(
+                    std::path::Path::new("/sys/class/drm"),
+                    device.index,
+                )
+                .ok(),
+                _ => None,
+            });
         }
         out
     }
@@ -733,6 +747,8 @@ struct GridCase<'a> {
     device: Device,
     /// The device's last-level cache (for the cold modes).
     cache: u64,
+    /// Where the device's state is read after each sample.
+    probe: Option<&'a machine::state::GpuProbe>,
     run_id: &'a str,
     config: &'a Config,
 }
@@ -915,6 +931,7 @@ impl GridCase<'_> {
                     scope: config.plant_scope,
                 },
                 execution,
+                probe: self.probe,
             },
             key,
             run_id,
@@ -1102,6 +1119,8 @@ fn id_in_group(key: &CaseKey) -> String {
 struct Controls {
     torch: Option<f64>,
     host: Option<f64>,
+    /// The host's and GPU's state over the sample.
+    state: rundir::SampleState,
 }
 
 /// What a case is timed as.
@@ -1112,6 +1131,27 @@ struct Timed<'a> {
     mode: Mode,
     plant: Plant,
     execution: u32,
+    /// Where the GPU's state is read after each sample (none on the CPU, or where neither
+    /// NVML nor amdgpu's sysfs is there).
+    probe: Option<&'a machine::state::GpuProbe>,
+}
+
+/// The sample's state: the host's counters since `before`, the GPU's now.
+fn sample_state(
+    before: &machine::state::HostCounters,
+    probe: Option<&machine::state::GpuProbe>,
+) -> rundir::SampleState {
+    let h = machine::state::HostCounters::read().since(before);
+    let g = probe.map(|p| p.read()).unwrap_or_default();
+    rundir::SampleState {
+        cpu_ns: h.cpu_ns,
+        nivcsw: h.nivcsw,
+        steal: h.steal,
+        sm_mhz: g.sm_mhz,
+        gpu_util: g.util_pct,
+        gpu_temp: g.temp_c,
+        throttle: g.throttle,
+    }
 }
 
 /// The host-speed control: the dispatch floor's per-call time over ~200 µs of back-to-back
@@ -1190,6 +1230,7 @@ fn time_case(
         mode,
         plant,
         execution,
+        probe,
     } = t;
     let bytes = case_bytes(prepared, problem, dt);
     let host_control = crate::hostspeed::HostControl::shared();
@@ -1216,11 +1257,12 @@ fn time_case(
                 if failed.borrow().is_some() {
                     return after_failure(iters);
                 }
-                let host = Controls {
+                let mut host = Controls {
                     torch: control
                         .as_deref_mut()
                         .and_then(|c| control_ns(c, device, plant)),
                     host: control.is_some().then(|| host_control.time_ns()),
+                    state: rundir::SampleState::default(),
                 };
                 if let Some(b) = beside.as_deref_mut() {
                     let other = plant.for_other_calls();
@@ -1235,9 +1277,11 @@ fn time_case(
                         }
                     }
                 }
+                let before = machine::state::HostCounters::read();
                 match time_calls_planted(prepared, device, mode, iters, clock.as_deref_mut(), plant)
                 {
                     Ok(d) => {
+                        host.state = sample_state(&before, probe);
                         record
                             .borrow_mut()
                             .push((iters * calls, d.as_nanos() as f64, host));
@@ -1294,8 +1338,10 @@ fn time_case(
             total_ns,
             control_ns: c.torch,
             host_ns: c.host,
+            state: c.state,
         })
         .collect();
+    row.flagged = rundir::flagged(&samples);
     let controls: Vec<f64> = tail.iter().filter_map(|s| s.2.torch).collect();
     if !controls.is_empty() {
         row.control_ns = Some(stats::median(&controls));

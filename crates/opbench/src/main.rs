@@ -233,9 +233,11 @@ pub struct PredictArgs {
     #[arg(long, value_parser = PossibleValuesParser::new(HostModel::ALL.map(HostModel::as_str)).try_map(|s| s.parse::<HostModel>()))]
     host_model: Option<HostModel>,
     /// Which of each host-timed row's samples price it: typical (its median) or fast (the
-    /// 10th percentile of its samples over the run's executions: the host at its
-    /// undisturbed speed, for the rows and the measured step alike). The other is printed
-    /// beside it.
+    /// samples whose state was clean — no steal, no burst of involuntary switches, the
+    /// host control within 1.15× its median, no GPU throttling — where the samples record
+    /// their state, at least three of them; else the 10th percentile of its samples over
+    /// the run's executions), for the rows and the measured step alike. The other is
+    /// printed beside it.
     #[arg(long, default_value = "typical", value_parser = PossibleValuesParser::new(HostState::ALL.map(HostState::as_str)).try_map(|s| s.parse::<HostState>()))]
     host_state: HostState,
 }

@@ -79,7 +79,7 @@ pub fn prediction(run: &Run, q: &Query, pred: &Prediction, state: HostState) {
         match state {
             HostState::Typical => String::new(),
             HostState::Fast => format!(
-                ", host state fast (host-timed rows and the measured step at the {:.0}th percentile of their samples)",
+                ", host state fast (host-timed rows and the measured step at the median of their clean samples where the samples record their state, else at the {:.0}th percentile of their samples; each row's note says which)",
                 100.0 * analysis::predict::FAST_QUANTILE
             ),
         },

@@ -44,6 +44,9 @@ pub struct ResultRow {
     /// Between-execution spread: the coefficient of variation of the executions' medians.
     pub exec_cv: Option<f64>,
     pub note: Option<String>,
+    /// Samples taken in an unusual host or GPU state ([`Sample::flags`]; added 2026-12-01,
+    /// empty where the samples record no state).
+    pub flagged: Option<u32>,
 }
 
 impl std::ops::Deref for ResultRow {
@@ -58,7 +61,7 @@ const V1_UPPER_BOUND: &str = "upper bound: in ";
 
 impl ResultRow {
     /// `results.csv` columns after `run_id` and the case key, in file order.
-    const TAIL: [&'static str; 19] = [
+    const TAIL: [&'static str; 20] = [
         "dims",
         "status",
         "samples",
@@ -78,7 +81,11 @@ impl ResultRow {
         "executions",
         "exec_cv",
         "note",
+        "flagged",
     ];
+
+    /// Columns added after schema 5 that a reader does not require.
+    pub(crate) const OPTIONAL: [&'static str; 1] = ["flagged"];
 
     /// `results.csv` columns, in file order: `run_id`, the case key, the rest.
     pub fn columns() -> Vec<&'static str> {
@@ -139,6 +146,7 @@ impl ResultRow {
             executions: None,
             exec_cv: None,
             note: None,
+            flagged: None,
         }
     }
 
@@ -175,6 +183,7 @@ impl ResultRow {
             opt(&self.executions),
             opt(&self.exec_cv),
             opt(&self.note),
+            opt(&self.flagged),
         ]);
         out
     }
@@ -210,6 +219,7 @@ impl ResultRow {
             executions: l.opt("executions")?,
             exec_cv: l.positive("exec_cv", true)?,
             note,
+            flagged: l.opt("flagged")?,
         };
         if row.status == Status::Ok {
             for (column, v) in [
@@ -264,14 +274,136 @@ pub struct Sample {
     /// of CPU work that never calls torch, in ns (empty where it was not measured: runs
     /// before it existed). A new build cannot move it; the host's own speed does.
     pub host_ns: Option<f64>,
+    /// The host's and GPU's state over the sample, where the platform tells it.
+    pub state: SampleState,
+}
+
+/// The host's and the GPU's state over one sample (columns added 2026-12-01; empty where
+/// the platform does not tell, and in older runs).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SampleState {
+    /// The process's CPU time during the sample (ns; user + system, every thread).
+    pub cpu_ns: Option<f64>,
+    /// The process's involuntary context switches during the sample.
+    pub nivcsw: Option<u64>,
+    /// The machine's steal ticks during the sample (`/proc/stat`).
+    pub steal: Option<u64>,
+    /// The GPU right after the sample: SM clock (MHz), utilization (%), temperature (°C)
+    /// and the throttling reasons (NVML's bitmask less the benign ones; 0 for none).
+    pub sm_mhz: Option<u32>,
+    pub gpu_util: Option<u32>,
+    pub gpu_temp: Option<u32>,
+    pub throttle: Option<u64>,
+}
+
+/// Why a sample is not of the machine's usual state ([`Sample::flags`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SampleFlag {
+    /// The hypervisor took CPU time from the machine (steal).
+    Steal,
+    /// The process was switched out involuntarily more than once per 4 ms.
+    Switched,
+    /// The build-independent host control before the sample ran over 1.15× its median.
+    HostSlow,
+    /// The GPU held its clocks down for power or heat.
+    GpuThrottled,
+}
+
+impl SampleFlag {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SampleFlag::Steal => "steal",
+            SampleFlag::Switched => "switched",
+            SampleFlag::HostSlow => "host-slow",
+            SampleFlag::GpuThrottled => "gpu-throttled",
+        }
+    }
+}
+
+/// How far the host control may run over its median before its sample is flagged.
+pub const HOST_SLOW: f64 = 1.15;
+
+/// How many of a case's samples are flagged ([`Sample::flags`]), the host control judged
+/// against its median within each execution; `None` where no sample records a state.
+pub fn flagged(samples: &[Sample]) -> Option<u32> {
+    flag_each(samples).map(|f| f.iter().filter(|&&x| x).count() as u32)
+}
+
+/// Whether each of a case's samples is flagged, in order (the host control judged against
+/// its median within each execution); `None` where no sample records a state.
+pub fn flag_each(samples: &[Sample]) -> Option<Vec<bool>> {
+    let recorded = |s: &Sample| s.host_ns.is_some() || s.state != SampleState::default();
+    if !samples.iter().any(recorded) {
+        return None;
+    }
+    let mut medians: Vec<(u32, Option<f64>)> = Vec::new();
+    for s in samples {
+        if !medians.iter().any(|(e, _)| *e == s.execution) {
+            let hosts: Vec<f64> = samples
+                .iter()
+                .filter(|t| t.execution == s.execution)
+                .filter_map(|t| t.host_ns)
+                .collect();
+            medians.push((
+                s.execution,
+                (!hosts.is_empty()).then(|| stats::median(&hosts)),
+            ));
+        }
+    }
+    let median_of = |e: u32| medians.iter().find(|(x, _)| *x == e).and_then(|m| m.1);
+    Some(
+        samples
+            .iter()
+            .map(|s| !s.flags(median_of(s.execution)).is_empty())
+            .collect(),
+    )
 }
 
 impl Sample {
     /// `samples.csv` columns, in file order: the case key, then these.
-    const TAIL: [&'static str; 5] = ["execution", "iters", "total_ns", "control_ns", "host_ns"];
+    const TAIL: [&'static str; 12] = [
+        "execution",
+        "iters",
+        "total_ns",
+        "control_ns",
+        "host_ns",
+        "cpu_ns",
+        "nivcsw",
+        "steal",
+        "sm_mhz",
+        "gpu_util",
+        "gpu_temp",
+        "throttle",
+    ];
 
     /// Columns added after schema 2 that a reader does not require (older runs lack them).
-    const OPTIONAL: [&'static str; 1] = ["host_ns"];
+    const OPTIONAL: [&'static str; 8] = [
+        "host_ns", "cpu_ns", "nivcsw", "steal", "sm_mhz", "gpu_util", "gpu_temp", "throttle",
+    ];
+
+    /// What flags this sample as taken in an unusual state: steal, many involuntary
+    /// switches, a slow host control (against `median_host_ns`, the case's median of it),
+    /// a throttled GPU. Empty: clean, or nothing recorded to tell.
+    pub fn flags(&self, median_host_ns: Option<f64>) -> Vec<SampleFlag> {
+        let s = &self.state;
+        let mut out = Vec::new();
+        if s.steal.is_some_and(|t| t > 0) {
+            out.push(SampleFlag::Steal);
+        }
+        let per_4ms = (self.total_ns / 4e6).max(1.0);
+        if s.nivcsw.is_some_and(|n| n as f64 > per_4ms) {
+            out.push(SampleFlag::Switched);
+        }
+        if let (Some(h), Some(m)) = (self.host_ns, median_host_ns)
+            && h > HOST_SLOW * m
+        {
+            out.push(SampleFlag::HostSlow);
+        }
+        if s.throttle.is_some_and(|t| t != 0) {
+            out.push(SampleFlag::GpuThrottled);
+        }
+        out
+    }
 
     /// The columns a reader of schema ≥ 2 requires.
     pub fn v2_columns() -> Vec<&'static str> {
@@ -308,6 +440,13 @@ impl Sample {
             self.total_ns.to_string(),
             opt(&self.control_ns),
             opt(&self.host_ns),
+            opt(&self.state.cpu_ns),
+            opt(&self.state.nivcsw),
+            opt(&self.state.steal),
+            opt(&self.state.sm_mhz),
+            opt(&self.state.gpu_util),
+            opt(&self.state.gpu_temp),
+            opt(&self.state.throttle),
         ]);
         out
     }
@@ -323,6 +462,7 @@ impl Sample {
                 total_ns,
                 control_ns: None,
                 host_ns: None,
+                state: SampleState::default(),
             })
             .collect()
     }
@@ -346,6 +486,15 @@ impl Sample {
             total_ns,
             control_ns: l.positive("control_ns", false)?,
             host_ns: l.positive("host_ns", false)?,
+            state: SampleState {
+                cpu_ns: l.positive("cpu_ns", true)?,
+                nivcsw: l.opt("nivcsw")?,
+                steal: l.opt("steal")?,
+                sm_mhz: l.opt("sm_mhz")?,
+                gpu_util: l.opt("gpu_util")?,
+                gpu_temp: l.opt("gpu_temp")?,
+                throttle: l.opt("throttle")?,
+            },
         })
     }
 }

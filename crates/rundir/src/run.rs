@@ -95,6 +95,7 @@ fn results_columns(v: u32) -> Vec<&'static str> {
     ResultRow::columns()
         .into_iter()
         .filter(|c| v >= 2 || !V2_ONLY.contains(c))
+        .filter(|c| !ResultRow::OPTIONAL.contains(c))
         .collect()
 }
 
@@ -378,6 +379,19 @@ fn appender(path: &Path, header: &[&str]) -> Result<csv::Writer<File>, RunError>
         .open(path)
         .map_err(io(path))?;
     let empty = file.metadata().map_err(io(path))?.len() == 0;
+    if !empty {
+        // a run resumed by another version of opbench would get rows of other columns
+        let have = csv::Reader::from_path(path)
+            .and_then(|mut r| r.headers().cloned())
+            .map_err(|e| csv_err(path, &e))?;
+        if have.iter().ne(header.iter().copied()) {
+            return Err(RunError::Line {
+                path: path.to_path_buf(),
+                line: 1,
+                message: "its columns are another version's; use a new OPBENCH_RUN".into(),
+            });
+        }
+    }
     let mut w = csv::WriterBuilder::new()
         .has_headers(false)
         .from_writer(file);

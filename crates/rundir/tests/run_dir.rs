@@ -47,6 +47,15 @@ fn row(batch: usize) -> (ResultRow, Vec<Sample>) {
         total_ns,
         control_ns: Some(800.0),
         host_ns: Some(52_000.0),
+        state: rundir::SampleState {
+            cpu_ns: Some(990.0),
+            nivcsw: Some(0),
+            steal: Some(0),
+            sm_mhz: Some(1980),
+            gpu_util: Some(23),
+            gpu_temp: Some(41),
+            throttle: Some(0),
+        },
     };
     (r, vec![s(1000.0), s(1010.0)])
 }
@@ -352,4 +361,54 @@ fn an_env_json_that_is_not_an_object_or_lacks_a_field_names_it() {
         let e = load_err(&run);
         assert!(e.contains("env.json: ") && e.contains(says), "{says}: {e}");
     }
+}
+
+#[test]
+fn a_sample_taken_in_an_unusual_state_is_flagged_and_counted_per_case() {
+    let (_d, run) = written();
+    let loaded = Run::load(&run).unwrap();
+    let samples = loaded.samples().unwrap();
+    let case: Vec<Sample> = samples.values().next().unwrap().clone();
+    // the written samples record a clean state: none flagged
+    assert_eq!(rundir::flagged(&case), Some(0));
+    let base = case[0].clone();
+    let with = |f: &dyn Fn(&mut Sample)| {
+        let mut s = base.clone();
+        f(&mut s);
+        s
+    };
+    use rundir::SampleFlag::*;
+    assert_eq!(
+        with(&|s| s.state.steal = Some(3)).flags(Some(52_000.0)),
+        [Steal]
+    );
+    // 1000 ns of sample: one involuntary switch is within the allowance, two are not
+    assert!(with(&|s| s.state.nivcsw = Some(1)).flags(None).is_empty());
+    assert_eq!(with(&|s| s.state.nivcsw = Some(2)).flags(None), [Switched]);
+    assert_eq!(
+        with(&|s| s.host_ns = Some(52_000.0 * 1.2)).flags(Some(52_000.0)),
+        [HostSlow]
+    );
+    assert_eq!(
+        with(&|s| s.state.throttle = Some(0x4)).flags(None),
+        [GpuThrottled]
+    );
+    // per execution: a host control slow against its own execution's median only
+    let mut mixed = Vec::new();
+    for (e, host) in [
+        (1, 50_000.0),
+        (1, 50_000.0),
+        (1, 70_000.0),
+        (2, 70_000.0),
+        (2, 70_000.0),
+    ] {
+        mixed.push(with(&|s| {
+            s.execution = e;
+            s.host_ns = Some(host);
+        }));
+    }
+    assert_eq!(rundir::flagged(&mixed), Some(1));
+    // samples that record no state: nothing to tell
+    let bare = Sample::bare(&base.key, 1, &[(10, 1000.0)]);
+    assert_eq!(rundir::flagged(&bare), None);
 }
