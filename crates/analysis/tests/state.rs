@@ -1,0 +1,69 @@
+//! What the state columns showed on the H200 (tests/fixtures/state-2026-12-01): the flags
+//! against the samples that ran slow, by the readers' own rule (rundir::flag_each).
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+
+use rundir::{Mode, Run};
+
+/// (slow samples, of them flagged, other samples, of them flagged) in `mode`: slow is over
+/// 1.3× its case's median within its execution.
+fn flag_counts(run: &Run, mode: Mode) -> (usize, usize, usize, usize) {
+    let mut c = (0, 0, 0, 0);
+    for (key, samples) in run.samples().unwrap() {
+        if key.mode != mode {
+            continue;
+        }
+        for e in [1, 2] {
+            let of: Vec<_> = samples
+                .iter()
+                .filter(|s| s.execution == e)
+                .cloned()
+                .collect();
+            if of.is_empty() {
+                continue;
+            }
+            let per: Vec<f64> = of.iter().map(|s| s.per_call_ns()).collect();
+            let median = stats::median(&per);
+            let flags = rundir::flag_each(&of).unwrap();
+            for (p, f) in per.iter().zip(flags) {
+                if *p > 1.3 * median {
+                    c.0 += 1;
+                    c.1 += usize::from(f);
+                } else {
+                    c.2 += 1;
+                    c.3 += usize::from(f);
+                }
+            }
+        }
+    }
+    c
+}
+
+#[test]
+fn on_the_h200_the_flags_catch_most_slow_pipelined_samples_and_a_tenth_of_the_rest() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/state-2026-12-01/a1");
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::copy(src.join("env.json"), tmp.path().join("env.json")).unwrap();
+    for f in ["results.csv.gz", "samples.csv.gz"] {
+        std::fs::copy(src.join(f), tmp.path().join(f)).unwrap();
+    }
+    let run = Run::load(tmp.path()).unwrap();
+    // every sample carries the GPU's state from NVML; the SM clock sat at its maximum
+    // (1980 MHz) but for the samples the power cap held down (throttle 0x4)
+    let samples = run.samples().unwrap();
+    let all: Vec<_> = samples.values().flatten().collect();
+    assert!(
+        all.iter()
+            .all(|s| s.state.sm_mhz.is_some() && s.state.cpu_ns.is_some())
+    );
+    let capped = all.iter().filter(|s| s.state.throttle == Some(4)).count();
+    assert_eq!((all.len(), capped), (7800, 155));
+    // 30 of the 50 pipelined samples over 1.3× their median are flagged (60%; issue 31
+    // asks 80%), and 425 of the other 3,850 (11.0%; it asks ≤ 10%); no device sample ran
+    // over 1.3× its median
+    assert_eq!(flag_counts(&run, Mode::Pipelined), (50, 30, 3850, 425));
+    let (slow, _, others, flagged) = flag_counts(&run, Mode::Device);
+    assert_eq!((slow, others), (0, 3900));
+    assert!(flagged * 100 < 13 * others, "{flagged}");
+}
