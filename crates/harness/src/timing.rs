@@ -1151,6 +1151,7 @@ fn sample_state(
         gpu_util: g.util_pct,
         gpu_temp: g.temp_c,
         throttle: g.throttle,
+        host_after_ns: None,
     }
 }
 
@@ -1282,6 +1283,8 @@ fn time_case(
                 {
                     Ok(d) => {
                         host.state = sample_state(&before, probe);
+                        // the host control again: a slow burst that began during the sample
+                        host.state.host_after_ns = host.host.map(|_| host_control.time_ns());
                         record
                             .borrow_mut()
                             .push((iters * calls, d.as_nanos() as f64, host));

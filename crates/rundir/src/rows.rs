@@ -294,6 +294,9 @@ pub struct SampleState {
     pub gpu_util: Option<u32>,
     pub gpu_temp: Option<u32>,
     pub throttle: Option<u64>,
+    /// The build-independent host control again, right after the sample (ns): a slow
+    /// burst that begins during the sample shows here, not in `host_ns` before it.
+    pub host_after_ns: Option<f64>,
 }
 
 /// Why a sample is not of the machine's usual state ([`Sample::flags`]).
@@ -303,7 +306,8 @@ pub enum SampleFlag {
     Steal,
     /// The process was switched out involuntarily more than once per 4 ms.
     Switched,
-    /// The build-independent host control before the sample ran over 1.15× its median.
+    /// The build-independent host control before or after the sample ran over 1.15× its
+    /// median.
     HostSlow,
     /// The GPU held its clocks down for power or heat.
     GpuThrottled,
@@ -336,21 +340,30 @@ pub fn flag_each(samples: &[Sample]) -> Option<Vec<bool>> {
     if !samples.iter().any(recorded) {
         return None;
     }
-    let mut medians: Vec<(u32, Option<f64>)> = Vec::new();
+    type Medians = (Option<f64>, Option<f64>);
+    let mut medians: Vec<(u32, Medians)> = Vec::new();
     for s in samples {
         if !medians.iter().any(|(e, _)| *e == s.execution) {
-            let hosts: Vec<f64> = samples
-                .iter()
-                .filter(|t| t.execution == s.execution)
-                .filter_map(|t| t.host_ns)
-                .collect();
+            let of = |f: fn(&Sample) -> Option<f64>| {
+                let v: Vec<f64> = samples
+                    .iter()
+                    .filter(|t| t.execution == s.execution)
+                    .filter_map(f)
+                    .collect();
+                (!v.is_empty()).then(|| stats::median(&v))
+            };
             medians.push((
                 s.execution,
-                (!hosts.is_empty()).then(|| stats::median(&hosts)),
+                (of(|t| t.host_ns), of(|t| t.state.host_after_ns)),
             ));
         }
     }
-    let median_of = |e: u32| medians.iter().find(|(x, _)| *x == e).and_then(|m| m.1);
+    let median_of = |e: u32| {
+        medians
+            .iter()
+            .find(|(x, _)| *x == e)
+            .map_or((None, None), |m| m.1)
+    };
     Some(
         samples
             .iter()
@@ -361,7 +374,7 @@ pub fn flag_each(samples: &[Sample]) -> Option<Vec<bool>> {
 
 impl Sample {
     /// `samples.csv` columns, in file order: the case key, then these.
-    const TAIL: [&'static str; 12] = [
+    const TAIL: [&'static str; 13] = [
         "execution",
         "iters",
         "total_ns",
@@ -374,17 +387,27 @@ impl Sample {
         "gpu_util",
         "gpu_temp",
         "throttle",
+        "host_after_ns",
     ];
 
     /// Columns added after schema 2 that a reader does not require (older runs lack them).
-    const OPTIONAL: [&'static str; 8] = [
-        "host_ns", "cpu_ns", "nivcsw", "steal", "sm_mhz", "gpu_util", "gpu_temp", "throttle",
+    const OPTIONAL: [&'static str; 9] = [
+        "host_ns",
+        "cpu_ns",
+        "nivcsw",
+        "steal",
+        "sm_mhz",
+        "gpu_util",
+        "gpu_temp",
+        "throttle",
+        "host_after_ns",
     ];
 
     /// What flags this sample as taken in an unusual state: steal, many involuntary
-    /// switches, a slow host control (against `median_host_ns`, the case's median of it),
-    /// a throttled GPU. Empty: clean, or nothing recorded to tell.
-    pub fn flags(&self, median_host_ns: Option<f64>) -> Vec<SampleFlag> {
+    /// switches, a slow host control before or after it (against `medians`, the medians of
+    /// the control before and after over the sample's execution), a throttled GPU. Empty:
+    /// clean, or nothing recorded to tell.
+    pub fn flags(&self, medians: (Option<f64>, Option<f64>)) -> Vec<SampleFlag> {
         let s = &self.state;
         let mut out = Vec::new();
         if s.steal.is_some_and(|t| t > 0) {
@@ -394,9 +417,9 @@ impl Sample {
         if s.nivcsw.is_some_and(|n| n as f64 > per_4ms) {
             out.push(SampleFlag::Switched);
         }
-        if let (Some(h), Some(m)) = (self.host_ns, median_host_ns)
-            && h > HOST_SLOW * m
-        {
+        let slow =
+            |h: Option<f64>, m: Option<f64>| h.zip(m).is_some_and(|(h, m)| h > HOST_SLOW * m);
+        if slow(self.host_ns, medians.0) || slow(s.host_after_ns, medians.1) {
             out.push(SampleFlag::HostSlow);
         }
         if s.throttle.is_some_and(|t| t != 0) {
@@ -447,6 +470,7 @@ impl Sample {
             opt(&self.state.gpu_util),
             opt(&self.state.gpu_temp),
             opt(&self.state.throttle),
+            opt(&self.state.host_after_ns),
         ]);
         out
     }
@@ -494,6 +518,7 @@ impl Sample {
                 gpu_util: l.opt("gpu_util")?,
                 gpu_temp: l.opt("gpu_temp")?,
                 throttle: l.opt("throttle")?,
+                host_after_ns: l.positive("host_after_ns", false)?,
             },
         })
     }

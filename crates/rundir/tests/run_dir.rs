@@ -55,6 +55,7 @@ fn row(batch: usize) -> (ResultRow, Vec<Sample>) {
             gpu_util: Some(23),
             gpu_temp: Some(41),
             throttle: Some(0),
+            host_after_ns: Some(52_500.0),
         },
     };
     (r, vec![s(1000.0), s(1010.0)])
@@ -379,18 +380,25 @@ fn a_sample_taken_in_an_unusual_state_is_flagged_and_counted_per_case() {
     };
     use rundir::SampleFlag::*;
     assert_eq!(
-        with(&|s| s.state.steal = Some(3)).flags(Some(52_000.0)),
+        with(&|s| s.state.steal = Some(3)).flags((Some(52_000.0), None)),
         [Steal]
     );
     // 1000 ns of sample: one involuntary switch is within the allowance, two are not
-    assert!(with(&|s| s.state.nivcsw = Some(1)).flags(None).is_empty());
-    assert_eq!(with(&|s| s.state.nivcsw = Some(2)).flags(None), [Switched]);
+    assert!(
+        with(&|s| s.state.nivcsw = Some(1))
+            .flags((None, None))
+            .is_empty()
+    );
     assert_eq!(
-        with(&|s| s.host_ns = Some(52_000.0 * 1.2)).flags(Some(52_000.0)),
+        with(&|s| s.state.nivcsw = Some(2)).flags((None, None)),
+        [Switched]
+    );
+    assert_eq!(
+        with(&|s| s.host_ns = Some(52_000.0 * 1.2)).flags((Some(52_000.0), None)),
         [HostSlow]
     );
     assert_eq!(
-        with(&|s| s.state.throttle = Some(0x4)).flags(None),
+        with(&|s| s.state.throttle = Some(0x4)).flags((None, None)),
         [GpuThrottled]
     );
     // per execution: a host control slow against its own execution's median only
