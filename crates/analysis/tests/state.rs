@@ -40,15 +40,38 @@ fn flag_counts(run: &Run, mode: Mode) -> (usize, usize, usize, usize) {
     c
 }
 
-#[test]
-fn on_the_h200_the_flags_catch_most_slow_pipelined_samples_and_a_tenth_of_the_rest() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/state-2026-12-01/a1");
+fn load(name: &str) -> (tempfile::TempDir, Run) {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/state-2026-12-01")
+        .join(name);
     let tmp = tempfile::tempdir().unwrap();
     std::fs::copy(src.join("env.json"), tmp.path().join("env.json")).unwrap();
     for f in ["results.csv.gz", "samples.csv.gz"] {
         std::fs::copy(src.join(f), tmp.path().join(f)).unwrap();
     }
     let run = Run::load(tmp.path()).unwrap();
+    (tmp, run)
+}
+
+#[test]
+fn the_host_control_after_each_sample_too_does_not_reach_four_in_five() {
+    // a second run (a2, the same command, with `host_after_ns`): 15 of 24 slow pipelined
+    // samples flagged (62.5%), 445 of the other 3,876 (11.5%)
+    let (_t, run) = load("a2");
+    assert!(
+        run.samples()
+            .unwrap()
+            .values()
+            .flatten()
+            .all(|s| s.state.host_after_ns.is_some())
+    );
+    assert_eq!(flag_counts(&run, Mode::Pipelined), (24, 15, 3876, 445));
+    assert_eq!(flag_counts(&run, Mode::Device).0, 0);
+}
+
+#[test]
+fn on_the_h200_the_flags_catch_most_slow_pipelined_samples_and_a_tenth_of_the_rest() {
+    let (_t, run) = load("a1");
     // every sample carries the GPU's state from NVML; the SM clock sat at its maximum
     // (1980 MHz) but for the samples the power cap held down (throttle 0x4)
     let samples = run.samples().unwrap();
