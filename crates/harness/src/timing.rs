@@ -626,6 +626,11 @@ pub fn run_op(
     }
     group.finish();
     crate::plan::write_plan(&plan_lines);
+    // the GPU's state at this process's end beside its start in env.json
+    if let (Some(run), Some(probe)) = (sink.run.as_ref(), per_device.probes.iter().flatten().next())
+    {
+        run.note_state(&machine::state::state_entries("end", Some(probe)))?;
+    }
     if skipped > 0 {
         eprintln!(
             "opbench: {skipped} {} cases were already in run {run_id} and were kept, not measured again",
@@ -694,15 +699,8 @@ impl PerDevice {
                 .flatten();
             out.controls.push(control);
             let timing = selection.mode == RunMode::Bench;
-            out.probes.push(match device.backend {
-                crate::Backend::Cuda if timing => machine::state::GpuProbe::nvml(device.index).ok(),
-                crate::Backend::Hip if timing => machine::state::GpuProbe::amdgpu(
-                    std::path::Path::new("/sys/class/drm"),
-                    device.index,
-                )
-                .ok(),
-                _ => None,
-            });
+            out.probes
+                .push(machine::state::probe_for(device).filter(|_| timing));
         }
         out
     }

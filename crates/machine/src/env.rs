@@ -107,7 +107,16 @@ pub fn collect(run_id: &str, devices: &[Device]) -> EnvInfo {
         torch_settings: torch_settings(facts.runtime_path.as_deref()),
         settings: BTreeMap::new(),
         build_config: atenx::show_config(),
-        host_state: host_state(),
+        host_state: {
+            // the GPU's clock, load, heat and throttling as the process starts (its end is
+            // added by the last process of the run or execution)
+            let mut h = host_state();
+            h.extend(crate::state::state_entries(
+                "start",
+                gpu.and_then(crate::state::probe_for).as_ref(),
+            ));
+            h
+        },
     }
 }
 

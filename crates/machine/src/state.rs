@@ -265,6 +265,35 @@ pub fn amdgpu_state(dev: &Path) -> GpuState {
     }
 }
 
+/// The probe for `device`'s state: NVML for CUDA, the amdgpu sysfs for HIP (Linux); none
+/// on the CPU or where neither is there.
+pub fn probe_for(device: crate::device::Device) -> Option<GpuProbe> {
+    match device.backend {
+        crate::device::Backend::Cuda => GpuProbe::nvml(device.index).ok(),
+        crate::device::Backend::Hip => {
+            GpuProbe::amdgpu(Path::new("/sys/class/drm"), device.index).ok()
+        }
+        _ => None,
+    }
+}
+
+/// The GPU's state as env.json `host_state` entries named `gpu_<field>_<when>` (`when`:
+/// `start` or `end` of a process), those the probe gives.
+pub fn state_entries(when: &str, probe: Option<&GpuProbe>) -> Vec<(String, String)> {
+    let Some(s) = probe.map(GpuProbe::read) else {
+        return Vec::new();
+    };
+    [
+        ("sm_mhz", s.sm_mhz.map(u64::from)),
+        ("util_pct", s.util_pct.map(u64::from)),
+        ("temp_c", s.temp_c.map(u64::from)),
+        ("throttle", s.throttle),
+    ]
+    .into_iter()
+    .filter_map(|(k, v)| Some((format!("gpu_{k}_{when}"), v?.to_string())))
+    .collect()
+}
+
 // SAFETY: the NVML handle is used from the one thread that times (the probe is not shared
 // between threads; Send only lets it live in the per-device setup).
 unsafe impl Send for GpuProbe {}

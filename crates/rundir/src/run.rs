@@ -487,6 +487,20 @@ impl RunWriter {
         })
     }
 
+    /// Add `entries` to env.json's `host_state` (the state at a process's end: the last
+    /// process of a run or execution leaves its own).
+    pub fn note_state(&self, entries: &[(String, String)]) -> Result<(), RunError> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let path = self.path.join(crate::layout::ENV);
+        let Some(mut env) = read_env(&path)? else {
+            return Ok(());
+        };
+        env.host_state.extend(entries.iter().cloned());
+        std::fs::write(&path, format!("{}\n", env.to_json())).map_err(io(&path))
+    }
+
     /// The cases the run holds (from every process so far).
     pub fn cases(&self) -> impl Iterator<Item = &CaseKey> {
         self.cases.iter()

@@ -420,3 +420,18 @@ fn a_sample_taken_in_an_unusual_state_is_flagged_and_counted_per_case() {
     let bare = Sample::bare(&base.key, 1, &[(10, 1000.0)]);
     assert_eq!(rundir::flagged(&bare), None);
 }
+
+#[test]
+fn the_state_at_a_process_end_joins_env_json_beside_its_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut e = env("r1");
+    e.host_state
+        .insert("gpu_sm_mhz_start".into(), "1980".into());
+    let w = RunWriter::open(dir.path(), "r1", None, &e).unwrap();
+    w.note_state(&[("gpu_sm_mhz_end".into(), "1965".into())])
+        .unwrap();
+    w.note_state(&[]).unwrap();
+    let env = Run::env_of(&w.path).unwrap().unwrap();
+    assert_eq!(env.host_state["gpu_sm_mhz_start"], "1980");
+    assert_eq!(env.host_state["gpu_sm_mhz_end"], "1965");
+}
