@@ -612,11 +612,48 @@ def step_rows(c, b, step_err):
                         f"the HF step with its first {layers} decoder layer(s) only (the rest as the full step, "
                         f"whose check covers this code); {n} steps per sample from L; {c.note_base}",
                         rel_err=step_err, check="step", iters=n)
-    k = c.key("decode", "transformers", "generate", b, 16 + 32)
-    if not c.run.has(k):
-        prompt = torch.randint(0, c.vocab, (b, 16), device=c.device)
-        gen = dict(max_new_tokens=32, min_new_tokens=32, do_sample=False, pad_token_id=0)
-        c.model.generate(prompt, **gen)
+    for site, how, extra in generate_variants(c):
+        k = c.key("decode", "transformers", site, b, 16 + 32)
+        if not c.run.has(k):
+            generate_row(c, b, k, how, extra)
+
+
+def generate_variants(c):
+    """(site, what, generate() kwargs or the reason it cannot run): the user's generate()
+    as it is, and the two things the user can change: a static cache (no compile), and a
+    static cache whose decoding step torch.compile captures in CUDA/HIP graphs
+    (mode="reduce-overhead")."""
+    out = [("generate", "model.generate() (DynamicCache, eager)", {})]
+    static = {"cache_implementation": "static", "disable_compile": True}
+    out.append(("generate_static", "model.generate() with a static cache, eager", static))
+    if c.device.type != "cuda":
+        graph = "CUDA/HIP graphs need a GPU"
+    else:
+        try:
+            from transformers import CompileConfig
+            import triton  # noqa: F401  (torch.compile's GPU backend)
+            graph = {"cache_implementation": "static",
+                     "compile_config": CompileConfig(mode="reduce-overhead", fullgraph=True)}
+        except ImportError as e:
+            graph = f"torch.compile's reduce-overhead mode is not available here: {e}"
+    out.append(("generate_graph", "model.generate() with a static cache and its step compiled "
+                "(torch.compile reduce-overhead: CUDA/HIP graphs)", graph))
+    return out
+
+
+def generate_row(c, b, k, how, extra):
+    """generate() per new token as the user sees it (greedy, prompt 16, 32 new tokens,
+    prefill included), or `unsupported` with the reason where this build cannot run it."""
+    dims = f"batch={b} prompt=16 new=32"
+    if isinstance(extra, str):
+        c.run.write(k, dims, [], extra, status="unsupported")
+        return
+    prompt = torch.randint(0, c.vocab, (b, 16), device=c.device)
+    gen = dict(max_new_tokens=32, min_new_tokens=32, do_sample=False, pad_token_id=0, **extra)
+    try:
+        # the first calls build (and, compiled, capture) what the timed ones reuse
+        for _ in range(2 if extra else 1):
+            c.model.generate(prompt, **gen)
         times = []
         for _ in range(max(3, c.timer.samples // 3)):
             c.timer.sync()
@@ -624,10 +661,13 @@ def step_rows(c, b, step_err):
             c.model.generate(prompt, **gen)
             c.timer.sync()
             times.append((time.perf_counter_ns() - t0) / 32)
-        tps = b * 1e9 / statistics.median(times)
-        c.run.write(k, f"batch={b} prompt=16 new=32", times,
-                    f"model.generate(): {tps:.1f} tokens/s as the user sees it (greedy, prompt 16, 32 new "
-                    f"tokens, prefill included); per new token; {c.version}{c.note_base}", iters=32)
+    except Exception as e:  # a build without the feature: a row that says so, not a crash
+        c.run.write(k, dims, [], f"{how}: {type(e).__name__}: {str(e).splitlines()[0][:200]}",
+                    status="unsupported")
+        return
+    tps = b * 1e9 / statistics.median(times)
+    c.run.write(k, dims, times, f"{how}: {tps:.1f} tokens/s as the user sees it (greedy, prompt 16, 32 new "
+                f"tokens, prefill included); per new token; {c.version}{c.note_base}", iters=32)
 
 
 # ------------------------------------------------------------------ the op sites from Python

@@ -129,9 +129,13 @@ class OpPass(unittest.TestCase):
             self.assertEqual(out.returncode, 0, out.stderr)
             got = {r["site"]: r for r in rows_of(run / "results.csv") if r["variant"] == "transformers"}
             layer_sites = ["layer", "layer_flat", "layer_calls", "stack", "stack_flat"]
-            for site in ["step", "layers1", "layers4", "generate", "mask", "module_call", "cache_update"] + layer_sites:
+            for site in ["step", "layers1", "layers4", "generate", "generate_static", "mask", "module_call",
+                         "cache_update"] + layer_sites:
                 self.assertIn(site, got)
                 self.assertEqual(got[site]["status"], "ok", got[site])
+            # graphs need a GPU: a row that says so
+            self.assertEqual(got["generate_graph"]["status"], "unsupported")
+            self.assertIn("need a GPU", got["generate_graph"]["note"])
             self.assertNotIn("layer_own", got)
             for site in layer_sites:
                 r = got[site]
