@@ -389,19 +389,19 @@ pub fn find_runs(dirs: &[PathBuf]) -> Result<Vec<PathBuf>, AnalysisError> {
                 d.display()
             )));
         }
-        if d.join("results.csv").is_file() {
+        if rundir::has_file(&d.join(rundir::layout::RESULTS)) {
             out.push(d.clone());
             continue;
         }
         let mut found = Vec::new();
-        for parent in [d.clone(), d.join("runs")] {
+        for parent in [d.clone(), d.join(rundir::layout::RUNS)] {
             let Ok(entries) = std::fs::read_dir(&parent) else {
                 continue;
             };
             for e in entries.flatten() {
                 let p = e.path();
                 let hidden = e.file_name().to_string_lossy().starts_with('.');
-                if !hidden && p.join("results.csv").is_file() {
+                if !hidden && rundir::has_file(&p.join(rundir::layout::RESULTS)) {
                     found.push(p);
                 }
             }

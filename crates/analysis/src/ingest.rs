@@ -63,7 +63,9 @@ pub fn ingest(dir: &Path, file: &Path) -> Result<Ingested, AnalysisError> {
     // a run the peer starts (no results yet) has its env.json only
     let env = match Run::load(dir) {
         Ok(run) => run.env,
-        Err(rundir::RunError::Missing(p)) if p.ends_with("results.csv") => Run::env_of(dir)?,
+        Err(rundir::RunError::Missing(p)) if p.ends_with(rundir::layout::RESULTS) => {
+            Run::env_of(dir)?
+        }
         Err(e) => return Err(e.into()),
     };
     let Some(env) = env else {

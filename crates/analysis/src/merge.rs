@@ -109,7 +109,7 @@ pub fn merge(dir: &Path) -> Result<Merged, AnalysisError> {
             entry.push((*n, r, s));
         }
     }
-    for f in ["results.csv", "samples.csv"] {
+    for f in [rundir::layout::RESULTS, rundir::layout::SAMPLES] {
         let p = dir.join(f);
         if p.exists() {
             std::fs::remove_file(&p).map_err(|e| AnalysisError::output(&p, e))?;

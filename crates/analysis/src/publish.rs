@@ -130,10 +130,10 @@ pub fn write_index(results: &Path) -> Result<PathBuf, AnalysisError> {
     for entry in entries.flatten() {
         let dir = entry.path();
         let name = entry.file_name().to_string_lossy().into_owned();
-        if name.starts_with('.') || !dir.join("env.json").is_file() {
+        if name.starts_with('.') || !dir.join(rundir::layout::ENV).is_file() {
             continue;
         }
-        let env: Option<Env> = std::fs::read_to_string(dir.join("env.json"))
+        let env: Option<Env> = std::fs::read_to_string(dir.join(rundir::layout::ENV))
             .ok()
             .and_then(|t| serde_json::from_str(&t).ok());
         let line = match env {
@@ -200,7 +200,7 @@ fn stage(
     }
     // fits and report are part of a published run: made fresh from the published rows
     let fits: Vec<_> = fit_run(run).fitted.iter().map(|f| f.row()).collect();
-    write_fits(&staging.join("fits.csv"), &fits)?;
+    write_fits(&staging.join(rundir::layout::FITS), &fits)?;
     crate::report::write_report(staging)?;
     // the report names the folder it lives in: the published one, not the staging one
     let report = staging.join("report.md");

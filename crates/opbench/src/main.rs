@@ -374,7 +374,7 @@ fn fit_verb(dir: &std::path::Path) -> Result<u8, CliError> {
         );
     }
     let rows: Vec<_> = fits.fitted.iter().map(|f| f.row()).collect();
-    let path = dir.join("fits.csv");
+    let path = dir.join(rundir::layout::FITS);
     rundir::write_fits(&path, &rows).map_err(|e| CliError {
         code: 1,
         message: e.to_string(),
@@ -581,7 +581,7 @@ fn main() -> ExitCode {
     let result = match cli.verb {
         Verb::Shapes(args) => shapes_cmd::run(&args),
         Verb::Ingest { run, file } => {
-            let file = file.unwrap_or_else(|| run.join("peer.csv"));
+            let file = file.unwrap_or_else(|| run.join(rundir::layout::PEER));
             analysis::ingest::ingest(&run, &file)
                 .map(|d| {
                     println!(

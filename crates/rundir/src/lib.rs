@@ -31,7 +31,7 @@ pub use peer::{PEER_TAIL, PeerCase, read_peer};
 pub use rows::{
     FitRow, HOST_SLOW, ResultRow, Sample, SampleFlag, SampleState, Work, flag_each, flagged,
 };
-pub use run::{ExecSamples, Run, RunWriter, check_env, gz_path, has_file, write_fits};
+pub use run::{ExecSamples, Run, RunWriter, check_env, has_file, write_fits};
 pub use shapes::{DTypeName as DType, OpKind, Phase, UnknownValue};
 pub use trace::{KernelRow, TraceRow};
 

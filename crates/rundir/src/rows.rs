@@ -390,18 +390,9 @@ impl Sample {
         "host_after_ns",
     ];
 
-    /// Columns added after schema 2 that a reader does not require (older runs lack them).
-    const OPTIONAL: [&'static str; 9] = [
-        "host_ns",
-        "cpu_ns",
-        "nivcsw",
-        "steal",
-        "sm_mhz",
-        "gpu_util",
-        "gpu_temp",
-        "throttle",
-        "host_after_ns",
-    ];
+    /// Columns added after schema 2 that a reader does not require (older runs lack them):
+    /// every one after `control_ns`.
+    const FIRST_OPTIONAL: usize = 4;
 
     /// What flags this sample as taken in an unusual state: steal, many involuntary
     /// switches, a slow host control before or after it (against `medians`, the medians of
@@ -432,7 +423,7 @@ impl Sample {
     pub fn v2_columns() -> Vec<&'static str> {
         Self::columns()
             .into_iter()
-            .filter(|c| !Self::OPTIONAL.contains(c))
+            .filter(|c| !Self::TAIL[Self::FIRST_OPTIONAL..].contains(c))
             .collect()
     }
 

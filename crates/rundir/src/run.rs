@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use crate::csvio::Header;
 use crate::key::CaseKey;
+use crate::layout;
 use crate::rows::{FitRow, ResultRow, Sample};
 use crate::trace::{KernelRow, TraceRow};
 use crate::{Env, OLDEST_READABLE, RunError, SCHEMA_VERSION};
@@ -54,19 +55,10 @@ pub(crate) fn read_records<T>(
     required: &[&'static str],
     mut read: impl FnMut(&crate::csvio::Line<'_>) -> Result<T, RunError>,
 ) -> Result<Vec<T>, RunError> {
-    // a published or fixture run may keep a large file gzip'd beside the name (samples.csv.gz)
-    let gz = gz_path(path);
-    let (path, input): (&Path, Box<dyn std::io::Read>) = if path.is_file() {
-        (path, Box::new(std::fs::File::open(path).map_err(io(path))?))
-    } else if gz.is_file() {
-        let file = std::fs::File::open(&gz).map_err(io(&gz))?;
-        (&gz, Box::new(flate2::read::GzDecoder::new(file)))
-    } else {
-        return Err(RunError::Missing(path.to_path_buf()));
-    };
+    let (path, input) = open_run_file(path)?;
     let mut rdr = csv::ReaderBuilder::new().from_reader(input);
-    let header = rdr.headers().map_err(|e| csv_err(path, &e))?.clone();
-    let header = Header::new(path, &header, required)?;
+    let header = rdr.headers().map_err(|e| csv_err(&path, &e))?.clone();
+    let header = Header::new(&path, &header, required)?;
     let mut out = Vec::new();
     for rec in rdr.records() {
         let rec = rec.map_err(|e| csv_err(header.path(), &e))?;
@@ -75,8 +67,24 @@ pub(crate) fn read_records<T>(
     Ok(out)
 }
 
+/// A run's file for reading, plain or — where only a gzip'd copy beside the name exists, as
+/// published and fixture runs keep large files (samples.csv.gz) — decompressed; with the
+/// path actually opened, for errors.
+fn open_run_file(path: &Path) -> Result<(PathBuf, Box<dyn std::io::Read>), RunError> {
+    if path.is_file() {
+        let file = File::open(path).map_err(io(path))?;
+        return Ok((path.to_path_buf(), Box::new(file)));
+    }
+    let gz = gz_path(path);
+    if gz.is_file() {
+        let file = File::open(&gz).map_err(io(&gz))?;
+        return Ok((gz, Box::new(flate2::read::GzDecoder::new(file))));
+    }
+    Err(RunError::Missing(path.to_path_buf()))
+}
+
 /// `path` with `.gz` appended: where a gzip'd copy of a run's file lives.
-pub fn gz_path(path: &Path) -> PathBuf {
+fn gz_path(path: &Path) -> PathBuf {
     let mut s = path.as_os_str().to_os_string();
     s.push(".gz");
     PathBuf::from(s)
@@ -107,16 +115,15 @@ impl Run {
         if !dir.is_dir() {
             return Err(RunError::NotADirectory(dir.to_path_buf()));
         }
-        let path = dir.join("results.csv");
-        let env = read_env(&dir.join("env.json"))?;
+        let path = dir.join(layout::RESULTS);
+        let env_path = dir.join(layout::ENV);
+        let env = read_env(&env_path)?;
+        let header = header_version(&path);
         if let Some(e) = &env {
-            check_env(e, &dir.join("env.json"), header_version(&path))?;
+            check_env(e, &env_path, header)?;
         }
         // a run without env.json (made by hand) is read as the version its header has
-        let schema = match &env {
-            Some(e) => e.schema(),
-            None => header_version(&path),
-        };
+        let schema = env.as_ref().map_or(header, Env::schema);
         let columns = results_columns(schema);
         let mut first_line: BTreeMap<CaseKey, u64> = BTreeMap::new();
         let results = read_records(&path, &columns, |l| {
@@ -143,7 +150,7 @@ impl Run {
     /// A run directory's env.json alone, checked as a run of this schema must have it
     /// (for a run that has no results yet).
     pub fn env_of(dir: &Path) -> Result<Option<Env>, RunError> {
-        let path = dir.join("env.json");
+        let path = dir.join(layout::ENV);
         let env = read_env(&path)?;
         if let Some(e) = &env {
             check_env(e, &path, SCHEMA_VERSION)?;
@@ -163,7 +170,7 @@ impl Run {
 
     /// `traces.csv` (empty when the run has no trace pass).
     pub fn traces(&self) -> Result<Vec<TraceRow>, RunError> {
-        let path = self.dir.join("traces.csv");
+        let path = self.dir.join(layout::TRACES);
         if !path.is_file() {
             return Ok(Vec::new());
         }
@@ -172,7 +179,7 @@ impl Run {
 
     /// `kernels.csv` (empty when the run has no trace pass).
     pub fn kernels(&self) -> Result<Vec<KernelRow>, RunError> {
-        let path = self.dir.join("kernels.csv");
+        let path = self.dir.join(layout::KERNELS);
         if !path.is_file() {
             return Ok(Vec::new());
         }
@@ -182,7 +189,7 @@ impl Run {
     /// `samples.csv`, grouped by case, validated (every sample at least one call in a
     /// finite positive time).
     pub fn samples(&self) -> Result<BTreeMap<CaseKey, Vec<Sample>>, RunError> {
-        let path = self.dir.join("samples.csv");
+        let path = self.dir.join(layout::SAMPLES);
         let required = if self.schema >= 2 {
             Sample::v2_columns()
         } else {
@@ -249,8 +256,10 @@ impl ExecSamples {
 
 /// The schema version a results.csv header implies: 2 with `uncovered_chunks`, else 1.
 fn header_version(path: &Path) -> u32 {
-    let has = csv::Reader::from_path(path).and_then(|mut r| {
+    let has = open_run_file(path).ok().and_then(|(_, input)| {
+        let mut r = csv::Reader::from_reader(input);
         r.headers()
+            .ok()
             .map(|h| h.iter().any(|c| c == "uncovered_chunks"))
     });
     if has.unwrap_or(true) {
@@ -419,7 +428,7 @@ impl RunWriter {
     pub fn at(path: &Path, run_id: &str, env: &Env) -> Result<Self, RunError> {
         let path = path.to_path_buf();
         std::fs::create_dir_all(&path).map_err(io(&path))?;
-        let env_path = path.join("env.json");
+        let env_path = path.join(layout::ENV);
         if let Some(first) = read_env(&env_path)? {
             // a second process of the run must measure it the same way (its own seed aside)
             let differs: Vec<String> = env
@@ -455,7 +464,7 @@ impl RunWriter {
             writeln!(f, "{}", env.to_json()).map_err(io(&env_path))?;
         }
         // a run that already has cases is resumed: the caller skips what it holds
-        let cases = if path.join("results.csv").is_file() {
+        let cases = if has_file(&path.join(layout::RESULTS)) {
             Run::load(&path)?
                 .results
                 .into_iter()
@@ -464,9 +473,9 @@ impl RunWriter {
         } else {
             Default::default()
         };
-        let traced = if path.join("traces.csv").is_file() {
+        let traced = if path.join(layout::TRACES).is_file() {
             read_records(
-                &path.join("traces.csv"),
+                &path.join(layout::TRACES),
                 &TraceRow::columns(),
                 TraceRow::read,
             )?
@@ -480,8 +489,8 @@ impl RunWriter {
             traces: None,
             traced,
             cases,
-            results: appender(&path.join("results.csv"), &ResultRow::columns())?,
-            samples: appender(&path.join("samples.csv"), &Sample::columns())?,
+            results: appender(&path.join(layout::RESULTS), &ResultRow::columns())?,
+            samples: appender(&path.join(layout::SAMPLES), &Sample::columns())?,
             run_id: run_id.to_string(),
             path,
         })
@@ -518,7 +527,10 @@ impl RunWriter {
 
     /// Append one case's trace: its activities to kernels.csv, then its row to traces.csv.
     pub fn write_trace(&mut self, row: &TraceRow, kernels: &[KernelRow]) -> Result<(), RunError> {
-        let (tp, kp) = (self.path.join("traces.csv"), self.path.join("kernels.csv"));
+        let (tp, kp) = (
+            self.path.join(layout::TRACES),
+            self.path.join(layout::KERNELS),
+        );
         if self.traces.is_none() {
             self.traces = Some((
                 appender(&tp, &TraceRow::columns())?,
@@ -544,18 +556,18 @@ impl RunWriter {
     pub fn write_case(&mut self, row: &ResultRow, samples: &[Sample]) -> Result<(), RunError> {
         if self.contains(&row.key) {
             return Err(RunError::AlreadyInRun {
-                path: self.path.join("results.csv"),
+                path: self.path.join(layout::RESULTS),
                 key: row.key.to_string(),
             });
         }
-        let sp = self.path.join("samples.csv");
+        let sp = self.path.join(layout::SAMPLES);
         for s in samples {
             self.samples
                 .write_record(s.record())
                 .map_err(|e| csv_err(&sp, &e))?;
         }
         self.samples.flush().map_err(io(&sp))?;
-        let rp = self.path.join("results.csv");
+        let rp = self.path.join(layout::RESULTS);
         self.results
             .write_record(row.record())
             .map_err(|e| csv_err(&rp, &e))?;
