@@ -15,15 +15,23 @@ the rows by the same estimator and tolerance table as every other row. It times 
 when its error is within that table (`opbench tolerances`). Its budget (samples, warm-up,
 measurement per case) is the run's, from env.json, unless given.
 
-Rows (docs/schema.md; every case checked against a float64 CPU reference first):
+Rows (docs/schema.md; every case checked against a float64 CPU reference first), each
+sample with the host's state (a pure-Python control before and after it, CPU time,
+involuntary switches, steal: `State`):
 - op `decode`, variant `transformers`, site `step`: one HF step pipelined (n steps back to
   back, argmax feeding the next, one synchronize), from a DynamicCache of L tokens (cropped
   back to L after every sample);
 - sites `layers1`, `layers8`: the same step with only the first 1 or 8 decoder layers: their
   difference over 7 is one layer inside a step (its framework included), the rest the
   step's own work;
-- site `generate`: `model.generate()` time per new token as the user sees it (prompt of 16,
-  32 new tokens, greedy), tokens/s in the note;
+- sites `step`, `generate_from_l`, `generate_loop`, sampled in interleaved rounds: the
+  step above; `model.generate()` continuing from the same cache of L, per new token (32 new
+  tokens on a GPU, 8 on the CPU; greedy), which predict prices as the step plus
+  generate()'s own loop; and that loop alone (the same call, the model's forward replaced
+  by a stand-in returning fixed logits);
+- sites `generate`, `generate_static`, `generate_graph`: `model.generate()` per new token as
+  the user calls it from a prompt of 16 (32 new tokens, prefill included), as it is, with a
+  static cache, and with its step compiled into CUDA/HIP graphs (or `unsupported` and why);
 - sites `module_call`, `mask`, `cache_update`: the framework's own work per call (an empty
   nn.Module's call, `create_causal_mask`, DynamicCache.update beyond its two `cat`s);
 - sites `layer`, `layer_flat`, `layer_calls`, `stack`, `stack_flat`, per layer, sampled in
@@ -80,7 +88,8 @@ except ImportError:
 
 KEY = ["op", "variant", "site", "model", "phase", "batch", "q_len", "kv_len", "dtype", "device", "mode"]
 PEER_COLUMNS = KEY + ["dims", "flops", "bytes", "check", "rel_err", "status", "note", "execution", "iters",
-                      "total_ns"]
+                      "total_ns"] + ["host_ns", "host_after_ns", "cpu_ns", "nivcsw", "steal"]
+STATE_COLUMNS = PEER_COLUMNS[-5:]
 
 
 def opbench_exe():
@@ -154,6 +163,7 @@ class Run:
                 w.writerow([case.get(c, "") for c in PEER_COLUMNS])
             for t in timed:
                 line = dict(case, iters=str(iters), total_ns=f"{t * iters:.1f}")
+                line.update({k: str(v) for k, v in getattr(t, "state", {}).items() if v is not None})
                 w.writerow([line.get(c, "") for c in PEER_COLUMNS])
         self.have.add(tuple(str(v) for v in key))
 
@@ -166,6 +176,74 @@ class Run:
 
 
 # ------------------------------------------------------------------ timing
+
+
+def _control_work():
+    """The build-independent host control from Python: fixed interpreter work (integer
+    hashing into a small dict) that never calls torch, ~0.1–0.3 ms."""
+    h, seen = 0x811C9DC5, {}
+    for i in range(1500):
+        h = ((h ^ i) * 16777619) & 0xFFFFFFFF
+        seen[h & 511] = i
+    return h
+
+
+def host_control_ns():
+    """The control's time: the faster of two passes (as the Rust control's)."""
+    best = math.inf
+    for _ in range(2):
+        t0 = time.perf_counter_ns()
+        _control_work()
+        best = min(best, time.perf_counter_ns() - t0)
+    return best
+
+
+def _nivcsw():
+    try:
+        import resource  # Unix only
+        return resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw
+    except (ImportError, AttributeError):
+        return None
+
+
+def _steal():
+    """The machine's steal ticks (/proc/stat's cpu line), where Linux tells."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+        return int(fields[8]) if fields[0] == "cpu" and len(fields) > 8 else None
+    except (OSError, ValueError):
+        return None
+
+
+class State:
+    """The host's state over one sample, as samples.csv records it for the Rust cases: the
+    Python control before and after it, the process's CPU time, its involuntary context
+    switches and the machine's steal ticks (empty where the OS does not tell). The GPU's
+    columns stay empty for the peer's rows (env.json has the GPU's state at the run's
+    start and end)."""
+
+    def __init__(self):
+        self.host_ns = host_control_ns()
+        self.cpu, self.sw, self.st = time.process_time_ns(), _nivcsw(), _steal()
+
+    def close(self):
+        cpu, sw, st = time.process_time_ns(), _nivcsw(), _steal()
+        return {"host_ns": self.host_ns, "cpu_ns": cpu - self.cpu,
+                "nivcsw": None if sw is None else sw - self.sw, "steal": None if st is None else st - self.st,
+                "host_after_ns": host_control_ns()}
+
+
+class Timed(float):
+    """A per-call time with the host's state over its sample (`State`)."""
+
+    def __new__(cls, ns, state):
+        t = super().__new__(cls, ns)
+        t.state = state
+        return t
+
+    def scaled(self, k):
+        return Timed(self * k, self.state)
 
 
 class Timer:
@@ -201,13 +279,15 @@ class Timer:
         return out, n
 
     def sample(self, fn, n):
-        """Per-call ns of n calls back to back, one synchronize."""
+        """Per-call ns of n calls back to back, one synchronize, with the host's state."""
         self.sync()
+        state = State()
         t0 = time.perf_counter_ns()
         for _ in range(n):
             fn()
         self.sync()
-        return (time.perf_counter_ns() - t0) / n
+        ns = (time.perf_counter_ns() - t0) / n
+        return Timed(ns, state.close())
 
 
 def rel_err(out, ref):
@@ -273,7 +353,7 @@ class Ctx:
                            flops, nbytes, err, check="op", status="mismatch")
             return
         times, n = self.timer.pipelined(call)
-        self.run.write(kk, dims, [t / calls_per for t in times], f"{note}; {self.note_base}", flops, nbytes, err,
+        self.run.write(kk, dims, [t.scaled(1 / calls_per) for t in times], f"{note}; {self.note_base}", flops, nbytes, err,
                        check="op", iters=n * calls_per)
 
 
@@ -346,6 +426,7 @@ def load_model(c):
         from transformers.masking_utils import create_causal_mask
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
         from transformers.models.qwen3.modeling_qwen3 import rotate_half, apply_rotary_pos_emb
+        from transformers.modeling_outputs import CausalLMOutputWithPast
     except ImportError as e:
         say(f"transformers is not importable ({e}): no transformers step, generate or framework rows; "
             "the Python op rows only (pip install transformers to measure the user's stack)")
@@ -354,6 +435,7 @@ def load_model(c):
     tf.DynamicCache, tf.create_causal_mask, tf.sdpa_attention_forward = (DynamicCache, create_causal_mask,
                                                                            sdpa_attention_forward)
     tf.rotate_half, tf.apply_rotary_pos_emb = rotate_half, apply_rotary_pos_emb
+    tf.CausalLMOutputWithPast = CausalLMOutputWithPast
     cfg = c.cfg
     hf_cfg = Qwen3Config(
         vocab_size=c.vocab, hidden_size=c.hidden, intermediate_size=c.inter,
@@ -503,8 +585,8 @@ def layer_rows(c, b, kc, vc, x, pos):
     # layer as called, their calls flat
     samplers = dict(zip(LAYER_SITES, [lambda: timer.sample(layer_call, n), lambda: timer.sample(flat, n),
                                       lambda: sum(timer.sample(f, n) for f in leaves),
-                                      lambda: timer.sample(stack, passes) / len(layers),
-                                      lambda: timer.sample(stack_flat, passes) / len(layers)]))
+                                      lambda: timer.sample(stack, passes).scaled(1 / len(layers)),
+                                      lambda: timer.sample(stack_flat, passes).scaled(1 / len(layers))]))
     res = {s_: [] for s_ in samplers}
     order = list(samplers)
     rng = random.Random(b)
@@ -556,6 +638,20 @@ def step_check(c):
     return err
 
 
+def cropper(cache, ctx):
+    """Crop `cache` back to `ctx` tokens, contiguous: crop leaves each layer's keys and
+    values as views of the longer tensors, whose next `cat` then reads strided memory; a
+    cache of L tokens built step by step is contiguous (as generate()'s is)."""
+    def crop():
+        extra = cache.get_seq_length() - ctx
+        if extra > 0:
+            cache.crop(-extra)
+            for layer_ in cache.layers:
+                layer_.keys = layer_.keys.contiguous()
+                layer_.values = layer_.values.contiguous()
+    return crop
+
+
 def step_times(c, b, layers):
     """The HF step with the model's first `layers` decoder layers, pipelined from a cache of
     L (cropped back before every sample): the model file runs layers[:num_hidden_layers],
@@ -574,17 +670,7 @@ def step_times(c, b, layers):
             out = model(input_ids=state["tok"], past_key_values=cache, use_cache=True)
             state["tok"] = out.logits[:, -1:].argmax(-1)
 
-        def crop():
-            extra = cache.get_seq_length() - ctx
-            if extra > 0:
-                cache.crop(-extra)
-                # crop leaves each layer's keys and values as views of the longer tensors,
-                # whose next `cat` then reads strided memory; a cache of L tokens built step
-                # by step is contiguous (as generate()'s is)
-                for layer_ in cache.layers:
-                    layer_.keys = layer_.keys.contiguous()
-                    layer_.values = layer_.values.contiguous()
-
+        crop = cropper(cache, ctx)
         times, n = c.timer.pipelined(step, before=crop, max_calls=16)
         crop()
         return times, n
@@ -592,18 +678,123 @@ def step_times(c, b, layers):
         model.config.num_hidden_layers = full
 
 
-def step_rows(c, b, step_err):
-    """Sites `step`, `layers1`, `layers8` (the step with its first 1 and 8 decoder layers:
-    their difference over 7 is one layer inside a step, the rest the step's own work) and
-    `generate` (model.generate() per new token, as the user sees it)."""
-    k = c.key("decode", "transformers", "step", b, c.ctx + 1)
+# config.json's eos_token_id of the Qwen3 chat models: generate() masks and checks it every
+# token as the user's does (min_new_tokens keeps random weights from stopping early)
+QWEN3_EOS = 151645
+
+
+def new_tokens(c):
+    """New tokens per generate() call: 32 on a GPU, 8 on the CPU (whose step is ~100× slower)."""
+    return 32 if c.device.type == "cuda" else 8
+
+
+def step_and_generate(c, b, step_err):
+    """Sites `step`, `generate_from_l` and `generate_loop`, sampled in interleaved rounds
+    (shuffled per round) so that all three see the same host states:
+    - step: the HF step pipelined (n steps, argmax feeding the next, one synchronize) from a
+      DynamicCache of L, cropped back before every sample;
+    - generate_from_l: model.generate() continuing from the same cache (the prompt's last
+      token uncached), greedy, per new token: the step, plus generate()'s own loop and its
+      synchronization every token (transformers' StopCheck reads `unfinished.max() == 0` on
+      the host; only MPS defers it, in transformers 5.17);
+    - generate_loop: the same generate() call with the model's forward replaced by a
+      stand-in that returns fixed logits: generate()'s own work per token (input
+      preparation, cache positions, logits to float32, argmax, the eos masking and
+      stopping criteria, the per-token synchronization against an idle device)."""
+    model, ctx, device, tf = c.model, c.ctx, c.device, c.tf
+    cache = tf.DynamicCache(config=model.config)
+    ids = torch.randint(1, c.vocab, (b, ctx + 1), device=device)
+    model(ids[:, :ctx], past_key_values=cache, use_cache=True)
+    crop = cropper(cache, ctx)
+    new = new_tokens(c)
+    tok = {"t": ids[:, ctx:]}
+
+    def step():
+        out = model(input_ids=tok["t"], past_key_values=cache, use_cache=True)
+        tok["t"] = out.logits[:, -1:].argmax(-1)
+
+    eos = QWEN3_EOS if QWEN3_EOS < c.vocab else c.vocab - 1  # a test's tiny vocabulary
+    gen = dict(max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=0, eos_token_id=eos,
+               past_key_values=cache)
+    logits = torch.zeros(b, 1, c.vocab, device=device, dtype=c.dtype)
+    real = model.forward
+
+    @functools.wraps(real)
+    def standin(*_, **kw):
+        return tf.CausalLMOutputWithPast(logits=logits, past_key_values=kw.get("past_key_values"))
+
+    def generate():
+        crop()
+        return model.generate(ids, **gen)
+
+    def loop():
+        model.forward = standin
+        try:
+            return generate()
+        finally:
+            del model.forward
+    # the check: generate() continues the sequence as the checked step does, token by token
+    crop()
+    want = []
+    for _ in range(4):
+        step()
+        want.append(tok["t"])
+    got = generate()[:, ctx + 1:ctx + 5]
+    same = bool(torch.equal(got, torch.cat(want, -1)))
+    loop()
     dims = f"batch={b} L={c.ctx}"
-    if not c.run.has(k):
-        say(f"B={b}: HF step from a DynamicCache of {c.ctx}")
-        times, n = step_times(c, b, c.cfg["num_hidden_layers"])
-        c.run.write(k, dims, times, f"HF transformers step: {c.version}eager, sdpa, DynamicCache; {n} steps per "
-                    f"sample from L (cropped back after each); {c.note_base}; checked against float64 at context "
-                    "16", rel_err=step_err, check="step", iters=n)
+    keys = {s_: c.key("decode", "transformers", s_, b, c.ctx + 1) for s_ in ("step", "generate_from_l",
+                                                                             "generate_loop")}
+    if not same:
+        for s_, kk in keys.items():
+            c.run.write(kk, dims, [], "generate()'s first 4 tokens differ from the checked step's argmax from the "
+                        "same cache", rel_err=step_err, check="step", status="mismatch")
+        return
+    # steps per step sample: about measure_s / samples, at most 16
+    crop()
+    c.timer.sync()
+    t0 = time.perf_counter()
+    for _ in range(3):
+        step()
+    c.timer.sync()
+    per = max((time.perf_counter() - t0) / 3, 1e-7)
+    n = max(1, min(16, int(c.timer.measure_s / c.timer.samples / per)))
+    samplers = {"step": lambda: (crop(), c.timer.sample(step, n))[1],
+                "generate_from_l": lambda: c.timer.sample(generate, 1).scaled(1 / new),
+                "generate_loop": lambda: c.timer.sample(loop, 1).scaled(1 / new)}
+    res = {s_: [] for s_ in samplers}
+    order = list(samplers)
+    rng = random.Random(b)
+    rounds = max(5, c.timer.samples // 2)
+    for _ in range(rounds):
+        rng.shuffle(order)
+        for which in order:
+            res[which].append(samplers[which]())
+    crop()
+    base = f"{rounds} rounds of step, generate_from_l and generate_loop interleaved; {c.version}{c.note_base}"
+    tps = b * 1e9 / statistics.median(res["generate_from_l"])
+    c.run.write(keys["step"], dims, res["step"], f"HF transformers step: eager, sdpa, DynamicCache; {n} steps per "
+                f"sample from L (cropped back after each); checked against float64 at context 16; {base}",
+                rel_err=step_err, check="step", iters=n)
+    c.run.write(keys["generate_from_l"], f"{dims} new={new}", res["generate_from_l"],
+                f"model.generate() from the step's cache of L, greedy, {new} new tokens per call (the first over the "
+                f"prompt's one uncached token), per new token: {tps:.1f} tokens/s; its first 4 tokens equal the "
+                f"checked step's; {base}", rel_err=step_err, check="step", iters=new)
+    c.run.write(keys["generate_loop"], f"{dims} new={new}", res["generate_loop"],
+                f"generate()'s own work per new token: the same call with the model's forward replaced by a stand-in "
+                f"returning fixed logits (its loop, logits processing, eos masking, stopping criteria and per-token "
+                f"synchronization); {base}", iters=new)
+
+
+def step_rows(c, b, step_err):
+    """Sites `step`, `generate_from_l`, `generate_loop` (step_and_generate), `layers1`,
+    `layers8` (the step with its first 1 and 8 decoder layers: their difference over 7 is
+    one layer inside a step, the rest the step's own work) and generate() as the user calls
+    it from a prompt, three ways (generate_variants)."""
+    if not c.run.has(c.key("decode", "transformers", "step", b, c.ctx + 1)):
+        say(f"B={b}: HF step and generate() from a DynamicCache of {c.ctx}, interleaved")
+        step_and_generate(c, b, step_err)
+    dims = f"batch={b} L={c.ctx}"
     for layers in (1, min(8, c.cfg["num_hidden_layers"])):
         k = c.key("decode", "transformers", f"layers{layers}", b, c.ctx + 1)
         if not c.run.has(k):
@@ -654,13 +845,8 @@ def generate_row(c, b, k, how, extra):
         # the first calls build (and, compiled, capture) what the timed ones reuse
         for _ in range(2 if extra else 1):
             c.model.generate(prompt, **gen)
-        times = []
-        for _ in range(max(3, c.timer.samples // 3)):
-            c.timer.sync()
-            t0 = time.perf_counter_ns()
-            c.model.generate(prompt, **gen)
-            c.timer.sync()
-            times.append((time.perf_counter_ns() - t0) / 32)
+        times = [c.timer.sample(lambda: c.model.generate(prompt, **gen), 1).scaled(1 / 32)
+                 for _ in range(max(3, c.timer.samples // 3))]
     except Exception as e:  # a build without the feature: a row that says so, not a crash
         c.run.write(k, dims, [], f"{how}: {type(e).__name__}: {str(e).splitlines()[0][:200]}",
                     status="unsupported")

@@ -53,8 +53,9 @@ pub fn row_of(run_id: &str, c: &PeerCase) -> (ResultRow, Vec<Sample>) {
         ));
         return (row, Vec::new());
     }
-    row.summarize(&c.samples);
-    (row, Sample::bare(&c.key, c.execution, &c.samples))
+    row.summarize(&c.pairs());
+    row.flagged = rundir::flagged(&c.samples);
+    (row, c.samples.clone())
 }
 
 /// Append the cases of `file` to the run `dir` (cases it already holds are kept as they

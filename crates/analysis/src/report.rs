@@ -812,8 +812,8 @@ fn breakdown(ctx: &Ctx, on: On) -> Result<String, AnalysisError> {
             .filter(|(m, l, _)| *m == model && *l == ctx_len)
             .map(|(_, _, b)| *b)
             .collect();
-        // (label, [kernels beyond the host, dispatch, python], measured)
-        let mut bars: Vec<(String, [f64; 3], Option<f64>)> = Vec::new();
+        // (label, [kernels beyond the host, dispatch, python, generate()'s loop], measured)
+        let mut bars: Vec<(String, [f64; 4], Option<f64>)> = Vec::new();
         let profiles: Vec<(StepProfile, Mode)> = StepProfile::EVERY
             .into_iter()
             .map(|p| (p, Mode::Pipelined))
@@ -830,13 +830,12 @@ fn breakdown(ctx: &Ctx, on: On) -> Result<String, AnalysisError> {
                     continue;
                 };
                 let host = if p.gpu { p.host_ns } else { p.serial_ns };
-                let (dispatch, python) = match profile {
-                    StepProfile::Transformers => {
-                        match crate::predict::Split::priced(ctx.run, &ctx.fits, &q, &p) {
-                            Ok(s) => (s.dispatch_ns.min(host), s.python_ns),
-                            Err(_) => (0.0, host),
-                        }
-                    }
+                let split = (profile == StepProfile::Transformers)
+                    .then(|| crate::predict::Split::priced(ctx.run, &ctx.fits, &q, &p).ok())
+                    .flatten();
+                let (dispatch, python) = match (profile, &split) {
+                    (StepProfile::Transformers, Some(s)) => (s.dispatch_ns.min(host), s.python_ns),
+                    (StepProfile::Transformers, None) => (0.0, host),
                     _ => (host, 0.0),
                 };
                 let kernels = (p.step_ns - host).max(0.0);
@@ -848,9 +847,19 @@ fn breakdown(ctx: &Ctx, on: On) -> Result<String, AnalysisError> {
                 );
                 bars.push((
                     label,
-                    [kernels / 1e6, dispatch / 1e6, python / 1e6],
+                    [kernels / 1e6, dispatch / 1e6, python / 1e6, 0.0],
                     measured.map(|m| m / 1e6),
                 ));
+                // the user's number beside the step: generate() per new token
+                if let (Some(g), Some(s)) = (crate::generate::price(ctx.run, &q, &p), &split) {
+                    let parts = g.parts(&p, s).map(|v| v / 1e6);
+                    let measured = g.measured.as_ref().and_then(|r| r.median_ns);
+                    bars.push((
+                        format!("generate() B={b}"),
+                        parts,
+                        measured.map(|m| m / 1e6),
+                    ));
+                }
             }
         }
         if bars.is_empty() {
@@ -874,14 +883,14 @@ fn breakdown(ctx: &Ctx, on: On) -> Result<String, AnalysisError> {
         let _ = writeln!(md, "![breakdown]({file})\n");
         let _ = writeln!(
             md,
-            "| step | kernels beyond the host ms | libtorch dispatch ms | Python + framework ms | predicted ms | measured ms | predicted / measured |"
+            "| step | kernels beyond the host ms | libtorch dispatch ms | Python + framework ms | generate()'s loop ms | predicted ms | measured ms | predicted / measured |"
         );
-        let _ = writeln!(md, "|---|---|---|---|---|---|---|");
-        for (label, [k, d, p], m) in &bars {
-            let total = k + d + p;
+        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|");
+        for (label, [k, d, p, l], m) in &bars {
+            let total = k + d + p + l;
             let _ = writeln!(
                 md,
-                "| {label} | {k:.2} | {d:.2} | {p:.2} | {total:.2} | {} | {} |",
+                "| {label} | {k:.2} | {d:.2} | {p:.2} | {l:.2} | {total:.2} | {} | {} |",
                 m.map_or("-".into(), |m| format!("{m:.2}")),
                 m.map_or("-".into(), |m| format!(
                     "{:+.1}%",
@@ -891,7 +900,7 @@ fn breakdown(ctx: &Ctx, on: On) -> Result<String, AnalysisError> {
         }
         let _ = writeln!(
             md,
-            "\nPredicted bars stack the host's time — libtorch's dispatch and launch (the calls as tch makes them) and, for transformers, Python and the framework (the same calls from Python, module calls, mask, cache bookkeeping: scripts/peer.py) — and the kernel time the host does not hide; the grey bar beside each is the measured step (`opbench predict --profile P` prints the parts). On the CPU, \"dispatch\" is libtorch's whole call, work included. {}\n",
+            "\nPredicted bars stack the host's time — libtorch's dispatch and launch (the calls as tch makes them) and, for transformers, Python and the framework (the same calls from Python, module calls, mask, cache bookkeeping: scripts/peer.py) — and the kernel time the host does not hide; a `generate()` bar is one new token as the user's `model.generate()` makes it: the step less its argmax, plus generate()'s own loop (its Python, logits processing, stopping checks and the host's sync with the device every token: scripts/peer.py's `generate_loop`), against the peer's generate() from the step's cache; the grey bar beside each is the measured step (`opbench predict --profile P` prints the parts). On the CPU, \"dispatch\" is libtorch's whole call, work included. {}\n",
             host_models(on, &chosen)
         );
     }
@@ -903,7 +912,7 @@ fn breakdown(ctx: &Ctx, on: On) -> Result<String, AnalysisError> {
 fn draw_breakdown(
     path: &Path,
     title: &str,
-    bars: &[(String, [f64; 3], Option<f64>)],
+    bars: &[(String, [f64; 4], Option<f64>)],
 ) -> Result<(), AnalysisError> {
     let top = bars
         .iter()
@@ -942,6 +951,7 @@ fn draw_breakdown(
         ("kernels beyond the host", COLORS[0]),
         ("libtorch dispatch", COLORS[1]),
         ("Python + framework", COLORS[2]),
+        ("generate()'s loop", COLORS[3]),
     ];
     for (j, (name, color)) in parts.iter().enumerate() {
         let color = *color;

@@ -72,3 +72,108 @@ fn the_graphs_speedup_is_far_beyond_what_two_processes_of_one_build_differ_by() 
     }
     assert!(g1.results.iter().all(|r| r.key.batch == 1));
 }
+
+// ------------------------------------------------------------------ generate() priced
+
+use analysis::generate::price;
+use analysis::predict::{HostModel, Query, Split, predict};
+use rundir::{DType, DeviceId, Mode, ResultRow};
+use shapes::{ModelConfig, StepProfile};
+
+/// A published run with every row the transformers step is priced from.
+fn published(name: &str) -> Run {
+    Run::load(
+        &Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/published/results")
+            .join(name),
+    )
+    .unwrap()
+}
+
+/// The peer's row of `site` at the query's shape, `ns` per new token.
+fn peer_row(q: &Query, site: &str, ns: f64) -> ResultRow {
+    let key = q.decode_key("transformers", site, Mode::Pipelined);
+    let mut r = ResultRow::new("t", key, "-".into(), Status::Ok);
+    r.summarize(&[
+        (32, 32.0 * ns),
+        (32, 32.0 * ns * 1.01),
+        (32, 32.0 * ns * 0.99),
+    ]);
+    r
+}
+
+fn query(cfg: &ModelConfig, device: DeviceId, dtype: DType, batch: usize, ctx: usize) -> Query<'_> {
+    Query {
+        model: cfg,
+        batch,
+        ctx,
+        profile: StepProfile::Transformers,
+        device,
+        dtype,
+        mode: Mode::Pipelined,
+        host: HostModel::AsMeasured,
+    }
+}
+
+#[test]
+fn on_a_host_bound_gpu_a_token_is_the_step_less_its_argmax_plus_the_loop_and_the_last_kernel() {
+    let mut run = published("2026-12-01-nvidia-h200-cuda-torch2.11.0-stack-x2");
+    let cfg = ModelConfig::by_name("qwen3-0.6b").unwrap();
+    let q = query(&cfg, "cuda:0".parse().unwrap(), DType::F16, 8, 1024);
+    let step = predict(&run, &q).unwrap();
+    // no generate_loop row: no price (the run predates it)
+    assert!(price(&run, &q, &step).is_none());
+    run.results.push(peer_row(&q, "generate_loop", 400e3));
+    run.results.push(peer_row(&q, "generate_from_l", 24e6));
+    let g = price(&run, &q, &step).unwrap();
+    let part = |op: rundir::OpKind, site: &str| {
+        let c = step
+            .components
+            .iter()
+            .find(|c| c.op == Some(op) && c.site == site)
+            .unwrap();
+        (c.calls as f64 * c.host_ns, c.device_ns)
+    };
+    let (argmax_host, _) = part(rundir::OpKind::Eltwise, "argmax");
+    let (_, lm_head_device) = part(rundir::OpKind::Linear, "lm_head");
+    assert!(step.host_bound() && argmax_host > 0.0 && lm_head_device > 0.0);
+    assert_eq!(g.loop_ns, 400e3);
+    assert_eq!(g.tail_ns, lm_head_device);
+    let want = step.host_ns - argmax_host + lm_head_device + 400e3;
+    assert!((g.token_ns - want).abs() < 1.0, "{} {want}", g.token_ns);
+    assert!((g.tokens_per_s() - 8e9 / want).abs() < 1e-6);
+    assert!((g.ratio().unwrap() - want / 24e6).abs() < 1e-9);
+    // the four parts add up to the token
+    let split = Split::priced(&run, &analysis::fit::fit_run(&run), &q, &step).unwrap();
+    let parts = g.parts(&step, &split);
+    assert!(
+        (parts.iter().sum::<f64>() - g.token_ns).abs() < 1.0,
+        "{parts:?}"
+    );
+    assert_eq!(parts[3], 400e3);
+    // the tch profiles' loop is their caller's: no price
+    let tch = Query {
+        profile: StepProfile::HfEager,
+        ..q.clone()
+    };
+    assert!(price(&run, &tch, &predict(&run, &tch).unwrap()).is_none());
+}
+
+#[test]
+fn on_the_cpu_a_token_is_the_steps_serial_time_less_its_argmax_plus_the_loop() {
+    let mut run = published("2026-12-01-intel-r-xeon-r-processor-cpu-torch2.11.0-stack-x1");
+    let cfg = ModelConfig::by_name("qwen3-0.6b").unwrap();
+    let q = query(&cfg, DeviceId::CPU, DType::F32, 1, 128);
+    let step = predict(&run, &q).unwrap();
+    run.results.push(peer_row(&q, "generate_loop", 1e6));
+    let g = price(&run, &q, &step).unwrap();
+    let argmax = step
+        .components
+        .iter()
+        .find(|c| c.op == Some(rundir::OpKind::Eltwise) && c.site == "argmax")
+        .map(|c| c.calls as f64 * c.per_call_ns)
+        .unwrap();
+    assert_eq!(g.tail_ns, 0.0);
+    assert!((g.token_ns - (step.serial_ns - argmax + 1e6)).abs() < 1.0);
+    assert!(g.measured.is_none() && g.ratio().is_none());
+}

@@ -461,8 +461,12 @@ fn predict_verb(args: &PredictArgs) -> Result<u8, CliError> {
     }
     // the user's stack: how much of it is Python and the framework
     if q.profile == StepProfile::Transformers {
-        if let Ok(split) = analysis::predict::Split::priced(&run, &fits, &q, &pred) {
-            print::python_split(&run, &q, &pred, &split);
+        let split = analysis::predict::Split::priced(&run, &fits, &q, &pred).ok();
+        if let Some(split) = &split {
+            print::python_split(&run, &q, &pred, split);
+        }
+        if let Some(g) = analysis::generate::price(&run, &q, &pred) {
+            print::generate(&run, &q, &pred, split.as_ref(), &g);
         }
     }
     // what graphs would give, where the run has graph-mode rows to price it from

@@ -409,21 +409,92 @@ pub fn python_split(run: &Run, q: &Query, pred: &Prediction, s: &analysis::predi
             );
         }
     }
-    if let Some(g) = run
-        .ok_rows()
-        .find(|r| {
+}
+
+/// generate() per new token — the user's number — priced from the step, split four ways,
+/// against the peer's generate() from the step's cache, and the peer's generate() rows as
+/// the user calls it (from a prompt: as it is, static cache, graphs).
+pub fn generate(
+    run: &Run,
+    q: &Query,
+    pred: &Prediction,
+    split: Option<&analysis::predict::Split>,
+    g: &analysis::generate::Generate,
+) {
+    println!(
+        "generate() per new token (the user's number): predicted {:.3} ms, {:.1} tokens/s = the step as generate() runs it (host {:.3} ms, kernels {:.3} ms, less its argmax){} + generate()'s own loop {:.3} ms (scripts/peer.py's generate_loop: its Python, logits processing, stopping checks and the host's sync with the device every token)",
+        g.token_ns / 1e6,
+        g.tokens_per_s(),
+        g.step_host_ns / 1e6,
+        g.step_device_ns / 1e6,
+        if g.tail_ns > 0.0 {
+            format!(
+                " + the last kernel's time the sync waits out {:.3} ms",
+                g.tail_ns / 1e6
+            )
+        } else {
+            String::new()
+        },
+        g.loop_ns / 1e6,
+    );
+    if let Some(split) = split {
+        let [k, d, p, l] = g.parts(pred, split);
+        println!(
+            "  where a token's time goes: kernels beyond the host {:.3} ms, libtorch {} {:.3} ms, Python + transformers' step {:.3} ms, generate()'s loop {:.3} ms",
+            k / 1e6,
+            if pred.gpu {
+                "dispatch and launch"
+            } else {
+                "calls (dispatch and work)"
+            },
+            d / 1e6,
+            p / 1e6,
+            l / 1e6
+        );
+    }
+    if let Some(m) = g.measured.as_ref().and_then(|r| r.median_ns) {
+        let ci = g
+            .measured
+            .as_ref()
+            .and_then(|r| {
+                Some(format!(
+                    " [{:.3}, {:.3}]",
+                    r.ci_low_ns? / 1e6,
+                    r.ci_high_ns? / 1e6
+                ))
+            })
+            .unwrap_or_default();
+        println!(
+            "  measured (scripts/peer.py, generate() from the step's cache of L, interleaved with the step): {:.3} ms{ci}, {:.1} tokens/s; predicted / measured = {}",
+            m / 1e6,
+            q.batch as f64 * 1e9 / m,
+            ratio(g.token_ns, m)
+        );
+    }
+    let user: Vec<String> = [
+        ("generate", "as it is"),
+        ("generate_static", "static cache"),
+        ("generate_graph", "static cache + graphs"),
+    ]
+    .iter()
+    .filter_map(|(site, how)| {
+        let r = run.ok_rows().find(|r| {
             r.op == rundir::OpKind::Decode
-                && r.variant == "transformers"
-                && r.site == "generate"
+                && r.variant == q.profile.as_str()
+                && r.site == *site
                 && r.batch == q.batch
                 && r.device == q.device
-        })
-        .and_then(|r| r.median_ns)
-    {
+        })?;
+        Some(format!(
+            "{how} {:.1} tokens/s",
+            q.batch as f64 * 1e9 / r.median_ns?
+        ))
+    })
+    .collect();
+    if !user.is_empty() {
         println!(
-            "generate(): {:.1} tokens/s as the user sees it ({:.3} ms per new token, prompt and loop included)",
-            q.batch as f64 * 1e9 / g,
-            g / 1e6
+            "  generate() from a prompt of 16, 32 new tokens, prefill included (scripts/peer.py): {}",
+            user.join(", ")
         );
     }
 }

@@ -27,7 +27,7 @@ pub use env::Env;
 pub use key::{
     Activity, Backend, CaseKey, DeviceId, Mode, SeriesKey, Status, TraceSource, TraceStatus,
 };
-pub use peer::{PEER_TAIL, PeerCase, read_peer};
+pub use peer::{PEER_TAIL, PeerCase, STATE_COLUMNS, read_peer};
 pub use rows::{
     FitRow, HOST_SLOW, ResultRow, Sample, SampleFlag, SampleState, Work, flag_each, flagged,
 };

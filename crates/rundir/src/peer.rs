@@ -1,6 +1,7 @@
 //! The file scripts/peer.py hands to Rust (`RUN/peer.csv`): one line per sample of each case
 //! it timed, with the case's fields repeated, or one line without a sample for a case it did
-//! not time. `opbench ingest` judges each case by the one tolerance table and makes its row
+//! not time, and optionally the host's state over each sample (the columns of samples.csv
+//! that [`STATE_COLUMNS`] names). `opbench ingest` judges each case by the one tolerance table and makes its row
 //! with the one estimator ([`crate::ResultRow::summarize`]); Python computes neither.
 
 use std::path::Path;
@@ -9,6 +10,7 @@ use shapes::Check;
 
 use crate::csvio::Line;
 use crate::key::{CaseKey, Status};
+use crate::rows::{Sample, SampleState};
 use crate::{RunError, run::read_records};
 
 /// The file's columns: the case key, then these.
@@ -24,6 +26,10 @@ pub const PEER_TAIL: [&str; 10] = [
     "iters",
     "total_ns",
 ];
+
+/// The peer file's optional columns: the host's state over each sample, as in samples.csv
+/// (the Python control before and after it, CPU time, involuntary switches, steal).
+pub const STATE_COLUMNS: [&str; 5] = ["host_ns", "host_after_ns", "cpu_ns", "nivcsw", "steal"];
 
 /// One case of the peer's file.
 #[derive(Debug, Clone, PartialEq)]
@@ -41,26 +47,43 @@ pub struct PeerCase {
     pub status: Status,
     pub note: Option<String>,
     pub execution: u32,
+    /// Its samples in file order, with the host's state where the file has it.
+    pub samples: Vec<Sample>,
+}
+
+impl PeerCase {
     /// (calls, total ns) per sample, in file order.
-    pub samples: Vec<(u64, f64)>,
+    pub fn pairs(&self) -> Vec<(u64, f64)> {
+        self.samples.iter().map(|s| (s.iters, s.total_ns)).collect()
+    }
 }
 
 /// One line: the case's fields and its sample, if the line has one.
-fn read_line(l: &Line<'_>) -> Result<(PeerCase, Option<(u64, f64)>), RunError> {
+fn read_line(l: &Line<'_>) -> Result<(PeerCase, Option<Sample>), RunError> {
     let check = match l.text("check") {
         "" => None,
         s => Some(s.parse().map_err(|e: String| l.error("check", e))?),
     };
+    let key = CaseKey::read(l)?;
+    let execution = l.opt("execution")?.unwrap_or(1);
     let sample = match (l.opt::<u64>("iters")?, l.positive("total_ns", false)?) {
         (Some(0), _) => return Err(l.error("iters", "0: a sample times at least one call")),
-        (Some(n), Some(t)) => Some((n, t)),
+        (Some(iters), Some(total_ns)) => Some(Sample {
+            key: key.clone(),
+            execution,
+            iters,
+            total_ns,
+            control_ns: None,
+            host_ns: l.positive("host_ns", false)?,
+            state: SampleState::read(l)?,
+        }),
         (None, None) => None,
         _ => return Err(l.error("total_ns", "iters and total_ns go together")),
     };
     let note = l.text("note");
     Ok((
         PeerCase {
-            key: CaseKey::read(l)?,
+            key,
             dims: l.text("dims").to_string(),
             flops: l.opt("flops")?.unwrap_or(0),
             bytes: l.opt("bytes")?.unwrap_or(0),
@@ -68,7 +91,7 @@ fn read_line(l: &Line<'_>) -> Result<(PeerCase, Option<(u64, f64)>), RunError> {
             rel_err: l.positive("rel_err", true)?,
             status: l.req("status")?,
             note: (!note.is_empty()).then(|| note.to_string()),
-            execution: l.opt("execution")?.unwrap_or(1),
+            execution,
             samples: Vec::new(),
         },
         sample,

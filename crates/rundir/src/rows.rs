@@ -501,16 +501,23 @@ impl Sample {
             total_ns,
             control_ns: l.positive("control_ns", false)?,
             host_ns: l.positive("host_ns", false)?,
-            state: SampleState {
-                cpu_ns: l.positive("cpu_ns", true)?,
-                nivcsw: l.opt("nivcsw")?,
-                steal: l.opt("steal")?,
-                sm_mhz: l.opt("sm_mhz")?,
-                gpu_util: l.opt("gpu_util")?,
-                gpu_temp: l.opt("gpu_temp")?,
-                throttle: l.opt("throttle")?,
-                host_after_ns: l.positive("host_after_ns", false)?,
-            },
+            state: SampleState::read(l)?,
+        })
+    }
+}
+
+impl SampleState {
+    /// The state's columns of a line (samples.csv, or the peer's file); empty ones `None`.
+    pub(crate) fn read(l: &Line<'_>) -> Result<Self, RunError> {
+        Ok(SampleState {
+            cpu_ns: l.positive("cpu_ns", true)?,
+            nivcsw: l.opt("nivcsw")?,
+            steal: l.opt("steal")?,
+            sm_mhz: l.opt("sm_mhz")?,
+            gpu_util: l.opt("gpu_util")?,
+            gpu_temp: l.opt("gpu_temp")?,
+            throttle: l.opt("throttle")?,
+            host_after_ns: l.positive("host_after_ns", false)?,
         })
     }
 }

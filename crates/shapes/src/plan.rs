@@ -221,7 +221,7 @@ fn framework_part(name: &str) -> FrameworkPart {
 /// Calls of a Qwen3 decode step that no op crate measures, as modeling_qwen3 makes them:
 /// name, kind, calls per layer and per step for [hf-eager, fused], what it is.
 /// generate()'s own bookkeeping (logits copy, appending the token, stopping checks) is not
-/// part of the model forward and is not counted.
+/// part of the model forward and is not counted here: [`StepPlan::generate_loop`].
 /// (name, kind, calls per layer [hf-eager, fused, transformers], calls per step [the same],
 /// what).
 type OtherRow = (&'static str, CallKind, [usize; 3], [usize; 3], &'static str);
@@ -267,6 +267,34 @@ const OTHER: &[OtherRow] = &[
         "create_causal_mask (returns None for SDPA decode, after its checks)",
     ),
 ];
+
+/// generate()'s side of a decode token: what transformers' `generate()` adds to each
+/// step, as scripts/peer.py measures it (issue 31). The site names are the peer's rows,
+/// `decode/transformers/<site>` at the step's batch and cache length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GenerateLoop {
+    /// generate()'s own work per new token: the same call with the model's forward
+    /// replaced by a stand-in returning fixed logits (input preparation, cache positions,
+    /// logits to float32, argmax, the eos masking, appending the token, the stopping
+    /// criteria, and the host's synchronization with the device every token).
+    pub site: &'static str,
+    /// generate() per new token from the step's cache of L, greedy: what predict's
+    /// generate price is checked against.
+    pub measured_site: &'static str,
+    /// The step's own call that generate()'s loop makes in its place (the token's argmax).
+    pub replaces: (OpKind, &'static str),
+    /// The step's last kernel before it (the logits' GEMM), whose device time the host
+    /// waits out at the loop's per-token synchronization.
+    pub last: (OpKind, &'static str),
+}
+
+/// The transformers profile's generate loop.
+pub const GENERATE_LOOP: GenerateLoop = GenerateLoop {
+    site: "generate_loop",
+    measured_site: "generate_from_l",
+    replaces: (OpKind::Eltwise, "argmax"),
+    last: (OpKind::Linear, "lm_head"),
+};
 
 /// One measured call site of a plan: the problem (with its calls per step) and the variant
 /// the profile runs there.
@@ -323,6 +351,13 @@ impl StepPlan {
             measured,
             other,
         }
+    }
+
+    /// What generate() adds to each step of this profile: transformers' loop for the
+    /// transformers profile (the user's `model.generate()`); `None` for the tch profiles,
+    /// whose decode loop is the caller's own.
+    pub fn generate_loop(&self) -> Option<GenerateLoop> {
+        (self.profile == StepProfile::Transformers).then_some(GENERATE_LOOP)
     }
 
     /// Kernel launches per step: every measured call counted once per call (an op crate's
