@@ -24,11 +24,12 @@ involuntary switches, steal: `State`):
 - sites `layers1`, `layers8`: the same step with only the first 1 or 8 decoder layers: their
   difference over 7 is one layer inside a step (its framework included), the rest the
   step's own work;
-- sites `step`, `generate_from_l`, `generate_loop`, sampled in interleaved rounds: the
-  step above; `model.generate()` continuing from the same cache of L, per new token (32 new
-  tokens on a GPU, 8 on the CPU; greedy), which predict prices as the step plus
-  generate()'s own loop; and that loop alone (the same call, the model's forward replaced
-  by a stand-in returning fixed logits);
+- sites `step`, `step_synced`, `step_as_generate`, `generate_from_l`, `generate_loop`,
+  sampled in interleaved rounds: the step above; the same synchronized after every step
+  (as generate() is); that called with generate()'s inputs; `model.generate()` continuing
+  from the same cache of L, per new token (32 new tokens on a GPU, 8 on the CPU; greedy);
+  and generate()'s own loop alone (the same call, the model's forward replaced by a
+  stand-in returning fixed logits). predict prices a token from them (analysis::generate);
 - sites `generate`, `generate_static`, `generate_graph`: `model.generate()` per new token as
   the user calls it from a prompt of 16 (32 new tokens, prefill included), as it is, with a
   static cache, and with its step compiled into CUDA/HIP graphs (or `unsupported` and why);
@@ -367,6 +368,9 @@ def parse_args(argv):
     ap.add_argument("--measure-ms", type=int, help="measurement per case (default: the run's)")
     ap.add_argument("--warmup-ms", type=int, help="warm-up per case (default: the run's)")
     ap.add_argument("--only", choices=["ops", "step"], help="only the op rows, or only the step rows")
+    ap.add_argument("--user-generate", action=argparse.BooleanOptionalAction, default=True,
+                    help="generate() from a prompt as it is, with a static cache and with graphs (default: on; "
+                         "the graphed one compiles for ~1 min per batch)")
     return ap.parse_args(argv)
 
 
@@ -375,6 +379,7 @@ def setup(argv):
     a = parse_args(argv)
     c = Ctx()
     c.only = a.only
+    c.user_generate = a.user_generate
     c.exe = opbench_exe()
     c.run = run = Run(a.run, layout(c.exe))
     settings = run.env.get("settings", {})
@@ -688,19 +693,28 @@ def new_tokens(c):
     return 32 if c.device.type == "cuda" else 8
 
 
+GENERATE_SITES = ("step", "step_synced", "step_as_generate", "generate_from_l", "generate_loop")
+
+
 def step_and_generate(c, b, step_err):
-    """Sites `step`, `generate_from_l` and `generate_loop`, sampled in interleaved rounds
-    (shuffled per round) so that all three see the same host states:
-    - step: the HF step pipelined (n steps, argmax feeding the next, one synchronize) from a
-      DynamicCache of L, cropped back before every sample;
-    - generate_from_l: model.generate() continuing from the same cache (the prompt's last
-      token uncached), greedy, per new token: the step, plus generate()'s own loop and its
-      synchronization every token (transformers' StopCheck reads `unfinished.max() == 0` on
-      the host; only MPS defers it, in transformers 5.17);
+    """The HF step and generate() taken apart, five sites sampled in interleaved rounds
+    (shuffled per round) so that all see the same host states, each from a DynamicCache of
+    L cropped back before every sample:
+    - step: the HF step pipelined (n steps, argmax feeding the next, one synchronize);
+    - step_synced: the same with a synchronize after every step, as generate() has: its
+      StopCheck reads `unfinished.max() == 0` on the host every token (transformers 5.17
+      defers it only on MPS), so the host cannot run ahead of the device;
+    - step_as_generate: the synced step called with the inputs generate() passes (the 2-D
+      attention mask, position ids, logits_to_keep, return_dict), as views of tensors made
+      once: what the model's forward costs more as generate() calls it;
+    - generate_from_l: model.generate() continuing from the cache (the prompt's last token
+      uncached), greedy, per new token;
     - generate_loop: the same generate() call with the model's forward replaced by a
       stand-in that returns fixed logits: generate()'s own work per token (input
-      preparation, cache positions, logits to float32, argmax, the eos masking and
-      stopping criteria, the per-token synchronization against an idle device)."""
+      preparation, cache positions, logits to float32, argmax, the eos masking, the stopping
+      criteria, the per-token synchronization against an idle device).
+    The check: generate()'s logits for its first new token against the checked step's from
+    the same cache (the step tolerance)."""
     model, ctx, device, tf = c.model, c.ctx, c.device, c.tf
     cache = tf.DynamicCache(config=model.config)
     ids = torch.randint(1, c.vocab, (b, ctx + 1), device=device)
@@ -713,6 +727,18 @@ def step_and_generate(c, b, step_err):
         out = model(input_ids=tok["t"], past_key_values=cache, use_cache=True)
         tok["t"] = out.logits[:, -1:].argmax(-1)
 
+    def step_synced():
+        step()
+        c.timer.sync()
+    mask = torch.ones(b, ctx + 64, dtype=torch.long, device=device)
+    positions = torch.arange(ctx + 64, device=device).expand(b, -1)
+
+    def step_as_generate():
+        n_ = cache.get_seq_length()
+        out = model(input_ids=tok["t"], past_key_values=cache, use_cache=True, attention_mask=mask[:, :n_ + 1],
+                    position_ids=positions[:, n_:n_ + 1], logits_to_keep=1, return_dict=True)
+        tok["t"] = out.logits[:, -1:].argmax(-1)
+        c.timer.sync()
     eos = QWEN3_EOS if QWEN3_EOS < c.vocab else c.vocab - 1  # a test's tiny vocabulary
     gen = dict(max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=0, eos_token_id=eos,
                past_key_values=cache)
@@ -723,9 +749,9 @@ def step_and_generate(c, b, step_err):
     def standin(*_, **kw):
         return tf.CausalLMOutputWithPast(logits=logits, past_key_values=kw.get("past_key_values"))
 
-    def generate():
+    def generate(**extra):
         crop()
-        return model.generate(ids, **gen)
+        return model.generate(ids, **gen, **extra)
 
     def loop():
         model.forward = standin
@@ -733,22 +759,17 @@ def step_and_generate(c, b, step_err):
             return generate()
         finally:
             del model.forward
-    # the check: generate() continues the sequence as the checked step does, token by token
     crop()
-    want = []
-    for _ in range(4):
-        step()
-        want.append(tok["t"])
-    got = generate()[:, ctx + 1:ctx + 5]
-    same = bool(torch.equal(got, torch.cat(want, -1)))
+    want = model(input_ids=ids[:, ctx:], past_key_values=cache, use_cache=True).logits[:, -1]
+    got = generate(output_logits=True, return_dict_in_generate=True).logits[0]
+    err = max(step_err or 0.0, rel_err(got, want))
     loop()
     dims = f"batch={b} L={c.ctx}"
-    keys = {s_: c.key("decode", "transformers", s_, b, c.ctx + 1) for s_ in ("step", "generate_from_l",
-                                                                             "generate_loop")}
-    if not same:
+    keys = {s_: c.key("decode", "transformers", s_, b, c.ctx + 1) for s_ in GENERATE_SITES}
+    if not err <= c.tol_step:
         for s_, kk in keys.items():
-            c.run.write(kk, dims, [], "generate()'s first 4 tokens differ from the checked step's argmax from the "
-                        "same cache", rel_err=step_err, check="step", status="mismatch")
+            c.run.write(kk, dims, [], f"generate()'s logits for its first token are {err:.3e} off the checked "
+                        "step's from the same cache", rel_err=err, check="step", status="mismatch")
         return
     # steps per step sample: about measure_s / samples, at most 16
     crop()
@@ -760,30 +781,41 @@ def step_and_generate(c, b, step_err):
     per = max((time.perf_counter() - t0) / 3, 1e-7)
     n = max(1, min(16, int(c.timer.measure_s / c.timer.samples / per)))
     samplers = {"step": lambda: (crop(), c.timer.sample(step, n))[1],
+                "step_synced": lambda: (crop(), c.timer.sample(step_synced, n))[1],
+                "step_as_generate": lambda: (crop(), c.timer.sample(step_as_generate, n))[1],
                 "generate_from_l": lambda: c.timer.sample(generate, 1).scaled(1 / new),
                 "generate_loop": lambda: c.timer.sample(loop, 1).scaled(1 / new)}
+    for f in samplers.values():  # one of each first: allocations and caches warm
+        f()
     res = {s_: [] for s_ in samplers}
     order = list(samplers)
     rng = random.Random(b)
-    rounds = max(5, c.timer.samples // 2)
+    rounds = max(8, c.timer.samples // 2)
     for _ in range(rounds):
         rng.shuffle(order)
         for which in order:
             res[which].append(samplers[which]())
     crop()
-    base = f"{rounds} rounds of step, generate_from_l and generate_loop interleaved; {c.version}{c.note_base}"
+    base = f"{rounds} rounds of the five generate() sites interleaved; {c.version}{c.note_base}"
     tps = b * 1e9 / statistics.median(res["generate_from_l"])
-    c.run.write(keys["step"], dims, res["step"], f"HF transformers step: eager, sdpa, DynamicCache; {n} steps per "
-                f"sample from L (cropped back after each); checked against float64 at context 16; {base}",
-                rel_err=step_err, check="step", iters=n)
-    c.run.write(keys["generate_from_l"], f"{dims} new={new}", res["generate_from_l"],
-                f"model.generate() from the step's cache of L, greedy, {new} new tokens per call (the first over the "
-                f"prompt's one uncached token), per new token: {tps:.1f} tokens/s; its first 4 tokens equal the "
-                f"checked step's; {base}", rel_err=step_err, check="step", iters=new)
-    c.run.write(keys["generate_loop"], f"{dims} new={new}", res["generate_loop"],
-                f"generate()'s own work per new token: the same call with the model's forward replaced by a stand-in "
-                f"returning fixed logits (its loop, logits processing, eos masking, stopping criteria and per-token "
-                f"synchronization); {base}", iters=new)
+    what = {
+        "step": f"HF transformers step: eager, sdpa, DynamicCache; {n} steps per sample from L (cropped back after "
+                "each), pipelined; checked against float64 at context 16",
+        "step_synced": f"the HF step with a synchronize after each, as generate() has every token; {n} per sample",
+        "step_as_generate": f"the synced HF step called with generate()'s inputs (2-D attention mask, position ids, "
+                            f"logits_to_keep, return_dict); {n} per sample",
+        "generate_from_l": f"model.generate() from the step's cache of L, greedy, {new} new tokens per call (the "
+                           f"first over the prompt's one uncached token), per new token: {tps:.1f} tokens/s; its "
+                           "first token's logits checked against the step's",
+        "generate_loop": "generate()'s own work per new token: the same call with the model's forward replaced by a "
+                         "stand-in returning fixed logits (its loop, logits processing, eos masking, stopping "
+                         "criteria and per-token synchronization)",
+    }
+    for s_, kk in keys.items():
+        calls = n if s_.startswith("step") else new
+        checked = s_ != "generate_loop"
+        c.run.write(kk, dims if s_.startswith("step") else f"{dims} new={new}", res[s_], f"{what[s_]}; {base}",
+                    rel_err=err if checked else None, check="step" if checked else None, iters=calls)
 
 
 def step_rows(c, b, step_err):
@@ -792,7 +824,7 @@ def step_rows(c, b, step_err):
     one layer inside a step, the rest the step's own work) and generate() as the user calls
     it from a prompt, three ways (generate_variants)."""
     if not c.run.has(c.key("decode", "transformers", "step", b, c.ctx + 1)):
-        say(f"B={b}: HF step and generate() from a DynamicCache of {c.ctx}, interleaved")
+        say(f"B={b}: HF step and generate() from a DynamicCache of {c.ctx}, five ways interleaved")
         step_and_generate(c, b, step_err)
     dims = f"batch={b} L={c.ctx}"
     for layers in (1, min(8, c.cfg["num_hidden_layers"])):
@@ -803,7 +835,7 @@ def step_rows(c, b, step_err):
                         f"the HF step with its first {layers} decoder layer(s) only (the rest as the full step, "
                         f"whose check covers this code); {n} steps per sample from L; {c.note_base}",
                         rel_err=step_err, check="step", iters=n)
-    for site, how, extra in generate_variants(c):
+    for site, how, extra in generate_variants(c) if c.user_generate else []:
         k = c.key("decode", "transformers", site, b, 16 + 32)
         if not c.run.has(k):
             generate_row(c, b, k, how, extra)

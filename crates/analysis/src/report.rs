@@ -883,7 +883,7 @@ fn breakdown(ctx: &Ctx, on: On) -> Result<String, AnalysisError> {
         let _ = writeln!(md, "![breakdown]({file})\n");
         let _ = writeln!(
             md,
-            "| step | kernels beyond the host ms | libtorch dispatch ms | Python + framework ms | generate()'s loop ms | predicted ms | measured ms | predicted / measured |"
+            "| step | kernels beyond the host ms | libtorch dispatch ms | Python + framework ms | generate()'s own cost ms | predicted ms | measured ms | predicted / measured |"
         );
         let _ = writeln!(md, "|---|---|---|---|---|---|---|---|");
         for (label, [k, d, p, l], m) in &bars {
@@ -900,7 +900,7 @@ fn breakdown(ctx: &Ctx, on: On) -> Result<String, AnalysisError> {
         }
         let _ = writeln!(
             md,
-            "\nPredicted bars stack the host's time — libtorch's dispatch and launch (the calls as tch makes them) and, for transformers, Python and the framework (the same calls from Python, module calls, mask, cache bookkeeping: scripts/peer.py) — and the kernel time the host does not hide; a `generate()` bar is one new token as the user's `model.generate()` makes it: the step less its argmax, plus generate()'s own loop (its Python, logits processing, stopping checks and the host's sync with the device every token: scripts/peer.py's `generate_loop`), against the peer's generate() from the step's cache; the grey bar beside each is the measured step (`opbench predict --profile P` prints the parts). On the CPU, \"dispatch\" is libtorch's whole call, work included. {}\n",
+            "\nPredicted bars stack the host's time — libtorch's dispatch and launch (the calls as tch makes them) and, for transformers, Python and the framework (the same calls from Python, module calls, mask, cache bookkeeping: scripts/peer.py) — and the kernel time the host does not hide; a `generate()` bar is one new token as the user's `model.generate()` makes it: the step less its argmax, plus generate()'s own cost — its loop (Python, logits processing, stopping checks: scripts/peer.py's `generate_loop`), the host's sync with the device every token and its inputs to the forward (the peer's `step_synced`, `step_as_generate`) — against the peer's generate() from the step's cache; the grey bar beside each is the measured step (`opbench predict --profile P` prints the parts). On the CPU, \"dispatch\" is libtorch's whole call, work included. {}\n",
             host_models(on, &chosen)
         );
     }
@@ -951,7 +951,7 @@ fn draw_breakdown(
         ("kernels beyond the host", COLORS[0]),
         ("libtorch dispatch", COLORS[1]),
         ("Python + framework", COLORS[2]),
-        ("generate()'s loop", COLORS[3]),
+        ("generate()'s own cost", COLORS[3]),
     ];
     for (j, (name, color)) in parts.iter().enumerate() {
         let color = *color;

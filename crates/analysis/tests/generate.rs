@@ -75,7 +75,7 @@ fn the_graphs_speedup_is_far_beyond_what_two_processes_of_one_build_differ_by() 
 
 // ------------------------------------------------------------------ generate() priced
 
-use analysis::generate::price;
+use analysis::generate::{Extra, price};
 use analysis::predict::{HostModel, Query, Split, predict};
 use rundir::{DType, DeviceId, Mode, ResultRow};
 use shapes::{ModelConfig, StepProfile};
@@ -138,7 +138,8 @@ fn on_a_host_bound_gpu_a_token_is_the_step_less_its_argmax_plus_the_loop_and_the
     let (_, lm_head_device) = part(rundir::OpKind::Linear, "lm_head");
     assert!(step.host_bound() && argmax_host > 0.0 && lm_head_device > 0.0);
     assert_eq!(g.loop_ns, 400e3);
-    assert_eq!(g.tail_ns, lm_head_device);
+    // without the peer's synced rows: the last kernel's time, which the sync waits out
+    assert_eq!(g.extra, Extra::Tail { ns: lm_head_device });
     let want = step.host_ns - argmax_host + lm_head_device + 400e3;
     assert!((g.token_ns - want).abs() < 1.0, "{} {want}", g.token_ns);
     assert!((g.tokens_per_s() - 8e9 / want).abs() < 1e-6);
@@ -150,13 +151,44 @@ fn on_a_host_bound_gpu_a_token_is_the_step_less_its_argmax_plus_the_loop_and_the
         (parts.iter().sum::<f64>() - g.token_ns).abs() < 1.0,
         "{parts:?}"
     );
-    assert_eq!(parts[3], 400e3);
+    assert_eq!(parts[3], 400e3 + lm_head_device);
+    // with them: what the step costs more synced, and with generate()'s inputs, measured
+    run.results
+        .push(peer_row(&q, "step_synced", step_row_ns(&run, &q) + 1.5e6));
+    run.results.push(peer_row(
+        &q,
+        "step_as_generate",
+        step_row_ns(&run, &q) + 2.0e6,
+    ));
+    let g = price(&run, &q, &step).unwrap();
+    match g.extra {
+        Extra::Measured { sync_ns, inputs_ns } => {
+            assert!((sync_ns - 1.5e6).abs() < 1.0 && (inputs_ns - 0.5e6).abs() < 1.0)
+        }
+        e => panic!("{e:?}"),
+    }
+    let want = step.host_ns - argmax_host + 2.0e6 + 400e3;
+    assert!((g.token_ns - want).abs() < 1.0, "{} {want}", g.token_ns);
+    let parts = g.parts(&step, &split);
+    assert!(
+        (parts.iter().sum::<f64>() - g.token_ns).abs() < 1.0,
+        "{parts:?}"
+    );
+    assert!((parts[3] - 2.4e6).abs() < 1.0);
     // the tch profiles' loop is their caller's: no price
     let tch = Query {
         profile: StepProfile::HfEager,
         ..q.clone()
     };
     assert!(price(&run, &tch, &predict(&run, &tch).unwrap()).is_none());
+}
+
+/// The run's HF step row at the query's shape.
+fn step_row_ns(run: &Run, q: &Query) -> f64 {
+    run.row(&q.decode_key("transformers", "step", Mode::Pipelined))
+        .unwrap()
+        .median_ns
+        .unwrap()
 }
 
 #[test]
@@ -173,7 +205,8 @@ fn on_the_cpu_a_token_is_the_steps_serial_time_less_its_argmax_plus_the_loop() {
         .find(|c| c.op == Some(rundir::OpKind::Eltwise) && c.site == "argmax")
         .map(|c| c.calls as f64 * c.per_call_ns)
         .unwrap();
-    assert_eq!(g.tail_ns, 0.0);
+    // no device: nothing for a sync to wait out
+    assert_eq!(g.extra, Extra::Tail { ns: 0.0 });
     assert!((g.token_ns - (step.serial_ns - argmax + 1e6)).abs() < 1.0);
     assert!(g.measured.is_none() && g.ratio().is_none());
 }

@@ -421,26 +421,31 @@ pub fn generate(
     split: Option<&analysis::predict::Split>,
     g: &analysis::generate::Generate,
 ) {
+    let extra = match g.extra {
+        analysis::generate::Extra::Measured { sync_ns, inputs_ns } => format!(
+            " + the per-token sync {:.3} ms + generate()'s inputs to the forward {:.3} ms (scripts/peer.py: step_synced − step, step_as_generate − step_synced)",
+            sync_ns / 1e6,
+            inputs_ns / 1e6
+        ),
+        analysis::generate::Extra::Tail { ns } if ns > 0.0 => format!(
+            " + the last kernel's time the per-token sync waits out {:.3} ms (the run lacks the peer's step_synced rows)",
+            ns / 1e6
+        ),
+        analysis::generate::Extra::Tail { .. } => String::new(),
+    };
     println!(
-        "generate() per new token (the user's number): predicted {:.3} ms, {:.1} tokens/s = the step as generate() runs it (host {:.3} ms, kernels {:.3} ms, less its argmax){} + generate()'s own loop {:.3} ms (scripts/peer.py's generate_loop: its Python, logits processing, stopping checks and the host's sync with the device every token)",
+        "generate() per new token (the user's number): predicted {:.3} ms, {:.1} tokens/s = the step as generate() runs it {:.3} ms (host {:.3} ms, kernels {:.3} ms, less its argmax){extra} + generate()'s own loop {:.3} ms (scripts/peer.py's generate_loop: its Python, logits processing, stopping checks and the host's sync with the device every token)",
         g.token_ns / 1e6,
         g.tokens_per_s(),
+        g.step_ns / 1e6,
         g.step_host_ns / 1e6,
         g.step_device_ns / 1e6,
-        if g.tail_ns > 0.0 {
-            format!(
-                " + the last kernel's time the sync waits out {:.3} ms",
-                g.tail_ns / 1e6
-            )
-        } else {
-            String::new()
-        },
         g.loop_ns / 1e6,
     );
     if let Some(split) = split {
         let [k, d, p, l] = g.parts(pred, split);
         println!(
-            "  where a token's time goes: kernels beyond the host {:.3} ms, libtorch {} {:.3} ms, Python + transformers' step {:.3} ms, generate()'s loop {:.3} ms",
+            "  where a token's time goes: kernels beyond the host {:.3} ms, libtorch {} {:.3} ms, Python + transformers' step {:.3} ms, generate()'s own cost (loop, sync, inputs) {:.3} ms",
             k / 1e6,
             if pred.gpu {
                 "dispatch and launch"

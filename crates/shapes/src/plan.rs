@@ -281,6 +281,10 @@ pub struct GenerateLoop {
     /// generate() per new token from the step's cache of L, greedy: what predict's
     /// generate price is checked against.
     pub measured_site: &'static str,
+    /// The HF step pipelined, synchronized after every step (as generate() is), and that
+    /// called with generate()'s inputs to the forward: the differences are what the
+    /// per-token sync and generate()'s inputs cost the step.
+    pub step_sites: [&'static str; 3],
     /// The step's own call that generate()'s loop makes in its place (the token's argmax).
     pub replaces: (OpKind, &'static str),
     /// The step's last kernel before it (the logits' GEMM), whose device time the host
@@ -292,6 +296,7 @@ pub struct GenerateLoop {
 pub const GENERATE_LOOP: GenerateLoop = GenerateLoop {
     site: "generate_loop",
     measured_site: "generate_from_l",
+    step_sites: ["step", "step_synced", "step_as_generate"],
     replaces: (OpKind::Eltwise, "argmax"),
     last: (OpKind::Linear, "lm_head"),
 };
