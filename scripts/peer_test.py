@@ -129,10 +129,30 @@ class OpPass(unittest.TestCase):
             self.assertEqual(out.returncode, 0, out.stderr)
             got = {r["site"]: r for r in rows_of(run / "results.csv") if r["variant"] == "transformers"}
             layer_sites = ["layer", "layer_flat", "layer_calls", "stack", "stack_flat"]
-            for site in ["step", "layers1", "layers4", "generate", "generate_static", "mask", "module_call",
-                         "cache_update"] + layer_sites:
+            generate_sites = ["step", "step_synced", "step_as_generate", "generate_from_l", "generate_loop"]
+            for site in ["layers1", "layers4", "generate", "generate_static", "mask", "module_call",
+                         "cache_update"] + layer_sites + generate_sites:
                 self.assertIn(site, got)
                 self.assertEqual(got[site]["status"], "ok", got[site])
+            # generate() taken apart: the five sites in the same rounds, at the step's shape;
+            # generate() from the cache checked against the step (its first token's logits),
+            # its loop (the forward stubbed) not checked, and a fraction of a token
+            for site in generate_sites:
+                self.assertEqual((got[site]["kv_len"], got[site]["samples"]), ("17", "8"), got[site])
+            self.assertLess(float(got["generate_from_l"]["max_rel_err"]), 1e-4)
+            self.assertEqual(got["generate_loop"]["max_rel_err"], "")
+            self.assertIn("stand-in returning fixed logits", got["generate_loop"]["note"])
+            self.assertLess(float(got["generate_loop"]["median_ns"]), float(got["generate_from_l"]["median_ns"]))
+            # a timed sample carries the host's state: the Python control before and after it
+            # and the process's CPU time (rows made by arithmetic on samples, such as
+            # layer_calls' sums, do not)
+            states = [r for r in rows_of(run / "samples.csv")
+                      if r["variant"] == "transformers" and r["site"] in generate_sites + ["layer", "stack"]]
+            self.assertTrue(states)
+            for r in states:
+                self.assertTrue(float(r["host_ns"]) > 0 and float(r["host_after_ns"]) > 0, r)
+                self.assertNotEqual(r["cpu_ns"], "", r)
+                self.assertEqual(r["sm_mhz"], "", r)
             # graphs need a GPU: a row that says so
             self.assertEqual(got["generate_graph"]["status"], "unsupported")
             self.assertIn("need a GPU", got["generate_graph"]["note"])

@@ -50,6 +50,7 @@ fn representative_site(op: OpKind) -> &'static str {
         OpKind::KvCache => "k",
         OpKind::Eltwise => "silu",
         OpKind::Decode => "step",
+        OpKind::Moe => "experts",
         OpKind::Floor | OpKind::Ceiling => "",
     }
 }

@@ -2042,6 +2042,43 @@ fn ingest_makes_the_peers_rows_by_the_one_estimator_and_tolerance_table() {
         out.contains("ingested 0 rows") && out.contains("5 already there"),
         "{out}"
     );
+    // the host's state over each sample (optional columns): a sample whose Python control
+    // ran 1.6× its median is flagged, and samples.csv keeps the state
+    let mut state = String::from(
+        "op,variant,site,model,phase,batch,q_len,kv_len,dtype,device,mode,\
+         dims,flops,bytes,check,rel_err,status,note,execution,iters,total_ns,\
+         host_ns,host_after_ns,cpu_ns,nivcsw,steal\n",
+    );
+    for (i, t) in [10.0, 11.0, 12.0, 13.0, 30.0].iter().enumerate() {
+        let host = if i == 4 { 160_000 } else { 100_000 };
+        state += &format!(
+            "{},m=1 n=1024 k=1024,2097152,2100000,op,1.0e-3,ok,nn.Linear from Python,1,4,{},{host},100000,{},0,0\n",
+            key("linear", "py-aten", "k_proj"),
+            4.0 * t * 1e3,
+            4.0 * t * 1e3
+        );
+    }
+    let state_file = run.join("state.csv");
+    std::fs::write(&state_file, state).unwrap();
+    let (code, _, err) = opbench(&[
+        "ingest",
+        run.to_str().unwrap(),
+        "--file",
+        state_file.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let loaded = rundir::Run::load(&run).unwrap();
+    let k = loaded
+        .results
+        .iter()
+        .find(|r| r.key.site == "k_proj")
+        .unwrap();
+    assert_eq!(k.flagged, Some(1), "{k:?}");
+    let samples = loaded.samples().unwrap();
+    let ks = samples.get(&k.key).unwrap();
+    assert_eq!(ks.len(), 5);
+    assert!(ks.iter().all(|s| s.state.host_after_ns == Some(100_000.0)));
+    assert_eq!(ks[4].host_ns, Some(160_000.0));
     // a malformed line is one line naming it, exit 2
     std::fs::write(
         run.join("bad.csv"),

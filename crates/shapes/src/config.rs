@@ -211,7 +211,7 @@ impl ModelConfig {
         names.into_iter().map(Self::by_name).collect()
     }
 
-    /// Mixture-of-experts model (its MLP sites are expert sites, not derived yet).
+    /// Mixture-of-experts model (its MLP is a router and routed experts: [`crate::moe`]).
     pub fn is_moe(&self) -> bool {
         self.num_experts.is_some()
     }

@@ -24,6 +24,7 @@
 
 mod config;
 mod grid;
+pub mod moe;
 mod plan;
 mod problem;
 

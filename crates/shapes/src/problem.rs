@@ -27,10 +27,13 @@ pub enum OpKind {
     Decode,
     /// What the device really does: a large copy (bandwidth) and a large GEMM (matrix rate).
     Ceiling,
+    /// A mixture-of-experts MLP's routed experts (Qwen3-30B-A3B, -235B-A22B): the tokens
+    /// sent to their experts, each expert's SwiGLU, the weighted combine ([`crate::moe`]).
+    Moe,
 }
 
 impl OpKind {
-    pub const ALL: [OpKind; 9] = [
+    pub const ALL: [OpKind; 10] = [
         OpKind::Linear,
         OpKind::RmsNorm,
         OpKind::Rope,
@@ -40,6 +43,7 @@ impl OpKind {
         OpKind::Floor,
         OpKind::Decode,
         OpKind::Ceiling,
+        OpKind::Moe,
     ];
     /// The name used in CSV and as the crate name.
     pub fn as_str(self) -> &'static str {
@@ -53,6 +57,7 @@ impl OpKind {
             OpKind::Floor => "floor",
             OpKind::Decode => "decode",
             OpKind::Ceiling => "ceiling",
+            OpKind::Moe => "moe",
         }
     }
     pub fn parse(s: &str) -> Option<Self> {
@@ -221,6 +226,17 @@ pub enum Dims {
     Gather { rows: usize, width: usize },
     /// A device-to-device copy of `numel` elements.
     Copy { numel: usize },
+    /// An MoE block's routed experts ([`crate::moe`]): `tokens` tokens, each sent to
+    /// `top_k` of `experts` experts (SwiGLU MLPs `width` → `inter` → `width`), of which
+    /// `hit` receive at least one token.
+    Experts {
+        tokens: usize,
+        experts: usize,
+        top_k: usize,
+        hit: usize,
+        width: usize,
+        inter: usize,
+    },
     /// A whole forward of a dense model: `batch` sequences, `q_len` new tokens on
     /// `cache_len` cached ones.
     Step {
@@ -275,6 +291,17 @@ impl fmt::Display for Dims {
                 write!(f, "rows={rows} width={width}")
             }
             Dims::Copy { numel } => write!(f, "numel={numel}"),
+            Dims::Experts {
+                tokens,
+                experts,
+                top_k,
+                hit,
+                width,
+                inter,
+            } => write!(
+                f,
+                "tokens={tokens} experts={experts} top_k={top_k} hit={hit} width={width} inter={inter}"
+            ),
             Dims::Step {
                 batch,
                 q_len,
@@ -442,6 +469,18 @@ impl Problem {
             Dims::Elementwise { numel } | Dims::Unary { numel } => u(numel),
             Dims::Reduce { rows, width } => u(rows) * u(width),
             Dims::Copy { .. } | Dims::Gather { .. } => W(0),
+            // each routed token's three GEMMs (gate, up: width → inter; down: inter →
+            // width), its SiLU and product, and its weighted add into the token's row
+            Dims::Experts {
+                tokens,
+                top_k,
+                width,
+                inter,
+                ..
+            } => {
+                let routed = u(tokens) * u(top_k);
+                6 * routed * u(width) * u(inter) + 2 * routed * u(inter) + 2 * routed * u(width)
+            }
             Dims::Step { .. } => W(self.step_work.map_or(0, |w| u128::from(w.flops))),
         };
         count.0
@@ -513,6 +552,20 @@ impl Problem {
             Dims::Reduce { rows, width } => u(rows) * u(width) * e + 8 * u(rows),
             // read the rows, write them (the ids are noise)
             Dims::Gather { rows, width } => 2 * u(rows) * u(width) * e,
+            // as the three GEMMs of every expert hit count it ((m·k + k·n + m·n) each, the m
+            // of all experts adding up to the T·k routed tokens): the weights of the experts
+            // hit, and each routed token's rows in and out of them
+            Dims::Experts {
+                tokens,
+                top_k,
+                hit,
+                width,
+                inter,
+                ..
+            } => {
+                let routed = u(tokens) * u(top_k);
+                (3 * u(hit) * u(width) * u(inter) + 3 * routed * (u(width) + u(inter))) * e
+            }
             Dims::Step { .. } => self.step_work.map_or(W(0), |w| {
                 (W(u128::from(w.weight_elems)) + W(u128::from(w.kv_elems))) * e
             }),
@@ -606,7 +659,8 @@ fn attended_pairs(q_len: usize, kv_len: usize, causal: bool) -> W {
 
 /// Every problem of one step of `cfg`, site by site (DESIGN.md's table).
 ///
-/// MoE models get their attention and norm sites; their expert MLP sites are not derived yet.
+/// MoE models get their attention and norm sites, the router and the routed experts
+/// ([`crate::moe::sites`]) in place of the dense MLP.
 pub fn derive(cfg: &ModelConfig, step: Step) -> Vec<Problem> {
     let (e, h, hkv, d, i, v) = (
         cfg.hidden_size,
@@ -755,5 +809,8 @@ pub fn derive(cfg: &ModelConfig, step: Step) -> Vec<Problem> {
     // the next token from the last position's logits
     out.push(elt("embedding", Dims::Gather { rows: t, width: e }, 1));
     out.push(elt("argmax", Dims::Reduce { rows: b, width: v }, 1));
+    out.extend(crate::moe::sites(cfg, step, |op, site, dims, calls| {
+        mk(op, site, None, dims, calls)
+    }));
     out
 }

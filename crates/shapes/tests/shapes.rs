@@ -342,3 +342,87 @@ fn the_step_plan_counts_what_modeling_qwen3_calls() {
         "the decode crate builds tch steps only"
     );
 }
+
+/// (hit, flops, bf16 bytes) of the routed experts and the router's (flops, bf16 bytes),
+/// per layer, computed by hand: T·k routed tokens; flops 6·T·k·E·I (gate, up, down) +
+/// 2·T·k·I (SiLU, product) + 2·T·k·E (the weighted combine); bytes 2·(3·hit·E·I +
+/// 3·T·k·(E + I)); hit under uniform routing round(N·(1 − ((N − k)/N)^T)).
+#[test]
+fn moe_sites_against_hand_computed_values() {
+    use shapes::moe::Routing;
+    // Qwen3-30B-A3B: E = 2048, I = 768, N = 128, k = 8, 48 layers.
+    // T = 1: 8 experts hit; 6·8·2048·768 + 2·8·768 + 2·8·2048 = 75,542,528 flops;
+    //   2·(3·8·2048·768 + 3·8·2816) = 75,632,640 bytes.
+    // T = 64: 128·(1 − (120/128)^64) = 125.94 → 126 hit; 64 × 75,542,528 flops;
+    //   2·(3·126·2048·768 + 3·512·2816) = 1,197,735,936 bytes; worst (8 hit) 84,148,224.
+    // Qwen3-235B-A22B: E = 4096, I = 1536, N = 128, k = 8, 94 layers.
+    // T = 1: 302,080,000 flops, 302,260,224 bytes; T = 64: 126 hit, 19,333,120,000 flops,
+    //   4,773,642,240 bytes; worst 319,291,392.
+    let cases = [
+        (
+            "qwen3-30b-a3b",
+            48,
+            1,
+            (8, 75_542_528, 75_632_640),
+            75_632_640,
+        ),
+        (
+            "qwen3-30b-a3b",
+            48,
+            64,
+            (126, 4_834_721_792, 1_197_735_936),
+            84_148_224,
+        ),
+        (
+            "qwen3-235b-a22b",
+            94,
+            1,
+            (8, 302_080_000, 302_260_224),
+            302_260_224,
+        ),
+        (
+            "qwen3-235b-a22b",
+            94,
+            64,
+            (126, 19_333_120_000, 4_773_642_240),
+            319_291_392,
+        ),
+    ];
+    for (name, layers, b, (hit, flops, bytes), worst_bytes) in cases {
+        let cfg = ModelConfig::builtin(name).unwrap();
+        let ps = derive(&cfg, Step::decode(b, 1024));
+        let experts = find(&ps, OpKind::Moe, "experts");
+        assert!(
+            matches!(experts.dims, Dims::Experts { hit: h, tokens, top_k: 8, experts: 128, .. } if h == hit && tokens == b),
+            "{name} B={b}: {}",
+            experts.dims
+        );
+        assert_eq!(
+            (experts.flops(), experts.bytes(2), experts.calls_per_step),
+            (flops, bytes, layers),
+            "{name} B={b}"
+        );
+        let worst = find(&ps, OpKind::Moe, "experts_worst");
+        assert_eq!(
+            (worst.flops(), worst.bytes(2), worst.calls_per_step),
+            (flops, worst_bytes, 0),
+            "{name} B={b}"
+        );
+        // the router: T × E → N
+        let router = find(&ps, OpKind::Linear, "router");
+        let e = cfg.hidden_size as u64;
+        let t = b as u64;
+        assert_eq!(router.dims.to_string(), format!("m={b} n=128 k={e}"));
+        assert_eq!(router.flops(), 2 * t * 128 * e);
+        assert_eq!(router.bytes(2), 2 * (t * e + 128 * e + t * 128));
+        // no dense MLP sites
+        for site in ["gate_proj", "up_proj", "down_proj", "gate_up_proj"] {
+            assert!(!ps.iter().any(|p| p.site == site), "{name}: {site}");
+        }
+        assert_eq!(Routing::Worst.experts_hit(b, 128, 8), 8);
+    }
+    // uniform routing: k experts from one token, all of them from many
+    assert_eq!(Routing::Uniform.experts_hit(1, 128, 8), 8);
+    assert_eq!(Routing::Uniform.experts_hit(4096, 128, 8), 128);
+    assert_eq!(Routing::Uniform.experts_hit(0, 128, 8), 0);
+}
