@@ -31,8 +31,9 @@ involuntary switches, steal: `State`):
   and generate()'s own loop alone (the same call, the model's forward replaced by a
   stand-in returning fixed logits). predict prices a token from them (analysis::generate);
 - sites `generate`, `generate_static`, `generate_graph`: `model.generate()` per new token as
-  the user calls it from a prompt of 16 (32 new tokens, prefill included), as it is, with a
-  static cache, and with its step compiled into CUDA/HIP graphs (or `unsupported` and why);
+  the user calls it from a prompt of 16 (32 new tokens on a GPU, 8 on the CPU, prefill
+  included), as it is, with a static cache, and with its step compiled into CUDA/HIP
+  graphs (or `unsupported` and why);
 - sites `module_call`, `mask`, `cache_update`: the framework's own work per call (an empty
   nn.Module's call, `create_causal_mask`, DynamicCache.update beyond its two `cat`s);
 - sites `layer`, `layer_flat`, `layer_calls`, `stack`, `stack_flat`, per layer, sampled in
@@ -836,7 +837,7 @@ def step_rows(c, b, step_err):
                         f"whose check covers this code); {n} steps per sample from L; {c.note_base}",
                         rel_err=step_err, check="step", iters=n)
     for site, how, extra in generate_variants(c) if c.user_generate else []:
-        k = c.key("decode", "transformers", site, b, 16 + 32)
+        k = c.key("decode", "transformers", site, b, 16 + new_tokens(c))
         if not c.run.has(k):
             generate_row(c, b, k, how, extra)
 
@@ -865,27 +866,29 @@ def generate_variants(c):
 
 
 def generate_row(c, b, k, how, extra):
-    """generate() per new token as the user sees it (greedy, prompt 16, 32 new tokens,
-    prefill included), or `unsupported` with the reason where this build cannot run it."""
-    dims = f"batch={b} prompt=16 new=32"
+    """generate() per new token as the user sees it (greedy, prompt 16, new_tokens(c) new
+    tokens, prefill included), or `unsupported` with the reason where this build cannot
+    run it."""
+    new = new_tokens(c)
+    dims = f"batch={b} prompt=16 new={new}"
     if isinstance(extra, str):
         c.run.write(k, dims, [], extra, status="unsupported")
         return
     prompt = torch.randint(0, c.vocab, (b, 16), device=c.device)
-    gen = dict(max_new_tokens=32, min_new_tokens=32, do_sample=False, pad_token_id=0, **extra)
+    gen = dict(max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=0, **extra)
     try:
         # the first calls build (and, compiled, capture) what the timed ones reuse
         for _ in range(2 if extra else 1):
             c.model.generate(prompt, **gen)
-        times = [c.timer.sample(lambda: c.model.generate(prompt, **gen), 1).scaled(1 / 32)
+        times = [c.timer.sample(lambda: c.model.generate(prompt, **gen), 1).scaled(1 / new)
                  for _ in range(max(3, c.timer.samples // 3))]
     except Exception as e:  # a build without the feature: a row that says so, not a crash
         c.run.write(k, dims, [], f"{how}: {type(e).__name__}: {str(e).splitlines()[0][:200]}",
                     status="unsupported")
         return
     tps = b * 1e9 / statistics.median(times)
-    c.run.write(k, dims, times, f"{how}: {tps:.1f} tokens/s as the user sees it (greedy, prompt 16, 32 new "
-                f"tokens, prefill included); per new token; {c.version}{c.note_base}", iters=32)
+    c.run.write(k, dims, times, f"{how}: {tps:.1f} tokens/s as the user sees it (greedy, prompt 16, {new} new "
+                f"tokens, prefill included); per new token; {c.version}{c.note_base}", iters=new)
 
 
 # ------------------------------------------------------------------ the op sites from Python

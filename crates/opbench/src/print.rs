@@ -498,7 +498,7 @@ pub fn generate(
     .collect();
     if !user.is_empty() {
         println!(
-            "  generate() from a prompt of 16, 32 new tokens, prefill included (scripts/peer.py): {}",
+            "  generate() from a prompt of 16, prefill included (scripts/peer.py): {}",
             user.join(", ")
         );
     }
