@@ -404,7 +404,11 @@ pub fn at_host_state(run: &Run, state: HostState) -> Result<Run, AnalysisError> 
 pub struct Query<'a> {
     pub model: &'a ModelConfig,
     pub batch: usize,
+    /// A decode step: the cache length L before it; a prefill: the prompt's length S.
     pub ctx: usize,
+    /// A decode step (one new token per sequence on a cache of `ctx`) or a prefill (a prompt
+    /// of `ctx` tokens into an empty cache: the time to first token).
+    pub phase: Phase,
     pub profile: StepProfile,
     pub device: DeviceId,
     pub dtype: DType,
@@ -413,6 +417,14 @@ pub struct Query<'a> {
 }
 
 impl Query<'_> {
+    /// The step this query composes.
+    pub fn step(&self) -> Step {
+        match self.phase {
+            Phase::Decode => Step::decode(self.batch, self.ctx),
+            Phase::Prefill => Step::prefill(self.batch, self.ctx),
+        }
+    }
+
     /// The decode crate's whole-step case for this query, in `mode`.
     pub fn step_key(&self, mode: Mode) -> CaseKey {
         self.decode_key(self.profile.as_str(), "step", mode)
@@ -420,14 +432,15 @@ impl Query<'_> {
 
     /// A decode-crate (or peer) case of this query's shape: `variant`, `site`, `mode`.
     pub fn decode_key(&self, variant: &str, site: &str, mode: Mode) -> CaseKey {
+        let step = self.step();
         SeriesKey {
             op: OpKind::Decode,
             variant: variant.into(),
             site: site.into(),
             model: self.model.name.clone(),
-            phase: Phase::Decode,
-            q_len: 1,
-            kv_len: Some(self.ctx + 1),
+            phase: self.phase,
+            q_len: step.q_len,
+            kv_len: Some(step.kv_len()),
             dtype: self.dtype,
             device: self.device,
             mode,
@@ -624,7 +637,7 @@ pub fn predict(run: &Run, q: &Query) -> Result<Prediction, AnalysisError> {
 /// [`predict`] with the run's fits already made.
 pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, AnalysisError> {
     let pricer = Pricer::new(run, fits, q)?;
-    let plan = StepPlan::new(q.model, q.profile, Step::decode(q.batch, q.ctx));
+    let plan = StepPlan::new(q.model, q.profile, q.step());
     let mut components = Vec::new();
     // every case the run lacks, named together
     let mut missing: Vec<String> = Vec::new();
@@ -731,9 +744,16 @@ struct Pricer<'a> {
 impl<'a> Pricer<'a> {
     fn new(run: &'a Run, fits: &'a Fits, q: &'a Query<'a>) -> Result<Self, AnalysisError> {
         let gpu = q.device.is_gpu();
+        // the step's phase and tokens per sequence (a prefill's rows at its prompt length);
+        // the floors and ceilings, measured once, serve both phases
+        let step = q.step();
         let rows: Vec<&ResultRow> = run
             .ok_rows()
-            .filter(|r| r.dtype == q.dtype && r.device == q.device && r.phase == Phase::Decode)
+            .filter(|r| r.dtype == q.dtype && r.device == q.device)
+            .filter(|r| {
+                matches!(r.op, OpKind::Floor | OpKind::Ceiling)
+                    || (r.phase == step.phase && r.q_len == step.q_len)
+            })
             .collect();
         let mut p = Pricer {
             run,
@@ -985,8 +1005,8 @@ impl<'a> Pricer<'a> {
             variant: variant.into(),
             site: p.site.into(),
             model: p.model.clone(),
-            phase: Phase::Decode,
-            q_len: 1,
+            phase: p.phase,
+            q_len: p.q_len,
             kv_len: p.kv_len,
             dtype: q.dtype,
             device: q.device,

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use rundir::{Activity, CaseKey, KernelRow, Mode, OpKind, Run, SeriesKey, TraceRow};
-use shapes::{CallKind, Step, StepPlan};
+use shapes::{CallKind, StepPlan};
 
 use crate::AnalysisError;
 use crate::predict::Query;
@@ -72,7 +72,7 @@ impl Traces {
 pub fn step_check(traces: &Traces, q: &Query) -> Option<StepCheck> {
     let step_key = q.step_key(Mode::Pipelined);
     let step = traces.of(&step_key).filter(|t| t.calls > 0)?;
-    let plan = StepPlan::new(q.model, q.profile, Step::decode(q.batch, q.ctx));
+    let plan = StepPlan::new(q.model, q.profile, q.step());
     let mut planned_kernels = 0.0;
     let mut untraced = Vec::new();
     let mut planned_ops: BTreeMap<String, f64> = BTreeMap::new();

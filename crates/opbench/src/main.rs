@@ -17,7 +17,7 @@ use analysis::AnalysisError;
 use analysis::predict::{HostModel, HostState, at_host_state};
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Parser, Subcommand, ValueEnum};
-use rundir::{DType, DeviceId, Mode, Run};
+use rundir::{DType, DeviceId, Mode, Phase, Run};
 use shapes::{ModelConfig, StepProfile};
 
 /// Where a Qwen3 decode step's time goes on this PyTorch build: shapes, environment,
@@ -197,9 +197,18 @@ pub struct PredictArgs {
     /// Batch size B.
     #[arg(long)]
     batch: usize,
-    /// Cache length L before the step.
+    /// Cache length L before the step (a decode step).
+    #[arg(long, required_unless_present = "prompt", conflicts_with = "prompt")]
+    ctx: Option<usize>,
+    /// decode: one new token per sequence on a cache of --ctx; prefill: a prompt of
+    /// --prompt tokens into an empty cache (the time to first token), composed from the op
+    /// crates' prefill rows (SDPA causal over S×S) and checked against the decode crate's
+    /// prefill step.
+    #[arg(long, default_value = "decode", value_parser = PossibleValuesParser::new(["decode", "prefill"]).try_map(|s| s.parse::<Phase>()))]
+    phase: Phase,
+    /// The prompt's length S (with --phase prefill).
     #[arg(long)]
-    ctx: usize,
+    prompt: Option<usize>,
     /// How the step is written: hf-eager (transformers' ops, from tch), fused, or
     /// transformers (the user's stack from Python: rows from scripts/peer.py).
     #[arg(long, default_value = "hf-eager", value_parser = PossibleValuesParser::new(StepProfile::EVERY.map(StepProfile::as_str)).try_map(|s| s.parse::<StepProfile>()))]
@@ -408,10 +417,25 @@ fn predict_verb(args: &PredictArgs) -> Result<u8, CliError> {
     } else {
         DType::F32
     });
+    let ctx = match (args.phase, args.ctx, args.prompt) {
+        (Phase::Decode, Some(l), None) => l,
+        (Phase::Prefill, None, Some(s)) if s > 0 => s,
+        (Phase::Decode, _, _) => {
+            return Err(CliError::input(
+                "--phase decode: give the cache length with --ctx (not --prompt)",
+            ));
+        }
+        (Phase::Prefill, _, _) => {
+            return Err(CliError::input(
+                "--phase prefill: give the prompt's length with --prompt (at least 1; not --ctx)",
+            ));
+        }
+    };
     let mut q = analysis::predict::Query {
         model: &model,
         batch: args.batch,
-        ctx: args.ctx,
+        ctx,
+        phase: args.phase,
         profile: args.profile,
         device,
         dtype,

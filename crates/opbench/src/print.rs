@@ -68,9 +68,15 @@ pub fn fits(rows: &[FitRow]) {
 /// A predicted step: summary, breakdown, and the measured step where the run has it.
 pub fn prediction(run: &Run, q: &Query, pred: &Prediction, state: HostState) {
     println!(
-        "{} decode B={} L={}, profile {}, {} {} {}{} (run {})",
+        "{} {} B={} {}={}, profile {}, {} {} {}{} (run {})",
         q.model.name,
+        q.phase,
         q.batch,
+        if q.phase == rundir::Phase::Prefill {
+            "S"
+        } else {
+            "L"
+        },
         q.ctx,
         q.profile,
         q.device,
@@ -86,9 +92,9 @@ pub fn prediction(run: &Run, q: &Query, pred: &Prediction, state: HostState) {
         run.dir.display()
     );
     println!(
-        "predicted: {:.3} ms/step, {:.1} tokens/s",
+        "predicted: {:.3} ms/step, {}",
         pred.step_ns / 1e6,
-        pred.tokens_per_s()
+        rate(q, pred.step_ns)
     );
     if pred.gpu {
         let bound = if pred.host_bound() {
@@ -181,6 +187,20 @@ fn sources(q: &Query, pred: &Prediction) {
     }
 }
 
+/// What a step of `ns` gives: decode tokens/s, or a prefill's time to first token and
+/// prompt tokens/s.
+fn rate(q: &Query, ns: f64) -> String {
+    let tokens = q.step().tokens() as f64;
+    match q.phase {
+        rundir::Phase::Decode => format!("{:.1} tokens/s", tokens / (ns * 1e-9)),
+        rundir::Phase::Prefill => format!(
+            "time to first token {:.3} ms, {:.0} prompt tokens/s",
+            ns / 1e6,
+            tokens / (ns * 1e-9)
+        ),
+    }
+}
+
 /// The measured step (and its device time) beside the prediction, where the run has it.
 fn measured_step(q: &Query, pred: &Prediction) {
     // the median's interval, where the row has one (the fast state's quantile has none)
@@ -195,14 +215,14 @@ fn measured_step(q: &Query, pred: &Prediction) {
     }
     if let Some((row, m, ci)) = measured(pred.measured.as_ref()) {
         println!(
-            "measured ({}): {:.3} ms/step{ci}, {:.1} tokens/s; predicted / measured = {}",
+            "measured ({}): {:.3} ms/step{ci}, {}; predicted / measured = {}",
             if q.profile == shapes::StepProfile::Transformers {
                 "scripts/peer.py, HF transformers"
             } else {
                 "decode crate"
             },
             m / 1e6,
-            q.batch as f64 / (m * 1e-9),
+            rate(q, m),
             ratio(pred.step_ns, m)
         );
         if let (Some(n), Some(cv)) = (row.executions.filter(|n| *n > 1), row.exec_cv) {
