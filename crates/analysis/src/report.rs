@@ -293,6 +293,7 @@ pub fn write_report(dir: &Path) -> Result<PathBuf, AnalysisError> {
         md += &bandwidth(&ctx, on)?;
         md += &host_vs_device(&ctx, on);
         md += &predicted_steps(&ctx, on);
+        md += &batch_curve(&ctx, on)?;
         md += &breakdown(&ctx, on)?;
         md += &graph_replay(&ctx, on)?;
         md += &traced_kernels(&ctx, on);
@@ -726,6 +727,132 @@ fn predicted_steps(ctx: &Ctx, on: On) -> String {
             ctx.dir.display()
         );
     }
+    md
+}
+
+/// The batch curve — decode tokens/s against batch, predicted and measured, per profile —
+/// and the time to first token of every prefill the decode crate measured, predicted
+/// (`predict --phase prefill`) beside it.
+fn batch_curve(ctx: &Ctx, on: On) -> Result<String, AnalysisError> {
+    let mut md = String::new();
+    let steps: Vec<&ResultRow> = ctx
+        .ok
+        .iter()
+        .copied()
+        .filter(|r| {
+            r.device == on.device
+                && r.dtype == on.dtype
+                && r.op == OpKind::Decode
+                && r.site == "step"
+                && r.mode == Mode::Pipelined
+        })
+        .collect();
+    let models: BTreeSet<&str> = steps.iter().map(|r| r.model.as_str()).collect();
+    for model in models {
+        let Ok(cfg) = ModelConfig::by_name(model) else {
+            continue;
+        };
+        let ctx_len = plotted_kv(&ctx.ok, OpKind::Sdpa).map_or(1024, |k| k - 1);
+        let mut series = Series::new();
+        for profile in StepProfile::EVERY {
+            for b in batches(ctx, on) {
+                let q = report_query(ctx.run, &cfg, on, profile, b, ctx_len, Mode::Pipelined);
+                let Ok(p) = predict_with(ctx.run, &ctx.fits, &q) else {
+                    continue;
+                };
+                let x = b as f64;
+                series
+                    .entry(format!("{profile} (predicted)"))
+                    .or_default()
+                    .push((x, p.tokens_per_s()));
+                if let Some(m) = p.measured.as_ref().and_then(|r| r.median_ns) {
+                    series
+                        .entry(format!("{profile} (measured)"))
+                        .or_default()
+                        .push((x, b as f64 / (m * 1e-9)));
+                }
+            }
+        }
+        if series.values().all(|v| v.len() < 2) {
+            continue;
+        }
+        let file = format!(
+            "{}-{}-batch-curve.svg",
+            slug(&on.device.to_string()),
+            slug(model)
+        );
+        plot(
+            &ctx.dir.join(&file),
+            &format!("{model} decode, L = {ctx_len}, {} {}", on.device, on.dtype),
+            ("batch B", "tokens/s"),
+            &series,
+            &Series::new(),
+            None,
+            SeriesLabelPosition::UpperLeft,
+        )?;
+        let _ = writeln!(
+            md,
+            "### The batch curve: {model}, L = {ctx_len}
+"
+        );
+        let _ = writeln!(
+            md,
+            "![batch curve]({file})
+"
+        );
+        md += &ttft(ctx, on, &cfg, &steps);
+    }
+    Ok(md)
+}
+
+/// Time to first token: every prefill step the decode crate measured, predicted beside it.
+fn ttft(ctx: &Ctx, on: On, cfg: &ModelConfig, steps: &[&ResultRow]) -> String {
+    let mut md = String::new();
+    let prefills: BTreeSet<(String, usize, usize)> = steps
+        .iter()
+        .filter(|r| r.model == cfg.name && r.phase == Phase::Prefill)
+        .map(|r| (r.variant.clone(), r.batch, r.q_len))
+        .collect();
+    if prefills.is_empty() {
+        return md;
+    }
+    let _ = writeln!(
+        md,
+        "| profile | B | prompt S | predicted TTFT ms | measured TTFT ms | predicted / measured |"
+    );
+    let _ = writeln!(md, "|---|---|---|---|---|---|");
+    for (variant, b, s) in prefills {
+        let Ok(profile) = variant.parse::<StepProfile>() else {
+            continue;
+        };
+        let base = report_query(ctx.run, cfg, on, profile, b, s, Mode::Pipelined);
+        let q = Query {
+            phase: Phase::Prefill,
+            host: HostModel::AsMeasured,
+            ..base
+        };
+        let cell = match predict_with(ctx.run, &ctx.fits, &q) {
+            Ok(p) => {
+                let m = p.measured.as_ref().and_then(|r| r.median_ns);
+                format!(
+                    "{:.2} | {} | {}",
+                    p.step_ns / 1e6,
+                    m.map_or("-".into(), |m| format!("{:.2}", m / 1e6)),
+                    m.map_or("-".into(), |m| format!(
+                        "{:+.1}%",
+                        100.0 * (p.step_ns / m - 1.0)
+                    ))
+                )
+            }
+            Err(e) => format!("n/a: {} | | ", e.to_string().replace('|', "/")),
+        };
+        let _ = writeln!(md, "| {profile} | {b} | {s} | {cell} |");
+    }
+    let _ = writeln!(
+        md,
+        "\nTime to first token: the prefill of a prompt of S tokens per sequence into an empty cache, composed from the op crates' prefill rows (`opbench predict {} --phase prefill --prompt S`), host costs as measured; measured: the decode crate's prefill step.\n",
+        ctx.dir.display()
+    );
     md
 }
 

@@ -971,6 +971,32 @@ fn predict_composes_a_hand_made_run() {
     ]);
     assert_eq!(code, 2);
     assert!(err.contains("no measurement or fit for"), "{err}");
+    // a prefill takes its prompt's length, a decode step its cache length: each other's is
+    // one line and exit 2
+    let args = |extra: &[&str]| {
+        let mut a = vec![
+            "predict",
+            run.to_str().unwrap(),
+            "--model",
+            "qwen3-0.6b",
+            "--batch",
+            "1",
+        ];
+        a.extend_from_slice(extra);
+        opbench(&a)
+    };
+    for (extra, says) in [
+        (&["--phase", "prefill", "--ctx", "128"][..], "--prompt"),
+        (&["--prompt", "128"][..], "--ctx"),
+        (&["--phase", "prefill", "--prompt", "0"][..], "at least 1"),
+    ] {
+        let (code, _, err) = args(extra);
+        assert_eq!(code, 2, "{extra:?}");
+        assert!(
+            err.contains(says) && err.lines().count() == 1,
+            "{extra:?}: {err}"
+        );
+    }
 }
 
 /// `--host-state fast`: every host-timed row and the measured step at the 10th percentile
