@@ -107,6 +107,7 @@ fn query(cfg: &ModelConfig, device: DeviceId, dtype: DType, batch: usize, ctx: u
         model: cfg,
         batch,
         ctx,
+        phase: rundir::Phase::Decode,
         profile: StepProfile::Transformers,
         device,
         dtype,
