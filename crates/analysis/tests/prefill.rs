@@ -57,3 +57,84 @@ fn a_cpu_prefill_of_32_tokens_is_priced_from_the_prefill_rows_within_a_fifth() {
     let long = Query { ctx: 4096, ..q };
     assert!(predict(&run, &long).is_err());
 }
+
+fn cpu_fixture(name: &str) -> (tempfile::TempDir, Run) {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/cpu-2026-12-01")
+        .join(name);
+    let tmp = tempfile::tempdir().unwrap();
+    for f in ["env.json", "results.csv.gz", "samples.csv.gz"] {
+        std::fs::copy(src.join(f), tmp.path().join(f)).unwrap();
+    }
+    let run = Run::load(tmp.path()).unwrap();
+    (tmp, run)
+}
+
+fn cpu_query(
+    cfg: &ModelConfig,
+    phase: Phase,
+    batch: usize,
+    ctx: usize,
+    profile: StepProfile,
+) -> Query<'_> {
+    Query {
+        model: cfg,
+        batch,
+        ctx,
+        phase,
+        profile,
+        device: DeviceId::CPU,
+        dtype: DType::F32,
+        mode: Mode::Pipelined,
+        host: HostModel::AsMeasured,
+    }
+}
+
+#[test]
+fn on_the_cpu_the_prefill_of_128_tokens_is_priced_within_a_percent() {
+    // hf-eager, B = 1: predicted 924.2 ms, the decode crate's prefill 923.1 ms (+0.1%)
+    let (_t, run) = cpu_fixture("prefill");
+    let cfg = ModelConfig::by_name("qwen3-0.6b").unwrap();
+    let q = cpu_query(&cfg, Phase::Prefill, 1, 128, StepProfile::HfEager);
+    let p = predict(&run, &q).unwrap();
+    let r = p.step_ns / p.measured.as_ref().unwrap().median_ns.unwrap();
+    assert!((r - 1.001).abs() < 0.005, "{r}");
+    // the fused prefill ran over the call cap: priced, not checked
+    let fused = predict(
+        &run,
+        &Query {
+            profile: StepProfile::Fused,
+            ..q
+        },
+    )
+    .unwrap();
+    assert!(fused.measured.is_none());
+}
+
+#[test]
+fn on_the_cpu_generates_token_is_priced_within_a_fifth_but_at_b2() {
+    // predicted / measured generate() per token, B = 1 / 2 / 8: 1.020 / 1.223 / 0.936; the
+    // HF step itself 0.947 / 1.255 / 0.861 — B = 2's miss is the CPU step's (issue 31 asks
+    // ±20%: met at B = 1 and 8)
+    let (_t, run) = cpu_fixture("gen");
+    let cfg = ModelConfig::by_name("qwen3-0.6b").unwrap();
+    for (b, want) in [(1, 1.020), (2, 1.223), (8, 0.936)] {
+        let q = cpu_query(&cfg, Phase::Decode, b, 128, StepProfile::Transformers);
+        let step = predict(&run, &q).unwrap();
+        let g = analysis::generate::price(&run, &q, &step).unwrap();
+        let r = g.ratio().unwrap();
+        assert!((r - want).abs() < 0.005, "B={b}: {r}");
+        // no device: the sync is measured, not a kernel's tail
+        assert!(matches!(
+            g.extra,
+            analysis::generate::Extra::Measured { .. }
+        ));
+    }
+    // the prefill of 32 tokens in the same run: hf-eager −14.4%, fused −17.2%
+    for (profile, want) in [(StepProfile::HfEager, 0.856), (StepProfile::Fused, 0.828)] {
+        let q = cpu_query(&cfg, Phase::Prefill, 1, 32, profile);
+        let p = predict(&run, &q).unwrap();
+        let r = p.step_ns / p.measured.as_ref().unwrap().median_ns.unwrap();
+        assert!((r - want).abs() < 0.005, "{profile}: {r}");
+    }
+}
