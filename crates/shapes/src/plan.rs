@@ -127,6 +127,8 @@ impl StepProfile {
                 "rotate_half" => Some("py-rotate_half"),
                 "auto" => Some("py-auto"),
                 "cat" => Some("py-cat"),
+                // transformers' own expert loop, which the peer does not time yet
+                "loop" => Some("py-loop"),
                 _ => None,
             };
         }
@@ -153,8 +155,10 @@ impl StepProfile {
                 (true, "silu" | "swiglu_mul") => "chunk",
                 _ => "aten",
             }),
-            // the routed experts have no measured variant yet (issue 33)
-            OpKind::Floor | OpKind::Decode | OpKind::Ceiling | OpKind::Moe => None,
+            // the routed experts: a loop over the experts hit as transformers writes it;
+            // the fused step groups them into one GEMM per projection
+            OpKind::Moe => Some(if fused { "grouped" } else { "loop" }),
+            OpKind::Floor | OpKind::Decode | OpKind::Ceiling => None,
         }
     }
 }
@@ -267,7 +271,18 @@ const OTHER: &[OtherRow] = &[
         [0, 0, 1],
         "create_causal_mask (returns None for SDPA decode, after its checks)",
     ),
+    (
+        ROUTING,
+        CallKind::Kernel,
+        [4, 4, 4],
+        [0, 0, 0],
+        "MoE models only: the router logits' softmax, top-k, and the k weights' sum and \
+         division (the routed experts' case takes the routing as given)",
+    ),
 ];
+
+/// The MoE routing's own calls ([`OTHER`]): counted for MoE models only.
+const ROUTING: &str = "routing";
 
 /// generate()'s side of a decode token: what transformers' `generate()` adds to each
 /// step, as scripts/peer.py measures it (issue 31). The site names are the peer's rows,
@@ -323,8 +338,10 @@ pub struct StepPlan {
 
 impl StepPlan {
     pub fn new(cfg: &ModelConfig, profile: StepProfile, step: Step) -> Self {
+        // a site with no call in the step (the MoE worst-case bound) is not part of it
         let measured = derive(cfg, step)
             .into_iter()
+            .filter(|problem| problem.calls_per_step > 0)
             .filter_map(|problem| {
                 let variant = profile.variant(problem.op, problem.site)?;
                 Some(PlannedCall { problem, variant })
@@ -340,10 +357,11 @@ impl StepPlan {
             .iter()
             .map(|&(name, kind, per_layer, per_step, what)| {
                 let (in_sequence, stand_in) = framework_part(name);
+                let model_has = name != ROUTING || cfg.is_moe();
                 OtherCall {
                     name,
                     kind,
-                    calls: per_layer[which] * layers + per_step[which],
+                    calls: usize::from(model_has) * (per_layer[which] * layers + per_step[which]),
                     what,
                     in_sequence,
                     stand_in,

@@ -426,3 +426,33 @@ fn moe_sites_against_hand_computed_values() {
     assert_eq!(Routing::Uniform.experts_hit(4096, 128, 8), 128);
     assert_eq!(Routing::Uniform.experts_hit(0, 128, 8), 0);
 }
+
+#[test]
+fn an_moe_step_plans_its_router_and_experts_and_not_the_worst_case_bound() {
+    use shapes::{StepPlan, StepProfile};
+    let cfg = ModelConfig::builtin("qwen3-30b-a3b").unwrap();
+    for (profile, experts) in [
+        (StepProfile::HfEager, "loop"),
+        (StepProfile::Fused, "grouped"),
+        (StepProfile::Transformers, "py-loop"),
+    ] {
+        let plan = StepPlan::new(&cfg, profile, Step::decode(8, 1024));
+        let of = |op: OpKind, site: &str| {
+            plan.measured
+                .iter()
+                .find(|c| c.problem.op == op && c.problem.site == site)
+                .map(|c| (c.variant, c.problem.calls_per_step))
+        };
+        assert_eq!(of(OpKind::Moe, "experts"), Some((experts, 48)), "{profile}");
+        assert_eq!(of(OpKind::Moe, "experts_worst"), None, "{profile}");
+        assert!(of(OpKind::Linear, "router").is_some_and(|(_, calls)| calls == 48));
+        assert_eq!(of(OpKind::Linear, "gate_proj"), None);
+        // the routing's softmax, top-k, sum and division per layer, at the dispatch floor
+        let routing = plan.other.iter().find(|u| u.name == "routing").unwrap();
+        assert_eq!(routing.calls, 4 * 48);
+    }
+    // a dense model has none
+    let dense = ModelConfig::builtin("qwen3-0.6b").unwrap();
+    let plan = StepPlan::new(&dense, StepProfile::HfEager, Step::decode(8, 1024));
+    assert!(!plan.other.iter().any(|u| u.name == "routing"));
+}
