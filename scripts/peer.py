@@ -247,6 +247,15 @@ class Timed(float):
     def scaled(self, k):
         return Timed(self * k, self.state)
 
+    @staticmethod
+    def total(parts):
+        """Samples taken one after another, as one: their sum, the control before the first
+        and after the last, their CPU time, switches and steal added up."""
+        state = {k: (None if any(p.state.get(k) is None for p in parts) else sum(p.state[k] for p in parts))
+                 for k in ("cpu_ns", "nivcsw", "steal")}
+        state.update(host_ns=parts[0].state["host_ns"], host_after_ns=parts[-1].state["host_after_ns"])
+        return Timed(sum(parts), state)
+
 
 class Timer:
     def __init__(self, device, samples, warmup_s, measure_s):
@@ -590,7 +599,7 @@ def layer_rows(c, b, kc, vc, x, pos):
     # LAYER_SITES' order: the layer as called, its calls flat, each call alone, every
     # layer as called, their calls flat
     samplers = dict(zip(LAYER_SITES, [lambda: timer.sample(layer_call, n), lambda: timer.sample(flat, n),
-                                      lambda: sum(timer.sample(f, n) for f in leaves),
+                                      lambda: Timed.total([timer.sample(f, n) for f in leaves]),
                                       lambda: timer.sample(stack, passes).scaled(1 / len(layers)),
                                       lambda: timer.sample(stack_flat, passes).scaled(1 / len(layers))]))
     res = {s_: [] for s_ in samplers}
@@ -1103,7 +1112,7 @@ def framework_rows(c, b, t, x, pos):
 
         upd_t, _ = c.timer.pipelined(upd)
         cat_t, _ = c.timer.pipelined(lambda: torch.cat([kc, kn], dim=-2))
-        extra = [max(u - 2 * statistics.median(cat_t), 1.0) for u in upd_t]
+        extra = [Timed(max(u - 2 * statistics.median(cat_t), 1.0), u.state) for u in upd_t]
         c.run.write(kk, dims, extra, "DynamicCache.update(k, v, layer) beyond its two torch.cat appends (per layer; "
                     "timed beside one cat, difference per sample, floored at 1 ns); "
                     f"{c.version}{c.note_base}")
