@@ -404,6 +404,9 @@ def setup(argv):
         fail("--samples: at least 3")
     c.model_name = (settings.get("models") or "qwen3-0.6b").split(",")[0]
     c.cfg = cfg = load_toml(shapes_dir() / f"{c.model_name}.toml")
+    if "num_experts" in cfg:
+        fail(f"{c.model_name} is a mixture-of-experts model: the peer builds dense Qwen3 models only "
+             "(its MoE step is issue 33's)")
     grid = load_toml(shapes_dir() / "grid.toml").get(settings.get("profile", "default"), {})
     try:
         c.batches = [int(b) for b in (a.batches.split(",") if a.batches else grid.get("batches", [1]))]

@@ -183,6 +183,14 @@ class OpPass(unittest.TestCase):
                                  capture_output=True, text=True)
             self.assertEqual(out.returncode, 2)
             self.assertIn("--batches", out.stderr)
+            # an MoE model: the peer builds dense models only, and says so
+            moe = Path(t) / "moe"
+            make_run(moe, models="qwen3-30b-a3b")
+            out = subprocess.run([sys.executable, str(ROOT / "scripts" / "peer.py"), str(moe)],
+                                 capture_output=True, text=True)
+            self.assertEqual(out.returncode, 2, out.stderr)
+            self.assertIn("mixture-of-experts", out.stderr)
+            self.assertEqual(len(out.stderr.strip().splitlines()), 1, out.stderr)
 
 
 if __name__ == "__main__":

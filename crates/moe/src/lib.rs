@@ -13,9 +13,11 @@
 //!   `index_add_` into the output. The routing lives on the host (no sync per call, unlike
 //!   transformers' `nonzero` over the expert mask, which the peer measures).
 //! - `grouped`: the same as two grouped GEMMs (`torch._grouped_mm` over the tokens sorted
-//!   by expert, one group per expert hit): where the build and device have it (torch 2.11
-//!   runs it on the CPU too, through its fallback); the row of a build without it says
-//!   why (`unsupported`, libtorch's message).
+//!   by expert, one group per expert hit), as transformers' `grouped_mm` experts
+//!   implementation runs them. Where the build and device have it: transformers 5.17's
+//!   integrations/moe.py says torch ≥ 2.9 has a CPU kernel and runs it on CUDA SM80+
+//!   (≤ 2.8: Hopper only); torch 2.11 ran it here on the CPU. A build without it gets a row
+//!   that says why (`unsupported` or `error`, libtorch's message). Not run on ROCm.
 //!
 //! Reference: float64 on the CPU, the same routing, expert by expert.
 
