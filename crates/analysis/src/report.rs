@@ -730,23 +730,24 @@ fn predicted_steps(ctx: &Ctx, on: On) -> String {
     md
 }
 
+/// The whole-step rows (the decode crate's and the peer's, site `step`) of a device and
+/// dtype in `mode`, both phases.
+fn step_rows<'a>(ctx: &'a Ctx, on: On, mode: Mode) -> impl Iterator<Item = &'a ResultRow> + 'a {
+    ctx.ok.iter().copied().filter(move |r| {
+        r.device == on.device
+            && r.dtype == on.dtype
+            && r.op == OpKind::Decode
+            && r.site == "step"
+            && r.mode == mode
+    })
+}
+
 /// The batch curve — decode tokens/s against batch, predicted and measured, per profile —
 /// and the time to first token of every prefill the decode crate measured, predicted
 /// (`predict --phase prefill`) beside it.
 fn batch_curve(ctx: &Ctx, on: On) -> Result<String, AnalysisError> {
     let mut md = String::new();
-    let steps: Vec<&ResultRow> = ctx
-        .ok
-        .iter()
-        .copied()
-        .filter(|r| {
-            r.device == on.device
-                && r.dtype == on.dtype
-                && r.op == OpKind::Decode
-                && r.site == "step"
-                && r.mode == Mode::Pipelined
-        })
-        .collect();
+    let steps: Vec<&ResultRow> = step_rows(ctx, on, Mode::Pipelined).collect();
     let models: BTreeSet<&str> = steps.iter().map(|r| r.model.as_str()).collect();
     for model in models {
         let Ok(cfg) = ModelConfig::by_name(model) else {
@@ -912,17 +913,8 @@ fn gpu_over_cpu(ctx: &Ctx, devices: &BTreeSet<DeviceId>) -> String {
 /// has them, and the graphed fused step where it has graph rows.
 fn breakdown(ctx: &Ctx, on: On) -> Result<String, AnalysisError> {
     let mut md = String::new();
-    let steps: BTreeSet<(String, usize, usize)> = ctx
-        .ok
-        .iter()
-        .filter(|r| {
-            r.device == on.device
-                && r.dtype == on.dtype
-                && r.op == OpKind::Decode
-                && r.phase == Phase::Decode
-                && r.site == "step"
-                && r.mode == Mode::Pipelined
-        })
+    let steps: BTreeSet<(String, usize, usize)> = step_rows(ctx, on, Mode::Pipelined)
+        .filter(|r| r.phase == Phase::Decode)
         .map(|r| {
             (
                 r.model.clone(),
@@ -1124,18 +1116,8 @@ fn draw_breakdown(
 /// when the run has no graph-mode step.
 fn graph_replay(ctx: &Ctx, on: On) -> Result<String, AnalysisError> {
     let mut md = String::new();
-    let steps: Vec<&ResultRow> = ctx
-        .ok
-        .iter()
-        .copied()
-        .filter(|r| {
-            r.device == on.device
-                && r.dtype == on.dtype
-                && r.op == OpKind::Decode
-                && r.site == "step"
-                && r.phase == Phase::Decode
-                && r.mode == Mode::Graph
-        })
+    let steps: Vec<&ResultRow> = step_rows(ctx, on, Mode::Graph)
+        .filter(|r| r.phase == Phase::Decode)
         .collect();
     let models: BTreeSet<&str> = steps.iter().map(|r| r.model.as_str()).collect();
     for model in models {

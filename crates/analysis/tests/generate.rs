@@ -3,20 +3,12 @@
 //! (an A/A pair of the same build, two processes) in a later one.
 #![allow(clippy::unwrap_used)]
 
-use std::path::Path;
+mod common;
 
 use rundir::{Run, Status};
 
-fn load(name: &str) -> (tempfile::TempDir, Run) {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/generate-2026-12-01")
-        .join(name);
-    let tmp = tempfile::tempdir().unwrap();
-    for f in ["env.json", "results.csv.gz", "samples.csv.gz"] {
-        std::fs::copy(src.join(f), tmp.path().join(f)).unwrap();
-    }
-    let run = Run::load(tmp.path()).unwrap();
-    (tmp, run)
+fn load(name: &str) -> Run {
+    common::fixture(&format!("generate-2026-12-01/{name}"))
 }
 
 /// ns per new token of `site` at batch `b`.
@@ -32,7 +24,7 @@ fn per_token(run: &Run, site: &str, b: usize) -> f64 {
 
 #[test]
 fn on_the_h200_graphs_make_generate_four_to_six_times_faster_and_a_static_cache_alone_does_not() {
-    let (_t, run) = load("g");
+    let run = load("g");
     // ms per new token, B = 1: 21.58 eager, 25.27 static, 3.74 graphed (46, 40, 267 tokens/s);
     // B = 8: 20.38, 25.12, 4.69 (393, 318, 1,706 tokens/s)
     for (b, speedup) in [(1, 5.76), (8, 4.34)] {
@@ -59,8 +51,8 @@ fn the_graphs_speedup_is_far_beyond_what_two_processes_of_one_build_differ_by() 
     // 24.7 ms per token at B = 1 (1.39×), the graphed one 5.75 and 4.63 ms (1.24×); within
     // each process the graphs made it 5.98× and 5.32× (g2 at B = 8: 5.72×; g1's B = 8 was
     // cut by the call's time limit), and the static cache alone was slower in both
-    let (_a, g1) = load("g1");
-    let (_b, g2) = load("g2");
+    let g1 = load("g1");
+    let g2 = load("g2");
     let aa = per_token(&g1, "generate", 1) / per_token(&g2, "generate", 1);
     assert!((aa - 1.393).abs() < 0.005, "{aa}");
     let aa_graph = per_token(&g1, "generate_graph", 1) / per_token(&g2, "generate_graph", 1);
@@ -82,12 +74,7 @@ use shapes::{ModelConfig, StepProfile};
 
 /// A published run with every row the transformers step is priced from.
 fn published(name: &str) -> Run {
-    Run::load(
-        &Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/published/results")
-            .join(name),
-    )
-    .unwrap()
+    common::fixture(&format!("published/results/{name}"))
 }
 
 /// The peer's row of `site` at the query's shape, `ns` per new token.
@@ -214,16 +201,8 @@ fn on_the_cpu_a_token_is_the_steps_serial_time_less_its_argmax_plus_the_loop() {
 
 /// One execution of the H200 run `gen2` (2026-12-01): the op crates (pipelined, device)
 /// then scripts/peer.py's five generate() sites, in one process each.
-fn gen2(execution: u32) -> (tempfile::TempDir, Run) {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/generate-2026-12-01/gen2")
-        .join(execution.to_string());
-    let tmp = tempfile::tempdir().unwrap();
-    for f in ["env.json", "results.csv.gz", "samples.csv.gz"] {
-        std::fs::copy(src.join(f), tmp.path().join(f)).unwrap();
-    }
-    let run = Run::load(tmp.path()).unwrap();
-    (tmp, run)
+fn gen2(execution: u32) -> Run {
+    common::fixture(&format!("generate-2026-12-01/gen2/{execution}"))
 }
 
 /// (the HF step's predicted / measured, generate()'s predicted / measured) at batch `b`,
@@ -248,7 +227,7 @@ fn on_the_h200_predict_gives_generates_tokens_per_s_within_15_percent_in_each_ex
     // execution 2: step 1.042 / 0.947 / 0.983, generate() 1.017 / 0.892 / 0.985
     //              (typical: generate() 1.022 / 0.927 / 0.943)
     for e in [1, 2] {
-        let (_t, run) = gen2(e);
+        let run = gen2(e);
         for b in [1, 8, 64] {
             for state in [HostState::Fast, HostState::Typical] {
                 let (step, generate) = ratios(&run, b, state);
@@ -269,7 +248,7 @@ fn on_the_h200_generates_own_loop_is_under_a_millisecond_and_a_twenty_fifth_of_a
     // ms per new token: generate()'s loop with the forward stubbed 0.71–1.01 ms, the
     // whole of generate() 23.0–26.4 ms: the user's token is the step, host-bound
     for e in [1, 2] {
-        let (_t, run) = gen2(e);
+        let run = gen2(e);
         for b in [1, 8, 64] {
             let lp = per_token(&run, "generate_loop", b);
             let whole = per_token(&run, "generate_from_l", b);

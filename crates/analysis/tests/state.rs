@@ -2,7 +2,7 @@
 //! against the samples that ran slow, by the readers' own rule (rundir::flag_each).
 #![allow(clippy::unwrap_used)]
 
-use std::path::Path;
+mod common;
 
 use rundir::{Mode, Run};
 
@@ -40,24 +40,15 @@ fn flag_counts(run: &Run, mode: Mode) -> (usize, usize, usize, usize) {
     c
 }
 
-fn load(name: &str) -> (tempfile::TempDir, Run) {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/state-2026-12-01")
-        .join(name);
-    let tmp = tempfile::tempdir().unwrap();
-    std::fs::copy(src.join("env.json"), tmp.path().join("env.json")).unwrap();
-    for f in ["results.csv.gz", "samples.csv.gz"] {
-        std::fs::copy(src.join(f), tmp.path().join(f)).unwrap();
-    }
-    let run = Run::load(tmp.path()).unwrap();
-    (tmp, run)
+fn load(name: &str) -> Run {
+    common::fixture(&format!("state-2026-12-01/{name}"))
 }
 
 #[test]
 fn the_host_control_after_each_sample_too_does_not_reach_four_in_five() {
     // a second run (a2, the same command, with `host_after_ns`): 15 of 24 slow pipelined
     // samples flagged (62.5%), 445 of the other 3,876 (11.5%)
-    let (_t, run) = load("a2");
+    let run = load("a2");
     assert!(
         run.samples()
             .unwrap()
@@ -71,7 +62,7 @@ fn the_host_control_after_each_sample_too_does_not_reach_four_in_five() {
 
 #[test]
 fn on_the_h200_the_flags_catch_most_slow_pipelined_samples_and_a_tenth_of_the_rest() {
-    let (_t, run) = load("a1");
+    let run = load("a1");
     // every sample carries the GPU's state from NVML; the SM clock sat at its maximum
     // (1980 MHz) but for the samples the power cap held down (throttle 0x4)
     let samples = run.samples().unwrap();
@@ -95,14 +86,7 @@ fn on_the_h200_the_flags_catch_most_slow_pipelined_samples_and_a_tenth_of_the_re
 /// (`generate-2026-12-01/gen2`): op crates, the peer's HF rows (variant transformers) and
 /// its Python op rows, over the pipelined samples that record a state.
 fn gen2_counts(e: u32) -> [(usize, usize, usize, usize); 3] {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/generate-2026-12-01/gen2")
-        .join(e.to_string());
-    let tmp = tempfile::tempdir().unwrap();
-    for f in ["env.json", "results.csv.gz", "samples.csv.gz"] {
-        std::fs::copy(src.join(f), tmp.path().join(f)).unwrap();
-    }
-    let run = Run::load(tmp.path()).unwrap();
+    let run = common::fixture(&format!("generate-2026-12-01/gen2/{e}"));
     let mut out = [(0, 0, 0, 0); 3];
     for (key, samples) in run.samples().unwrap() {
         if key.mode != Mode::Pipelined || !samples.iter().any(|s| s.host_ns.is_some()) {

@@ -122,11 +122,16 @@ impl PreparedMoe {
         }
     }
 
+    /// The next copy of the weights: gate_up and down.
+    fn weights(&mut self) -> Result<[Tensor; 2], TchError> {
+        match self.state.take() {
+            [a, b] => Ok([a.shallow_clone(), b.shallow_clone()]),
+            _ => Err(TchError::Kind("moe: the state is gate_up and down".into())),
+        }
+    }
+
     fn forward(&mut self) -> Result<Tensor, TchError> {
-        let [gate_up, down] = match self.state.take() {
-            [a, b] => [a.shallow_clone(), b.shallow_clone()],
-            _ => return Err(TchError::Kind("moe: the state is gate_up and down".into())),
-        };
+        let [gate_up, down] = self.weights()?;
         self.forward_with(&gate_up, &down)
     }
 }
@@ -148,10 +153,8 @@ impl Prepared for PreparedMoe {
         self.forward()
     }
     fn reference(&mut self) -> Result<Tensor, TchError> {
-        let [gate_up, down] = match self.state.take() {
-            [a, b] => [f64_cpu(a)?, f64_cpu(b)?],
-            _ => return Err(TchError::Kind("moe: the state is gate_up and down".into())),
-        };
+        let [gate_up, down] = self.weights()?.map(|t| f64_cpu(&t));
+        let (gate_up, down) = (gate_up?, down?);
         let x = f64_cpu(&self.x)?;
         let mut out = x.f_zeros_like()?;
         for (j, e) in self.experts.iter().enumerate() {

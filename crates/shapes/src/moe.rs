@@ -13,6 +13,7 @@
 //! the same k experts (k hit, T tokens each): the fewest weights read, the largest GEMMs.
 
 use crate::ModelConfig;
+use crate::plan::{CallKind, OtherCall};
 use crate::problem::{Dims, OpKind, Problem, Step};
 
 /// How the step's tokens spread over the experts.
@@ -88,4 +89,18 @@ pub fn sites(
         mk(OpKind::Moe, "experts", block(Routing::Uniform), layers),
         mk(OpKind::Moe, "experts_worst", block(Routing::Worst), 0),
     ]
+}
+
+/// The routing's own calls per layer, which no op crate measures (the routed experts' case
+/// takes the routing as given): the router logits' softmax, top-k, and the k weights' sum
+/// and division — priced at the dispatch floor. None for a dense model.
+pub fn routing_calls(cfg: &ModelConfig) -> Option<OtherCall> {
+    cfg.is_moe().then_some(OtherCall {
+        name: "routing",
+        kind: CallKind::Kernel,
+        calls: 4 * cfg.num_hidden_layers,
+        what: "the MoE router logits' softmax, top-k, and the k weights' sum and division",
+        in_sequence: &[],
+        stand_in: &[],
+    })
 }

@@ -271,18 +271,7 @@ const OTHER: &[OtherRow] = &[
         [0, 0, 1],
         "create_causal_mask (returns None for SDPA decode, after its checks)",
     ),
-    (
-        ROUTING,
-        CallKind::Kernel,
-        [4, 4, 4],
-        [0, 0, 0],
-        "MoE models only: the router logits' softmax, top-k, and the k weights' sum and \
-         division (the routed experts' case takes the routing as given)",
-    ),
 ];
-
-/// The MoE routing's own calls ([`OTHER`]): counted for MoE models only.
-const ROUTING: &str = "routing";
 
 /// generate()'s side of a decode token: what transformers' `generate()` adds to each
 /// step, as scripts/peer.py measures it (issue 31). The site names are the peer's rows,
@@ -357,16 +346,16 @@ impl StepPlan {
             .iter()
             .map(|&(name, kind, per_layer, per_step, what)| {
                 let (in_sequence, stand_in) = framework_part(name);
-                let model_has = name != ROUTING || cfg.is_moe();
                 OtherCall {
                     name,
                     kind,
-                    calls: usize::from(model_has) * (per_layer[which] * layers + per_step[which]),
+                    calls: per_layer[which] * layers + per_step[which],
                     what,
                     in_sequence,
                     stand_in,
                 }
             })
+            .chain(crate::moe::routing_calls(cfg))
             .filter(|c| c.calls > 0)
             .collect();
         StepPlan {
