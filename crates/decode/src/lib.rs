@@ -39,7 +39,10 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use harness::{Config, DType, Device, Failure, Op, Prepared, dtype};
-use model::{Cache, Flavor, StepCtx, Weights, forward, fuse, layer_forward, random_weights};
+use model::{
+    Cache, Flavor, Routes, StepCtx, Weights, forward, forward_routed, fuse, layer_forward,
+    random_weights,
+};
 use shapes::{Dims, ModelConfig, OpKind, Phase, Problem, StepProfile};
 use tch::{Kind, TchError, Tensor};
 
@@ -74,6 +77,8 @@ struct PreparedLayer {
     blocked: bool,
     note: String,
     tol: f64,
+    /// The routing the checked call chose (an MoE layer), for its reference.
+    routes: Routes,
 }
 
 impl PreparedLayer {
@@ -102,7 +107,10 @@ impl Prepared for PreparedLayer {
     }
 
     fn output(&mut self) -> Result<Tensor, TchError> {
-        self.layer()?.f_narrow(0, 0, 1)
+        *self.ctx.routes.borrow_mut() = Routes::Record(Vec::new());
+        let out = self.layer();
+        self.routes = self.ctx.routes.take().into_replay();
+        out?.f_narrow(0, 0, 1)
     }
 
     fn reference(&mut self) -> Result<Tensor, TchError> {
@@ -118,6 +126,7 @@ impl Prepared for PreparedLayer {
         };
         let q = hs.size()[1];
         let ctx = StepCtx::new(&self.reference, 1, q, self.pos0, Flavor::Reference, false)?;
+        *ctx.routes.borrow_mut() = std::mem::take(&mut self.routes);
         layer_forward(
             &self.reference,
             &self.reference.layers[0],
@@ -156,6 +165,9 @@ struct PreparedStep {
     flavor: Flavor,
     note: String,
     tol: f64,
+    /// Layers the check runs ([`check_layers`]), and the routing its forward chose.
+    check_layers: usize,
+    routes: Routes,
 }
 
 impl Prepared for PreparedStep {
@@ -176,15 +188,17 @@ impl Prepared for PreparedStep {
 
     fn output(&mut self) -> Result<Tensor, TchError> {
         let w = self.weights.borrow();
-        forward(
+        let (logits, routes) = forward_routed(
             &w,
             &self.ids,
             self.pos0,
-            &mut self.caches,
+            &mut self.caches[..self.check_layers],
             self.flavor,
             false,
-        )?
-        .f_narrow(0, 0, 1)
+            Routes::Record(Vec::new()),
+        )?;
+        self.routes = routes.into_replay();
+        logits.f_narrow(0, 0, 1)
     }
 
     fn reference(&mut self) -> Result<Tensor, TchError> {
@@ -192,6 +206,7 @@ impl Prepared for PreparedStep {
         let mut caches = self
             .cache_init
             .iter()
+            .take(self.check_layers)
             .map(|(k, v)| {
                 let c = |t: &Tensor| {
                     t.f_narrow(0, 0, 1)?
@@ -208,14 +223,16 @@ impl Prepared for PreparedStep {
                 })
             })
             .collect::<Result<Vec<_>, TchError>>()?;
-        forward(
+        forward_routed(
             &self.reference,
             &ids,
             self.pos0,
             &mut caches,
             Flavor::Reference,
             false,
+            std::mem::take(&mut self.routes),
         )
+        .map(|(logits, _)| logits)
     }
 
     fn note(&self) -> Option<String> {
@@ -265,11 +282,26 @@ impl Decode {
                 return Ok(r.clone());
             }
         }
-        let r = Rc::new(w.borrow().to_reference()?);
+        let layers = check_layers(&w.borrow().cfg);
+        let r = Rc::new(w.borrow().to_reference(layers)?);
         *slot = Some((key.to_string(), r.clone()));
         Ok(r)
     }
 }
+
+/// Layers a step's check runs against float64 on the CPU: all of a dense model's; the first
+/// [`MOE_CHECK_LAYERS`] of an MoE model's (Qwen3-30B-A3B in float64 is 244 GB), the same
+/// code over the same weights, every layer of them timed.
+pub fn check_layers(cfg: &ModelConfig) -> usize {
+    if cfg.is_moe() {
+        MOE_CHECK_LAYERS.min(cfg.num_hidden_layers)
+    } else {
+        cfg.num_hidden_layers
+    }
+}
+
+/// See [`check_layers`].
+pub const MOE_CHECK_LAYERS: usize = 2;
 
 /// One decoder layer of the step `step`, at `site`: the same shape, called once per
 /// decoder layer of a forward.
@@ -429,6 +461,7 @@ impl Op for Decode {
                      {LAYER_REPEATS} layers per timed call, reported per layer"
                 ),
                 tol: tolerance(dt),
+                routes: Routes::Off,
             }));
         }
         let weight_bytes = weights.borrow().bytes();
@@ -439,8 +472,17 @@ impl Op for Decode {
         } else {
             "one decode step"
         };
+        let check = check_layers(&cfg);
+        let checked = if check < cfg.num_hidden_layers {
+            format!(
+                "; checked through its first {check} of {} layers, routed as the forward chose",
+                cfg.num_hidden_layers
+            )
+        } else {
+            String::new()
+        };
         let note = format!(
-            "{phase}; weights {:.0} MiB, KV cache {:.0} MiB; random weights, fixed seed",
+            "{phase}; weights {:.0} MiB, KV cache {:.0} MiB; random weights, fixed seed{checked}",
             weight_bytes as f64 / 1048576.0,
             kv_bytes as f64 / 1048576.0
         );
@@ -454,6 +496,8 @@ impl Op for Decode {
             flavor,
             note,
             tol: tolerance(dt),
+            check_layers: check,
+            routes: Routes::Off,
         }))
     }
 }

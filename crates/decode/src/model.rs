@@ -1,5 +1,7 @@
 //! A Qwen3 decoder forward in tch, at the real shapes of a model file, with random weights.
 
+use std::cell::RefCell;
+
 use shapes::ModelConfig;
 use tch::{Kind, TchError, Tensor};
 
@@ -38,12 +40,43 @@ pub struct Layer {
     pub q_norm: Tensor,
     pub k_norm: Tensor,
     pub post_norm: Tensor,
-    pub gate: Tensor,
-    pub up: Tensor,
-    pub down: Tensor,
-    /// `cat(q, k, v)` and `cat(gate, up)` along the output dim, for the fused flavor.
+    pub mlp: Mlp,
+    /// `cat(q, k, v)` along the output dim, for the fused flavor.
     pub qkv: Option<Tensor>,
-    pub gate_up: Option<Tensor>,
+}
+
+/// A decoder layer's MLP.
+#[derive(Debug)]
+pub enum Mlp {
+    /// A dense model's SwiGLU; `gate_up` is `cat(gate, up)` for the fused flavor.
+    Dense {
+        gate: Tensor,
+        up: Tensor,
+        down: Tensor,
+        gate_up: Option<Tensor>,
+    },
+    /// An MoE model's block (Qwen3MoeSparseMoeBlock, crate moe): the router `[N, E]`, every
+    /// expert's `gate_up` `[N, 2I, E]` and `down` `[N, E, I]`, as transformers 5.x stores them.
+    Moe {
+        router: Tensor,
+        gate_up: Tensor,
+        down: Tensor,
+        top_k: i64,
+    },
+}
+
+impl Mlp {
+    fn tensors(&self) -> Vec<&Tensor> {
+        match self {
+            Mlp::Dense { gate, up, down, .. } => vec![gate, up, down],
+            Mlp::Moe {
+                router,
+                gate_up,
+                down,
+                ..
+            } => vec![router, gate_up, down],
+        }
+    }
 }
 
 /// A model's weights on one device in one dtype.
@@ -88,8 +121,31 @@ pub fn random_weights(
             .f_add_scalar(1.0)?
             .f_to_kind(kind)
     };
+    let experts = |n: usize, out: i64, inp: i64| -> Result<Tensor, TchError> {
+        Tensor::f_randn([n as i64, out, inp], (Kind::Float, device))?
+            .f_mul_scalar(1.0 / (inp as f64).sqrt())?
+            .f_to_kind(kind)
+    };
     let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
     for _ in 0..cfg.num_hidden_layers {
+        let mlp = match (
+            cfg.num_experts,
+            cfg.num_experts_per_tok,
+            cfg.moe_intermediate_size,
+        ) {
+            (Some(n), Some(k), Some(mi)) => Mlp::Moe {
+                router: lin(n as i64, e)?,
+                gate_up: experts(n, 2 * mi as i64, e)?,
+                down: experts(n, e, mi as i64)?,
+                top_k: k as i64,
+            },
+            _ => Mlp::Dense {
+                gate: lin(i, e)?,
+                up: lin(i, e)?,
+                down: lin(e, i)?,
+                gate_up: None,
+            },
+        };
         let mut l = Layer {
             input_norm: norm(e)?,
             q: lin(h * d, e)?,
@@ -99,11 +155,8 @@ pub fn random_weights(
             q_norm: norm(d)?,
             k_norm: norm(d)?,
             post_norm: norm(e)?,
-            gate: lin(i, e)?,
-            up: lin(i, e)?,
-            down: lin(e, i)?,
+            mlp,
             qkv: None,
-            gate_up: None,
         };
         if fused {
             fuse(&mut l)?;
@@ -131,9 +184,10 @@ pub fn random_weights(
     })
 }
 
-/// Give a layer the concatenated QKV and gate-up weights a fused forward uses. The separate
-/// q, k, v, gate and up become row slices of them (contiguous views, same values), so both
-/// flavors run from one copy of the weights: fusing adds no device memory.
+/// Give a layer the concatenated QKV and (dense) gate-up weights a fused forward uses. The
+/// separate q, k, v, gate and up become row slices of them (contiguous views, same values),
+/// so both flavors run from one copy of the weights: fusing adds no device memory. An MoE
+/// layer's experts are grouped already.
 pub fn fuse(l: &mut Layer) -> Result<(), TchError> {
     if l.qkv.is_none() {
         let qkv = Tensor::f_cat(&[&l.q, &l.k, &l.v], 0)?;
@@ -142,23 +196,30 @@ pub fn fuse(l: &mut Layer) -> Result<(), TchError> {
         l.k = qkv.f_narrow(0, nq, nk)?;
         l.v = qkv.f_narrow(0, nq + nk, nv)?;
         l.qkv = Some(qkv);
-        let gate_up = Tensor::f_cat(&[&l.gate, &l.up], 0)?;
-        let (ng, nu) = (l.gate.size()[0], l.up.size()[0]);
-        l.gate = gate_up.f_narrow(0, 0, ng)?;
-        l.up = gate_up.f_narrow(0, ng, nu)?;
-        l.gate_up = Some(gate_up);
+        if let Mlp::Dense {
+            gate, up, gate_up, ..
+        } = &mut l.mlp
+        {
+            let both = Tensor::f_cat(&[&*gate, &*up], 0)?;
+            let (ng, nu) = (gate.size()[0], up.size()[0]);
+            *gate = both.f_narrow(0, 0, ng)?;
+            *up = both.f_narrow(0, ng, nu)?;
+            *gate_up = Some(both);
+        }
     }
     Ok(())
 }
 
 impl Weights {
-    /// A float64 CPU copy (for the reference forward); the inverse frequencies are
-    /// recomputed in float64.
-    pub fn to_reference(&self) -> Result<Weights, TchError> {
+    /// A float64 CPU copy of the first `layers` layers (for the reference forward, which
+    /// runs as many layers as it is given caches); the inverse frequencies are recomputed
+    /// in float64.
+    pub fn to_reference(&self, layers: usize) -> Result<Weights, TchError> {
         let c = |t: &Tensor| t.f_to_device(tch::Device::Cpu)?.f_to_kind(Kind::Double);
         let layers = self
             .layers
             .iter()
+            .take(layers)
             .map(|l| {
                 Ok(Layer {
                     input_norm: c(&l.input_norm)?,
@@ -169,11 +230,26 @@ impl Weights {
                     q_norm: c(&l.q_norm)?,
                     k_norm: c(&l.k_norm)?,
                     post_norm: c(&l.post_norm)?,
-                    gate: c(&l.gate)?,
-                    up: c(&l.up)?,
-                    down: c(&l.down)?,
+                    mlp: match &l.mlp {
+                        Mlp::Dense { gate, up, down, .. } => Mlp::Dense {
+                            gate: c(gate)?,
+                            up: c(up)?,
+                            down: c(down)?,
+                            gate_up: None,
+                        },
+                        Mlp::Moe {
+                            router,
+                            gate_up,
+                            down,
+                            top_k,
+                        } => Mlp::Moe {
+                            router: c(router)?,
+                            gate_up: c(gate_up)?,
+                            down: c(down)?,
+                            top_k: *top_k,
+                        },
+                    },
                     qkv: None,
-                    gate_up: None,
                 })
             })
             .collect::<Result<Vec<_>, TchError>>()?;
@@ -221,10 +297,10 @@ impl Weights {
                 &l.q_norm,
                 &l.k_norm,
                 &l.post_norm,
-                &l.gate,
-                &l.up,
-                &l.down,
-            ] {
+            ]
+            .into_iter()
+            .chain(l.mlp.tensors())
+            {
                 total += size(t);
             }
         }
@@ -281,6 +357,8 @@ pub struct StepCtx {
     /// How many times each call of a layer is made in a row before the next: 1 (the step
     /// as the model makes it) unless [`StepCtx::blocked`].
     repeat: usize,
+    /// An MoE forward's routing, recorded or replayed for a check ([`Routes`]).
+    pub routes: RefCell<Routes>,
 }
 
 impl StepCtx {
@@ -339,6 +417,7 @@ impl StepCtx {
             at,
             flavor,
             repeat: 1,
+            routes: RefCell::default(),
         })
     }
 
@@ -366,16 +445,34 @@ pub fn forward(
     flavor: Flavor,
     keep: bool,
 ) -> Result<Tensor, TchError> {
+    forward_routed(w, ids, pos0, caches, flavor, keep, Routes::Off).map(|(logits, _)| logits)
+}
+
+/// [`forward`] over as many layers as `caches` holds, recording or replaying an MoE
+/// model's routing ([`Routes`]); returns the logits and the routes.
+pub fn forward_routed(
+    w: &Weights,
+    ids: &Tensor,
+    pos0: i64,
+    caches: &mut [Cache],
+    flavor: Flavor,
+    keep: bool,
+    routes: Routes,
+) -> Result<(Tensor, Routes), TchError> {
     let (b, q) = (ids.size()[0], ids.size()[1]);
     let static_cache = matches!(caches.first(), Some(Cache::Static { .. }));
     let ctx = StepCtx::new(w, b, q, pos0, flavor, static_cache)?;
+    *ctx.routes.borrow_mut() = routes;
     let mut hs = Tensor::f_embedding(&w.embed, ids, -1, false, false)?;
     for (layer, cache) in w.layers.iter().zip(caches.iter_mut()) {
         hs = layer_forward(w, layer, cache, &hs, &ctx, keep)?;
     }
     let hs = rms_norm(&hs, &w.final_norm, w.cfg.rms_norm_eps, flavor)?;
     let last = hs.f_narrow(1, q - 1, 1)?;
-    last.f_linear::<Tensor>(&w.lm_head, None)?.f_squeeze_dim(1)
+    let logits = last
+        .f_linear::<Tensor>(&w.lm_head, None)?
+        .f_squeeze_dim(1)?;
+    Ok((logits, ctx.routes.take()))
 }
 
 /// One decoder layer of a forward: `hs` `[B, q, hidden]` in, the layer's output out. Every
@@ -476,20 +573,88 @@ pub fn layer_forward(
 
     let residual = hs.shallow_clone();
     let x = rep(ctx, || rms_norm(&hs, &layer.post_norm, eps, flavor))?;
-    let act = match (&layer.gate_up, flavor) {
-        (Some(gu), Flavor::Fused) => {
-            let both = rep(ctx, || x.f_linear::<Tensor>(gu, None))?;
-            let halves = rep(ctx, || both.f_chunk(2, -1))?;
-            let s = rep(ctx, || halves[0].f_silu())?;
-            rep(ctx, || s.f_mul(&halves[1]))?
+    let mlp = match &layer.mlp {
+        Mlp::Dense {
+            gate,
+            up,
+            down,
+            gate_up,
+        } => {
+            let act = match (gate_up, flavor) {
+                (Some(gu), Flavor::Fused) => {
+                    let both = rep(ctx, || x.f_linear::<Tensor>(gu, None))?;
+                    let halves = rep(ctx, || both.f_chunk(2, -1))?;
+                    let s = rep(ctx, || halves[0].f_silu())?;
+                    rep(ctx, || s.f_mul(&halves[1]))?
+                }
+                _ => {
+                    let g = rep(ctx, || x.f_linear::<Tensor>(gate, None))?;
+                    let s = rep(ctx, || g.f_silu())?;
+                    let u = rep(ctx, || x.f_linear::<Tensor>(up, None))?;
+                    rep(ctx, || s.f_mul(&u))?
+                }
+            };
+            rep(ctx, || act.f_linear::<Tensor>(down, None))?
         }
-        _ => {
-            let g = rep(ctx, || x.f_linear::<Tensor>(&layer.gate, None))?;
-            let s = rep(ctx, || g.f_silu())?;
-            let u = rep(ctx, || x.f_linear::<Tensor>(&layer.up, None))?;
-            rep(ctx, || s.f_mul(&u))?
+        Mlp::Moe {
+            router,
+            gate_up,
+            down,
+            top_k,
+        } => {
+            let e = cfg.hidden_size as i64;
+            let flat = rep(ctx, || x.f_view([-1, e]))?;
+            let chosen = ctx.routes.borrow_mut().replay();
+            let (weights, ids) = rep(ctx, || moe::router(&flat, router, *top_k, chosen.as_ref()))?;
+            ctx.routes.borrow_mut().record(&ids, q)?;
+            // transformers' eager loop for hf-eager (and the float64 reference), its
+            // grouped_mm implementation for fused
+            let experts = match flavor {
+                Flavor::Fused => moe::experts_grouped,
+                Flavor::HfEager | Flavor::Reference => moe::experts_loop,
+            };
+            let out = rep(ctx, || experts(&flat, &ids, &weights, gate_up, down))?;
+            rep(ctx, || out.f_view([b, q, e]))?
         }
     };
-    let down = rep(ctx, || act.f_linear::<Tensor>(&layer.down, None))?;
-    rep(ctx, || residual.f_add(&down))
+    rep(ctx, || residual.f_add(&mlp))
+}
+
+/// The experts an MoE forward chose, per layer, for the first sequence: recorded by the
+/// forward a check compares, replayed by its float64 reference (so a near-tie of the
+/// router's top-k that rounding breaks the other way is not a mismatch; the reference
+/// still computes and renormalizes its own probabilities of those experts).
+#[derive(Debug, Default)]
+pub enum Routes {
+    /// Neither (timed calls).
+    #[default]
+    Off,
+    /// Each layer's `[q, k]` expert ids of the first sequence, on the CPU.
+    Record(Vec<Tensor>),
+    /// The recorded ids, taken in layer order.
+    Replay(std::collections::VecDeque<Tensor>),
+}
+
+impl Routes {
+    fn replay(&mut self) -> Option<Tensor> {
+        match self {
+            Routes::Replay(ids) => ids.pop_front(),
+            _ => None,
+        }
+    }
+
+    fn record(&mut self, ids: &Tensor, q: i64) -> Result<(), TchError> {
+        if let Routes::Record(all) = self {
+            all.push(ids.f_narrow(0, 0, q)?.f_to_device(tch::Device::Cpu)?);
+        }
+        Ok(())
+    }
+
+    /// What was recorded, to replay.
+    pub fn into_replay(self) -> Routes {
+        match self {
+            Routes::Record(all) => Routes::Replay(all.into()),
+            other => other,
+        }
+    }
 }

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use decode::model::{Cache, Flavor, forward, fuse, random_weights};
+use decode::model::{Cache, Flavor, Mlp, Routes, forward, forward_routed, fuse, random_weights};
 use harness::{DType, Device, Op, rel_err};
 use shapes::{ModelConfig, OpKind, Step};
 use tch::{Kind, Tensor};
@@ -71,8 +71,11 @@ fn tiny_model_matches_float64_and_profiles_agree() {
     assert_eq!(w.bytes(), bytes_before);
     let qkv = l0.qkv.as_ref().unwrap();
     assert_eq!(l0.q.data_ptr(), qkv.data_ptr());
-    assert!(l0.v.is_contiguous() && l0.up.is_contiguous());
-    let r = w.to_reference().unwrap();
+    let Mlp::Dense { up, .. } = &l0.mlp else {
+        panic!("a dense model's MLP")
+    };
+    assert!(l0.v.is_contiguous() && up.is_contiguous());
+    let r = w.to_reference(3).unwrap();
     // prefill 5 tokens, then decode one, through each flavor
     let ids = Tensor::from_slice(&[3i64, 17, 250, 9, 0, 1, 2, 3, 4, 5]).view([2, 5]);
     let next = Tensor::from_slice(&[42i64, 7]).view([2, 1]);
@@ -108,6 +111,118 @@ fn tiny_model_matches_float64_and_profiles_agree() {
     let mut empty = caches(3, Flavor::Reference, None, 1);
     let alone = forward(&r, &next, 0, &mut empty, Flavor::Reference, false).unwrap();
     assert!(err(&alone, &out[2].1) > 1e-2);
+}
+
+/// A tiny MoE model: 8 experts, 2 per token.
+fn tiny_moe() -> ModelConfig {
+    let text = r#"
+name = "tiny-moe"
+source = "test"
+hidden_size = 64
+intermediate_size = 96
+moe_intermediate_size = 32
+num_experts = 8
+num_experts_per_tok = 2
+num_hidden_layers = 3
+num_attention_heads = 4
+num_key_value_heads = 2
+head_dim = 32
+vocab_size = 257
+rope_theta = 10000.0
+rms_norm_eps = 1e-6
+max_position_embeddings = 512
+tie_word_embeddings = false
+"#;
+    ModelConfig::parse(text, Path::new("tiny-moe.toml")).unwrap()
+}
+
+/// An MoE model's forward: transformers' loop (hf-eager) and its grouped GEMMs (fused)
+/// match float64 through every layer, and the reference routed as the forward chose
+/// agrees with one that chose for itself when no near-tie separates them; the check of
+/// a step runs its first layers only.
+#[test]
+fn an_moe_forward_matches_float64_by_the_loop_and_the_grouped_gemm() {
+    let cfg = tiny_moe();
+    let mut w = random_weights(&cfg, Kind::Float, tch::Device::Cpu, false).unwrap();
+    for l in w.layers.iter_mut() {
+        fuse(l).unwrap();
+    }
+    assert!(matches!(w.layers[0].mlp, Mlp::Moe { top_k: 2, .. }));
+    // every weight counted: attention, norms, router, 8 experts' gate_up and down
+    let layer = 64 * 128 + 2 * 64 * 64 + 128 * 64 + 2 * 64 + 2 * 32 + 8 * 64 + 8 * 3 * 64 * 32;
+    assert_eq!(w.bytes(), 4 * (3 * layer + 2 * 257 * 64 + 64));
+    let r = w.to_reference(3).unwrap();
+    let ids = Tensor::from_slice(&[3i64, 17, 250, 9, 0, 1, 2, 3, 4, 5]).view([2, 5]);
+    let next = Tensor::from_slice(&[42i64, 7]).view([2, 1]);
+    let f64s = |t: Tensor| t.to_kind(Kind::Double);
+    let err = |a: &Tensor, b: &Tensor| {
+        rel_err(&harness::Check {
+            output: a.shallow_clone(),
+            reference: b.shallow_clone(),
+        })
+        .unwrap()
+    };
+    let mut want = caches(3, Flavor::Reference, None, 6);
+    forward(&r, &ids, 0, &mut want, Flavor::Reference, true).unwrap();
+    let (want, _) = forward_routed(
+        &r,
+        &next,
+        5,
+        &mut want,
+        Flavor::Reference,
+        true,
+        Routes::Off,
+    )
+    .unwrap();
+    for flavor in [Flavor::HfEager, Flavor::Fused] {
+        let mut c = caches(3, flavor, None, 6);
+        forward(&w, &ids, 0, &mut c, flavor, true).unwrap();
+        let (got, routes) = forward_routed(
+            &w,
+            &next,
+            5,
+            &mut c,
+            flavor,
+            true,
+            Routes::Record(Vec::new()),
+        )
+        .unwrap();
+        // one [q, k] choice per layer, of the first sequence
+        let Routes::Record(chosen) = &routes else {
+            panic!("recorded")
+        };
+        assert_eq!(chosen.len(), 3);
+        assert_eq!(chosen[0].size(), [1, 2]);
+        assert!(err(&f64s(got.shallow_clone()), &want) < 1e-5, "{flavor:?}");
+        // the reference replaying those choices gives the same logits
+        let mut again = caches(3, Flavor::Reference, None, 6);
+        forward(&r, &ids, 0, &mut again, Flavor::Reference, true).unwrap();
+        let mut replay = routes.into_replay();
+        // the prefill's routing is the reference's own; replay the decode step's only
+        let (first, _) = forward_routed(
+            &r,
+            &next.narrow(0, 0, 1),
+            5,
+            &mut again
+                .iter()
+                .map(|c| match c {
+                    Cache::Dynamic { k, v } => Cache::Dynamic {
+                        k: k.as_ref().map(|t| t.narrow(0, 0, 1)),
+                        v: v.as_ref().map(|t| t.narrow(0, 0, 1)),
+                    },
+                    Cache::Static { .. } => unreachable!(),
+                })
+                .collect::<Vec<_>>(),
+            Flavor::Reference,
+            false,
+            std::mem::take(&mut replay),
+        )
+        .unwrap();
+        assert!(
+            err(&f64s(got.narrow(0, 0, 1)), &first) < 1e-5,
+            "{flavor:?} replayed"
+        );
+    }
 }
 
 #[test]

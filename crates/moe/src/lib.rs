@@ -1,23 +1,29 @@
-//! The routed experts of a Qwen3 MoE layer (Qwen3-30B-A3B, Qwen3-235B-A22B; issue 33): T
-//! tokens, each sent to its k experts with its routing weight, every expert a SwiGLU MLP
-//! (`gate_up` [2I, E], `down` [E, I], as transformers 5.x stores them), the k outputs
+//! The routed experts of a Qwen3 MoE layer (Qwen3-30B-A3B, Qwen3-235B-A22B; issue 33), as
+//! transformers 5.17 computes them: the router ([`router`], Qwen3MoeTopKRouter: a linear to
+//! `num_experts` logits, softmax in float32, top-k, the k weights renormalized), then T
+//! tokens each sent to its k experts with its routing weight, every expert a SwiGLU MLP
+//! (`gate_up` [N, 2I, E], `down` [N, E, I], as transformers 5.x stores them), the k outputs
 //! weighted and added back into the token's row. Sites (shapes::moe): `experts` under
 //! uniform random routing (seed 7: each token's k distinct experts drawn uniformly; the
 //! note gives the experts actually hit), `experts_worst` with every token on experts 0..k.
-//! Only the experts hit hold weights.
+//! The op case holds the weights of the experts hit only (their ids renumbered 0..hit), so
+//! its loop and its groups run over those; the decode crate's step holds all N.
 //!
-//! Variants:
-//! - `loop`: a per-expert loop from tch, as transformers' experts module runs it once the
-//!   routing is known: for each expert hit, `index_select` its tokens, `linear` by its
-//!   gate_up, `chunk`, `silu(gate) · up`, `linear` by its down, times the routing weights,
-//!   `index_add_` into the output. The routing lives on the host (no sync per call, unlike
-//!   transformers' `nonzero` over the expert mask, which the peer measures).
-//! - `grouped`: the same as two grouped GEMMs (`torch._grouped_mm` over the tokens sorted
-//!   by expert, one group per expert hit), as transformers' `grouped_mm` experts
-//!   implementation runs them. Where the build and device have it: transformers 5.17's
-//!   integrations/moe.py says torch ≥ 2.9 has a CPU kernel and runs it on CUDA SM80+
-//!   (≤ 2.8: Hopper only); torch 2.11 ran it here on the CPU. A build without it gets a row
-//!   that says why (`unsupported` or `error`, libtorch's message). Not run on ROCm.
+//! Variants, each the function the decode crate's MoE step calls:
+//! - `loop` ([`experts_loop`]): Qwen3MoeExperts.forward, transformers' eager loop, call for
+//!   call: `one_hot` of the routing, the experts hit by `nonzero` (a device→host sync), and
+//!   per expert hit a sync on `expert_idx == num_experts`, `torch.where` over its mask (a
+//!   `nonzero`, another sync), index its tokens, `linear` by its gate_up, `chunk`,
+//!   `silu(gate) · up`, `linear` by its down, times its routing weights, `index_add_`.
+//!   1 + 2·hit syncs per call: on a host-bound GPU each one waits for the queued kernels.
+//! - `grouped` ([`experts_grouped`]): transformers' `grouped_mm` experts implementation —
+//!   the routed rows sorted by expert on the device, `histc` and `cumsum` for the groups'
+//!   ends, two grouped GEMMs (`torch._grouped_mm`), the weights applied, the order
+//!   restored, the k rows of each token summed: no sync. Where the build and device have
+//!   it: transformers 5.17's integrations/moe.py says torch ≥ 2.9 has a CPU kernel and runs
+//!   it on CUDA SM80+ (≤ 2.8: Hopper only); torch 2.11 ran it here on the CPU. A build
+//!   without it gets a row that says why (`unsupported` or `error`, libtorch's message).
+//!   Not run on ROCm.
 //!
 //! Reference: float64 on the CPU, the same routing, expert by expert.
 
@@ -55,85 +61,128 @@ pub fn route(tokens: usize, experts: usize, top_k: usize, routing: Routing) -> V
         .collect()
 }
 
-/// The routed-experts op.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Moe;
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Variant {
-    Loop,
-    Grouped,
+/// Qwen3MoeTopKRouter: `x` [T, E] by the router's `weight` [N, E] to logits, softmax in
+/// float32 (float64 for a float64 `x`), top-k, the k weights renormalized to sum to 1 and
+/// cast back to the logits' dtype. Returns (weights [T, k], expert ids [T, k]).
+///
+/// `chosen`: take these expert ids instead of the top-k (their probabilities gathered and
+/// renormalized the same way) — the float64 reference of a whole step routes as the
+/// checked forward did, so a near-tie that rounding breaks differently is not a mismatch.
+pub fn router(
+    x: &Tensor,
+    weight: &Tensor,
+    top_k: i64,
+    chosen: Option<&Tensor>,
+) -> Result<(Tensor, Tensor), TchError> {
+    let logits = x.f_linear::<Tensor>(weight, None)?;
+    let soft = if x.kind() == Kind::Double {
+        Kind::Double
+    } else {
+        Kind::Float
+    };
+    let probs = logits.f_softmax(-1, soft)?;
+    let (top, ids) = match chosen {
+        Some(ids) => (probs.f_gather(-1, ids, false)?, ids.shallow_clone()),
+        None => probs.f_topk(top_k, -1, true, true)?,
+    };
+    let top = top.f_div(&top.f_sum_dim_intlist(-1, true, None::<Kind>)?)?;
+    Ok((top.f_to_kind(logits.kind())?, ids))
 }
 
-/// One expert hit: its tokens (rows of x) and their routing weights, on the device.
-struct Expert {
-    tokens: Tensor,
-    weights: Tensor,
-}
-
-struct PreparedMoe {
-    x: Tensor,
-    /// gate_up [h, 2I, E] and down [h, E, I] of the h experts hit, in `experts` order.
-    state: StateCopies,
-    experts: Vec<Expert>,
-    /// Grouped: the routed rows sorted by expert, their weights, and the groups' ends.
-    sorted_tokens: Tensor,
-    sorted_weights: Tensor,
-    offsets: Tensor,
-    variant: Variant,
-    hit: usize,
-    expected_hit: usize,
-}
-
-impl PreparedMoe {
-    fn forward_with(&self, gate_up: &Tensor, down: &Tensor) -> Result<Tensor, TchError> {
-        let mut out = self.x.f_zeros_like()?;
-        match self.variant {
-            Variant::Loop => {
-                for (j, e) in self.experts.iter().enumerate() {
-                    let xs = self.x.f_index_select(0, &e.tokens)?;
-                    let gu = xs.f_linear(&gate_up.get(j as i64), None::<Tensor>)?;
-                    let h = swiglu(&gu)?;
-                    let y = h.f_linear(&down.get(j as i64), None::<Tensor>)?;
-                    let y = y.f_mul(&e.weights)?;
-                    drop(out.f_index_add_(0, &e.tokens, &y)?);
-                }
-                Ok(out)
-            }
-            Variant::Grouped => {
-                let xs = self.x.f_index_select(0, &self.sorted_tokens)?;
-                let gu = xs.f_internal_grouped_mm(
-                    &gate_up.f_transpose(-2, -1)?,
-                    Some(&self.offsets),
-                    None::<&Tensor>,
-                    None::<Kind>,
-                )?;
-                let h = swiglu(&gu)?;
-                let y = h.f_internal_grouped_mm(
-                    &down.f_transpose(-2, -1)?,
-                    Some(&self.offsets),
-                    None::<&Tensor>,
-                    None::<Kind>,
-                )?;
-                let y = y.f_mul(&self.sorted_weights)?;
-                drop(out.f_index_add_(0, &self.sorted_tokens, &y)?);
-                Ok(out)
-            }
+/// Qwen3MoeExperts.forward, transformers 5.17's eager loop, call for call: `x` [T, E], the
+/// routing's `ids` and `weights` [T, k], `gate_up` [N, 2I, E], `down` [N, E, I]. Syncs
+/// with the device 1 + 2·(experts hit) times, as transformers does.
+pub fn experts_loop(
+    x: &Tensor,
+    ids: &Tensor,
+    weights: &Tensor,
+    gate_up: &Tensor,
+    down: &Tensor,
+) -> Result<Tensor, TchError> {
+    let n = gate_up.size()[0];
+    let mut out = x.f_zeros_like()?;
+    // [N, k, T]: which (slot, token) each expert got
+    let mask = ids.f_one_hot(n)?.f_permute([2, 1, 0])?;
+    let hit = mask
+        .f_sum_dim_intlist([-1, -2].as_slice(), false, None::<Kind>)?
+        .f_gt(0)?
+        .f_nonzero()?;
+    for j in 0..hit.size()[0] {
+        let e = hit.f_get(j)?.f_get(0)?;
+        // transformers' `if expert_idx == self.num_experts: continue` (a sync)
+        if e.f_eq(n)?.f_is_nonzero()? {
+            continue;
         }
+        // torch.where(expert_mask[expert_idx]): its nonzero (a sync)
+        let at = mask
+            .f_index_select(0, &e.f_unsqueeze(0)?)?
+            .f_squeeze_dim(0)?;
+        let pos = at.f_nonzero()?;
+        let (slot, token) = (pos.f_select(1, 0)?, pos.f_select(1, 1)?);
+        let xs = x.f_index_select(0, &token)?;
+        let e1 = e.f_unsqueeze(0)?;
+        let gu = xs.f_linear::<Tensor>(&gate_up.f_index_select(0, &e1)?.f_squeeze_dim(0)?, None)?;
+        let h = swiglu(&gu)?;
+        let y = h.f_linear::<Tensor>(&down.f_index_select(0, &e1)?.f_squeeze_dim(0)?, None)?;
+        let w = weights
+            .f_index(&[Some(&token), Some(&slot)])?
+            .f_unsqueeze(-1)?;
+        let y = y.f_mul(&w)?;
+        drop(out.f_index_add_(0, &token, &y.f_to_kind(out.kind())?)?);
     }
+    Ok(out)
+}
 
-    /// The next copy of the weights: gate_up and down.
-    fn weights(&mut self) -> Result<[Tensor; 2], TchError> {
-        match self.state.take() {
-            [a, b] => Ok([a.shallow_clone(), b.shallow_clone()]),
-            _ => Err(TchError::Kind("moe: the state is gate_up and down".into())),
-        }
-    }
-
-    fn forward(&mut self) -> Result<Tensor, TchError> {
-        let [gate_up, down] = self.weights()?;
-        self.forward_with(&gate_up, &down)
-    }
+/// transformers 5.17's `grouped_mm` experts implementation: the T·k routed rows sorted by
+/// expert on the device, the groups' ends, two grouped GEMMs (`torch._grouped_mm` over all
+/// N experts' weights), the weights applied, the order restored, each token's k rows
+/// summed. No sync. The groups' ends come from one `searchsorted` of the sorted ids (tch
+/// exposes `histc` without its range; transformers makes them with `histc` and `cumsum`).
+/// transformers' sentinel masking for expert parallelism is kept (its comparison, clamp
+/// and three `masked_fill`s run either way).
+pub fn experts_grouped(
+    x: &Tensor,
+    ids: &Tensor,
+    weights: &Tensor,
+    gate_up: &Tensor,
+    down: &Tensor,
+) -> Result<Tensor, TchError> {
+    let (n, k) = (gate_up.size()[0], ids.size()[1]);
+    let (t, e) = (x.size()[0], x.size()[1]);
+    let device = x.device();
+    let sample_weights = weights.f_reshape([-1])?;
+    let flat = ids.f_reshape([-1])?;
+    let (mut ids_g, perm) = flat.f_sort(0, false)?;
+    let rows = x.f_index_select(0, &perm.f_floor_divide_scalar(k)?)?;
+    let weights_g = sample_weights.f_index_select(0, &perm)?;
+    let bounds = Tensor::f_arange(n, (ids_g.kind(), device))?;
+    let offsets = bounds.f_searchsorted(&ids_g, true, true, "right", None::<Tensor>)?;
+    let sentinel = ids_g.f_ge(n)?.f_unsqueeze(-1)?;
+    drop(ids_g.f_clamp_max_(n - 1)?);
+    let mut rows = rows;
+    drop(rows.f_masked_fill_(&sentinel, 0.0)?);
+    let grouped = |a: &Tensor, w: &Tensor| {
+        a.f_internal_grouped_mm(
+            &w.f_transpose(-2, -1)?,
+            Some(&offsets),
+            None::<&Tensor>,
+            None::<Kind>,
+        )
+    };
+    let gu = grouped(&rows, gate_up)?.f_masked_fill(&sentinel, 0.0)?;
+    let h = swiglu(&gu)?;
+    let y = grouped(&h, down)?.f_masked_fill(&sentinel, 0.0)?;
+    let y = y.f_mul(&weights_g.f_unsqueeze(-1)?)?;
+    let mut inv = perm.f_empty_like()?;
+    let s = perm.size()[0];
+    drop(inv.f_index_put_(
+        &[Some(&perm)],
+        &Tensor::f_arange(s, (Kind::Int64, device))?,
+        false,
+    )?);
+    y.f_index_select(0, &inv)?
+        .f_view([t, k, e])?
+        .f_sum_dim_intlist(1, false, None::<Kind>)
 }
 
 /// `silu(gate) · up` of a [rows, 2I] gate_up output.
@@ -145,6 +194,47 @@ fn swiglu(gu: &Tensor) -> Result<Tensor, TchError> {
     gate.f_silu()?.f_mul(up)
 }
 
+/// The routed-experts op.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Moe;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Variant {
+    Loop,
+    Grouped,
+}
+
+struct PreparedMoe {
+    x: Tensor,
+    /// The routing: [T, k] expert ids (renumbered 0..hit) and weights, on the device.
+    ids: Tensor,
+    weights: Tensor,
+    /// gate_up [hit, 2I, E] and down [hit, E, I] of the experts hit.
+    state: StateCopies,
+    variant: Variant,
+    hit: usize,
+    expected_hit: usize,
+}
+
+impl PreparedMoe {
+    /// The next copy of the weights: gate_up and down.
+    fn experts(&mut self) -> Result<[Tensor; 2], TchError> {
+        match self.state.take() {
+            [a, b] => Ok([a.shallow_clone(), b.shallow_clone()]),
+            _ => Err(TchError::Kind("moe: the state is gate_up and down".into())),
+        }
+    }
+
+    fn forward(&mut self) -> Result<Tensor, TchError> {
+        let [gate_up, down] = self.experts()?;
+        let f = match self.variant {
+            Variant::Loop => experts_loop,
+            Variant::Grouped => experts_grouped,
+        };
+        f(&self.x, &self.ids, &self.weights, &gate_up, &down)
+    }
+}
+
 impl Prepared for PreparedMoe {
     fn run(&mut self) -> Result<(), TchError> {
         self.forward().map(drop)
@@ -153,22 +243,15 @@ impl Prepared for PreparedMoe {
         self.forward()
     }
     fn reference(&mut self) -> Result<Tensor, TchError> {
-        let [gate_up, down] = self.weights()?.map(|t| f64_cpu(&t));
-        let (gate_up, down) = (gate_up?, down?);
-        let x = f64_cpu(&self.x)?;
-        let mut out = x.f_zeros_like()?;
-        for (j, e) in self.experts.iter().enumerate() {
-            let tokens = e.tokens.f_to_device(tch::Device::Cpu)?;
-            let w = f64_cpu(&e.weights)?;
-            let xs = x.f_index_select(0, &tokens)?;
-            let gu = xs.f_matmul(&gate_up.get(j as i64).f_transpose(0, 1)?)?;
-            let h = swiglu(&gu)?;
-            let y = h
-                .f_matmul(&down.get(j as i64).f_transpose(0, 1)?)?
-                .f_mul(&w)?;
-            drop(out.f_index_add_(0, &tokens, &y)?);
-        }
-        Ok(out)
+        let [gate_up, down] = self.experts()?.map(|t| f64_cpu(&t));
+        let ids = self.ids.f_to_device(tch::Device::Cpu)?;
+        experts_loop(
+            &f64_cpu(&self.x)?,
+            &ids,
+            &f64_cpu(&self.weights)?,
+            &gate_up?,
+            &down?,
+        )
     }
     fn state_bytes(&self) -> u64 {
         self.state.bytes()
@@ -177,8 +260,12 @@ impl Prepared for PreparedMoe {
         self.state.spread(copies)
     }
     fn note(&self) -> Option<String> {
+        let how = match self.variant {
+            Variant::Loop => "transformers' eager loop, 1 + 2 per expert hit device syncs",
+            Variant::Grouped => "transformers' grouped_mm implementation, no sync",
+        };
         Some(format!(
-            "{} experts hit by this routing (the problem's bytes count {})",
+            "{} experts hit by this routing (the problem's bytes count {}); {how}",
             self.hit, self.expected_hit
         ))
     }
@@ -221,54 +308,38 @@ impl Op for Moe {
             _ => Routing::Uniform,
         };
         let routes = route(tokens, experts, top_k, routing);
-        // each expert hit: its (token, slot) pairs, in expert order
-        let mut by_expert: Vec<Vec<(usize, usize)>> = vec![Vec::new(); experts];
-        for (t, chosen) in routes.iter().enumerate() {
-            for (slot, &e) in chosen.iter().enumerate() {
-                by_expert[e].push((t, slot));
+        // the experts hit, renumbered 0..hit in expert order
+        let mut number = vec![None; experts];
+        for &e in routes.iter().flatten() {
+            number[e] = Some(());
+        }
+        let mut renumber = vec![0i64; experts];
+        let mut hit = 0usize;
+        for (e, seen) in number.iter().enumerate() {
+            if seen.is_some() {
+                renumber[e] = hit as i64;
+                hit += 1;
             }
         }
-        let hit_lists: Vec<Vec<(usize, usize)>> =
-            by_expert.into_iter().filter(|v| !v.is_empty()).collect();
-        let hit = hit_lists.len();
+        let flat: Vec<i64> = routes.iter().flatten().map(|&e| renumber[e]).collect();
         let (t, k, e, i) = (tokens as i64, top_k as i64, width as i64, inter as i64);
         let x = randn(&[t, e], dt, device, 3)?;
         // routing weights: a softmax over the k chosen, as Qwen3-MoE renormalizes them
-        let weights = randn(&[t, k], DType::F32, Device::CPU, 5)?.f_softmax(-1, Kind::Float)?;
-        let weights: Vec<f32> = Vec::<f32>::try_from(weights.f_flatten(0, -1)?)
-            .map_err(|e| Failure::error(e.to_string()))?;
-        let scale = (1.0 / width as f64).sqrt();
-        let gate_up = randn(&[hit as i64, 2 * i, e], dt, device, 11)?.f_mul_scalar(scale)?;
+        let weights = randn(&[t, k], DType::F32, device, 5)?
+            .f_softmax(-1, Kind::Float)?
+            .f_to_kind(harness::dtype::kind(dt))?;
+        let ids = Tensor::from_slice(&flat)
+            .f_view([t, k])?
+            .f_to_device(device.tch())?;
+        let gate_up = randn(&[hit as i64, 2 * i, e], dt, device, 11)?
+            .f_mul_scalar((1.0 / width as f64).sqrt())?;
         let down = randn(&[hit as i64, e, i], dt, device, 13)?
             .f_mul_scalar((1.0 / inter as f64).sqrt())?;
-        let on = |v: Vec<i64>| Tensor::from_slice(&v).f_to_device(device.tch());
-        let column = |v: Vec<f32>| -> Result<Tensor, TchError> {
-            let n = v.len() as i64;
-            Tensor::from_slice(&v)
-                .f_view([n, 1])?
-                .f_to_kind(harness::dtype::kind(dt))?
-                .f_to_device(device.tch())
-        };
-        let mut experts_hit = Vec::with_capacity(hit);
-        let (mut all_tokens, mut all_weights, mut ends) = (Vec::new(), Vec::new(), Vec::new());
-        for pairs in &hit_lists {
-            let toks: Vec<i64> = pairs.iter().map(|&(t, _)| t as i64).collect();
-            let ws: Vec<f32> = pairs.iter().map(|&(t, s)| weights[t * top_k + s]).collect();
-            all_tokens.extend(&toks);
-            all_weights.extend(&ws);
-            ends.push(all_tokens.len() as i32);
-            experts_hit.push(Expert {
-                tokens: on(toks)?,
-                weights: column(ws)?,
-            });
-        }
         Ok(Box::new(PreparedMoe {
             x,
+            ids,
+            weights,
             state: StateCopies::of(&[&gate_up, &down]),
-            experts: experts_hit,
-            sorted_tokens: on(all_tokens)?,
-            sorted_weights: column(all_weights)?,
-            offsets: Tensor::from_slice(&ends).f_to_device(device.tch())?,
             variant,
             hit,
             expected_hit,

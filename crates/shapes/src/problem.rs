@@ -595,7 +595,8 @@ impl Problem {
     }
 }
 
-/// The work of a whole forward of a dense model (see [`StepWork`]).
+/// The work of a whole forward (see [`StepWork`]); an MoE model's counts its router and the
+/// experts its tokens hit under uniform routing ([`crate::moe::Routing::Uniform`]).
 pub fn step_work(cfg: &ModelConfig, step: Step) -> StepWork {
     let u = |x: usize| W(x as u128);
     let sat = |x: W| u64::try_from(x.0).unwrap_or(u64::MAX);
@@ -609,12 +610,25 @@ pub fn step_work(cfg: &ModelConfig, step: Step) -> StepWork {
     );
     let layers = u(cfg.num_hidden_layers);
     let (b, t) = (u(step.batch), u(step.tokens()));
-    let proj = h * d * e + 2 * hkv * d * e + e * h * d + 3 * e * i;
+    let attn = h * d * e + 2 * hkv * d * e + e * h * d;
+    // per token's MLP weights multiplied, and the MLP weights the step reads
+    let (mlp_token, mlp_read) = match (
+        cfg.num_experts,
+        cfg.num_experts_per_tok,
+        cfg.moe_intermediate_size,
+    ) {
+        (Some(n), Some(k), Some(mi)) => {
+            let hit = crate::moe::Routing::Uniform.experts_hit(step.tokens(), n, k);
+            let expert = 3 * e * u(mi);
+            (u(n) * e + u(k) * expert, u(n) * e + u(hit) * expert)
+        }
+        _ => (3 * e * i, 3 * e * i),
+    };
     let norms = 2 * e + 2 * d;
     let pairs = attended_pairs(step.q_len, step.kv_len(), step.phase == Phase::Prefill);
     StepWork {
-        flops: sat(layers * (2 * t * proj + 4 * b * h * d * pairs) + 2 * b * v * e),
-        weight_elems: sat(layers * (proj + norms) + e + v * e + b * e),
+        flops: sat(layers * (2 * t * (attn + mlp_token) + 4 * b * h * d * pairs) + 2 * b * v * e),
+        weight_elems: sat(layers * (attn + mlp_read + norms) + e + v * e + b * e),
         kv_elems: sat(2 * layers * b * hkv * u(step.kv_len()) * d),
     }
 }
@@ -752,7 +766,7 @@ pub fn derive(cfg: &ModelConfig, step: Step) -> Vec<Problem> {
         },
         layers,
     ));
-    if !cfg.is_moe() {
+    {
         let mut step_problem = mk(
             OpKind::Decode,
             "step",

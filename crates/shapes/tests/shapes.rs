@@ -447,9 +447,10 @@ fn an_moe_step_plans_its_router_and_experts_and_not_the_worst_case_bound() {
         assert_eq!(of(OpKind::Moe, "experts_worst"), None, "{profile}");
         assert!(of(OpKind::Linear, "router").is_some_and(|(_, calls)| calls == 48));
         assert_eq!(of(OpKind::Linear, "gate_proj"), None);
-        // the routing's softmax, top-k, sum and division per layer, at the dispatch floor
+        // the routing's softmax, top-k, sum, division and cast per layer, at the dispatch
+        // floor
         let routing = plan.other.iter().find(|u| u.name == "routing").unwrap();
-        assert_eq!(routing.calls, 4 * 48);
+        assert_eq!(routing.calls, 5 * 48);
     }
     // a dense model has none
     let dense = ModelConfig::builtin("qwen3-0.6b").unwrap();
