@@ -74,6 +74,9 @@ pub enum DeviceSource {
     GraphCold,
     /// A `device` row plus the cold penalty its `graph_cold` and `graph` rows measure.
     EventsCold,
+    /// The call waits for its own kernels ([`shapes::moe::waits_for_device`]): they are in
+    /// its pipelined time, which is priced as host time (the step cannot run ahead of it).
+    Waited,
     /// No kernel.
     None,
 }
@@ -90,6 +93,7 @@ impl DeviceSource {
             DeviceSource::Graph => "graph",
             DeviceSource::GraphCold => "graph_cold",
             DeviceSource::EventsCold => "events+cold",
+            DeviceSource::Waited => "waited",
             DeviceSource::None => "-",
         }
     }
@@ -1069,6 +1073,14 @@ impl<'a> Pricer<'a> {
         let host = if self.graph { 0.0 } else { host * self.factor };
         let (device, device_source) =
             self.device_time(p, kernel, fit, work, per_call, host, source, cold);
+        // a call that waits for its kernels is serial: its whole time on the host's path
+        let (host, device, device_source) =
+            if self.gpu && shapes::moe::waits_for_device(p.op, variant) {
+                let speed = self.at_speed(host_row);
+                (per_call * speed * self.factor, 0.0, DeviceSource::Waited)
+            } else {
+                (host, device, device_source)
+            };
         Ok(Some(Component {
             op: Some(p.op),
             variant,

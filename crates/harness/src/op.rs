@@ -153,6 +153,14 @@ pub trait Prepared {
         ))
     }
 
+    /// Why the call cannot be timed on the device's clock or captured in a graph, where it
+    /// waits for the device itself (a `nonzero`, an `.item()`): a lead kernel would stall
+    /// its every wait, and a graph cannot hold one. Its pipelined time holds its kernels.
+    /// `None` (the default): it only queues work.
+    fn waits_for_device(&self) -> Option<String> {
+        None
+    }
+
     /// What actually ran, where it can be known (SDPA: the backend chosen).
     fn kernel(&self) -> Option<String> {
         None

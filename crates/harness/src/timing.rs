@@ -880,10 +880,19 @@ impl GridCase<'_> {
         } else {
             None
         };
-        let unavailable = graph_api.or_else(|| match &*clock {
-            Err(why) if mode.is_device() => Some(why.clone()),
-            _ => None,
-        });
+        let unavailable = graph_api
+            .or_else(|| match &*clock {
+                Err(why) if mode.is_device() => Some(why.clone()),
+                _ => None,
+            })
+            .or_else(|| {
+                (mode.is_device() || mode.is_graph())
+                    .then(|| prepared.waits_for_device())
+                    .flatten()
+                    .map(|why| {
+                        format!("{why}: no {mode} time (its pipelined time holds its kernels)")
+                    })
+            });
         if let Some(why) = unavailable {
             let row = failure_row(run_id, key, problem, dt, Failure::unsupported(why), None);
             return sink.write(&row, &[]);

@@ -256,6 +256,15 @@ impl Prepared for PreparedMoe {
     fn state_bytes(&self) -> u64 {
         self.state.bytes()
     }
+    fn waits_for_device(&self) -> Option<String> {
+        let name = match self.variant {
+            Variant::Loop => "loop",
+            Variant::Grouped => "grouped",
+        };
+        shapes::moe::waits_for_device(OpKind::Moe, name).then(|| {
+            "transformers' expert loop waits for the device 1 + 2 times per expert hit".into()
+        })
+    }
     fn spread_state(&mut self, copies: usize) -> Result<(), TchError> {
         self.state.spread(copies)
     }

@@ -91,6 +91,14 @@ pub fn sites(
     ]
 }
 
+/// Whether a variant of an op waits for the device inside its call: transformers' expert
+/// loop (`loop`: a `nonzero` over the expert mask, and per expert hit a comparison read
+/// back and another `nonzero`). Such a call's pipelined time holds its kernels; it has no
+/// device-clock or graph time, and a step that makes it cannot run ahead of the device.
+pub fn waits_for_device(op: OpKind, variant: &str) -> bool {
+    op == OpKind::Moe && variant == "loop"
+}
+
 /// The routing's own calls per layer, which no op crate measures (the routed experts' case
 /// takes the routing as given): the router logits' softmax, top-k, the k weights' sum and
 /// division, and their cast back to the model's dtype (Qwen3MoeTopKRouter) — priced at the
