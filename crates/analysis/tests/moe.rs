@@ -95,7 +95,7 @@ fn the_moe_step_is_priced_within_three_percent_at_every_batch_on_the_h200() {
 }
 
 #[test]
-fn the_loop_has_no_device_clock_row_and_says_why() {
+fn the_h200_run_has_no_device_row_of_the_uniform_loop() {
     let run = run("moe");
     let loop_device = run
         .results
