@@ -93,7 +93,7 @@ pub const ALL: &[Setting] = &[
         "`qwen3-0.6b`",
         &[Bench],
         User,
-        "model(s), comma-separated, or `all` (every dense size)",
+        "model(s), comma-separated, or `all` (every dense size); `qwen3-30b-a3b` adds `cargo bench -p moe` and the MoE step",
     ),
     s(
         "OPBENCH_DEVICE",
