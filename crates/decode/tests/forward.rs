@@ -163,7 +163,7 @@ fn an_moe_forward_matches_float64_by_the_loop_and_the_grouped_gemm() {
         .unwrap()
     };
     let mut want = caches(3, Flavor::Reference, None, 6);
-    forward(&r, &ids, 0, &mut want, Flavor::Reference, true).unwrap();
+    drop(forward(&r, &ids, 0, &mut want, Flavor::Reference, true).unwrap());
     let (want, _) = forward_routed(
         &r,
         &next,
@@ -176,7 +176,7 @@ fn an_moe_forward_matches_float64_by_the_loop_and_the_grouped_gemm() {
     .unwrap();
     for flavor in [Flavor::HfEager, Flavor::Fused] {
         let mut c = caches(3, flavor, None, 6);
-        forward(&w, &ids, 0, &mut c, flavor, true).unwrap();
+        drop(forward(&w, &ids, 0, &mut c, flavor, true).unwrap());
         let (got, routes) = forward_routed(
             &w,
             &next,
@@ -196,7 +196,7 @@ fn an_moe_forward_matches_float64_by_the_loop_and_the_grouped_gemm() {
         assert!(err(&f64s(got.shallow_clone()), &want) < 1e-5, "{flavor:?}");
         // the reference replaying those choices gives the same logits
         let mut again = caches(3, Flavor::Reference, None, 6);
-        forward(&r, &ids, 0, &mut again, Flavor::Reference, true).unwrap();
+        drop(forward(&r, &ids, 0, &mut again, Flavor::Reference, true).unwrap());
         let mut replay = routes.into_replay();
         // the prefill's routing is the reference's own; replay the decode step's only
         let (first, _) = forward_routed(
