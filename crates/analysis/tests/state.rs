@@ -25,7 +25,10 @@ fn flag_counts(run: &Run, mode: Mode) -> (usize, usize, usize, usize) {
             }
             let per: Vec<f64> = of.iter().map(|s| s.per_call_ns()).collect();
             let median = stats::median(&per);
-            let flags = rundir::flag_each(&of).unwrap();
+            // a case whose samples record no state is not judged
+            let Some(flags) = rundir::flag_each(&of) else {
+                continue;
+            };
             for (p, f) in per.iter().zip(flags) {
                 if *p > 1.3 * median {
                     c.0 += 1;
@@ -128,4 +131,19 @@ fn with_the_decode_grid_and_the_peer_the_flags_catch_four_in_five_slow_samples()
         gen2_counts(2),
         [(25, 24, 1565, 220), (38, 37, 442, 54), (4, 4, 786, 32)]
     );
+}
+
+#[test]
+fn on_later_runs_of_other_shapes_the_flags_catch_fewer_and_flag_more() {
+    // the MoE run and the prefill run of the same day (moe-2026-12-01): 11 of 17 and 5 of 9
+    // slow pipelined samples flagged (65%, 56%), 18.3% and 19.5% of the others — the rule
+    // gen2 met four in five with does not carry over (issue 31 stays open on it)
+    let moe = common::fixture("moe-2026-12-01/moe");
+    let (slow, caught, others, flagged) = flag_counts(&moe, Mode::Pipelined);
+    assert_eq!((slow, caught), (17, 11));
+    assert!((flagged as f64 / others as f64 - 0.183).abs() < 0.001, "{flagged}/{others}");
+    let prefill = common::fixture("moe-2026-12-01/prefill");
+    let (slow, caught, others, flagged) = flag_counts(&prefill, Mode::Pipelined);
+    assert_eq!((slow, caught), (9, 5));
+    assert!((flagged as f64 / others as f64 - 0.195).abs() < 0.001, "{flagged}/{others}");
 }
