@@ -48,6 +48,8 @@ impl StepProfile {
     /// (device time comes from those rows).
     pub fn kernel_variant(self, op: OpKind, site: &str) -> Option<&'static str> {
         match self {
+            // its experts' default implementation is the fused profile's grouped GEMMs
+            StepProfile::Transformers if op == OpKind::Moe => StepProfile::Fused.variant(op, site),
             StepProfile::Transformers => StepProfile::HfEager.variant(op, site),
             p => p.variant(op, site),
         }
@@ -120,6 +122,13 @@ impl StepProfile {
     /// site (a fused profile's separate q/k/v, say).
     pub fn variant(self, op: OpKind, site: &str) -> Option<&'static str> {
         if self == StepProfile::Transformers {
+            // transformers 5.x runs an MoE block's experts by its default experts
+            // implementation, `grouped_mm` (modeling_utils' get_correct_experts_implementation;
+            // `experts_implementation="eager"` is hf-eager's loop). The peer times none of
+            // them from Python yet: it measures the HF MoE step whole
+            if op == OpKind::Moe {
+                return Some("py-grouped");
+            }
             // what transformers calls, timed from Python by scripts/peer.py
             return match StepProfile::HfEager.variant(op, site)? {
                 "aten" => Some("py-aten"),
@@ -127,8 +136,6 @@ impl StepProfile {
                 "rotate_half" => Some("py-rotate_half"),
                 "auto" => Some("py-auto"),
                 "cat" => Some("py-cat"),
-                // transformers' own expert loop, which the peer does not time yet
-                "loop" => Some("py-loop"),
                 _ => None,
             };
         }
