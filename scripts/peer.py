@@ -41,6 +41,9 @@ involuntary switches, steal: `State`):
   flat, the same calls each timed alone; every decoder layer called in turn as the model
   calls them, and their calls flat in turn (predict prices transformers' own code per layer
   as stack − stack_flat, and its calls' sequence from layer_flat and layer_calls);
+- an MoE model (Qwen3-30B-A3B; `--dtype bf16`): sites `step` (transformers' default experts
+  implementation, grouped_mm in 5.17) and `step_experts_eager` (its eager expert loop) only,
+  checked through the first 2 layers against float64 routed as the device chose;
 - the op sites at the run's decode shapes, as transformers calls them from Python, variant
   `py-<the tch variant>`: `linear/py-aten` (the model's nn.Linear), `rmsnorm/py-hf`
   (Qwen3RMSNorm), `rope/py-rotate_half` (q·cos + rotate_half(q)·sin), `rope/py-hf`
@@ -378,6 +381,8 @@ def parse_args(argv):
     ap.add_argument("--measure-ms", type=int, help="measurement per case (default: the run's)")
     ap.add_argument("--warmup-ms", type=int, help="warm-up per case (default: the run's)")
     ap.add_argument("--only", choices=["ops", "step"], help="only the op rows, or only the step rows")
+    ap.add_argument("--dtype", choices=list(DTYPES), help="default: f16 on a GPU, f32 on the CPU (an MoE "
+                    "model's grouped GEMMs take their fast kernel in bf16)")
     ap.add_argument("--user-generate", action=argparse.BooleanOptionalAction, default=True,
                     help="generate() from a prompt as it is, with a static cache and with graphs (default: on; "
                          "the graphed one compiles for ~1 min per batch)")
@@ -404,9 +409,12 @@ def setup(argv):
         fail("--samples: at least 3")
     c.model_name = (settings.get("models") or "qwen3-0.6b").split(",")[0]
     c.cfg = cfg = load_toml(shapes_dir() / f"{c.model_name}.toml")
-    if "num_experts" in cfg:
-        fail(f"{c.model_name} is a mixture-of-experts model: the peer builds dense Qwen3 models only "
-             "(its MoE step is issue 33's)")
+    c.moe = "num_experts" in cfg
+    if c.moe:
+        # the op, layer and generate rows are written for the dense MLP
+        c.only, c.user_generate = "step", False
+        say(f"{c.model_name} is a mixture-of-experts model: its HF step only (sites step and "
+            "step_experts_eager), no op, layer or generate() rows")
     grid = load_toml(shapes_dir() / "grid.toml").get(settings.get("profile", "default"), {})
     try:
         c.batches = [int(b) for b in (a.batches.split(",") if a.batches else grid.get("batches", [1]))]
@@ -420,7 +428,7 @@ def setup(argv):
         fail("--device cuda: torch sees no GPU")
     c.device = torch.device(dev, 0) if dev == "cuda" else torch.device("cpu")
     c.label = "cpu" if dev == "cpu" else ("hip:0" if getattr(torch.version, "hip", None) else "cuda:0")
-    c.dt_name = "f16" if dev == "cuda" else "f32"
+    c.dt_name = a.dtype or ("f16" if dev == "cuda" else "f32")
     c.dtype = DTYPES[c.dt_name]
     c.timer = Timer(c.device, samples, budget(a.warmup_ms, "warmup_ms", 100) / 1e3,
                     budget(a.measure_ms, "measure_ms", 400) / 1e3)
@@ -440,7 +448,7 @@ def load_model(c):
     torch.set_grad_enabled(False)
     try:
         import transformers
-        from transformers import Qwen3Config, Qwen3ForCausalLM, DynamicCache
+        from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM, DynamicCache
         from transformers.masking_utils import create_causal_mask
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
         from transformers.models.qwen3.modeling_qwen3 import rotate_half, apply_rotary_pos_emb
@@ -454,7 +462,10 @@ def load_model(c):
                                                                            sdpa_attention_forward)
     tf.rotate_half, tf.apply_rotary_pos_emb = rotate_half, apply_rotary_pos_emb
     tf.CausalLMOutputWithPast = CausalLMOutputWithPast
+    tf.Qwen3MoeConfig, tf.Qwen3MoeForCausalLM = Qwen3MoeConfig, Qwen3MoeForCausalLM
     cfg = c.cfg
+    if c.moe:
+        return tf, load_moe_model(c, transformers)
     hf_cfg = Qwen3Config(
         vocab_size=c.vocab, hidden_size=c.hidden, intermediate_size=c.inter,
         num_hidden_layers=cfg["num_hidden_layers"], num_attention_heads=c.H,
@@ -468,6 +479,31 @@ def load_model(c):
     # precision of cos/sin at long positions)
     model = Qwen3ForCausalLM._from_config(hf_cfg, torch_dtype=c.dtype).to(c.device).eval()
     return tf, model
+
+
+def moe_config(c, tf, layers):
+    """transformers' Qwen3MoeConfig of the model file, with `layers` decoder layers, every one
+    an MoE block (Qwen3-MoE's decoder_sparse_step 1, no mlp_only_layers)."""
+    cfg = c.cfg
+    return tf.Qwen3MoeConfig(
+        vocab_size=c.vocab, hidden_size=c.hidden, intermediate_size=c.inter,
+        moe_intermediate_size=cfg["moe_intermediate_size"], num_experts=cfg["num_experts"],
+        num_experts_per_tok=cfg["num_experts_per_tok"], norm_topk_prob=True, decoder_sparse_step=1,
+        mlp_only_layers=[], num_hidden_layers=layers, num_attention_heads=c.H,
+        num_key_value_heads=c.Hkv, head_dim=c.D, rope_theta=cfg["rope_theta"],
+        rms_norm_eps=cfg["rms_norm_eps"], max_position_embeddings=cfg["max_position_embeddings"],
+        tie_word_embeddings=cfg.get("tie_word_embeddings", False), attn_implementation="sdpa",
+    )
+
+
+def load_moe_model(c, tf):
+    """Qwen3MoeForCausalLM with random weights, made on the device (30B-A3B is ~61 GB in
+    bf16); transformers picks its default experts implementation (5.17: grouped_mm)."""
+    say(f"building {c.model_name} (MoE) with random weights on {c.device} (transformers {tf.__version__})")
+    with torch.device(c.device):
+        model = tf.Qwen3MoeForCausalLM._from_config(moe_config(c, tf, c.cfg["num_hidden_layers"]),
+                                                    torch_dtype=c.dtype)
+    return model.eval()
 
 
 # ------------------------------------------------------------------ one decoder layer
@@ -640,6 +676,8 @@ def step_check(c):
     """The HF step's error: the model against a float64 CPU copy of itself at context 16."""
     if c.model is None or c.only == "ops":
         return None
+    if c.moe:
+        return moe_step_check(c)
     say("checking the HF step against a float64 CPU copy (first sequence, context 16)")
     import copy
     model = c.model
@@ -654,6 +692,81 @@ def step_check(c):
     if not err <= c.tol_step:
         fail(f"the HF step's logits are {err:.3e} off the float64 reference (tolerance {c.tol_step})", 1)
     return err
+
+
+MOE_CHECK_LAYERS = 2
+
+
+def moe_step_check(c):
+    """An MoE model's step against float64 through its first MOE_CHECK_LAYERS layers (the
+    whole of 30B-A3B in float64 is 244 GB): the model file runs layers[:num_hidden_layers],
+    so the device model runs that many; the float64 CPU model of as many layers holds the
+    same weights and routes its tokens to the experts the device's router chose (a near-tie
+    that rounding breaks the other way is not a mismatch; it computes and renormalizes its
+    own probabilities of them). Context 16, first sequence."""
+    import torch.nn.functional as F
+    model, n = c.model, MOE_CHECK_LAYERS
+    say(f"checking the HF MoE step through its first {n} layers against float64 (context 16)")
+    ids = torch.randint(0, c.vocab, (1, 17))
+    chosen = {i: [] for i in range(n)}
+    hooks = [model.model.layers[i].mlp.gate.register_forward_hook(
+        lambda _m, _a, out, i=i: chosen[i].append(out[2].detach().cpu())) for i in range(n)]
+    full = model.config.num_hidden_layers
+    model.config.num_hidden_layers = n
+    try:
+        cache = c.tf.DynamicCache(config=model.config)
+        cache.layers = cache.layers[:n]
+        model(ids[:, :16].to(c.device), past_key_values=cache, use_cache=True)
+        got = model(ids[:, 16:].to(c.device), past_key_values=cache, use_cache=True).logits[0, -1]
+    finally:
+        model.config.num_hidden_layers = full
+        for h in hooks:
+            h.remove()
+    ref = c.tf.Qwen3MoeForCausalLM._from_config(moe_config(c, c.tf, n), torch_dtype=torch.float64).eval()
+    keep = {k: v.detach().to("cpu", torch.float64) for k, v in model.state_dict().items()
+            if not k.startswith("model.layers.") or int(k.split(".")[2]) < n}
+    ref.load_state_dict(keep, strict=True)
+    # torch's grouped GEMM has no float64 kernel: the reference runs the eager loop
+    ref.set_experts_implementation("eager")
+    for i in range(n):
+        gate, route = ref.model.layers[i].mlp.gate, torch.cat(chosen[i])
+
+        def replay(hidden_states, gate=gate, route=route):
+            logits = F.linear(hidden_states.reshape(-1, gate.hidden_dim), gate.weight)
+            top = torch.softmax(logits, dim=-1).gather(-1, route)
+            top = top / top.sum(dim=-1, keepdim=True)
+            return logits, top.to(logits.dtype), route
+        gate.forward = replay
+    want = ref(ids).logits[0, -1]
+    del ref, keep
+    err = rel_err(got, want)
+    if not err <= c.tol_step:
+        fail(f"the HF MoE step's logits are {err:.3e} off the float64 reference (tolerance {c.tol_step})", 1)
+    return err
+
+
+def moe_step_rows(c, b, step_err):
+    """Sites `step` (transformers' default experts implementation) and `step_experts_eager`
+    (its eager loop, `experts_implementation="eager"`): the whole MoE step pipelined from a
+    DynamicCache of L, as step_times times the dense model's layer counts."""
+    dims = f"batch={b} L={c.ctx}"
+    default = c.model.config._experts_implementation
+    layers = c.cfg["num_hidden_layers"]
+    for site, impl in (("step", default), ("step_experts_eager", "eager")):
+        k = c.key("decode", "transformers", site, b, c.ctx + 1)
+        if c.run.has(k):
+            continue
+        say(f"B={b}: the HF MoE step, experts implementation {impl}")
+        c.model.set_experts_implementation(impl)
+        try:
+            times, n = step_times(c, b, layers)
+        finally:
+            c.model.set_experts_implementation(default)
+        c.run.write(k, dims, times,
+                    f"HF transformers MoE step: eager, sdpa, DynamicCache, experts implementation `{impl}`; "
+                    f"{n} steps per sample from L (cropped back after each), pipelined; checked against float64 "
+                    f"through its first {MOE_CHECK_LAYERS} layers at context 16, routed as the device chose; "
+                    f"{c.version}{c.note_base}", rel_err=step_err, check="step", iters=n)
 
 
 def cropper(cache, ctx):
@@ -1221,6 +1334,9 @@ def batch_rows(c, b, step_err):
     def work(op, site):
         return counted.get((op, site), (0, 0, ""))
 
+    if c.model is not None and c.moe:
+        moe_step_rows(c, b, step_err)
+        return
     if c.model is not None and c.only != "ops":
         step_rows(c, b, step_err)
     if c.only == "step":

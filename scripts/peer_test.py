@@ -183,14 +183,52 @@ class OpPass(unittest.TestCase):
                                  capture_output=True, text=True)
             self.assertEqual(out.returncode, 2)
             self.assertIn("--batches", out.stderr)
-            # an MoE model: the peer builds dense models only, and says so
-            moe = Path(t) / "moe"
-            make_run(moe, models="qwen3-30b-a3b")
-            out = subprocess.run([sys.executable, str(ROOT / "scripts" / "peer.py"), str(moe)],
-                                 capture_output=True, text=True)
-            self.assertEqual(out.returncode, 2, out.stderr)
+
+    @unittest.skipIf(importlib.util.find_spec("transformers") is None, "transformers is not importable")
+    def test_an_moe_model_gets_its_hf_step_both_ways_checked_through_two_layers(self):
+        # a tiny Qwen3-MoE (16 experts, 4 per token, 3 layers) from its own shapes folder:
+        # transformers' default experts implementation and its eager loop, each a row
+        # checked against float64, and no op, layer or generate() rows
+        tiny = """name = "tiny-moe"
+source = "test"
+hidden_size = 128
+intermediate_size = 256
+moe_intermediate_size = 64
+num_experts = 16
+num_experts_per_tok = 4
+num_hidden_layers = 3
+num_attention_heads = 4
+num_key_value_heads = 2
+head_dim = 32
+vocab_size = 300
+rope_theta = 1000000.0
+rms_norm_eps = 1e-6
+max_position_embeddings = 4096
+tie_word_embeddings = false
+"""
+        with tempfile.TemporaryDirectory() as t:
+            shapes = Path(t) / "shapes"
+            shapes.mkdir()
+            (shapes / "grid.toml").write_text((ROOT / "shapes" / "grid.toml").read_text())
+            (shapes / "tiny-moe.toml").write_text(tiny)
+            run = Path(t) / "r"
+            make_run(run, models="tiny-moe", samples="4", measure_ms="20", warmup_ms="5")
+            out = subprocess.run([sys.executable, str(ROOT / "scripts" / "peer.py"), str(run), "--batches", "1,4",
+                                  "--ctx", "32", "--device", "cpu"], capture_output=True, text=True,
+                                 env=dict(os.environ, OPBENCH_SHAPES=str(shapes)))
+            self.assertEqual(out.returncode, 0, out.stderr)
             self.assertIn("mixture-of-experts", out.stderr)
-            self.assertEqual(len(out.stderr.strip().splitlines()), 1, out.stderr)
+            got = [r for r in rows_of(run / "results.csv") if r["variant"] == "transformers"]
+            self.assertEqual(sorted((r["site"], r["batch"]) for r in got),
+                             [("step", "1"), ("step", "4"), ("step_experts_eager", "1"), ("step_experts_eager", "4")])
+            for r in got:
+                self.assertEqual(r["status"], "ok", r)
+                self.assertLess(float(r["max_rel_err"]), 1e-4)
+                self.assertIn("first 2 layers", r["note"])
+            self.assertIn("experts implementation `eager`",
+                          next(r["note"] for r in got if r["site"] == "step_experts_eager"))
+            self.assertFalse([r for r in rows_of(run / "results.csv") if r["variant"].startswith("py-")
+                              and r["op"] != "floor"])
 
 
 if __name__ == "__main__":
