@@ -154,3 +154,47 @@ fn the_h200_prefill_is_within_15_percent_in_two_of_four_cases_and_varies_by_proc
         assert!((r - want).abs() < 0.005, "S=128 {profile}: {r}");
     }
 }
+
+#[test]
+fn transformers_own_moe_step_is_its_grouped_gemms_and_its_loop_costs_the_same_as_tchs() {
+    // the peer's HF step, same lease: transformers' default experts implementation
+    // (grouped_mm) 73.0 / 111.7 / 71.8 ms at B = 1 / 8 / 64, its eager loop 221 / 592 /
+    // 1415 ms; the tch fused step (grouped GEMMs) 58.2 / 64.2 / 61.7, hf-eager (the loop)
+    // 157 / 671 / 1385
+    let hf = run("hfmoe");
+    let tch = run("moe");
+    let median = |run: &Run, variant: &str, site: &str, b: usize| -> f64 {
+        run.results
+            .iter()
+            .find(|r| {
+                r.key.op == OpKind::Decode
+                    && r.key.variant == variant
+                    && r.key.site == site
+                    && r.key.batch == b
+                    && r.key.mode == Mode::Pipelined
+                    && r.is_ok()
+            })
+            .and_then(|r| r.median_ns)
+            .unwrap()
+            / 1e6
+    };
+    for (b, grouped, eager) in [(1, 73.0, 221.2), (8, 111.7, 591.7), (64, 71.8, 1414.5)] {
+        assert!(
+            (median(&hf, "transformers", "step", b) - grouped).abs() < 0.1,
+            "B={b}"
+        );
+        assert!(
+            (median(&hf, "transformers", "step_experts_eager", b) - eager).abs() < 0.1,
+            "B={b}"
+        );
+    }
+    // the default is 16-74% slower than tch's grouped step; the loop 2-41% over tch's loop
+    // at B = 1 and 64, and 12% under it at B = 8
+    for b in [1, 8, 64] {
+        let default = median(&hf, "transformers", "step", b) / median(&tch, "fused", "step", b);
+        assert!((1.1..1.8).contains(&default), "B={b}: {default}");
+    }
+    let looped = median(&hf, "transformers", "step_experts_eager", 64)
+        / median(&tch, "hf-eager", "step", 64);
+    assert!((looped - 1.022).abs() < 0.005, "{looped}");
+}

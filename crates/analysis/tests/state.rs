@@ -141,9 +141,15 @@ fn on_later_runs_of_other_shapes_the_flags_catch_fewer_and_flag_more() {
     let moe = common::fixture("moe-2026-12-01/moe");
     let (slow, caught, others, flagged) = flag_counts(&moe, Mode::Pipelined);
     assert_eq!((slow, caught), (17, 11));
-    assert!((flagged as f64 / others as f64 - 0.183).abs() < 0.001, "{flagged}/{others}");
+    assert!(
+        (flagged as f64 / others as f64 - 0.183).abs() < 0.001,
+        "{flagged}/{others}"
+    );
     let prefill = common::fixture("moe-2026-12-01/prefill");
     let (slow, caught, others, flagged) = flag_counts(&prefill, Mode::Pipelined);
     assert_eq!((slow, caught), (9, 5));
-    assert!((flagged as f64 / others as f64 - 0.195).abs() < 0.001, "{flagged}/{others}");
+    assert!(
+        (flagged as f64 / others as f64 - 0.195).abs() < 0.001,
+        "{flagged}/{others}"
+    );
 }

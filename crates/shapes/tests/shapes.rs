@@ -438,7 +438,10 @@ fn an_moe_step_plans_its_router_and_experts_and_not_the_worst_case_bound() {
     ] {
         // transformers 5.x's default experts implementation runs the grouped GEMMs' kernels
         if profile == StepProfile::Transformers {
-            assert_eq!(profile.kernel_variant(OpKind::Moe, "experts"), Some("grouped"));
+            assert_eq!(
+                profile.kernel_variant(OpKind::Moe, "experts"),
+                Some("grouped")
+            );
         }
         let plan = StepPlan::new(&cfg, profile, Step::decode(8, 1024));
         let of = |op: OpKind, site: &str| {
