@@ -370,12 +370,13 @@ impl Op for Decode {
         out
     }
 
-    /// Beside each decode step's samples, one decoder layer of the same step and batch in
-    /// sequence (site [`StepProfile::layer_beside`]): the layer in the step's own host state.
+    /// Beside each step's samples (decode or prefill), one decoder layer of the same step and
+    /// batch in sequence (site [`StepProfile::layer_beside`]): the layer in the step's own
+    /// host state, which `predict --host-model controlled` prices the step's host costs at.
     fn beside(&self, variant: &str, problem: &Problem) -> Option<Problem> {
         let profile: StepProfile = variant.parse().ok()?;
         let (_, site) = profile.layer_beside()?;
-        (problem.site == "step" && problem.phase == Phase::Decode).then(|| layer_of(problem, site))
+        (problem.site == "step").then(|| layer_of(problem, site))
     }
 
     fn prepare(

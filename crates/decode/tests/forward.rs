@@ -277,14 +277,24 @@ fn the_layer_cases_check_and_repeat_calls_without_changing_them() {
         .into_iter()
         .find(|p| p.op == OpKind::Decode)
         .unwrap();
-    // the layer timed beside a decode step is a case of its own, at the step's batch; not
-    // beside a prefill or a layer
+    // the layer timed beside a step is a case of its own, at the step's batch; not beside a
+    // layer
     let prefill = shapes::derive(&cfg, Step::prefill(1, 8))
         .into_iter()
         .find(|p| p.op == OpKind::Decode)
         .unwrap();
     for v in op.variants() {
-        assert!(op.beside(v, &prefill).is_none(), "{v}");
+        // a prefill's layer beside it: the prompt's S tokens through one layer from an
+        // empty cache, checked like the step's
+        let layer = op.beside(v, &prefill).unwrap();
+        assert_eq!((layer.phase, layer.q_len), (shapes::Phase::Prefill, 8));
+        let (mut prepared, err) = harness::preflight(&op, v, &layer, DType::F32, Device::CPU, None)
+            .unwrap_or_else(|r| panic!("{v} prefill layer: {:?}", r.failure));
+        assert!(
+            err < decode::tolerance(DType::F32),
+            "{v} prefill layer {err}"
+        );
+        prepared.run().unwrap();
         let profile: shapes::StepProfile = v.parse().unwrap();
         let (_, sequence, alone) = profile.layer_context();
         let beside = op.beside(v, &step).unwrap();
