@@ -464,3 +464,38 @@ fn an_moe_step_plans_its_router_and_experts_and_not_the_worst_case_bound() {
     let plan = StepPlan::new(&dense, StepProfile::HfEager, Step::decode(8, 1024));
     assert!(!plan.other.iter().any(|u| u.name == "routing"));
 }
+
+/// The MoE step's work by hand (Qwen3-30B-A3B, B = 1, L = 1024): per layer the attention's
+/// projections (4096·2048 + 2·512·2048 + 2048·4096), the router (128·2048), the 8 experts hit
+/// (8 · 3·2048·768) and the norms (2·2048 + 2·128); then the final norm, the untied lm_head
+/// (151936·2048) and the token's embedding row.
+#[test]
+fn the_moe_step_reads_its_attention_router_and_the_experts_hit() {
+    let cfg = ModelConfig::builtin("qwen3-30b-a3b").unwrap();
+    let step = shapes::derive(&cfg, Step::decode(1, 1024))
+        .into_iter()
+        .find(|p| p.op == OpKind::Decode)
+        .unwrap();
+    let w = step.step_work.unwrap();
+    let layer: u64 = 18_874_368 + 262_144 + 8 * 3 * 2048 * 768 + 4352;
+    assert_eq!(w.weight_elems, 48 * layer + 2048 + 151_936 * 2048 + 2048);
+    // FLOPs: 2 per weight multiplied per token (the router and the token's 8 experts),
+    // attention over 1025 positions, the lm_head
+    let per_token: u64 = 18_874_368 + 262_144 + 8 * 3 * 2048 * 768;
+    assert_eq!(
+        w.flops,
+        48 * (2 * per_token + 4 * 32 * 128 * 1025) + 2 * 151_936 * 2048
+    );
+    // at B = 64 the experts hit are 126 of 128 (uniform routing's expectation)
+    let wide = shapes::derive(&cfg, Step::decode(64, 1024))
+        .into_iter()
+        .find(|p| p.op == OpKind::Decode)
+        .unwrap()
+        .step_work
+        .unwrap();
+    let layer64: u64 = 18_874_368 + 262_144 + 126 * 3 * 2048 * 768 + 4352;
+    assert_eq!(
+        wide.weight_elems,
+        48 * layer64 + 2048 + 151_936 * 2048 + 64 * 2048
+    );
+}
