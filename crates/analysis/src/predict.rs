@@ -1064,22 +1064,22 @@ impl<'a> Pricer<'a> {
             .copied()
             .filter(|r| r.key.series == series)
             .min_by_key(|r| r.batch);
+        let speed = self.at_speed(host_row);
         let host = host_row
             .and_then(|r| r.median_ns)
             .map_or(per_call, |h| h.min(per_call))
-            * self.at_speed(host_row);
+            * speed;
         let kernel = q.profile.kernel_variant(p.op, p.site).unwrap_or(variant);
         let (per_call, source, cold) = self.with_memory(p, kernel, bytes, per_call, source);
-        let host = if self.graph { 0.0 } else { host * self.factor };
-        let (device, device_source) =
-            self.device_time(p, kernel, fit, work, per_call, host, source, cold);
-        // a call that waits for its kernels is serial: its whole time on the host's path
         let (host, device, device_source) =
             if self.gpu && shapes::moe::waits_for_device(p.op, variant) {
-                let speed = self.at_speed(host_row);
+                // a call that waits for its kernels is serial: its whole time on the host's path
                 (per_call * speed * self.factor, 0.0, DeviceSource::Waited)
             } else {
-                (host, device, device_source)
+                let host = if self.graph { 0.0 } else { host * self.factor };
+                let (device, from) =
+                    self.device_time(p, kernel, fit, work, per_call, host, source, cold);
+                (host, device, from)
             };
         Ok(Some(Component {
             op: Some(p.op),

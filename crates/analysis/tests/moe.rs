@@ -19,15 +19,10 @@ fn query(
     host: HostModel,
 ) -> Query<'_> {
     Query {
-        model: cfg,
-        batch,
-        ctx,
-        phase,
-        profile,
         device: "cuda:0".parse::<DeviceId>().unwrap(),
         dtype,
-        mode: Mode::Pipelined,
         host,
+        ..common::cpu_query(cfg, phase, batch, ctx, profile)
     }
 }
 

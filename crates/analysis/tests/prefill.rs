@@ -60,32 +60,12 @@ fn cpu_fixture(name: &str) -> Run {
     common::fixture(&format!("cpu-2026-12-01/{name}"))
 }
 
-fn cpu_query(
-    cfg: &ModelConfig,
-    phase: Phase,
-    batch: usize,
-    ctx: usize,
-    profile: StepProfile,
-) -> Query<'_> {
-    Query {
-        model: cfg,
-        batch,
-        ctx,
-        phase,
-        profile,
-        device: DeviceId::CPU,
-        dtype: DType::F32,
-        mode: Mode::Pipelined,
-        host: HostModel::AsMeasured,
-    }
-}
-
 #[test]
 fn on_the_cpu_the_prefill_of_128_tokens_is_priced_within_a_percent() {
     // hf-eager, B = 1: predicted 924.2 ms, the decode crate's prefill 923.1 ms (+0.1%)
     let run = cpu_fixture("prefill");
     let cfg = ModelConfig::by_name("qwen3-0.6b").unwrap();
-    let q = cpu_query(&cfg, Phase::Prefill, 1, 128, StepProfile::HfEager);
+    let q = common::cpu_query(&cfg, Phase::Prefill, 1, 128, StepProfile::HfEager);
     let p = predict(&run, &q).unwrap();
     let r = p.step_ns / p.measured.as_ref().unwrap().median_ns.unwrap();
     assert!((r - 1.001).abs() < 0.005, "{r}");
@@ -109,7 +89,7 @@ fn on_the_cpu_generates_token_is_priced_within_a_fifth_but_at_b2() {
     let run = cpu_fixture("gen");
     let cfg = ModelConfig::by_name("qwen3-0.6b").unwrap();
     for (b, want) in [(1, 1.020), (2, 1.223), (8, 0.936)] {
-        let q = cpu_query(&cfg, Phase::Decode, b, 128, StepProfile::Transformers);
+        let q = common::cpu_query(&cfg, Phase::Decode, b, 128, StepProfile::Transformers);
         let step = predict(&run, &q).unwrap();
         let g = analysis::generate::price(&run, &q, &step).unwrap();
         let r = g.ratio().unwrap();
@@ -122,7 +102,7 @@ fn on_the_cpu_generates_token_is_priced_within_a_fifth_but_at_b2() {
     }
     // the prefill of 32 tokens in the same run: hf-eager −14.4%, fused −17.2%
     for (profile, want) in [(StepProfile::HfEager, 0.856), (StepProfile::Fused, 0.828)] {
-        let q = cpu_query(&cfg, Phase::Prefill, 1, 32, profile);
+        let q = common::cpu_query(&cfg, Phase::Prefill, 1, 32, profile);
         let p = predict(&run, &q).unwrap();
         let r = p.step_ns / p.measured.as_ref().unwrap().median_ns.unwrap();
         assert!((r - want).abs() < 0.005, "{profile}: {r}");

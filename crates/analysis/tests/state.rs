@@ -4,11 +4,32 @@
 
 mod common;
 
-use rundir::{Mode, Run};
+use rundir::{Mode, Run, Sample};
 
-/// (slow samples, of them flagged, other samples, of them flagged) in `mode`: slow is over
-/// 1.3× its case's median within its execution.
-fn flag_counts(run: &Run, mode: Mode) -> (usize, usize, usize, usize) {
+/// (slow samples, of them flagged, other samples, of them flagged).
+type Counts = (usize, usize, usize, usize);
+
+/// Add one case's samples (of one execution) to `c`: slow is over 1.3× their median; a case
+/// whose samples record no state is not judged.
+fn tally(samples: &[Sample], c: &mut Counts) {
+    let Some(flags) = rundir::flag_each(samples) else {
+        return;
+    };
+    let per: Vec<f64> = samples.iter().map(|s| s.per_call_ns()).collect();
+    let median = stats::median(&per);
+    for (p, f) in per.iter().zip(flags) {
+        if *p > 1.3 * median {
+            c.0 += 1;
+            c.1 += usize::from(f);
+        } else {
+            c.2 += 1;
+            c.3 += usize::from(f);
+        }
+    }
+}
+
+/// [`Counts`] in `mode`, each case judged within each of its executions.
+fn flag_counts(run: &Run, mode: Mode) -> Counts {
     let mut c = (0, 0, 0, 0);
     for (key, samples) in run.samples().unwrap() {
         if key.mode != mode {
@@ -20,23 +41,8 @@ fn flag_counts(run: &Run, mode: Mode) -> (usize, usize, usize, usize) {
                 .filter(|s| s.execution == e)
                 .cloned()
                 .collect();
-            if of.is_empty() {
-                continue;
-            }
-            let per: Vec<f64> = of.iter().map(|s| s.per_call_ns()).collect();
-            let median = stats::median(&per);
-            // a case whose samples record no state is not judged
-            let Some(flags) = rundir::flag_each(&of) else {
-                continue;
-            };
-            for (p, f) in per.iter().zip(flags) {
-                if *p > 1.3 * median {
-                    c.0 += 1;
-                    c.1 += usize::from(f);
-                } else {
-                    c.2 += 1;
-                    c.3 += usize::from(f);
-                }
+            if !of.is_empty() {
+                tally(&of, &mut c);
             }
         }
     }
@@ -88,7 +94,7 @@ fn on_the_h200_the_flags_catch_most_slow_pipelined_samples_and_a_tenth_of_the_re
 /// (slow, of them flagged, others, of them flagged) per group of gen2's execution `e`
 /// (`generate-2026-12-01/gen2`): op crates, the peer's HF rows (variant transformers) and
 /// its Python op rows, over the pipelined samples that record a state.
-fn gen2_counts(e: u32) -> [(usize, usize, usize, usize); 3] {
+fn gen2_counts(e: u32) -> [Counts; 3] {
     let run = common::fixture(&format!("generate-2026-12-01/gen2/{e}"));
     let mut out = [(0, 0, 0, 0); 3];
     for (key, samples) in run.samples().unwrap() {
@@ -102,19 +108,7 @@ fn gen2_counts(e: u32) -> [(usize, usize, usize, usize); 3] {
         } else {
             0
         };
-        let per: Vec<f64> = samples.iter().map(|s| s.per_call_ns()).collect();
-        let median = stats::median(&per);
-        let flags = rundir::flag_each(&samples).unwrap();
-        let c = &mut out[group];
-        for (p, f) in per.iter().zip(flags) {
-            if *p > 1.3 * median {
-                c.0 += 1;
-                c.1 += usize::from(f);
-            } else {
-                c.2 += 1;
-                c.3 += usize::from(f);
-            }
-        }
+        tally(&samples, &mut out[group]);
     }
     out
 }

@@ -77,7 +77,6 @@ struct PreparedLayer {
     blocked: bool,
     note: String,
     tol: f64,
-    ctx_flavor: Flavor,
     /// The routing the checked call chose (an MoE layer), for its reference.
     routes: Routes,
 }
@@ -155,18 +154,14 @@ impl Prepared for PreparedLayer {
     }
 
     fn waits_for_device(&self) -> Option<String> {
-        waits(&self.weights.borrow().cfg, self.ctx_flavor)
+        waits(&self.weights.borrow().cfg, self.ctx.flavor())
     }
 }
 
 /// Why an MoE step or layer of a flavor waits for the device: hf-eager runs transformers'
 /// expert loop ([`shapes::moe::waits_for_device`]).
 fn waits(cfg: &ModelConfig, flavor: Flavor) -> Option<String> {
-    let variant = match flavor {
-        Flavor::Fused => shapes::StepProfile::Fused,
-        _ => shapes::StepProfile::HfEager,
-    }
-    .variant(OpKind::Moe, "experts")?;
+    let variant = flavor.profile().variant(OpKind::Moe, "experts")?;
     (cfg.is_moe() && shapes::moe::waits_for_device(OpKind::Moe, variant)).then(|| {
         format!(
             "its MoE layers run the experts' `{variant}`, which waits for the device per expert hit"
@@ -486,7 +481,6 @@ impl Op for Decode {
                      {LAYER_REPEATS} layers per timed call, reported per layer"
                 ),
                 tol: tolerance(dt),
-                ctx_flavor: flavor,
                 routes: Routes::Off,
             }));
         }

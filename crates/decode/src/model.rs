@@ -18,6 +18,17 @@ pub enum Flavor {
     Reference,
 }
 
+impl Flavor {
+    /// The profile whose plan (shapes::StepPlan) this forward follows; the reference has
+    /// hf-eager's structure.
+    pub fn profile(self) -> shapes::StepProfile {
+        match self {
+            Flavor::Fused => shapes::StepProfile::Fused,
+            Flavor::HfEager | Flavor::Reference => shapes::StepProfile::HfEager,
+        }
+    }
+}
+
 impl From<shapes::StepProfile> for Flavor {
     /// The forward that writes a profile's step (shapes::StepPlan lists its calls).
     fn from(p: shapes::StepProfile) -> Self {
@@ -359,6 +370,8 @@ pub struct StepCtx {
     repeat: usize,
     /// An MoE forward's routing, recorded or replayed for a check ([`Routes`]).
     pub routes: RefCell<Routes>,
+    /// The routed experts as the profile's plan runs them (moe::experts_fn).
+    experts: moe::ExpertsFn,
 }
 
 impl StepCtx {
@@ -396,6 +409,11 @@ impl StepCtx {
         let emb = Tensor::f_cat(&[&freqs, &freqs], -1)?;
         let cos = emb.f_cos()?.f_to_kind(kind)?.f_unsqueeze(1)?;
         let sin = emb.f_sin()?.f_to_kind(kind)?.f_unsqueeze(1)?;
+        let experts = flavor
+            .profile()
+            .variant(shapes::OpKind::Moe, "experts")
+            .and_then(moe::experts_fn)
+            .ok_or_else(|| TchError::Kind(format!("no experts implementation for {flavor:?}")))?;
         // StaticCache writes the step's tokens at their positions
         let at = if static_cache {
             Some(Tensor::f_arange_start(
@@ -418,7 +436,13 @@ impl StepCtx {
             flavor,
             repeat: 1,
             routes: RefCell::default(),
+            experts,
         })
+    }
+
+    /// How the forward is written.
+    pub fn flavor(&self) -> Flavor {
+        self.flavor
     }
 
     /// The same, with every call of a layer made `n` times in a row before the next (each
@@ -607,13 +631,9 @@ pub fn layer_forward(
             let chosen = ctx.routes.borrow_mut().replay();
             let (weights, ids) = rep(ctx, || moe::router(&flat, router, *top_k, chosen.as_ref()))?;
             ctx.routes.borrow_mut().record(&ids, q)?;
-            // transformers' eager loop for hf-eager (and the float64 reference), its
-            // grouped_mm implementation for fused
-            let experts = match flavor {
-                Flavor::Fused => moe::experts_grouped,
-                Flavor::HfEager | Flavor::Reference => moe::experts_loop,
-            };
-            let out = rep(ctx, || experts(&flat, &ids, &weights, gate_up, down))?;
+            // the plan's variant: transformers' eager loop for hf-eager (and the float64
+            // reference), its grouped_mm implementation for fused
+            let out = rep(ctx, || (ctx.experts)(&flat, &ids, &weights, gate_up, down))?;
             rep(ctx, || out.f_view([b, q, e]))?
         }
     };

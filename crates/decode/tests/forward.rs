@@ -9,9 +9,8 @@ use harness::{DType, Device, Op, rel_err};
 use shapes::{ModelConfig, OpKind, Step};
 use tch::{Kind, Tensor};
 
-fn tiny() -> ModelConfig {
-    let text = r#"
-name = "tiny"
+/// A tiny dense model's file; [`tiny_moe`] adds experts to it.
+const TINY: &str = r#"
 source = "test"
 hidden_size = 64
 intermediate_size = 96
@@ -25,7 +24,10 @@ rms_norm_eps = 1e-6
 max_position_embeddings = 512
 tie_word_embeddings = false
 "#;
-    ModelConfig::parse(text, Path::new("tiny.toml")).unwrap()
+
+fn tiny() -> ModelConfig {
+    let text = format!("name = \"tiny\"{TINY}");
+    ModelConfig::parse(&text, Path::new("tiny.toml")).unwrap()
 }
 
 fn caches(n: usize, flavor: Flavor, kv: Option<(&Tensor, &Tensor)>, lmax: i64) -> Vec<Cache> {
@@ -113,27 +115,12 @@ fn tiny_model_matches_float64_and_profiles_agree() {
     assert!(err(&alone, &out[2].1) > 1e-2);
 }
 
-/// A tiny MoE model: 8 experts, 2 per token.
+/// A tiny MoE model: [`tiny`] with 8 experts of width 32, 2 per token.
 fn tiny_moe() -> ModelConfig {
-    let text = r#"
-name = "tiny-moe"
-source = "test"
-hidden_size = 64
-intermediate_size = 96
-moe_intermediate_size = 32
-num_experts = 8
-num_experts_per_tok = 2
-num_hidden_layers = 3
-num_attention_heads = 4
-num_key_value_heads = 2
-head_dim = 32
-vocab_size = 257
-rope_theta = 10000.0
-rms_norm_eps = 1e-6
-max_position_embeddings = 512
-tie_word_embeddings = false
-"#;
-    ModelConfig::parse(text, Path::new("tiny-moe.toml")).unwrap()
+    let text = format!(
+        "name = \"tiny-moe\"\nmoe_intermediate_size = 32\nnum_experts = 8\nnum_experts_per_tok = 2{TINY}"
+    );
+    ModelConfig::parse(&text, Path::new("tiny-moe.toml")).unwrap()
 }
 
 /// An MoE model's forward: transformers' loop (hf-eager) and its grouped GEMMs (fused)

@@ -859,22 +859,8 @@ impl GridCase<'_> {
         if cold_copy && prepared.state_bytes() == 0 {
             return Ok(());
         }
-        let (mut fresh, spread) = if cold_copy {
-            match self::cold_copy(
-                self.op,
-                (self.variant, problem, dt, device),
-                mode,
-                self.cache,
-            ) {
-                Ok((copy, note)) => (Some(copy), note),
-                Err(failure) => {
-                    return sink.write(&failure_row(run_id, key, problem, dt, failure, None), &[]);
-                }
-            }
-        } else {
-            (None, None)
-        };
-        // graphs need their capture API, device and graph modes the device's clock
+        // graphs need their capture API, device and graph modes the device's clock and a
+        // call that does not wait for the device: decided before any cold copy is made
         let graph_api = if mode.is_graph() {
             crate::graph::available(device).err()
         } else {
@@ -897,6 +883,21 @@ impl GridCase<'_> {
             let row = failure_row(run_id, key, problem, dt, Failure::unsupported(why), None);
             return sink.write(&row, &[]);
         }
+        let (mut fresh, spread) = if cold_copy {
+            match self::cold_copy(
+                self.op,
+                (self.variant, problem, dt, device),
+                mode,
+                self.cache,
+            ) {
+                Ok((copy, note)) => (Some(copy), note),
+                Err(failure) => {
+                    return sink.write(&failure_row(run_id, key, problem, dt, failure, None), &[]);
+                }
+            }
+        } else {
+            (None, None)
+        };
         // graph mode times replays of a captured copy of the case
         let mut graphed = None;
         let mut err = err;

@@ -153,13 +153,12 @@ pub fn experts_grouped(
     let sample_weights = weights.f_reshape([-1])?;
     let flat = ids.f_reshape([-1])?;
     let (mut ids_g, perm) = flat.f_sort(0, false)?;
-    let rows = x.f_index_select(0, &perm.f_floor_divide_scalar(k)?)?;
+    let mut rows = x.f_index_select(0, &perm.f_floor_divide_scalar(k)?)?;
     let weights_g = sample_weights.f_index_select(0, &perm)?;
     let bounds = Tensor::f_arange(n, (ids_g.kind(), device))?;
     let offsets = bounds.f_searchsorted(&ids_g, true, true, "right", None::<Tensor>)?;
     let sentinel = ids_g.f_ge(n)?.f_unsqueeze(-1)?;
     drop(ids_g.f_clamp_max_(n - 1)?);
-    let mut rows = rows;
     drop(rows.f_masked_fill_(&sentinel, 0.0)?);
     let grouped = |a: &Tensor, w: &Tensor| {
         a.f_internal_grouped_mm(
@@ -194,6 +193,16 @@ fn swiglu(gu: &Tensor) -> Result<Tensor, TchError> {
     gate.f_silu()?.f_mul(up)
 }
 
+/// The function that computes the routed experts as the op's variant `variant` does
+/// ([`experts_loop`] for `loop`, [`experts_grouped`] for `grouped`): what the decode
+/// crate's MoE step calls for the variant its profile's plan names.
+pub fn experts_fn(variant: &str) -> Option<ExpertsFn> {
+    Variant::ALL
+        .into_iter()
+        .find(|v| v.name() == variant)
+        .map(Variant::experts)
+}
+
 /// The routed-experts op.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Moe;
@@ -202,6 +211,28 @@ pub struct Moe;
 enum Variant {
     Loop,
     Grouped,
+}
+
+/// An experts implementation's signature: x, ids, weights, gate_up, down.
+pub type ExpertsFn = fn(&Tensor, &Tensor, &Tensor, &Tensor, &Tensor) -> Result<Tensor, TchError>;
+
+impl Variant {
+    const ALL: [Variant; 2] = [Variant::Loop, Variant::Grouped];
+
+    fn name(self) -> &'static str {
+        match self {
+            Variant::Loop => "loop",
+            Variant::Grouped => "grouped",
+        }
+    }
+
+    /// The function this variant times (the one the decode crate's step calls).
+    fn experts(self) -> ExpertsFn {
+        match self {
+            Variant::Loop => experts_loop,
+            Variant::Grouped => experts_grouped,
+        }
+    }
 }
 
 struct PreparedMoe {
@@ -227,11 +258,7 @@ impl PreparedMoe {
 
     fn forward(&mut self) -> Result<Tensor, TchError> {
         let [gate_up, down] = self.experts()?;
-        let f = match self.variant {
-            Variant::Loop => experts_loop,
-            Variant::Grouped => experts_grouped,
-        };
-        f(&self.x, &self.ids, &self.weights, &gate_up, &down)
+        (self.variant.experts())(&self.x, &self.ids, &self.weights, &gate_up, &down)
     }
 }
 
@@ -257,11 +284,7 @@ impl Prepared for PreparedMoe {
         self.state.bytes()
     }
     fn waits_for_device(&self) -> Option<String> {
-        let name = match self.variant {
-            Variant::Loop => "loop",
-            Variant::Grouped => "grouped",
-        };
-        shapes::moe::waits_for_device(OpKind::Moe, name).then(|| {
+        shapes::moe::waits_for_device(OpKind::Moe, self.variant.name()).then(|| {
             "transformers' expert loop waits for the device 1 + 2 times per expert hit".into()
         })
     }
@@ -286,7 +309,7 @@ impl Op for Moe {
     }
 
     fn variants(&self) -> Vec<&'static str> {
-        vec!["loop", "grouped"]
+        Variant::ALL.iter().map(|v| v.name()).collect()
     }
 
     fn prepare(
@@ -307,11 +330,10 @@ impl Op for Moe {
         else {
             return Err(Failure::error(format!("moe got dims {}", problem.dims)));
         };
-        let variant = match variant {
-            "loop" => Variant::Loop,
-            "grouped" => Variant::Grouped,
-            other => return Err(Failure::error(format!("unknown moe variant `{other}`"))),
-        };
+        let variant = Variant::ALL
+            .into_iter()
+            .find(|v| v.name() == variant)
+            .ok_or_else(|| Failure::error(format!("unknown moe variant `{variant}`")))?;
         let routing = match problem.site {
             "experts_worst" => Routing::Worst,
             _ => Routing::Uniform,

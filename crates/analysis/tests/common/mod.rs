@@ -4,7 +4,9 @@
 
 use std::path::Path;
 
-use rundir::Run;
+use analysis::predict::{HostModel, Query};
+use rundir::{DType, DeviceId, Mode, Phase, Run};
+use shapes::{ModelConfig, StepProfile};
 
 /// The run under `tests/fixtures/<rel>`.
 pub fn fixture(rel: &str) -> Run {
@@ -14,4 +16,26 @@ pub fn fixture(rel: &str) -> Run {
             .join(rel),
     )
     .unwrap()
+}
+
+/// A pipelined query on the CPU in f32, priced as measured; others differ from it in a field
+/// or three.
+pub fn cpu_query(
+    cfg: &ModelConfig,
+    phase: Phase,
+    batch: usize,
+    ctx: usize,
+    profile: StepProfile,
+) -> Query<'_> {
+    Query {
+        model: cfg,
+        batch,
+        ctx,
+        phase,
+        profile,
+        device: DeviceId::CPU,
+        dtype: DType::F32,
+        mode: Mode::Pipelined,
+        host: HostModel::AsMeasured,
+    }
 }
