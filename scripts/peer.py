@@ -93,8 +93,10 @@ except ImportError:
 
 KEY = ["op", "variant", "site", "model", "phase", "batch", "q_len", "kv_len", "dtype", "device", "mode"]
 PEER_COLUMNS = KEY + ["dims", "flops", "bytes", "check", "rel_err", "status", "note", "execution", "iters",
-                      "total_ns"] + ["host_ns", "host_after_ns", "cpu_ns", "nivcsw", "steal"]
-STATE_COLUMNS = PEER_COLUMNS[-5:]
+                      "total_ns"] + ["host_ns", "host_after_ns", "cpu_ns", "nivcsw", "steal", "slowest_ns"]
+STATE_COLUMNS = PEER_COLUMNS[-6:]
+# a sample's calls are timed in up to this many stretches (Rust's rundir::STRETCHES)
+STRETCHES = 32
 
 
 def opbench_exe():
@@ -211,32 +213,51 @@ def _nivcsw():
         return None
 
 
-def _steal():
-    """The machine's steal ticks (/proc/stat's cpu line), where Linux tells."""
+def _this_cpu():
+    """The CPU this thread runs on (Linux's sched_getcpu), or None."""
+    try:
+        import ctypes
+        cpu = ctypes.CDLL(None).sched_getcpu()
+        return cpu if cpu >= 0 else None
+    except (OSError, AttributeError):
+        return None
+
+
+def _steal(cpu):
+    """The steal ticks of CPU `cpu` (its /proc/stat line), where Linux tells."""
+    if cpu is None:
+        return None
     try:
         with open("/proc/stat") as f:
-            fields = f.readline().split()
-        return int(fields[8]) if fields[0] == "cpu" and len(fields) > 8 else None
+            for line in f:
+                fields = line.split()
+                if fields and fields[0] == f"cpu{cpu}":
+                    return int(fields[8]) if len(fields) > 8 else None
     except (OSError, ValueError):
         return None
+    return None
 
 
 class State:
     """The host's state over one sample, as samples.csv records it for the Rust cases: the
     Python control before and after it, the process's CPU time, its involuntary context
-    switches and the machine's steal ticks (empty where the OS does not tell). The GPU's
-    columns stay empty for the peer's rows (env.json has the GPU's state at the run's
-    start and end)."""
+    switches, the machine's steal ticks (empty where the OS does not tell) and the slowest
+    stretch of the sample's calls per call. The GPU's columns stay empty for the peer's
+    rows (env.json has the GPU's state at the run's start and end)."""
 
     def __init__(self):
         self.host_ns = host_control_ns()
-        self.cpu, self.sw, self.st = time.process_time_ns(), _nivcsw(), _steal()
+        self.on = _this_cpu()
+        self.cpu, self.sw, self.st = time.process_time_ns(), _nivcsw(), _steal(self.on)
 
-    def close(self):
-        cpu, sw, st = time.process_time_ns(), _nivcsw(), _steal()
+    def close(self, slowest_ns=None):
+        # the steal of the CPU the sample began on, where the thread is still on it
+        on = _this_cpu()
+        cpu, sw, st = time.process_time_ns(), _nivcsw(), _steal(self.on)
+        steal = None if st is None or self.st is None or on != self.on else st - self.st
         return {"host_ns": self.host_ns, "cpu_ns": cpu - self.cpu,
-                "nivcsw": None if sw is None else sw - self.sw, "steal": None if st is None else st - self.st,
-                "host_after_ns": host_control_ns()}
+                "nivcsw": None if sw is None else sw - self.sw, "steal": steal,
+                "host_after_ns": host_control_ns(), "slowest_ns": slowest_ns}
 
 
 class Timed(float):
@@ -248,12 +269,16 @@ class Timed(float):
         return t
 
     def scaled(self, k):
-        return Timed(self * k, self.state)
+        state = dict(self.state)
+        if state.get("slowest_ns") is not None:
+            state["slowest_ns"] *= k
+        return Timed(self * k, state)
 
     @staticmethod
     def total(parts):
         """Samples taken one after another, as one: their sum, the control before the first
-        and after the last, their CPU time, switches and steal added up."""
+        and after the last, their CPU time, switches and steal added up (no slowest stretch:
+        the parts are different calls, whose stretches do not add up to one pace)."""
         state = {k: (None if any(p.state.get(k) is None for p in parts) else sum(p.state[k] for p in parts))
                  for k in ("cpu_ns", "nivcsw", "steal")}
         state.update(host_ns=parts[0].state["host_ns"], host_after_ns=parts[-1].state["host_after_ns"])
@@ -293,15 +318,23 @@ class Timer:
         return out, n
 
     def sample(self, fn, n):
-        """Per-call ns of n calls back to back, one synchronize, with the host's state."""
+        """Per-call ns of n calls back to back, one synchronize, with the host's state: the
+        calls run in up to STRETCHES stretches, the clock read between them, and the slowest
+        stretch's time per call is kept where there are at least 4 (as in Rust's harness)."""
         self.sync()
         state = State()
-        t0 = time.perf_counter_ns()
-        for _ in range(n):
-            fn()
+        per = max(1, -(-n // STRETCHES))
+        slowest, done = 0.0, 0
+        t0 = at = time.perf_counter_ns()
+        while done < n:
+            k = min(per, n - done)
+            for _ in range(k):
+                fn()
+            now = time.perf_counter_ns()
+            slowest, at, done = max(slowest, (now - at) / k), now, done + k
         self.sync()
         ns = (time.perf_counter_ns() - t0) / n
-        return Timed(ns, state.close())
+        return Timed(ns, state.close(slowest if n >= 4 else None))
 
 
 def rel_err(out, ref):
@@ -1235,7 +1268,8 @@ def framework_rows(c, b, t, x, pos):
 
         upd_t, _ = c.timer.pipelined(upd)
         cat_t, _ = c.timer.pipelined(lambda: torch.cat([kc, kn], dim=-2))
-        extra = [Timed(max(u - 2 * statistics.median(cat_t), 1.0), u.state) for u in upd_t]
+        # a difference of two timings: no one state of the host to record beside it
+        extra = [max(u - 2 * statistics.median(cat_t), 1.0) for u in upd_t]
         c.run.write(kk, dims, extra, "DynamicCache.update(k, v, layer) beyond its two torch.cat appends (per layer; "
                     "timed beside one cat, difference per sample, floored at 1 ns); "
                     f"{c.version}{c.note_base}")

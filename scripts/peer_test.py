@@ -104,6 +104,15 @@ class OpPass(unittest.TestCase):
             self.assertEqual(len(rows_of(run / "results.csv")), len(rows))
             samples = rows_of(run / "samples.csv")
             self.assertEqual(len(samples), 3 * len(rows))
+            # a sample of 4 calls or more carries its slowest stretch of calls, per call: no
+            # faster than the sample's own mean, within its whole time (a 45-ms lm_head on a
+            # CPU is one call a sample: none); a short call's samples always have it
+            for r in samples:
+                if r["variant"].startswith("py-") and r["slowest_ns"]:
+                    per_call, slowest = float(r["total_ns"]) / int(r["iters"]), float(r["slowest_ns"])
+                    self.assertTrue(0.99 * per_call <= slowest <= float(r["total_ns"]), r)
+                if (r["op"], r["site"]) == ("eltwise", "residual_add"):
+                    self.assertNotEqual(r["slowest_ns"], "", r)
 
     @unittest.skipIf(importlib.util.find_spec("transformers") is None, "transformers is not importable")
     def test_the_hf_step_and_its_decoder_layers_five_ways(self):
@@ -143,15 +152,21 @@ class OpPass(unittest.TestCase):
             self.assertEqual(got["generate_loop"]["max_rel_err"], "")
             self.assertIn("stand-in returning fixed logits", got["generate_loop"]["note"])
             self.assertLess(float(got["generate_loop"]["median_ns"]), float(got["generate_from_l"]["median_ns"]))
-            # every sample carries the host's state: the Python control before and after it
-            # and the process's CPU time (a sum of samples, layer_calls, the first's control
-            # before and the last's after)
+            # every timed sample carries the host's state: the Python control before and
+            # after it and the process's CPU time (a sum of samples, layer_calls, the first's
+            # control before and the last's after, and no slowest stretch); cache_update's
+            # samples are differences of two timings and carry none
             states = [r for r in rows_of(run / "samples.csv") if r["variant"] == "transformers"]
             self.assertTrue(states)
             for r in states:
+                if r["site"] == "cache_update":
+                    self.assertEqual((r["host_ns"], r["cpu_ns"], r["slowest_ns"]), ("", "", ""), r)
+                    continue
                 self.assertTrue(float(r["host_ns"]) > 0 and float(r["host_after_ns"]) > 0, r)
                 self.assertNotEqual(r["cpu_ns"], "", r)
                 self.assertEqual(r["sm_mhz"], "", r)
+                if r["site"] == "layer_calls":
+                    self.assertEqual(r["slowest_ns"], "", r)
             # graphs need a GPU: a row that says so
             self.assertEqual(got["generate_graph"]["status"], "unsupported")
             self.assertIn("need a GPU", got["generate_graph"]["note"])

@@ -346,8 +346,9 @@ impl std::str::FromStr for HostState {
 /// `run` with its rows priced in host state `state`: [`HostState::Typical`] is the run as
 /// loaded; [`HostState::Fast`] prices every ok row timed by the host's clock (not GPU
 /// events or graph replays) at the median of its clean samples (none flagged by
-/// [`rundir::Sample::flags`]: no steal, no burst of switches, the host control within
-/// 1.15× its median, no GPU throttling), where its samples record their state and at least
+/// [`rundir::Sample::flags`]: no steal, no burst of switches, the host control around it
+/// within [`rundir::HOST_SLOW`]× its median, no stalled stretch of its calls, no GPU
+/// throttling), where its samples record their state and at least
 /// three are clean; else at the [`FAST_QUANTILE`] of its samples pooled over executions.
 /// The row's interval is dropped (it was the median's) and its note says which and how
 /// many samples priced it. Rows without samples keep their median. Errors: samples.csv

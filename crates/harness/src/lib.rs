@@ -48,8 +48,8 @@ pub use floor::Floor;
 pub use op::{Check, Failure, Op, Prepared, Status, classify, rel_err};
 pub use record::{CaseKey, ResultRow, RunWriter, Sample, SeriesKey};
 pub use timing::{
-    BenchError, Mode, Plant, Refused, RunSummary, bench_op, criterion_config, preflight, run_op,
-    time_calls,
+    BenchError, Mode, Plant, Refused, RunSummary, SampleTime, bench_op, criterion_config,
+    preflight, run_op, time_calls, time_sample,
 };
 
 /// A bench target's `main`: runs each op through [`bench_op`] under criterion and ends

@@ -81,36 +81,83 @@ pub fn time_calls(
     iters: u64,
     clock: Option<&mut DeviceClock>,
 ) -> Result<Duration, TchError> {
+    time_sample(p, device, mode, iters, clock).map(|t| t.total)
+}
+
+/// One sample's time: the whole, and in the host-timed modes the slowest stretch of its
+/// calls, per call ([`rundir::SampleState::slowest_ns`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SampleTime {
+    pub total: Duration,
+    /// `None` in the device-timed modes and for samples of fewer than 4 calls.
+    pub slowest_ns: Option<f64>,
+}
+
+/// [`time_calls`], with the slowest stretch of the calls of a host-timed sample.
+pub fn time_sample(
+    p: &mut dyn Prepared,
+    device: Device,
+    mode: Mode,
+    iters: u64,
+    clock: Option<&mut DeviceClock>,
+) -> Result<SampleTime, TchError> {
     if mode.is_device() {
         let clock = clock.ok_or_else(|| TchError::Kind("device-side timing needs a GPU".into()))?;
-        return if mode == Mode::DeviceCold {
+        let total = if mode == Mode::DeviceCold {
             clock.time_cold(p, iters)
         } else {
             // device, and the graph modes, whose `p` is a replay
             clock.time(p, iters)
-        };
+        }?;
+        return Ok(SampleTime {
+            total,
+            slowest_ns: None,
+        });
     }
     device.sync();
     let t0 = Instant::now();
-    match mode {
+    let slowest_ns = match mode {
         Mode::Device | Mode::DeviceCold | Mode::Graph | Mode::GraphCold => {
             unreachable!("handled above")
         }
         // pipelined_cold's `p` takes its copies of the state in turn
         Mode::Pipelined | Mode::PipelinedCold => {
-            for _ in 0..iters {
-                p.run()?;
-            }
+            let s = run_in_stretches(p, iters, None)?;
             device.sync();
+            s
         }
-        Mode::Synced => {
-            for _ in 0..iters {
-                p.run()?;
-                device.sync();
+        Mode::Synced => run_in_stretches(p, iters, Some(device))?,
+    };
+    Ok(SampleTime {
+        total: t0.elapsed(),
+        slowest_ns,
+    })
+}
+
+/// Run `iters` calls of `p` (each followed by a synchronize of `sync_each`) in up to
+/// [`rundir::STRETCHES`] stretches of equal count, the clock read between stretches and
+/// never inside a call; the slowest stretch's time per call, where there are at least 4.
+fn run_in_stretches(
+    p: &mut dyn Prepared,
+    iters: u64,
+    sync_each: Option<Device>,
+) -> Result<Option<f64>, TchError> {
+    let per = iters.div_ceil(rundir::STRETCHES).max(1);
+    let (mut done, mut slowest) = (0, 0.0f64);
+    let mut at = Instant::now();
+    while done < iters {
+        let n = per.min(iters - done);
+        for _ in 0..n {
+            p.run()?;
+            if let Some(d) = sync_each {
+                d.sync();
             }
         }
+        let now = Instant::now();
+        slowest = slowest.max((now - at).as_nanos() as f64 / n as f64);
+        (at, done) = (now, done + n);
     }
-    Ok(t0.elapsed())
+    Ok((iters >= 4).then_some(slowest))
 }
 
 /// A planted host slowdown (`OPBENCH_PLANT_NS`, `OPBENCH_PLANT_PCT`): calibration knobs
@@ -178,12 +225,12 @@ pub fn time_calls_planted(
     iters: u64,
     clock: Option<&mut DeviceClock>,
     plant: Plant,
-) -> Result<Duration, TchError> {
+) -> Result<SampleTime, TchError> {
     if !plant.is_active() || mode.is_device() {
-        return time_calls(p, device, mode, iters, clock);
+        return time_sample(p, device, mode, iters, clock);
     }
     let mut planted = Planted { inner: p, plant };
-    time_calls(&mut planted, device, mode, iters, clock)
+    time_sample(&mut planted, device, mode, iters, clock)
 }
 
 /// A case whose every call is followed by a host spin.
@@ -1160,6 +1207,7 @@ fn sample_state(
         gpu_temp: g.temp_c,
         throttle: g.throttle,
         host_after_ns: None,
+        slowest_ns: None,
     }
 }
 
@@ -1278,7 +1326,7 @@ fn time_case(
                     match time_calls_planted(b, device, Mode::Pipelined, 1, None, other) {
                         Ok(d) => beside_record
                             .borrow_mut()
-                            .push((b.calls_per_run().max(1), d.as_nanos() as f64)),
+                            .push((b.calls_per_run().max(1), d.total.as_nanos() as f64)),
                         Err(e) => {
                             *failed.borrow_mut() = Some(e);
                             beside_failed.set(true);
@@ -1289,14 +1337,16 @@ fn time_case(
                 let before = machine::state::HostCounters::read();
                 match time_calls_planted(prepared, device, mode, iters, clock.as_deref_mut(), plant)
                 {
-                    Ok(d) => {
+                    Ok(t) => {
                         host.state = sample_state(&before, probe);
                         // the host control again: a slow burst that began during the sample
                         host.state.host_after_ns = host.host.map(|_| host_control.time_ns());
+                        // a graph replay's stretch is many calls: per call, as the sample
+                        host.state.slowest_ns = t.slowest_ns.map(|x| x / calls as f64);
                         record
                             .borrow_mut()
-                            .push((iters * calls, d.as_nanos() as f64, host));
-                        d
+                            .push((iters * calls, t.total.as_nanos() as f64, host));
+                        t.total
                     }
                     Err(e) => {
                         *failed.borrow_mut() = Some(e);

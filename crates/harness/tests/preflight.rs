@@ -219,3 +219,74 @@ fn only_a_second_call_over_the_cap_skips_a_case() {
         r.failure.reason
     );
 }
+
+/// A call that spins 20 µs, but for call `stall_at`, which spins 2 ms.
+struct Spin {
+    calls: u64,
+    stall_at: u64,
+}
+
+impl Prepared for Spin {
+    fn run(&mut self) -> Result<(), TchError> {
+        let us = if self.calls == self.stall_at {
+            2000
+        } else {
+            20
+        };
+        let t0 = std::time::Instant::now();
+        while t0.elapsed() < std::time::Duration::from_micros(us) {
+            std::hint::spin_loop();
+        }
+        self.calls += 1;
+        Ok(())
+    }
+    fn output(&mut self) -> Result<Tensor, TchError> {
+        Ok(Tensor::from(0.0))
+    }
+    fn reference(&mut self) -> Result<Tensor, TchError> {
+        Ok(Tensor::from(0.0))
+    }
+}
+
+#[test]
+fn a_host_timed_sample_keeps_the_slowest_stretch_of_its_calls() {
+    use harness::Mode;
+    // 128 calls in 32 stretches of 4: the stretch with the 2-ms call runs at ≥ 500 µs a
+    // call, the sample's mean at ~36 µs
+    for mode in [Mode::Pipelined, Mode::Synced] {
+        let mut p = Spin {
+            calls: 0,
+            stall_at: 70,
+        };
+        let t = harness::time_sample(&mut p, Device::CPU, mode, 128, None).unwrap();
+        let mean = t.total.as_nanos() as f64 / 128.0;
+        let slowest = t.slowest_ns.unwrap();
+        assert!(
+            slowest >= 500_000.0 && slowest > 5.0 * mean,
+            "{slowest} vs {mean}"
+        );
+        assert!(
+            slowest * 4.0 <= t.total.as_nanos() as f64,
+            "a stretch is within its sample"
+        );
+        // an even sample: its slowest stretch is no faster than its mean (how much slower
+        // is this machine's noise: a 2-core VM's preemption can triple a 4-call stretch)
+        let mut even = Spin {
+            calls: 0,
+            stall_at: u64::MAX,
+        };
+        let t = harness::time_sample(&mut even, Device::CPU, mode, 128, None).unwrap();
+        let mean = t.total.as_nanos() as f64 / 128.0;
+        let slowest = t.slowest_ns.unwrap();
+        assert!(slowest >= 0.99 * mean, "{slowest} vs {mean}");
+        assert!(slowest * 4.0 <= t.total.as_nanos() as f64);
+    }
+    // fewer than 4 calls: no stretches to tell; a device-timed mode: none
+    let mut p = Spin {
+        calls: 0,
+        stall_at: u64::MAX,
+    };
+    let t = harness::time_sample(&mut p, Device::CPU, Mode::Pipelined, 3, None).unwrap();
+    assert_eq!(t.slowest_ns, None);
+    assert!(harness::time_sample(&mut p, Device::CPU, Mode::Device, 8, None).is_err());
+}

@@ -1,6 +1,7 @@
 //! The host's and the GPU's state around each sample (issue 31: record the state, don't only
 //! survive it). The host: the process's CPU time and involuntary context switches
-//! (`getrusage` on unix; the CPU time only, `GetProcessTimes`, on Windows), and the whole machine's steal time (`/proc/stat`; Linux). The GPU:
+//! (`getrusage` on unix; the CPU time only, `GetProcessTimes`, on Windows), and the steal
+//! time of the CPU the measuring thread runs on (`/proc/stat`'s line of that CPU; Linux). The GPU:
 //! its SM clock, utilization, temperature and the reasons its clocks are held down, from
 //! NVML (`libnvidia-ml`, loaded at run time, never a build dependency) or, for an AMD GPU on
 //! Linux, the amdgpu driver's sysfs files. What a platform does not offer is `None`: an
@@ -17,18 +18,24 @@ pub struct HostCounters {
     pub cpu_ns: Option<f64>,
     /// The process's involuntary context switches.
     pub nivcsw: Option<u64>,
-    /// The machine's steal time (ticks of `/proc/stat`'s `cpu` line).
+    /// The steal time of the CPU the thread ran on (ticks of `/proc/stat`'s line of
+    /// [`Self::on_cpu`]): the hypervisor's time taken from *this* vCPU; another vCPU's
+    /// steal does not slow the measuring thread.
     pub steal: Option<u64>,
+    /// The CPU the calling thread ran on when read (Linux's `sched_getcpu`).
+    pub on_cpu: Option<u32>,
 }
 
 impl HostCounters {
     /// Now.
     pub fn read() -> Self {
         let (cpu_ns, nivcsw) = rusage();
+        let on_cpu = this_cpu();
         HostCounters {
             cpu_ns,
             nivcsw,
-            steal: proc_stat_steal(Path::new("/proc/stat")),
+            steal: on_cpu.and_then(|c| proc_stat_steal(Path::new("/proc/stat"), c)),
+            on_cpu,
         }
     }
 
@@ -43,12 +50,28 @@ impl HostCounters {
                 .nivcsw
                 .zip(before.nivcsw)
                 .map(|(a, b)| a.saturating_sub(b)),
+            // the same CPU's line at both ends; a thread that moved has no steal to tell
             steal: self
                 .steal
                 .zip(before.steal)
+                .filter(|_| self.on_cpu == before.on_cpu)
                 .map(|(a, b)| a.saturating_sub(b)),
+            on_cpu: self.on_cpu,
         }
     }
+}
+
+/// The CPU the calling thread runs on now.
+#[cfg(target_os = "linux")]
+fn this_cpu() -> Option<u32> {
+    // SAFETY: sched_getcpu takes no arguments; it returns -1 on failure.
+    u32::try_from(unsafe { libc::sched_getcpu() }).ok()
+}
+
+/// Not Linux: no per-CPU steal to read.
+#[cfg(not(target_os = "linux"))]
+fn this_cpu() -> Option<u32> {
+    None
 }
 
 #[cfg(unix)]
@@ -103,14 +126,18 @@ fn rusage() -> (Option<f64>, Option<u64>) {
     (None, None)
 }
 
-/// The steal ticks of `/proc/stat`'s first (`cpu`) line, where the file exists.
-pub fn proc_stat_steal(path: &Path) -> Option<u64> {
-    parse_steal(&std::fs::read_to_string(path).ok()?)
+/// The steal ticks of CPU `cpu` in `/proc/stat` (its `cpuN` line), where the file exists.
+pub fn proc_stat_steal(path: &Path, cpu: u32) -> Option<u64> {
+    parse_steal(&std::fs::read_to_string(path).ok()?, cpu)
 }
 
-/// `cpu  user nice system idle iowait irq softirq steal …`: the eighth number.
-pub fn parse_steal(text: &str) -> Option<u64> {
-    let line = text.lines().find(|l| l.starts_with("cpu "))?;
+/// `cpuN user nice system idle iowait irq softirq steal …`: the eighth number of CPU `cpu`'s
+/// line.
+pub fn parse_steal(text: &str, cpu: u32) -> Option<u64> {
+    let name = format!("cpu{cpu}");
+    let line = text
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(name.as_str()))?;
     line.split_whitespace().nth(8)?.parse().ok()
 }
 
@@ -334,17 +361,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn steal_is_the_eighth_number_of_the_cpu_line() {
-        let text = "cpu  4705 356 584 3699 23 23 0 71 0 0\ncpu0 1393280 32966 572056 13343292 0 0 0 0 0 0\nintr 1\n";
-        assert_eq!(parse_steal(text), Some(71));
-        // a kernel without the column, or no cpu line
-        assert_eq!(parse_steal("cpu  4705 356 584 3699 23 23 0\n"), None);
-        assert_eq!(parse_steal("intr 1\n"), None);
+    fn steal_is_the_eighth_number_of_the_threads_cpu_line() {
+        let text = "cpu  4705 356 584 3699 23 23 0 71 0 0\ncpu0 1393280 32966 572056 13343292 0 0 0 0 0 0\ncpu1 1 2 3 4 5 6 7 71 0 0\ncpu10 1 2 3 4 5 6 7 9 0 0\nintr 1\n";
+        // the machine's 71 ticks are all cpu1's: cpu0 had none; cpu1 is not cpu10
+        assert_eq!(parse_steal(text, 0), Some(0));
+        assert_eq!(parse_steal(text, 1), Some(71));
+        assert_eq!(parse_steal(text, 10), Some(9));
+        // a CPU the file does not list, a kernel without the column
+        assert_eq!(parse_steal(text, 2), None);
+        assert_eq!(parse_steal("cpu0  4705 356 584 3699 23 23 0\n", 0), None);
+        assert_eq!(parse_steal("intr 1\n", 0), None);
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("stat");
         std::fs::write(&f, text).unwrap();
-        assert_eq!(proc_stat_steal(&f), Some(71));
-        assert_eq!(proc_stat_steal(&dir.path().join("missing")), None);
+        assert_eq!(proc_stat_steal(&f, 1), Some(71));
+        assert_eq!(proc_stat_steal(&dir.path().join("missing"), 1), None);
     }
 
     #[test]
@@ -353,14 +384,27 @@ mod tests {
             cpu_ns: Some(1e6),
             nivcsw: Some(3),
             steal: Some(10),
+            on_cpu: Some(2),
         };
         let after = HostCounters {
             cpu_ns: Some(3e6),
             nivcsw: Some(5),
             steal: None,
+            on_cpu: Some(2),
         };
         let d = after.since(&before);
         assert_eq!((d.cpu_ns, d.nivcsw, d.steal), (Some(2e6), Some(2), None));
+        // on the same CPU: its steal grew; moved to another CPU: two lines, no difference
+        let stolen = HostCounters {
+            steal: Some(13),
+            ..after
+        };
+        assert_eq!(stolen.since(&before).steal, Some(3));
+        let moved = HostCounters {
+            on_cpu: Some(5),
+            ..stolen
+        };
+        assert_eq!(moved.since(&before).steal, None);
         #[cfg(unix)]
         {
             let a = HostCounters::read();

@@ -28,8 +28,16 @@ pub const PEER_TAIL: [&str; 10] = [
 ];
 
 /// The peer file's optional columns: the host's state over each sample, as in samples.csv
-/// (the Python control before and after it, CPU time, involuntary switches, steal).
-pub const STATE_COLUMNS: [&str; 5] = ["host_ns", "host_after_ns", "cpu_ns", "nivcsw", "steal"];
+/// (the Python control before and after it, CPU time, involuntary switches, steal, the
+/// slowest stretch of its calls).
+pub const STATE_COLUMNS: [&str; 6] = [
+    "host_ns",
+    "host_after_ns",
+    "cpu_ns",
+    "nivcsw",
+    "steal",
+    "slowest_ns",
+];
 
 /// One case of the peer's file.
 #[derive(Debug, Clone, PartialEq)]

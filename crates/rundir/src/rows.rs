@@ -297,7 +297,15 @@ pub struct SampleState {
     /// The build-independent host control again, right after the sample (ns): a slow
     /// burst that begins during the sample shows here, not in `host_ns` before it.
     pub host_after_ns: Option<f64>,
+    /// The slowest stretch of the sample's own calls, per call (ns): a host-timed sample's
+    /// calls are timed in up to [`STRETCHES`] stretches of equal count (a clock read between
+    /// stretches, none inside a call). A burst that begins and ends inside the sample, which
+    /// the controls before and after it cannot see, shows here.
+    pub slowest_ns: Option<f64>,
 }
+
+/// How many stretches a host-timed sample's calls are timed in ([`SampleState::slowest_ns`]).
+pub const STRETCHES: u64 = 32;
 
 /// Why a sample is not of the machine's usual state ([`Sample::flags`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -306,9 +314,14 @@ pub enum SampleFlag {
     Steal,
     /// The process was switched out involuntarily more than once per 4 ms.
     Switched,
-    /// The build-independent host control before or after the sample ran over 1.15× its
-    /// median.
+    /// The build-independent host control around the sample (the mean of its ratios
+    /// before and after, each to its median over the case) ran over [`HOST_SLOW`].
     HostSlow,
+    /// A stretch of the sample's own calls ran slower than [`STALL`]× the case's median
+    /// time per call: the host stalled inside the sample. This reads the sample's own
+    /// clock, so it tells an uneven sample from an even one; a build whose every call is
+    /// slower makes every sample evenly slower and is not flagged by it.
+    Stalled,
     /// The GPU held its clocks down for power or heat.
     GpuThrottled,
 }
@@ -319,62 +332,85 @@ impl SampleFlag {
             SampleFlag::Steal => "steal",
             SampleFlag::Switched => "switched",
             SampleFlag::HostSlow => "host-slow",
+            SampleFlag::Stalled => "stalled",
             SampleFlag::GpuThrottled => "gpu-throttled",
         }
     }
 }
 
-/// How far the host control may run over its median before its sample is flagged.
-pub const HOST_SLOW: f64 = 1.15;
+/// How far the host control around a sample (the mean of its ratios before and after to
+/// their medians) may run before its sample is flagged. Chosen with [`STALL`] on a probe of
+/// the H200's host-bound calls (2026-12-01, docs/findings.md), then checked on later runs.
+pub const HOST_SLOW: f64 = 1.2;
 
-/// How many of a case's samples are flagged ([`Sample::flags`]), the host control judged
-/// against its median within each execution; `None` where no sample records a state.
+/// How much slower than the case's median time per call a stretch of a sample's calls may
+/// run before its sample is flagged as stalled.
+pub const STALL: f64 = 2.0;
+
+/// The medians a sample's state is judged against: over its case's samples of one
+/// execution, the host control before and after, and the time per call.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CaseMedians {
+    pub host: Option<f64>,
+    pub host_after: Option<f64>,
+    pub per_call: Option<f64>,
+}
+
+impl CaseMedians {
+    /// The medians of `samples` (one case, one execution).
+    pub fn of(samples: &[&Sample]) -> Self {
+        let of = |f: &dyn Fn(&Sample) -> Option<f64>| {
+            let v: Vec<f64> = samples.iter().filter_map(|s| f(s)).collect();
+            (!v.is_empty()).then(|| stats::median(&v))
+        };
+        CaseMedians {
+            host: of(&|s| s.host_ns),
+            host_after: of(&|s| s.state.host_after_ns),
+            per_call: of(&|s| Some(s.per_call_ns())),
+        }
+    }
+}
+
+/// How many of a case's samples are flagged ([`Sample::flags`]), each judged against its
+/// execution's medians; `None` where no sample records a state.
 pub fn flagged(samples: &[Sample]) -> Option<u32> {
     flag_each(samples).map(|f| f.iter().filter(|&&x| x).count() as u32)
 }
 
-/// Whether each of a case's samples is flagged, in order (the host control judged against
-/// its median within each execution); `None` where no sample records a state.
+/// Whether each of a case's samples is flagged, in order (each judged against the medians
+/// of its case within its execution); `None` where no sample records a state.
 pub fn flag_each(samples: &[Sample]) -> Option<Vec<bool>> {
     let recorded = |s: &Sample| s.host_ns.is_some() || s.state != SampleState::default();
     if !samples.iter().any(recorded) {
         return None;
     }
-    type Medians = (Option<f64>, Option<f64>);
-    let mut medians: Vec<(u32, Medians)> = Vec::new();
+    let mut medians: Vec<(u32, CaseMedians)> = Vec::new();
     for s in samples {
         if !medians.iter().any(|(e, _)| *e == s.execution) {
-            let of = |f: fn(&Sample) -> Option<f64>| {
-                let v: Vec<f64> = samples
-                    .iter()
-                    .filter(|t| t.execution == s.execution)
-                    .filter_map(f)
-                    .collect();
-                (!v.is_empty()).then(|| stats::median(&v))
-            };
-            medians.push((
-                s.execution,
-                (of(|t| t.host_ns), of(|t| t.state.host_after_ns)),
-            ));
+            let of: Vec<&Sample> = samples
+                .iter()
+                .filter(|t| t.execution == s.execution)
+                .collect();
+            medians.push((s.execution, CaseMedians::of(&of)));
         }
     }
     let median_of = |e: u32| {
         medians
             .iter()
             .find(|(x, _)| *x == e)
-            .map_or((None, None), |m| m.1)
+            .map_or_else(CaseMedians::default, |m| m.1)
     };
     Some(
         samples
             .iter()
-            .map(|s| !s.flags(median_of(s.execution)).is_empty())
+            .map(|s| !s.flags(&median_of(s.execution)).is_empty())
             .collect(),
     )
 }
 
 impl Sample {
     /// `samples.csv` columns, in file order: the case key, then these.
-    const TAIL: [&'static str; 13] = [
+    const TAIL: [&'static str; 14] = [
         "execution",
         "iters",
         "total_ns",
@@ -388,6 +424,7 @@ impl Sample {
         "gpu_temp",
         "throttle",
         "host_after_ns",
+        "slowest_ns",
     ];
 
     /// Columns added after schema 2 that a reader does not require (older runs lack them):
@@ -395,10 +432,10 @@ impl Sample {
     const FIRST_OPTIONAL: usize = 4;
 
     /// What flags this sample as taken in an unusual state: steal, many involuntary
-    /// switches, a slow host control before or after it (against `medians`, the medians of
-    /// the control before and after over the sample's execution), a throttled GPU. Empty:
-    /// clean, or nothing recorded to tell.
-    pub fn flags(&self, medians: (Option<f64>, Option<f64>)) -> Vec<SampleFlag> {
+    /// switches, a slow host control around it, a stalled stretch of its own calls (each
+    /// against `m`, its case's medians in its execution), a throttled GPU. Empty: clean, or
+    /// nothing recorded to tell.
+    pub fn flags(&self, m: &CaseMedians) -> Vec<SampleFlag> {
         let s = &self.state;
         let mut out = Vec::new();
         if s.steal.is_some_and(|t| t > 0) {
@@ -408,10 +445,22 @@ impl Sample {
         if s.nivcsw.is_some_and(|n| n as f64 > per_4ms) {
             out.push(SampleFlag::Switched);
         }
-        let slow =
-            |h: Option<f64>, m: Option<f64>| h.zip(m).is_some_and(|(h, m)| h > HOST_SLOW * m);
-        if slow(self.host_ns, medians.0) || slow(s.host_after_ns, medians.1) {
+        let ratio = |h: Option<f64>, m: Option<f64>| h.zip(m).map(|(h, m)| h / m);
+        let control = match (
+            ratio(self.host_ns, m.host),
+            ratio(s.host_after_ns, m.host_after),
+        ) {
+            (Some(b), Some(a)) => Some((a + b) / 2.0),
+            (b, a) => b.or(a),
+        };
+        if control.is_some_and(|r| r > HOST_SLOW) {
             out.push(SampleFlag::HostSlow);
+        }
+        if s.slowest_ns
+            .zip(m.per_call)
+            .is_some_and(|(x, p)| x > STALL * p)
+        {
+            out.push(SampleFlag::Stalled);
         }
         if s.throttle.is_some_and(|t| t != 0) {
             out.push(SampleFlag::GpuThrottled);
@@ -462,6 +511,7 @@ impl Sample {
             opt(&self.state.gpu_temp),
             opt(&self.state.throttle),
             opt(&self.state.host_after_ns),
+            opt(&self.state.slowest_ns),
         ]);
         out
     }
@@ -518,6 +568,7 @@ impl SampleState {
             gpu_temp: l.opt("gpu_temp")?,
             throttle: l.opt("throttle")?,
             host_after_ns: l.positive("host_after_ns", false)?,
+            slowest_ns: l.positive("slowest_ns", false)?,
         })
     }
 }

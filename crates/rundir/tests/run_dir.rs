@@ -56,6 +56,7 @@ fn row(batch: usize) -> (ResultRow, Vec<Sample>) {
             gpu_temp: Some(41),
             throttle: Some(0),
             host_after_ns: Some(52_500.0),
+            slowest_ns: Some(104.0),
         },
     };
     (r, vec![s(1000.0), s(1010.0)])
@@ -379,43 +380,81 @@ fn a_sample_taken_in_an_unusual_state_is_flagged_and_counted_per_case() {
         s
     };
     use rundir::SampleFlag::*;
+    let none = rundir::CaseMedians::default();
+    let host = |before, after| rundir::CaseMedians {
+        host: Some(before),
+        host_after: after,
+        per_call: None,
+    };
     assert_eq!(
-        with(&|s| s.state.steal = Some(3)).flags((Some(52_000.0), None)),
+        with(&|s| s.state.steal = Some(3)).flags(&host(52_000.0, None)),
         [Steal]
     );
     // 1000 ns of sample: one involuntary switch is within the allowance, two are not
+    assert!(with(&|s| s.state.nivcsw = Some(1)).flags(&none).is_empty());
+    assert_eq!(with(&|s| s.state.nivcsw = Some(2)).flags(&none), [Switched]);
+    // the control before alone (no median after): over 1.2× its median
+    assert_eq!(
+        with(&|s| s.host_ns = Some(52_000.0 * 1.21)).flags(&host(52_000.0, None)),
+        [HostSlow]
+    );
     assert!(
-        with(&|s| s.state.nivcsw = Some(1))
-            .flags((None, None))
+        with(&|s| s.host_ns = Some(52_000.0 * 1.19))
+            .flags(&host(52_000.0, None))
+            .is_empty()
+    );
+    // before and after: their mean ratio — 1.3 before and 1.0 after is 1.15, clean; 1.3
+    // and 1.15 is 1.225, slow
+    let both = host(52_000.0, Some(52_500.0));
+    assert!(
+        with(&|s| s.host_ns = Some(52_000.0 * 1.3))
+            .flags(&both)
             .is_empty()
     );
     assert_eq!(
-        with(&|s| s.state.nivcsw = Some(2)).flags((None, None)),
-        [Switched]
-    );
-    assert_eq!(
-        with(&|s| s.host_ns = Some(52_000.0 * 1.2)).flags((Some(52_000.0), None)),
+        with(&|s| {
+            s.host_ns = Some(52_000.0 * 1.3);
+            s.state.host_after_ns = Some(52_500.0 * 1.15);
+        })
+        .flags(&both),
         [HostSlow]
     );
+    // a stretch of its calls over 2× the case's median per call (100 ns): stalled
+    let paced = rundir::CaseMedians {
+        per_call: Some(100.0),
+        ..none
+    };
+    assert!(with(&|_| ()).flags(&paced).is_empty());
     assert_eq!(
-        with(&|s| s.state.throttle = Some(0x4)).flags((None, None)),
+        with(&|s| s.state.slowest_ns = Some(201.0)).flags(&paced),
+        [Stalled]
+    );
+    assert_eq!(
+        with(&|s| s.state.throttle = Some(0x4)).flags(&none),
         [GpuThrottled]
     );
-    // per execution: a host control slow against its own execution's median only
+    // per execution: a host control slow against its own execution's median only (1.6×
+    // before, 1.0× after: 1.3), and a stretch slow against its execution's pace
     let mut mixed = Vec::new();
-    for (e, host) in [
-        (1, 50_000.0),
-        (1, 50_000.0),
-        (1, 70_000.0),
-        (2, 70_000.0),
-        (2, 70_000.0),
+    for (e, host, slowest) in [
+        (1, 50_000.0, 104.0),
+        (1, 50_000.0, 104.0),
+        (1, 80_000.0, 104.0),
+        (2, 80_000.0, 104.0),
+        (2, 80_000.0, 104.0),
+        (2, 80_000.0, 250.0),
     ] {
         mixed.push(with(&|s| {
             s.execution = e;
             s.host_ns = Some(host);
+            s.state.slowest_ns = Some(slowest);
         }));
     }
-    assert_eq!(rundir::flagged(&mixed), Some(1));
+    assert_eq!(
+        rundir::flag_each(&mixed),
+        Some(vec![false, false, true, false, false, true])
+    );
+    assert_eq!(rundir::flagged(&mixed), Some(2));
     // samples that record no state: nothing to tell
     let bare = Sample::bare(&base.key, 1, &[(10, 1000.0)]);
     assert_eq!(rundir::flagged(&bare), None);
