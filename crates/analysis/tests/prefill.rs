@@ -82,10 +82,33 @@ fn on_the_cpu_the_prefill_of_128_tokens_is_priced_within_a_percent() {
 }
 
 #[test]
+fn on_a_quiet_cpu_generates_token_is_priced_within_a_fifth_at_every_batch() {
+    // gen3: the same command on the same kind of VM with nothing else running (4649e33):
+    // predicted / measured generate() per token, B = 1 / 2 / 8: 1.099 / 1.022 / 0.940; the HF
+    // step 1.126 / 0.984 / 0.894 — issue 31's ±20% at every batch
+    let run = cpu_fixture("gen3");
+    let cfg = ModelConfig::by_name("qwen3-0.6b").unwrap();
+    for (b, want, step_want) in [(1, 1.099, 1.126), (2, 1.022, 0.984), (8, 0.940, 0.894)] {
+        let q = common::cpu_query(&cfg, Phase::Decode, b, 128, StepProfile::Transformers);
+        let step = predict(&run, &q).unwrap();
+        let measured = step.measured.as_ref().unwrap().median_ns.unwrap();
+        let s = step.step_ns / measured;
+        assert!((s - step_want).abs() < 0.005, "B={b} step: {s}");
+        let r = analysis::generate::price(&run, &q, &step)
+            .unwrap()
+            .ratio()
+            .unwrap();
+        assert!((r - want).abs() < 0.005, "B={b}: {r}");
+        assert!((r - 1.0).abs() < 0.2, "B={b}: {r}");
+    }
+}
+
+#[test]
 fn on_the_cpu_generates_token_is_priced_within_a_fifth_but_at_b2() {
-    // predicted / measured generate() per token, B = 1 / 2 / 8: 1.020 / 1.223 / 0.936; the
-    // HF step itself 0.947 / 1.255 / 0.861 — B = 2's miss is the CPU step's (issue 31 asks
-    // ±20%: met at B = 1 and 8)
+    // gen (two interruptions of the VM's cores during its timing, not excluded): predicted /
+    // measured generate() per token, B = 1 / 2 / 8: 1.020 / 1.223 / 0.936; the HF step
+    // itself 0.947 / 1.255 / 0.861 — B = 2's miss was the CPU step's op rows (gen3 above,
+    // quiet, meets ±20% at every batch)
     let run = cpu_fixture("gen");
     let cfg = ModelConfig::by_name("qwen3-0.6b").unwrap();
     for (b, want) in [(1, 1.020), (2, 1.223), (8, 0.936)] {
