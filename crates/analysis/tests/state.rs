@@ -188,9 +188,12 @@ fn with_stretches_and_the_threads_own_steal_the_hf_and_python_rows_reach_four_in
     assert_eq!(flags(&|f| *f == Stalled), 27);
 }
 
-/// The probe's samples (crates/harness/examples/state_probe.rs): per sample its time, the
-/// L2 control (faster of two passes) before and after, and its slowest stretch of 50 adds.
-fn probe(name: &str) -> Vec<(f64, f64, f64, f64, f64)> {
+/// One probe sample: its time, the L2 control (faster of two passes) before and after it,
+/// its slowest stretch of 50 adds, and how many stretches it had.
+type ProbeRow = (f64, f64, f64, f64, f64);
+
+/// The probe's samples (crates/harness/examples/state_probe.rs).
+fn probe(name: &str) -> Vec<ProbeRow> {
     use std::io::Read;
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/state-2026-12-01/probe")
@@ -227,7 +230,7 @@ fn on_the_probe_the_stretches_catch_what_the_controls_at_the_edges_miss() {
         let rows = probe(name);
         let mut c = [0usize; 6]; // slow, by control, by either; others, by control, by either
         for case in rows.chunks(10) {
-            let med = |f: &dyn Fn(&(f64, f64, f64, f64, f64)) -> f64| {
+            let med = |f: &dyn Fn(&ProbeRow) -> f64| {
                 stats::median(&case.iter().map(f).collect::<Vec<_>>())
             };
             let (m, mb, ma) = (med(&|r| r.0), med(&|r| r.1), med(&|r| r.2));
