@@ -12,10 +12,12 @@
 //! Variants, each the function the decode crate's MoE step calls:
 //! - `loop` ([`experts_loop`]): Qwen3MoeExperts.forward, transformers' eager loop, call for
 //!   call: `one_hot` of the routing, the experts hit by `nonzero` (a device→host sync), and
-//!   per expert hit a sync on `expert_idx == num_experts`, `torch.where` over its mask (a
-//!   `nonzero`, another sync), index its tokens, `linear` by its gate_up, `chunk`,
-//!   `silu(gate) · up`, `linear` by its down, times its routing weights, `index_add_`.
-//!   1 + 2·hit syncs per call: on a host-bound GPU each one waits for the queued kernels.
+//!   per expert hit a sync on `expert_idx == num_experts`, its mask `expert_mask[expert_idx]`
+//!   (a 0-d index tensor: PyTorch reads it on the host, a sync, and selects a view),
+//!   `torch.where` over it (a `nonzero`, a sync), index its tokens, `linear` by its gate_up
+//!   (`gate_up_proj[expert_idx]`: a sync and a view, no copy), `chunk`, `silu(gate) · up`,
+//!   `linear` by its down (a sync and a view), times its routing weights, `index_add_`.
+//!   1 + 5·hit syncs per call: on a host-bound GPU each one waits for the queued kernels.
 //! - `grouped` ([`experts_grouped`]): transformers' `grouped_mm` experts implementation —
 //!   the routed rows sorted by expert on the device, `histc` and `cumsum` for the groups'
 //!   ends, two grouped GEMMs (`torch._grouped_mm`), the weights applied, the order
@@ -91,7 +93,8 @@ pub fn router(
 
 /// Qwen3MoeExperts.forward, transformers 5.17's eager loop, call for call: `x` [T, E], the
 /// routing's `ids` and `weights` [T, k], `gate_up` [N, 2I, E], `down` [N, E, I]. Syncs
-/// with the device 1 + 2·(experts hit) times, as transformers does.
+/// with the device 1 + 5·(experts hit) times, as transformers does (its three indexings by
+/// a 0-d tensor each read the index on the host).
 pub fn experts_loop(
     x: &Tensor,
     ids: &Tensor,
@@ -113,17 +116,17 @@ pub fn experts_loop(
         if e.f_eq(n)?.f_is_nonzero()? {
             continue;
         }
+        // `t[expert_idx]` with a 0-d index tensor: PyTorch reads the index on the host (a
+        // sync) and selects a view — for the mask and each weight, as transformers indexes
+        let at = mask.f_select(0, e.f_int64_value(&[])?)?;
         // torch.where(expert_mask[expert_idx]): its nonzero (a sync)
-        let at = mask
-            .f_index_select(0, &e.f_unsqueeze(0)?)?
-            .f_squeeze_dim(0)?;
         let pos = at.f_nonzero()?;
         let (slot, token) = (pos.f_select(1, 0)?, pos.f_select(1, 1)?);
-        let xs = x.f_index_select(0, &token)?;
-        let e1 = e.f_unsqueeze(0)?;
-        let gu = xs.f_linear::<Tensor>(&gate_up.f_index_select(0, &e1)?.f_squeeze_dim(0)?, None)?;
+        // hidden_states[token_idx]: advanced indexing
+        let xs = x.f_index(&[Some(&token)])?;
+        let gu = xs.f_linear::<Tensor>(&gate_up.f_select(0, e.f_int64_value(&[])?)?, None)?;
         let h = swiglu(&gu)?;
-        let y = h.f_linear::<Tensor>(&down.f_index_select(0, &e1)?.f_squeeze_dim(0)?, None)?;
+        let y = h.f_linear::<Tensor>(&down.f_select(0, e.f_int64_value(&[])?)?, None)?;
         let w = weights
             .f_index(&[Some(&token), Some(&slot)])?
             .f_unsqueeze(-1)?;
@@ -285,7 +288,7 @@ impl Prepared for PreparedMoe {
     }
     fn waits_for_device(&self) -> Option<String> {
         shapes::moe::waits_for_device(OpKind::Moe, self.variant.name()).then(|| {
-            "transformers' expert loop waits for the device 1 + 2 times per expert hit".into()
+            "transformers' expert loop waits for the device 1 + 5 times per expert hit".into()
         })
     }
     fn spread_state(&mut self, copies: usize) -> Result<(), TchError> {
@@ -293,7 +296,7 @@ impl Prepared for PreparedMoe {
     }
     fn note(&self) -> Option<String> {
         let how = match self.variant {
-            Variant::Loop => "transformers' eager loop, 1 + 2 per expert hit device syncs",
+            Variant::Loop => "transformers' eager loop, 1 + 5 per expert hit device syncs",
             Variant::Grouped => "transformers' grouped_mm implementation, no sync",
         };
         Some(format!(
