@@ -28,6 +28,7 @@ pub mod merge;
 pub mod predict;
 pub mod publish;
 pub mod report;
+pub mod state;
 pub mod traced;
 
 use std::path::PathBuf;

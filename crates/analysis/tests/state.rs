@@ -1,6 +1,6 @@
-//! What the state columns showed on the H200: the flags (rundir::flag_each, the readers'
-//! own rule) against the pipelined samples that ran slow, over 1.3× their case's median in
-//! their execution — issue 31 asks ≥ 80% of those flagged and ≤ 10% of the others.
+//! What the state columns showed on the H200: the flags (`opbench state`'s tally, on the
+//! readers' own rule) against the pipelined samples that ran slow, over 1.3× their case's
+//! median in their execution — issue 31 asks ≥ 80% of those flagged and ≤ 10% of the others.
 //!
 //! The rule: steal on the thread's CPU, involuntary switches over one per 4 ms, the mean of
 //! the host control's ratios before and after the sample over 1.2, a stretch of the
@@ -13,62 +13,36 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use rundir::{Mode, Run, Sample};
+use analysis::state::Timer;
+use rundir::{Mode, Run};
 
 /// (slow samples, of them flagged, other samples, of them flagged).
 type Counts = (usize, usize, usize, usize);
 
-/// Add one case's samples (of one execution) to `c`: slow is over 1.3× their median; a case
-/// whose samples record no state is not judged.
-fn tally(samples: &[Sample], c: &mut Counts) {
-    let Some(flags) = rundir::flag_each(samples) else {
-        return;
-    };
-    let per: Vec<f64> = samples.iter().map(|s| s.per_call_ns()).collect();
-    let median = stats::median(&per);
-    for (p, f) in per.iter().zip(flags) {
-        if *p > 1.3 * median {
-            c.0 += 1;
-            c.1 += usize::from(f);
-        } else {
-            c.2 += 1;
-            c.3 += usize::from(f);
-        }
+/// Who timed a case, as the tests name it: `op` (the bench binaries), `hf` (the peer's HF
+/// rows), `py` (its Python op rows).
+fn name(t: Timer) -> &'static str {
+    match t {
+        Timer::Rust => "op",
+        Timer::PeerHf => "hf",
+        Timer::PeerOps => "py",
     }
 }
 
-/// Who timed a case: the op crates (`op`), the peer's HF rows (variant `transformers`: the
-/// step, generate(), the layer rows) or the peer's Python op rows (`py`).
 fn group(variant: &str) -> &'static str {
-    if variant == "transformers" {
-        "hf"
-    } else if variant.starts_with("py-") {
-        "py"
-    } else {
-        "op"
-    }
+    name(Timer::of(variant))
 }
 
-/// [`Counts`] in `mode` per (group, execution), each case judged within each execution.
+/// [`Counts`] in `mode` per (group, execution), by `opbench state`'s tally.
 fn counts(run: &Run, mode: Mode) -> BTreeMap<(&'static str, u32), Counts> {
-    let mut out = BTreeMap::new();
-    for (key, samples) in run.samples().unwrap() {
-        if key.mode != mode {
-            continue;
-        }
-        let mut execs: Vec<u32> = samples.iter().map(|s| s.execution).collect();
-        execs.sort_unstable();
-        execs.dedup();
-        for e in execs {
-            let of: Vec<Sample> = samples
-                .iter()
-                .filter(|s| s.execution == e)
-                .cloned()
-                .collect();
-            tally(&of, out.entry((group(&key.variant), e)).or_default());
-        }
-    }
-    out
+    analysis::state::tally(run, mode)
+        .unwrap()
+        .into_iter()
+        .map(|((t, e), c)| {
+            let counts = (c.slow, c.slow_flagged, c.others, c.others_flagged);
+            ((name(t), e), counts)
+        })
+        .collect()
 }
 
 /// The counts of `run`'s only group, its executions in order.
@@ -169,23 +143,13 @@ fn with_stretches_and_the_threads_own_steal_the_hf_and_python_rows_reach_four_in
         }
     }
     assert!(with > 1500, "{with}");
-    // what two of the flags add over the op crates' pipelined samples: the GPU's power cap
-    // (throttle 0x4) flags 31, nearly all of them samples that were not slow (a host-bound
-    // call does not feel the GPU's clock); a stalled stretch 27
-    let flags = |pick: &dyn Fn(&rundir::SampleFlag) -> bool| {
-        let mut n = 0;
-        for (key, of) in &samples {
-            if key.mode != Mode::Pipelined || group(&key.variant) != "op" {
-                continue;
-            }
-            let m = rundir::CaseMedians::of(&of.iter().collect::<Vec<_>>());
-            n += of.iter().filter(|s| s.flags(&m).iter().any(pick)).count();
-        }
-        n
-    };
-    use rundir::SampleFlag::*;
-    assert_eq!(flags(&|f| *f == GpuThrottled), 31);
-    assert_eq!(flags(&|f| *f == Stalled), 27);
+    // what two of the flags add over the op crates' pipelined samples (slow, others): the
+    // GPU's power cap (throttle 0x4) flags 31 samples, none of them slow (a host-bound call
+    // does not feel the GPU's clock); a stalled stretch 3 slow and 24 others
+    let op = analysis::state::tally(&run, Mode::Pipelined).unwrap()[&(Timer::Rust, 1)];
+    let of = |f| op.by_flag[analysis::state::FLAGS.iter().position(|x| *x == f).unwrap()];
+    assert_eq!(of(rundir::SampleFlag::GpuThrottled), (0, 31));
+    assert_eq!(of(rundir::SampleFlag::Stalled), (3, 24));
 }
 
 /// One probe sample: its time, the L2 control (faster of two passes) before and after it,

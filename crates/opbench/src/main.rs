@@ -82,6 +82,18 @@ enum Verb {
         #[arg(long, default_value = "all", value_parser = ["cpu", "gpu", "all"])]
         device: String,
     },
+    /// How far a run's state flags explain its slow samples: per timer (the bench binaries,
+    /// the peer's HF rows, its Python op rows) and execution, the samples over 1.3× their
+    /// case's median and how many carry a state flag, the other samples and how many do,
+    /// and each flag's count (host-slow, stalled, steal, switched, gpu-throttled; rules in
+    /// docs/schema.md, samples.csv). Samples that record no state are not judged.
+    State {
+        /// The run directory.
+        run: PathBuf,
+        /// The timing mode whose samples are judged.
+        #[arg(long, default_value = "pipelined", value_parser = choice!(Mode))]
+        mode: Mode,
+    },
     /// Fit overhead + work/rate per series of a run; writes RUN/fits.csv.
     Fit {
         /// The run directory (target/opbench/runs/RUN_ID).
@@ -376,6 +388,23 @@ fn env_verb(_device: &str) -> Result<u8, CliError> {
     ))
 }
 
+fn state_verb(dir: &std::path::Path, mode: Mode) -> Result<u8, CliError> {
+    let run = Run::load(dir)?;
+    let table = analysis::state::tally(&run, mode)?;
+    if table.is_empty() {
+        return Err(CliError {
+            code: 2,
+            message: format!(
+                "{}: no {} sample records the host's state (runs before 2026-12-01 have none)",
+                dir.display(),
+                mode.as_str()
+            ),
+        });
+    }
+    print::state(&table, mode);
+    Ok(0)
+}
+
 fn fit_verb(dir: &std::path::Path) -> Result<u8, CliError> {
     let run = Run::load(dir)?;
     let fits = analysis::fit::fit_run(&run);
@@ -666,6 +695,7 @@ fn main() -> ExitCode {
         }
         Verb::Env { device } => env_verb(&device),
         Verb::Fit { run } => fit_verb(&run),
+        Verb::State { run, mode } => state_verb(&run, mode),
         Verb::Predict(args) => predict_verb(&args),
         Verb::Merge { run } => merge_verb(&run),
         Verb::Compare(args) => compare_verb(&args),

@@ -13,6 +13,49 @@ fn num(v: Option<f64>, digits: usize) -> String {
     v.map_or(String::new(), |x| format!("{x:.digits$}"))
 }
 
+/// `opbench state`: slow samples and the flags, per timer and execution.
+pub fn state(
+    table: &std::collections::BTreeMap<(analysis::state::Timer, u32), analysis::state::Tally>,
+    mode: rundir::Mode,
+) {
+    use analysis::state::FLAGS;
+    let pct = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{:.1}%", 100.0 * v));
+    println!(
+        "{} samples over {}× their case's median (slow), and the state flags they carry:",
+        mode.as_str(),
+        analysis::state::SLOW
+    );
+    print!(
+        "{:<17} {:>4} {:>6} {:>8} {:>7} {:>7} {:>8} {:>7}",
+        "timer", "exec", "slow", "flagged", "caught", "others", "flagged", "share"
+    );
+    for f in FLAGS {
+        print!(" {:>13}", f.as_str());
+    }
+    println!();
+    for ((timer, e), t) in table {
+        print!(
+            "{:<17} {:>4} {:>6} {:>8} {:>7} {:>7} {:>8} {:>7}",
+            timer.as_str(),
+            e,
+            t.slow,
+            t.slow_flagged,
+            pct(t.caught()),
+            t.others,
+            t.others_flagged,
+            pct(t.false_share())
+        );
+        for (slow, others) in t.by_flag {
+            print!(" {:>13}", format!("{slow}/{others}"));
+        }
+        println!();
+    }
+    println!(
+        "caught: the slow samples with a flag; share: the other samples with one (a flag's \
+         column: slow/others that carry it)"
+    );
+}
+
 /// The fits table.
 pub fn fits(rows: &[FitRow]) {
     println!(

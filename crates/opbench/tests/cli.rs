@@ -2126,3 +2126,52 @@ fn ingest_makes_the_peers_rows_by_the_one_estimator_and_tolerance_table() {
         "{err}"
     );
 }
+
+#[test]
+fn state_tells_how_far_the_flags_explain_a_runs_slow_samples() {
+    let run = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../analysis/tests/fixtures/state-2026-12-01/gen4"
+    );
+    let (code, out, err) = opbench(&["state", run]);
+    assert_eq!(code, 0, "{err}");
+    // per timer: slow, flagged, caught, others, flagged, share, then each flag slow/others
+    let line = |who: &str| {
+        out.lines()
+            .find(|l| l.starts_with(who))
+            .unwrap_or_else(|| panic!("{who}: {out}"))
+            .split_whitespace()
+            .skip(who.split_whitespace().count())
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert_eq!(
+        line("bench binaries"),
+        "1 18 12 66.7% 1572 130 8.3% 12/83 3/24 0/1 0/0 0/31"
+    );
+    assert_eq!(
+        line("peer: HF rows"),
+        "1 44 39 88.6% 496 55 11.1% 39/53 1/1 0/2 0/0 0/0"
+    );
+    assert!(
+        out.contains("host-slow") && out.contains("gpu-throttled"),
+        "{out}"
+    );
+    // device-timed samples: none slow, the GPU's flags on the others
+    let (code, out, _) = opbench(&["state", run, "--mode", "device"]);
+    assert_eq!(code, 0);
+    assert!(out.contains(" 0        0       - "), "{out}");
+    // a run whose samples record no state, a bad mode: one line, exit 2
+    let old = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../analysis/tests/fixtures/published/results/2026-11-30-nvidia-h200-cuda-torch2.11.0-graph-cold"
+    );
+    let (code, _, err) = opbench(&["state", old]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("records the host's state") && err.lines().count() == 1,
+        "{err}"
+    );
+    let (code, _, err) = opbench(&["state", run, "--mode", "fast"]);
+    assert_eq!(code, 2, "{err}");
+}
