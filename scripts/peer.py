@@ -215,6 +215,8 @@ def _nivcsw():
 
 def _this_cpu():
     """The CPU this thread runs on (Linux's sched_getcpu), or None."""
+    if not sys.platform.startswith("linux"):
+        return None
     try:
         import ctypes
         cpu = ctypes.CDLL(None).sched_getcpu()
