@@ -213,3 +213,22 @@ fn on_the_probe_the_stretches_catch_what_the_controls_at_the_edges_miss() {
     // p20 (1,762 samples of 4,000 adds, 29 ms each): 6 and 7 of 8; 4.8% and 7.7%
     assert_eq!(judge("p20"), [8, 6, 7, 1754, 85, 135]);
 }
+
+#[test]
+fn on_the_two_core_cpu_the_flags_catch_half_to_two_thirds() {
+    // cpu-2026-12-01/gen3 (the quick grid with the peer, stretches and the thread's own
+    // steal), in the order HF rows, bench binaries, Python op rows: HF rows 12 of 19 slow
+    // samples flagged (15.8% of the others), bench binaries 75 of 147 (7.9%), Python op
+    // rows 43 of 63 (14.1%) — issue 31's bars not met here
+    let run = common::fixture("cpu-2026-12-01/gen3");
+    assert_eq!(
+        counts(&run, Mode::Pipelined)
+            .into_values()
+            .collect::<Vec<_>>(),
+        [
+            (19, 12, 1007, 159),
+            (147, 75, 4293, 339),
+            (63, 43, 1517, 214)
+        ]
+    );
+}
