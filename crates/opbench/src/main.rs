@@ -258,7 +258,7 @@ pub struct PredictArgs {
     /// Which of each host-timed row's samples price it: typical (its median) or fast (the
     /// samples whose state was clean — no steal, no burst of involuntary switches, the
     /// host control around it within 1.2× its median, no stretch of its calls over 2× the
-    /// median per call, no GPU throttling — where the samples record
+    /// median per call, no GPU throttled below the case's usual clock — where the samples record
     /// their state, at least three of them; else the 10th percentile of its samples over
     /// the run's executions), for the rows and the measured step alike. The other is
     /// printed beside it.

@@ -2147,7 +2147,7 @@ fn state_tells_how_far_the_flags_explain_a_runs_slow_samples() {
     };
     assert_eq!(
         line("bench binaries"),
-        "1 18 12 66.7% 1572 130 8.3% 12/83 3/24 0/1 0/0 0/31"
+        "1 18 12 66.7% 1572 100 6.4% 12/83 3/24 0/1 0/0 0/0"
     );
     assert_eq!(
         line("peer: HF rows"),

@@ -322,7 +322,9 @@ pub enum SampleFlag {
     /// clock, so it tells an uneven sample from an even one; a build whose every call is
     /// slower makes every sample evenly slower and is not flagged by it.
     Stalled,
-    /// The GPU held its clocks down for power or heat.
+    /// The GPU held its clock down for power or heat *below its case's median clock* (by
+    /// more than [`CLOCK_DROP`]): a throttle reason alone is not a flag, since a case whose
+    /// every sample runs at the power cap (a large GEMM on the H200) is in its usual state.
     GpuThrottled,
 }
 
@@ -347,13 +349,19 @@ pub const HOST_SLOW: f64 = 1.2;
 /// run before its sample is flagged as stalled.
 pub const STALL: f64 = 2.0;
 
+/// How far below its case's median SM clock a throttled sample's clock must read to be
+/// flagged ([`SampleFlag::GpuThrottled`]): 2% (two or three 15-MHz steps on the H200), over
+/// the jitter of one reading right after the sample.
+pub const CLOCK_DROP: f64 = 0.02;
+
 /// The medians a sample's state is judged against: over its case's samples of one
-/// execution, the host control before and after, and the time per call.
+/// execution, the host control before and after, the time per call and the GPU's clock.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct CaseMedians {
     pub host: Option<f64>,
     pub host_after: Option<f64>,
     pub per_call: Option<f64>,
+    pub sm_mhz: Option<f64>,
 }
 
 impl CaseMedians {
@@ -367,6 +375,7 @@ impl CaseMedians {
             host: of(&|s| s.host_ns),
             host_after: of(&|s| s.state.host_after_ns),
             per_call: of(&|s| Some(s.per_call_ns())),
+            sm_mhz: of(&|s| s.state.sm_mhz.map(f64::from)),
         }
     }
 }
@@ -432,9 +441,10 @@ impl Sample {
     const FIRST_OPTIONAL: usize = 4;
 
     /// What flags this sample as taken in an unusual state: steal, many involuntary
-    /// switches, a slow host control around it, a stalled stretch of its own calls (each
-    /// against `m`, its case's medians in its execution), a throttled GPU. Empty: clean, or
-    /// nothing recorded to tell.
+    /// switches, a slow host control around it, a stalled stretch of its own calls, a GPU
+    /// throttled below its usual clock (each against `m`, its case's medians in its
+    /// execution; a throttled sample without a clock to compare is flagged). Empty: clean,
+    /// or nothing recorded to tell.
     pub fn flags(&self, m: &CaseMedians) -> Vec<SampleFlag> {
         let s = &self.state;
         let mut out = Vec::new();
@@ -462,7 +472,11 @@ impl Sample {
         {
             out.push(SampleFlag::Stalled);
         }
-        if s.throttle.is_some_and(|t| t != 0) {
+        let below_usual = match (s.sm_mhz, m.sm_mhz) {
+            (Some(x), Some(usual)) => f64::from(x) < (1.0 - CLOCK_DROP) * usual,
+            _ => true,
+        };
+        if s.throttle.is_some_and(|t| t != 0) && below_usual {
             out.push(SampleFlag::GpuThrottled);
         }
         out

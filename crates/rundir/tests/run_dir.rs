@@ -385,6 +385,7 @@ fn a_sample_taken_in_an_unusual_state_is_flagged_and_counted_per_case() {
         host: Some(before),
         host_after: after,
         per_call: None,
+        sm_mhz: None,
     };
     assert_eq!(
         with(&|s| s.state.steal = Some(3)).flags(&host(52_000.0, None)),
@@ -429,9 +430,30 @@ fn a_sample_taken_in_an_unusual_state_is_flagged_and_counted_per_case() {
         with(&|s| s.state.slowest_ns = Some(201.0)).flags(&paced),
         [Stalled]
     );
+    // a throttle reason flags a sample whose clock is below its case's usual clock by more
+    // than 2%, or with no clock to compare; not one at its case's usual (capped) clock
     assert_eq!(
         with(&|s| s.state.throttle = Some(0x4)).flags(&none),
         [GpuThrottled]
+    );
+    let capped = rundir::CaseMedians {
+        sm_mhz: Some(1485.0),
+        ..none
+    };
+    let at = |mhz| {
+        with(&|s| {
+            s.state.throttle = Some(0x4);
+            s.state.sm_mhz = Some(mhz);
+        })
+        .flags(&capped)
+    };
+    assert!(at(1485).is_empty() && at(1530).is_empty() && at(1460).is_empty());
+    assert_eq!(at(1440), [GpuThrottled]);
+    assert!(
+        with(&|s| s.state.sm_mhz = Some(1000))
+            .flags(&capped)
+            .is_empty(),
+        "a low clock without a throttle reason is the GPU's own choice"
     );
     // per execution: a host control slow against its own execution's median only (1.6×
     // before, 1.0× after: 1.3), and a stretch slow against its execution's pace
