@@ -123,6 +123,7 @@ pub fn collect(run_id: &str, devices: &[Device]) -> EnvInfo {
 /// The host's CPU frequency governor, CPU 0's current MHz, the load average and the boot id
 /// (Linux).
 fn host_state() -> BTreeMap<String, String> {
+    #[cfg_attr(not(target_os = "linux"), allow(unused_mut))] // filled on Linux only
     let mut out = BTreeMap::new();
     #[cfg(target_os = "linux")]
     {
