@@ -245,9 +245,11 @@ fn on_the_two_core_cpu_the_flags_catch_half_to_two_thirds() {
     );
 }
 
-/// The op crates' pipelined [`Counts`] of `run` when the torch control right before each
-/// sample (`control_ns`, the dispatch floor over ~200 µs) over `over`× its case's median
-/// stands in for the build-independent host control's flag; the other flags as they are.
+/// The op crates' pipelined [`Counts`] of `run` when the torch control around each sample
+/// (`control_ns` before it, the dispatch floor over ~200 µs, and `control_after_ns` after
+/// it where recorded: the mean of their ratios to the case's medians, as the chase's flag
+/// reads its two) over `over`× stands in for the build-independent host control's flag;
+/// the other flags as they are. The runs here predate `control_after_ns`: before only.
 fn with_torch_control(run: &Run, over: f64) -> Counts {
     let mut c = (0, 0, 0, 0);
     for (key, samples) in run.samples().unwrap() {
@@ -264,15 +266,28 @@ fn with_torch_control(run: &Run, over: f64) -> Counts {
                 continue;
             }
             let m = rundir::CaseMedians::of(&of);
-            let torch: Vec<f64> = of.iter().filter_map(|s| s.control_ns).collect();
-            let torch = (!torch.is_empty()).then(|| stats::median(&torch));
+            let median = |f: &dyn Fn(&rundir::Sample) -> Option<f64>| {
+                let v: Vec<f64> = of.iter().filter_map(|s| f(s)).collect();
+                (!v.is_empty()).then(|| stats::median(&v))
+            };
+            let before = median(&|s| s.control_ns);
+            let after = median(&|s| s.state.control_after_ns);
             let per_call = m.per_call.unwrap();
             for s in &of {
-                let flagged = s
-                    .flags(&m)
-                    .iter()
-                    .any(|f| *f != rundir::SampleFlag::HostSlow)
-                    || s.control_ns.zip(torch).is_some_and(|(t, m)| t > over * m);
+                let ratios: Vec<f64> = [
+                    s.control_ns.zip(before),
+                    s.state.control_after_ns.zip(after),
+                ]
+                .into_iter()
+                .flatten()
+                .map(|(x, m)| x / m)
+                .collect();
+                let torch_slow =
+                    !ratios.is_empty() && ratios.iter().sum::<f64>() / ratios.len() as f64 > over;
+                let flagged = torch_slow
+                    || s.flags(&m)
+                        .iter()
+                        .any(|f| *f != rundir::SampleFlag::HostSlow);
                 if s.per_call_ns() > analysis::state::SLOW * per_call {
                     c.0 += 1;
                     c.1 += usize::from(flagged);

@@ -1208,6 +1208,7 @@ fn sample_state(
         throttle: g.throttle,
         host_after_ns: None,
         slowest_ns: None,
+        control_after_ns: None,
     }
 }
 
@@ -1339,8 +1340,11 @@ fn time_case(
                 {
                     Ok(t) => {
                         host.state = sample_state(&before, probe);
-                        // the host control again: a slow burst that began during the sample
+                        // the controls again: a slow burst that began during the sample
                         host.state.host_after_ns = host.host.map(|_| host_control.time_ns());
+                        host.state.control_after_ns = control
+                            .as_deref_mut()
+                            .and_then(|c| control_ns(c, device, plant));
                         // a graph replay's stretch is many calls: per call, as the sample
                         host.state.slowest_ns = t.slowest_ns.map(|x| x / calls as f64);
                         record

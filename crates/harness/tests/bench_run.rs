@@ -150,6 +150,21 @@ fn every_case_ends_as_a_row_with_its_samples_or_its_reason() {
             .iter()
             .all(|(k, s)| k.variant == "right" && s.len() == 10)
     );
+    // with the controls on, each sample carries both controls before and after it, the
+    // host's counters over it, and (pipelined: host-timed, ≥ 4 calls) its slowest stretch
+    for s in samples.values().flatten() {
+        let st = &s.state;
+        assert!(
+            s.control_ns.is_some()
+                && st.control_after_ns.is_some()
+                && s.host_ns.is_some()
+                && st.host_after_ns.is_some(),
+            "{s:?}"
+        );
+        if s.key.mode == Mode::Pipelined && s.iters >= 4 {
+            assert!(st.slowest_ns.is_some_and(|x| x > 0.0), "{s:?}");
+        }
+    }
 
     // a second run into the same run id resumes it: the cases it has are not measured
     // again, and nothing is written twice

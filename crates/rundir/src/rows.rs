@@ -302,6 +302,11 @@ pub struct SampleState {
     /// stretches, none inside a call). A burst that begins and ends inside the sample, which
     /// the controls before and after it cannot see, shows here.
     pub slowest_ns: Option<f64>,
+    /// The dispatch floor's control again, right after the sample (ns per call; beside
+    /// `control_ns` before it; added 2026-12-02). Recorded, not a flag: a torch call moves
+    /// with the build, but within one case and execution it reads the host's state, and
+    /// on the H200 it caught more of the slow samples than the chase (docs/findings.md 9).
+    pub control_after_ns: Option<f64>,
 }
 
 /// How many stretches a host-timed sample's calls are timed in ([`SampleState::slowest_ns`]).
@@ -419,7 +424,7 @@ pub fn flag_each(samples: &[Sample]) -> Option<Vec<bool>> {
 
 impl Sample {
     /// `samples.csv` columns, in file order: the case key, then these.
-    const TAIL: [&'static str; 14] = [
+    const TAIL: [&'static str; 15] = [
         "execution",
         "iters",
         "total_ns",
@@ -434,6 +439,7 @@ impl Sample {
         "throttle",
         "host_after_ns",
         "slowest_ns",
+        "control_after_ns",
     ];
 
     /// Columns added after schema 2 that a reader does not require (older runs lack them):
@@ -526,6 +532,7 @@ impl Sample {
             opt(&self.state.throttle),
             opt(&self.state.host_after_ns),
             opt(&self.state.slowest_ns),
+            opt(&self.state.control_after_ns),
         ]);
         out
     }
@@ -583,6 +590,7 @@ impl SampleState {
             throttle: l.opt("throttle")?,
             host_after_ns: l.positive("host_after_ns", false)?,
             slowest_ns: l.positive("slowest_ns", false)?,
+            control_after_ns: l.positive("control_after_ns", false)?,
         })
     }
 }

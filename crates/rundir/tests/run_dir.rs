@@ -57,6 +57,7 @@ fn row(batch: usize) -> (ResultRow, Vec<Sample>) {
             throttle: Some(0),
             host_after_ns: Some(52_500.0),
             slowest_ns: Some(104.0),
+            control_after_ns: Some(805.0),
         },
     };
     (r, vec![s(1000.0), s(1010.0)])
