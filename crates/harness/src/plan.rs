@@ -103,7 +103,8 @@ pub fn estimate(
     }
     let samples = config.samples as f64;
     let measure = config.measure.as_secs_f64().max(samples * call);
-    let control = if config.control { samples * 2e-4 } else { 0.0 };
+    // the torch control before and after each sample, ~200 µs each
+    let control = if config.control { samples * 4e-4 } else { 0.0 };
     // criterion's analysis and report per benchmark
     let analysis = 0.03;
     let per_key = config.warmup.as_secs_f64() + measure + control + analysis;
