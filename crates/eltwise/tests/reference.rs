@@ -39,6 +39,8 @@ fn every_variant_matches_float64() {
                 let err = rel_err(&prepared.check().unwrap()).unwrap();
                 assert!(err < 1e-6, "{v} {} err {err}", p.site);
                 prepared.run().unwrap();
+                // the op's word on its state (the plan's cold cases) is the prepared case's
+                assert_eq!(op.holds_state(v, p), prepared.state_bytes() > 0);
             }
         }
     }

@@ -217,6 +217,14 @@ pub trait Op {
         None
     }
 
+    /// Whether a prepared case of `variant` at `problem` holds model state — weights, a KV
+    /// cache — that the cold modes copy ([`Prepared::state_bytes`] is its size). A case without gets
+    /// no `pipelined_cold` or (on a GPU) `graph_cold` case: its warm row holds, nothing is
+    /// prepared for it, and the plan does not count it. `false` (the default): none.
+    fn holds_state(&self, _variant: &str, _problem: &Problem) -> bool {
+        false
+    }
+
     /// Build inputs and buffers on `device`. A variant the build or device does not provide
     /// is a [`Failure`] with status `unsupported` and the reason, never a panic.
     fn prepare(

@@ -399,6 +399,16 @@ fn cold_copy(
     Ok((copy, note))
 }
 
+/// Whether `mode` on `device` times copies of a case's model state (`pipelined_cold`;
+/// `graph_cold` on a GPU — on the CPU it stays an `unsupported` row, as `graph` is).
+fn copies_state(mode: Mode, device: Device) -> bool {
+    match mode {
+        Mode::PipelinedCold => true,
+        Mode::GraphCold => device.is_gpu(),
+        _ => false,
+    }
+}
+
 fn key_for(
     op: &dyn Op,
     variant: &str,
@@ -600,6 +610,8 @@ pub fn run_op(
         let keys: Vec<(Mode, CaseKey)> = config
             .modes_for(device.is_gpu())
             .into_iter()
+            // a cold mode of a case without model state: its warm row holds ([`Op::holds_state`])
+            .filter(|&m| op.holds_state(variant, problem) || !copies_state(m, device))
             .map(|m| (m, key_for(op, variant, problem, dt, device, m)))
             .filter(|(_, k)| selection.matches(&k.to_string()))
             .filter(|(_, k)| {
@@ -896,15 +908,18 @@ impl GridCase<'_> {
         beside: Option<&mut Beside>,
     ) -> Result<(), BenchError> {
         let (problem, dt, device, run_id) = (self.problem, self.dt, self.device, self.run_id);
-        // a case with no model state has nothing to make cold, its warm row holds
-        // (graph_cold on the CPU stays an `unsupported` row, as graph is)
-        let cold_copy = match mode {
-            Mode::PipelinedCold => true,
-            Mode::GraphCold => device.is_gpu(),
-            _ => false,
-        };
+        // a case without model state has no cold key ([`Op::holds_state`]); one whose op
+        // says it has state and whose prepared case holds none is an error row
+        let cold_copy = copies_state(mode, device);
         if cold_copy && prepared.state_bytes() == 0 {
-            return Ok(());
+            let why = format!(
+                "{} says its {} cases hold model state, but the prepared case holds none: \
+                 nothing to make cold",
+                self.op.kind(),
+                self.variant
+            );
+            let row = failure_row(run_id, key, problem, dt, Failure::error(why), None);
+            return sink.write(&row, &[]);
         }
         // graphs need their capture API, device and graph modes the device's clock and a
         // call that does not wait for the device: decided before any cold copy is made

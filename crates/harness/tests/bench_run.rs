@@ -265,7 +265,10 @@ impl Op for WithState {
         OpKind::Floor
     }
     fn variants(&self) -> Vec<&'static str> {
-        vec!["weighted", "stateless"]
+        vec!["weighted", "stateless", "claims_state"]
+    }
+    fn holds_state(&self, variant: &str, _problem: &Problem) -> bool {
+        variant != "stateless"
     }
     fn problems(&self, _: &Config) -> Vec<Problem> {
         vec![Problem::floor()]
@@ -291,7 +294,7 @@ impl Op for WithState {
 }
 
 /// pipelined_cold times a case over copies of its state (enough to pass twice the given
-/// last-level cache, at most 64) and says so; a case with no state gets no such row.
+/// last-level cache, at most 64) and says so; a variant with no state gets no such row.
 #[test]
 fn pipelined_cold_spreads_the_state_and_skips_stateless_cases() {
     let dir = tempfile::tempdir().unwrap();
@@ -308,16 +311,24 @@ fn pipelined_cold_spreads_the_state_and_skips_stateless_cases() {
         .iter()
         .map(|r| (r.variant.clone(), r.mode))
         .collect();
-    assert_eq!(modes.len(), 3, "{modes:?}");
-    let cold = loaded
-        .results
-        .iter()
-        .find(|r| r.mode == Mode::PipelinedCold)
-        .unwrap();
-    assert_eq!(
-        (cold.variant.as_str(), cold.status),
-        ("weighted", Status::Ok)
+    // the stateless variant has no cold case; one whose op claims a state its prepared
+    // case lacks gets an error row that says so
+    assert_eq!(modes.len(), 5, "{modes:?}");
+    let cold = |variant: &str| {
+        loaded
+            .results
+            .iter()
+            .find(|r| r.mode == Mode::PipelinedCold && r.variant == variant)
+    };
+    assert!(cold("stateless").is_none());
+    let claims = cold("claims_state").unwrap();
+    assert_eq!(claims.status, Status::Error);
+    assert!(
+        claims.note.as_deref().unwrap().contains("holds none"),
+        "{claims:?}"
     );
+    let cold = cold("weighted").unwrap();
+    assert_eq!(cold.status, Status::Ok);
     assert!(
         cold.note
             .as_deref()

@@ -95,6 +95,12 @@ impl Op for KvCache {
         vec!["cat", "index_copy", "slice_copy"]
     }
 
+    /// `cat` reads the whole cache each call (none before a prefill); the in-place writes
+    /// touch one position.
+    fn holds_state(&self, variant: &str, problem: &Problem) -> bool {
+        variant == "cat" && problem.cache_len > 0
+    }
+
     fn prepare(
         &self,
         variant: &str,

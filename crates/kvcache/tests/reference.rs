@@ -18,6 +18,12 @@ fn every_variant_appends_exactly() {
                 for dt in [DType::F32, DType::BF16] {
                     let mut prepared = op.prepare(v, p, dt, Device::CPU).unwrap();
                     prepared.run().unwrap();
+                    // the op's word on its state (the plan's cold cases) is the prepared case's
+                    assert_eq!(
+                        op.holds_state(v, p),
+                        prepared.state_bytes() > 0,
+                        "{v} {p:?}"
+                    );
                     let err = rel_err(&prepared.check().unwrap()).unwrap();
                     assert_eq!(err, 0.0, "{v} {} {dt}", p.site);
                 }

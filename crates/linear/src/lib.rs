@@ -87,6 +87,11 @@ impl Op for Linear {
         OpKind::Linear
     }
 
+    /// The weight.
+    fn holds_state(&self, _variant: &str, _problem: &Problem) -> bool {
+        true
+    }
+
     fn variants(&self) -> Vec<&'static str> {
         vec!["aten", "fused_qkv", "fused_gate_up"]
     }

@@ -20,6 +20,8 @@ fn every_variant_matches_float64_at_decode_and_prefill() {
                 }
                 let mut prepared = op.prepare(v, p, DType::F32, Device::CPU).unwrap();
                 prepared.run().unwrap();
+                // the op's word on its state (the plan's cold cases) is the prepared case's
+                assert_eq!(op.holds_state(v, p), prepared.state_bytes() > 0);
                 let err = rel_err(&prepared.check().unwrap()).unwrap();
                 assert!(err < 1e-5, "{v} {} err {err}", p.site);
                 checked += 1;

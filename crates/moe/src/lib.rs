@@ -311,6 +311,11 @@ impl Op for Moe {
         OpKind::Moe
     }
 
+    /// The experts' weights.
+    fn holds_state(&self, _variant: &str, _problem: &Problem) -> bool {
+        true
+    }
+
     fn variants(&self) -> Vec<&'static str> {
         Variant::ALL.iter().map(|v| v.name()).collect()
     }

@@ -23,6 +23,8 @@ fn the_per_expert_loop_and_the_grouped_gemm_match_float64_on_the_cpu() {
         let err = rel_err(&prepared.check().unwrap()).unwrap();
         assert!(err < 1e-5, "B={b} {site}: {err}");
         prepared.run().unwrap();
+        // the op's word on its state (the plan's cold cases) is the prepared case's
+        assert_eq!(moe::Moe.holds_state("loop", &p), prepared.state_bytes() > 0);
         // the weights of the experts hit, gate_up and down, f32
         let hit = if site == "experts_worst" {
             8

@@ -26,6 +26,8 @@ fn every_variant_matches_float64_or_says_unsupported() {
                     let err = rel_err(&check).unwrap();
                     assert!(err < 1e-5, "{v} {} err {err}", p.site);
                     prepared.run().unwrap();
+                    // the op's word on its state (the plan's cold cases) is the prepared case's
+                    assert_eq!(op.holds_state(v, p), prepared.state_bytes() > 0);
                 }
                 // only _fused_rms_norm may be missing from a build, and it must say so
                 Err(e) => {

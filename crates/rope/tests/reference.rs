@@ -18,6 +18,8 @@ fn every_variant_matches_float64() {
             for v in op.variants().into_iter().filter(|v| op.applies(v, p)) {
                 let mut prepared = op.prepare(v, p, DType::F32, Device::CPU).unwrap();
                 prepared.run().unwrap();
+                // the op's word on its state (the plan's cold cases) is the prepared case's
+                assert_eq!(op.holds_state(v, p), prepared.state_bytes() > 0);
                 let err = rel_err(&prepared.check().unwrap()).unwrap();
                 // the table is float32 as in transformers: angles up to L·1 rad lose ~L·2⁻²⁴
                 assert!(

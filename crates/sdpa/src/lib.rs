@@ -155,6 +155,11 @@ impl Op for Sdpa {
         OpKind::Sdpa
     }
 
+    /// The KV cache.
+    fn holds_state(&self, _variant: &str, _problem: &Problem) -> bool {
+        true
+    }
+
     fn variants(&self) -> Vec<&'static str> {
         vec!["math", "efficient", "flash", "cudnn", "cpu_flash", "auto"]
     }

@@ -27,6 +27,8 @@ fn cpu_variants_match_float64_and_gpu_variants_say_unsupported() {
                 Ok((mut prepared, check)) => {
                     assert!(["math", "cpu_flash", "auto"].contains(&v), "{v} ran on CPU");
                     prepared.run().unwrap();
+                    // the op's word on its state (the plan's cold cases) is the prepared case's
+                    assert_eq!(op.holds_state(v, &p), prepared.state_bytes() > 0);
                     let err = rel_err(&check).unwrap();
                     assert!(err < 1e-5, "{v} {:?} err {err}", step);
                     assert!(prepared.kernel().is_some());
