@@ -34,10 +34,15 @@ pub struct Rates {
     /// Bytes of random f32 values generated per second: what preparing a case's inputs
     /// (a whole model's weights, for the decode crate) costs.
     pub random_bytes_per_s: f64,
+    /// Bytes of f32 weights a projection of one row streams per second (a GEMV: a decode
+    /// call at B = 1), and of two rows (a small batch's GEMM, which many CPU BLAS run at
+    /// half the GEMV's rate or less).
+    pub gemv_bytes_per_s: f64,
+    pub gemm2_bytes_per_s: f64,
 }
 
-/// The best of three: FLOP/s of an n³ matmul, bytes/s of a 32 MiB copy and of a 32 MiB
-/// random fill. A libtorch error (none is expected on the CPU) gives modest default rates:
+/// The best of three: FLOP/s of an n³ matmul, bytes/s of a 32 MiB copy, of a 32 MiB
+/// random fill and of 64 MiB of weights through a projection of one row and of two. A libtorch error (none is expected on the CPU) gives modest default rates:
 /// the plan is an estimate, never a reason to stop.
 pub fn probe() -> Rates {
     try_probe().unwrap_or(Rates {
@@ -45,6 +50,8 @@ pub fn probe() -> Rates {
         f64_flops: 10e9,
         bytes_per_s: 5e9,
         random_bytes_per_s: 0.5e9,
+        gemv_bytes_per_s: 5e9,
+        gemm2_bytes_per_s: 2.5e9,
     })
 }
 
@@ -79,12 +86,25 @@ fn try_probe() -> Result<Rates, tch::TchError> {
         let _filled = Tensor::f_randn([8 << 20], (Kind::Float, cpu))?;
         Ok(t0.elapsed())
     })?;
+    // 64 MiB of weights, past most CPUs' last cache level, through one and two rows
+    let w = Tensor::f_randn([8192, 2048], (Kind::Float, cpu))?;
+    let streamed = |rows: i64| -> Result<f64, tch::TchError> {
+        let x = Tensor::f_randn([rows, 2048], (Kind::Float, cpu))?;
+        let t = best(&mut || {
+            let t0 = Instant::now();
+            let _y = x.f_linear::<Tensor>(&w, None)?;
+            Ok(t0.elapsed())
+        })?;
+        Ok((64 << 20) as f64 / t.as_secs_f64().max(1e-9))
+    };
     Ok(Rates {
         random_bytes_per_s: (32 << 20) as f64 / random.as_secs_f64().max(1e-9),
         f32_flops: mm(Kind::Float, 1024)?,
         f64_flops: mm(Kind::Double, 512)?,
         // read + write
         bytes_per_s: 2.0 * (32 << 20) as f64 / copy.as_secs_f64().max(1e-9),
+        gemv_bytes_per_s: streamed(1)?,
+        gemm2_bytes_per_s: streamed(2)?,
     })
 }
 
@@ -134,8 +154,16 @@ fn call_seconds(rates: &Rates, problem: &Problem, dt: DType, device: Device) -> 
     }
     // f16 / bf16 have no fast CPU GEMM on most machines
     let slow = if dt == DType::F32 { 1.0 } else { 8.0 };
+    // a call's bytes stream at a projection's rate, one row's or a small batch's (a copy
+    // streams faster, but a decode call's bytes are mostly weights read by a GEMM)
+    let rows = problem.batch * problem.q_len;
+    let stream = if rows > 1 {
+        rates.gemm2_bytes_per_s
+    } else {
+        rates.gemv_bytes_per_s
+    };
     (problem.flops() as f64 * slow / rates.f32_flops)
-        .max(problem.bytes(dt.size()) as f64 / rates.bytes_per_s)
+        .max(problem.bytes(dt.size()) as f64 / stream.min(rates.bytes_per_s))
         .max(5e-6)
 }
 
@@ -306,6 +334,44 @@ mod tests {
         assert_eq!(hms(3725), "1h02m");
     }
 
+    /// A CPU call streams its bytes at the probe's projection rates: one row's for a B = 1
+    /// decode step, two rows' for B = 8 (measured on a 2-core VM, 2026-12-02: a qwen3-0.6b
+    /// f32 step took 185 ms at B = 1 and 472 ms at B = 8, for about as many bytes).
+    #[test]
+    fn a_cpu_call_streams_at_the_projection_rate_of_its_rows()
+    -> Result<(), Box<dyn std::error::Error>> {
+        let rates = Rates {
+            f32_flops: 1e13,
+            f64_flops: 1e12,
+            bytes_per_s: 3e10,
+            random_bytes_per_s: 1e9,
+            gemv_bytes_per_s: 1.6e10,
+            gemm2_bytes_per_s: 7e9,
+        };
+        let cfg = shapes::ModelConfig::builtin("qwen3-0.6b")?;
+        let step = |b| {
+            shapes::derive(&cfg, shapes::Step::decode(b, 128))
+                .into_iter()
+                .find(|p| p.op == shapes::OpKind::Decode && p.site == "step")
+                .ok_or("no step")
+        };
+        for (b, rate) in [(1, 1.6e10), (8, 7e9)] {
+            let p = step(b)?;
+            let call = call_seconds(&rates, &p, DType::F32, Device::CPU);
+            let want = p.bytes(4) as f64 / rate;
+            assert!((call - want).abs() < 1e-9 * want, "B={b}: {call} vs {want}");
+        }
+        // never faster than a copy streams
+        let slow_copy = Rates {
+            bytes_per_s: 1e9,
+            ..rates
+        };
+        let p = step(1)?;
+        let call = call_seconds(&slow_copy, &p, DType::F32, Device::CPU);
+        assert!((call - p.bytes(4) as f64 / 1e9).abs() < 1e-9 * call);
+        Ok(())
+    }
+
     /// A case timed beside another costs its setup and one call per sample and warm-up
     /// round — no warm-up or measure budget of its own, unlike a case key.
     #[test]
@@ -315,6 +381,8 @@ mod tests {
             f64_flops: 1e9,
             bytes_per_s: 1e10,
             random_bytes_per_s: 1e9,
+            gemv_bytes_per_s: 1e10,
+            gemm2_bytes_per_s: 5e9,
         };
         let mut config = Config::from_env()?;
         config.samples = 10;
