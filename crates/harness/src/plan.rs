@@ -154,16 +154,27 @@ fn call_seconds(rates: &Rates, problem: &Problem, dt: DType, device: Device) -> 
     }
     // f16 / bf16 have no fast CPU GEMM on most machines
     let slow = if dt == DType::F32 { 1.0 } else { 8.0 };
-    // a call's bytes stream at a projection's rate, one row's or a small batch's (a copy
-    // streams faster, but a decode call's bytes are mostly weights read by a GEMM)
-    let rows = problem.batch * problem.q_len;
-    let stream = if rows > 1 {
-        rates.gemm2_bytes_per_s
-    } else {
-        rates.gemv_bytes_per_s
+    // weights stream at a projection's rate, one row's or a small batch's (slower than a
+    // copy on most CPUs); a whole step's KV cache, and every other op's bytes, at a copy's
+    let projection = |rows: usize| {
+        let rate = if rows > 1 {
+            rates.gemm2_bytes_per_s
+        } else {
+            rates.gemv_bytes_per_s
+        };
+        rate.min(rates.bytes_per_s)
+    };
+    let elem = dt.size() as f64;
+    let streaming = match (problem.dims, problem.step_work) {
+        (shapes::Dims::Linear { m, .. }, _) => problem.bytes(dt.size()) as f64 / projection(m),
+        (shapes::Dims::Step { .. }, Some(w)) => {
+            w.weight_elems as f64 * elem / projection(problem.batch * problem.q_len)
+                + w.kv_elems as f64 * elem / rates.bytes_per_s
+        }
+        _ => problem.bytes(dt.size()) as f64 / rates.bytes_per_s,
     };
     (problem.flops() as f64 * slow / rates.f32_flops)
-        .max(problem.bytes(dt.size()) as f64 / stream.min(rates.bytes_per_s))
+        .max(streaming)
         .max(5e-6)
 }
 
@@ -334,9 +345,9 @@ mod tests {
         assert_eq!(hms(3725), "1h02m");
     }
 
-    /// A CPU call streams its bytes at the probe's projection rates: one row's for a B = 1
-    /// decode step, two rows' for B = 8 (measured on a 2-core VM, 2026-12-02: a qwen3-0.6b
-    /// f32 step took 185 ms at B = 1 and 472 ms at B = 8, for about as many bytes).
+    /// A CPU call streams its weights at the probe's projection rates: one row's for a
+    /// B = 1 decode step, two rows' for B = 8 (on a 2-core VM, 2026-12-02, a qwen3-0.6b f32
+    /// step took 185 ms at B = 1 and 472 ms at B = 8, for about as many bytes).
     #[test]
     fn a_cpu_call_streams_at_the_projection_rate_of_its_rows()
     -> Result<(), Box<dyn std::error::Error>> {
@@ -355,20 +366,31 @@ mod tests {
                 .find(|p| p.op == shapes::OpKind::Decode && p.site == "step")
                 .ok_or("no step")
         };
+        // its weights at the projection's rate, its KV cache at the copy's
         for (b, rate) in [(1, 1.6e10), (8, 7e9)] {
             let p = step(b)?;
+            let w = p.step_work.ok_or("no step work")?;
             let call = call_seconds(&rates, &p, DType::F32, Device::CPU);
-            let want = p.bytes(4) as f64 / rate;
+            let want = (w.weight_elems * 4) as f64 / rate + (w.kv_elems * 4) as f64 / 3e10;
             assert!((call - want).abs() < 1e-9 * want, "B={b}: {call} vs {want}");
         }
+        // a projection at B = 8 streams at the small GEMM's rate, an element-wise call at
+        // the copy's
+        let at8 = shapes::derive(&cfg, shapes::Step::decode(8, 128));
+        let find = |op| at8.iter().find(|p| p.op == op).ok_or("no problem");
+        let linear = find(shapes::OpKind::Linear)?;
+        let call = call_seconds(&rates, linear, DType::F32, Device::CPU);
+        assert!((call - linear.bytes(4) as f64 / 7e9).abs() < 1e-9 * call);
+        let norm = find(shapes::OpKind::RmsNorm)?;
+        let call = call_seconds(&rates, norm, DType::F32, Device::CPU);
+        assert!(call == 5e-6 || (call - norm.bytes(4) as f64 / 3e10).abs() < 1e-9 * call);
         // never faster than a copy streams
         let slow_copy = Rates {
             bytes_per_s: 1e9,
             ..rates
         };
-        let p = step(1)?;
-        let call = call_seconds(&slow_copy, &p, DType::F32, Device::CPU);
-        assert!((call - p.bytes(4) as f64 / 1e9).abs() < 1e-9 * call);
+        let call = call_seconds(&slow_copy, linear, DType::F32, Device::CPU);
+        assert!((call - linear.bytes(4) as f64 / 1e9).abs() < 1e-9 * call);
         Ok(())
     }
 
