@@ -243,7 +243,8 @@ def _steal(cpu):
 class State:
     """The host's state over one sample, as samples.csv records it for the Rust cases: the
     Python control before and after it, the process's CPU time, its involuntary context
-    switches, the machine's steal ticks (empty where the OS does not tell) and the slowest
+    switches, the steal ticks of the CPU the thread ran on (empty where the OS does not tell,
+    or the thread moved) and the slowest
     stretch of the sample's calls per call. The GPU's columns stay empty for the peer's
     rows (env.json has the GPU's state at the run's start and end)."""
 

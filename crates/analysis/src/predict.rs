@@ -348,7 +348,7 @@ impl std::str::FromStr for HostState {
 /// events or graph replays) at the median of its clean samples (none flagged by
 /// [`rundir::Sample::flags`]: no steal, no burst of switches, the host control around it
 /// within [`rundir::HOST_SLOW`]× its median, no stalled stretch of its calls, no GPU
-/// throttling), where its samples record their state and at least
+/// throttled below its case's usual clock), where its samples record their state and at least
 /// three are clean; else at the [`FAST_QUANTILE`] of its samples pooled over executions.
 /// The row's interval is dropped (it was the median's) and its note says which and how
 /// many samples priced it. Rows without samples keep their median. Errors: samples.csv

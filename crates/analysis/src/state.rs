@@ -70,8 +70,7 @@ impl Tally {
     /// Add one case's samples of one execution; a case whose samples record no state is
     /// not judged.
     pub fn add(&mut self, samples: &[&Sample]) {
-        let recorded = |s: &&Sample| s.host_ns.is_some() || s.state != Default::default();
-        if !samples.iter().any(recorded) {
+        if !samples.iter().any(|s| s.records_state()) {
             return;
         }
         let m = CaseMedians::of(samples);
@@ -121,11 +120,7 @@ pub fn tally(run: &Run, mode: Mode) -> Result<BTreeMap<(Timer, u32), Tally>, Ana
         if key.mode != mode {
             continue;
         }
-        let mut execs: Vec<u32> = samples.iter().map(|s| s.execution).collect();
-        execs.sort_unstable();
-        execs.dedup();
-        for e in execs {
-            let of: Vec<&Sample> = samples.iter().filter(|s| s.execution == e).collect();
+        for (e, of) in rundir::by_execution(&samples) {
             out.entry((Timer::of(&key.variant), e))
                 .or_default()
                 .add(&of);

@@ -268,13 +268,9 @@ fn recount(run: &Run, timer: Timer, control: Control) -> Counts {
         if key.mode != Mode::Pipelined || Timer::of(&key.variant) != timer {
             continue;
         }
-        let mut execs: Vec<u32> = samples.iter().map(|s| s.execution).collect();
-        execs.sort_unstable();
-        execs.dedup();
-        for e in execs {
-            let of: Vec<&rundir::Sample> = samples.iter().filter(|s| s.execution == e).collect();
+        for (_, of) in rundir::by_execution(&samples) {
             // as `opbench state`: a case none of whose samples records a state is not judged
-            if !of.iter().any(|s| s.host_ns.is_some()) {
+            if !of.iter().any(|s| s.records_state()) {
                 continue;
             }
             let m = rundir::CaseMedians::of(&of);

@@ -11,47 +11,12 @@
 //! LD_LIBRARY_PATH=<torch>/lib target/release/examples/state_probe 70 1200 p6.csv
 //! ```
 
+use harness::hostspeed::HostControl;
 use std::hint::black_box;
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use tch::{Device, Kind, Tensor};
-
-/// A pointer chase through a single-cycle permutation of `n` entries (as `HostControl`).
-struct Chase {
-    next: Vec<u32>,
-    steps: u32,
-}
-
-impl Chase {
-    fn new(n: usize, steps: u32) -> Self {
-        let mut next: Vec<u32> = (0..n as u32).collect();
-        let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-        for i in (1..n).rev() {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            next.swap(i, (x % i as u64) as usize);
-        }
-        Chase { next, steps }
-    }
-
-    fn once(&self) -> f64 {
-        let t0 = Instant::now();
-        let mut at = 0u32;
-        let mut h: u64 = 0xCBF2_9CE4_8422_2325;
-        for _ in 0..self.steps {
-            at = self.next[at as usize];
-            h ^= u64::from(at);
-            h = h.wrapping_mul(0x0100_0000_01B3);
-            if h & 1 == 0 {
-                h = h.rotate_left(5);
-            }
-        }
-        black_box(h);
-        t0.elapsed().as_nanos() as f64
-    }
-}
 
 /// A dependent multiply chain: no memory traffic.
 fn alu(steps: u64) -> f64 {
@@ -65,10 +30,10 @@ fn alu(steps: u64) -> f64 {
 }
 
 /// (L2 faster of two, L2 first pass, L2 second pass, LLC chase, ALU).
-fn controls(l2: &Chase, llc: &Chase) -> [f64; 5] {
-    let a = l2.once();
-    let b = l2.once();
-    [a.min(b), a, b, llc.once(), alu(30_000)]
+fn controls(l2: &HostControl, llc: &HostControl) -> [f64; 5] {
+    let a = l2.pass_ns();
+    let b = l2.pass_ns();
+    [a.min(b), a, b, llc.pass_ns(), alu(30_000)]
 }
 
 fn probe(secs: f64, calls: usize, out: &str) -> Result<usize, String> {
@@ -81,7 +46,8 @@ fn probe(secs: f64, calls: usize, out: &str) -> Result<usize, String> {
         add()?;
     }
     tch::Cuda::synchronize(0);
-    let (l2, llc) = (Chase::new(16 * 1024, 20_000), Chase::new(4 << 20, 2_000));
+    // the harness's control itself, and the same chase through 16 MiB
+    let (l2, llc) = (HostControl::new(), HostControl::with(4 << 20, 2_000));
     let file = std::fs::File::create(out).map_err(|e| format!("{out}: {e}"))?;
     let mut f = std::io::BufWriter::new(file);
     let io = |e: std::io::Error| format!("{out}: {e}");

@@ -27,6 +27,7 @@ const STEPS: u32 = 20_000;
 #[derive(Debug, Clone)]
 pub struct HostControl {
     next: Vec<u32>,
+    steps: u32,
 }
 
 impl Default for HostControl {
@@ -39,16 +40,22 @@ impl HostControl {
     /// A single-cycle permutation of the table from a fixed seed (Sattolo's algorithm), so
     /// the chase visits every entry before it repeats.
     pub fn new() -> Self {
-        let mut next: Vec<u32> = (0..TABLE as u32).collect();
+        Self::with(TABLE, STEPS)
+    }
+
+    /// The same chase through `entries` entries, `steps` steps a pass (a probe's other
+    /// sizes, `examples/state_probe.rs`).
+    pub fn with(entries: usize, steps: u32) -> Self {
+        let mut next: Vec<u32> = (0..entries as u32).collect();
         let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-        for i in (1..TABLE).rev() {
+        for i in (1..entries).rev() {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
             let j = (x % i as u64) as usize;
             next.swap(i, j);
         }
-        HostControl { next }
+        HostControl { next, steps }
     }
 
     /// The process's one control (its table is built once).
@@ -61,7 +68,7 @@ impl HostControl {
     pub fn work(&self) -> u64 {
         let mut at = 0u32;
         let mut h: u64 = 0xCBF2_9CE4_8422_2325;
-        for _ in 0..STEPS {
+        for _ in 0..self.steps {
             at = self.next[at as usize];
             h ^= u64::from(at);
             h = h.wrapping_mul(0x0100_0000_01B3);
@@ -75,13 +82,14 @@ impl HostControl {
     /// The control's time in ns: the faster of two passes (the first may pay a cache
     /// refill after the sample before it).
     pub fn time_ns(&self) -> f64 {
-        let mut best = f64::INFINITY;
-        for _ in 0..2 {
-            let t0 = Instant::now();
-            black_box(self.work());
-            best = best.min(t0.elapsed().as_nanos() as f64);
-        }
-        best
+        self.pass_ns().min(self.pass_ns())
+    }
+
+    /// One pass's time in ns.
+    pub fn pass_ns(&self) -> f64 {
+        let t0 = Instant::now();
+        black_box(self.work());
+        t0.elapsed().as_nanos() as f64
     }
 }
 

@@ -42,8 +42,9 @@ pub struct Rates {
 }
 
 /// The best of three: FLOP/s of an n³ matmul, bytes/s of a 32 MiB copy, of a 32 MiB
-/// random fill and of 64 MiB of weights through a projection of one row and of two. A libtorch error (none is expected on the CPU) gives modest default rates:
-/// the plan is an estimate, never a reason to stop.
+/// random fill and of 64 MiB of weights through a projection of one row and of two. A
+/// libtorch error (none is expected on the CPU) gives modest default rates: the plan is an
+/// estimate, never a reason to stop.
 pub fn probe() -> Rates {
     try_probe().unwrap_or(Rates {
         f32_flops: 20e9,

@@ -394,32 +394,29 @@ pub fn flagged(samples: &[Sample]) -> Option<u32> {
 /// Whether each of a case's samples is flagged, in order (each judged against the medians
 /// of its case within its execution); `None` where no sample records a state.
 pub fn flag_each(samples: &[Sample]) -> Option<Vec<bool>> {
-    let recorded = |s: &Sample| s.host_ns.is_some() || s.state != SampleState::default();
-    if !samples.iter().any(recorded) {
+    if !samples.iter().any(Sample::records_state) {
         return None;
     }
-    let mut medians: Vec<(u32, CaseMedians)> = Vec::new();
-    for s in samples {
-        if !medians.iter().any(|(e, _)| *e == s.execution) {
-            let of: Vec<&Sample> = samples
-                .iter()
-                .filter(|t| t.execution == s.execution)
-                .collect();
-            medians.push((s.execution, CaseMedians::of(&of)));
-        }
-    }
-    let median_of = |e: u32| {
-        medians
-            .iter()
-            .find(|(x, _)| *x == e)
-            .map_or_else(CaseMedians::default, |m| m.1)
-    };
+    let medians: std::collections::BTreeMap<u32, CaseMedians> = by_execution(samples)
+        .into_iter()
+        .map(|(e, of)| (e, CaseMedians::of(&of)))
+        .collect();
     Some(
         samples
             .iter()
-            .map(|s| !s.flags(&median_of(s.execution)).is_empty())
+            .map(|s| !s.flags(&medians[&s.execution]).is_empty())
             .collect(),
     )
+}
+
+/// A case's samples per execution, in execution order (each execution's in file order): what
+/// its state is judged within.
+pub fn by_execution(samples: &[Sample]) -> std::collections::BTreeMap<u32, Vec<&Sample>> {
+    let mut out: std::collections::BTreeMap<u32, Vec<&Sample>> = Default::default();
+    for s in samples {
+        out.entry(s.execution).or_default().push(s);
+    }
+    out
 }
 
 impl Sample {
@@ -508,6 +505,13 @@ impl Sample {
         let mut out = CaseKey::COLUMNS.to_vec();
         out.extend(["iters", "total_ns"]);
         out
+    }
+
+    /// Whether the sample records the host's or GPU's state (runs before 2026-12-01, and
+    /// the peer's difference samples, do not): a case none of whose samples does is not
+    /// judged by the flags.
+    pub fn records_state(&self) -> bool {
+        self.host_ns.is_some() || self.state != SampleState::default()
     }
 
     /// Time per call.
