@@ -93,8 +93,9 @@ except ImportError:
 
 KEY = ["op", "variant", "site", "model", "phase", "batch", "q_len", "kv_len", "dtype", "device", "mode"]
 PEER_COLUMNS = KEY + ["dims", "flops", "bytes", "check", "rel_err", "status", "note", "execution", "iters",
-                      "total_ns"] + ["host_ns", "host_after_ns", "cpu_ns", "nivcsw", "steal", "slowest_ns"]
-STATE_COLUMNS = PEER_COLUMNS[-6:]
+                      "total_ns"] + ["host_ns", "host_after_ns", "cpu_ns", "nivcsw", "steal", "slowest_ns",
+                                     "control_ns", "control_after_ns"]
+STATE_COLUMNS = PEER_COLUMNS[-8:]
 # a sample's calls are timed in up to this many stretches (Rust's rundir::STRETCHES)
 STRETCHES = 32
 
@@ -205,6 +206,34 @@ def host_control_ns():
     return best
 
 
+class TorchControl:
+    """The torch control from Python: the dispatch floor's call (a one-element add, py-add)
+    back to back for ~200 µs, synchronized at both ends, per call — as the Rust harness's
+    `control_ns`. A torch call moves with the build, but a flag judges a sample within its
+    case and execution, where it reads the host's state as the HF step's calls feel it."""
+
+    SPAN_NS = 200_000
+    CHUNK = 16
+
+    def __init__(self, device, dtype):
+        self.device = device
+        self.a = torch.ones(1, device=device, dtype=dtype)
+        self.b = torch.ones(1, device=device, dtype=dtype)
+
+    def ns(self):
+        sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda *_: None)
+        a, b = self.a, self.b
+        sync(self.device)
+        t0 = time.perf_counter_ns()
+        calls = 0
+        while calls == 0 or time.perf_counter_ns() - t0 < self.SPAN_NS:
+            for _ in range(self.CHUNK):
+                torch.add(a, b)
+            calls += self.CHUNK
+        sync(self.device)
+        return (time.perf_counter_ns() - t0) / calls
+
+
 def _nivcsw():
     try:
         import resource  # Unix only
@@ -242,13 +271,15 @@ def _steal(cpu):
 
 class State:
     """The host's state over one sample, as samples.csv records it for the Rust cases: the
-    Python control before and after it, the process's CPU time, its involuntary context
+    Python control and the torch control (`TorchControl`) before and after it, the process's CPU time, its involuntary context
     switches, the steal ticks of the CPU the thread ran on (empty where the OS does not tell,
     or the thread moved) and the slowest
     stretch of the sample's calls per call. The GPU's columns stay empty for the peer's
     rows (env.json has the GPU's state at the run's start and end)."""
 
-    def __init__(self):
+    def __init__(self, control=None):
+        self.control = control
+        self.control_ns = control.ns() if control else None
         self.host_ns = host_control_ns()
         self.on = _this_cpu()
         self.cpu, self.sw, self.st = time.process_time_ns(), _nivcsw(), _steal(self.on)
@@ -260,7 +291,9 @@ class State:
         steal = None if st is None or self.st is None or on != self.on else st - self.st
         return {"host_ns": self.host_ns, "cpu_ns": cpu - self.cpu,
                 "nivcsw": None if sw is None else sw - self.sw, "steal": steal,
-                "host_after_ns": host_control_ns(), "slowest_ns": slowest_ns}
+                "host_after_ns": host_control_ns(), "slowest_ns": slowest_ns,
+                "control_ns": self.control_ns,
+                "control_after_ns": self.control.ns() if self.control else None}
 
 
 class Timed(float):
@@ -284,13 +317,15 @@ class Timed(float):
         the parts are different calls, whose stretches do not add up to one pace)."""
         state = {k: (None if any(p.state.get(k) is None for p in parts) else sum(p.state[k] for p in parts))
                  for k in ("cpu_ns", "nivcsw", "steal")}
-        state.update(host_ns=parts[0].state["host_ns"], host_after_ns=parts[-1].state["host_after_ns"])
+        state.update({k: parts[0].state.get(k) for k in ("host_ns", "control_ns")})
+        state.update({k: parts[-1].state.get(k) for k in ("host_after_ns", "control_after_ns")})
         return Timed(sum(parts), state)
 
 
 class Timer:
-    def __init__(self, device, samples, warmup_s, measure_s):
+    def __init__(self, device, samples, warmup_s, measure_s, control=None):
         self.device = device
+        self.control = control
         self.samples = samples
         self.warmup_s = warmup_s
         self.measure_s = measure_s
@@ -325,7 +360,7 @@ class Timer:
         calls run in up to STRETCHES stretches, the clock read between them, and the slowest
         stretch's time per call is kept where there are at least 4 (as in Rust's harness)."""
         self.sync()
-        state = State()
+        state = State(self.control)
         per = max(1, -(-n // STRETCHES))
         slowest, done = 0.0, 0
         t0 = at = time.perf_counter_ns()
@@ -467,7 +502,7 @@ def setup(argv):
     c.dt_name = a.dtype or ("f16" if dev == "cuda" else "f32")
     c.dtype = DTYPES[c.dt_name]
     c.timer = Timer(c.device, samples, budget(a.warmup_ms, "warmup_ms", 100) / 1e3,
-                    budget(a.measure_ms, "measure_ms", 400) / 1e3)
+                    budget(a.measure_ms, "measure_ms", 400) / 1e3, TorchControl(c.device, c.dtype))
     tol = tolerances(c.exe)
     c.tol_op, c.tol_step = tol[(c.dt_name, "op")], tol[(c.dt_name, "step")]
     c.H, c.Hkv, c.D = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]

@@ -61,6 +61,9 @@ class Handover(unittest.TestCase):
                 self.assertEqual(rows[key]["samples"], "4", key)
                 self.assertAlmostEqual(float(rows[key]["median_ns"]), statistics.median(times), delta=0.05)
                 self.assertIn(rows[key]["status"], ("ok",), rows[key])
+            # the torch control before and after every sample reaches samples.csv
+            for r in rows_of(run / "samples.csv"):
+                self.assertTrue(float(r["control_ns"]) > 0 and float(r["control_after_ns"]) > 0, r)
 
     def test_the_tolerances_are_rusts(self):
         tol = peer.tolerances(peer.opbench_exe())
@@ -160,9 +163,13 @@ class OpPass(unittest.TestCase):
             self.assertTrue(states)
             for r in states:
                 if r["site"] == "cache_update":
-                    self.assertEqual((r["host_ns"], r["cpu_ns"], r["slowest_ns"]), ("", "", ""), r)
+                    self.assertEqual((r["host_ns"], r["cpu_ns"], r["slowest_ns"], r["control_ns"]),
+                                     ("", "", "", ""), r)
                     continue
                 self.assertTrue(float(r["host_ns"]) > 0 and float(r["host_after_ns"]) > 0, r)
+                # and the torch control (Python's one-element add over ~200 µs) before and after
+                self.assertTrue(0 < float(r["control_ns"]) < 200_000, r)
+                self.assertTrue(0 < float(r["control_after_ns"]) < 200_000, r)
                 self.assertNotEqual(r["cpu_ns"], "", r)
                 self.assertEqual(r["sm_mhz"], "", r)
                 if r["site"] == "layer_calls":

@@ -29,14 +29,17 @@ pub const PEER_TAIL: [&str; 10] = [
 
 /// The peer file's optional columns: the host's state over each sample, as in samples.csv
 /// (the Python control before and after it, CPU time, involuntary switches, steal, the
-/// slowest stretch of its calls).
-pub const STATE_COLUMNS: [&str; 6] = [
+/// slowest stretch of its calls, and the torch control — Python's one-element add — before
+/// and after it).
+pub const STATE_COLUMNS: [&str; 8] = [
     "host_ns",
     "host_after_ns",
     "cpu_ns",
     "nivcsw",
     "steal",
     "slowest_ns",
+    "control_ns",
+    "control_after_ns",
 ];
 
 /// One case of the peer's file.
@@ -81,7 +84,7 @@ fn read_line(l: &Line<'_>) -> Result<(PeerCase, Option<Sample>), RunError> {
             execution,
             iters,
             total_ns,
-            control_ns: None,
+            control_ns: l.positive("control_ns", false)?,
             host_ns: l.positive("host_ns", false)?,
             state: SampleState::read(l)?,
         }),
