@@ -16,8 +16,8 @@ when its error is within that table (`opbench tolerances`). Its budget (samples,
 measurement per case) is the run's, from env.json, unless given.
 
 Rows (docs/schema.md; every case checked against a float64 CPU reference first), each
-sample with the host's state (a pure-Python control before and after it, CPU time,
-involuntary switches, steal: `State`):
+sample with the host's state (a pure-Python control and the torch control before and after
+it, CPU time, involuntary switches, steal: `State`):
 - op `decode`, variant `transformers`, site `step`: one HF step pipelined (n steps back to
   back, argmax feeding the next, one synchronize), from a DynamicCache of L tokens (cropped
   back to L after every sample);
@@ -271,9 +271,9 @@ def _steal(cpu):
 
 class State:
     """The host's state over one sample, as samples.csv records it for the Rust cases: the
-    Python control and the torch control (`TorchControl`) before and after it, the process's CPU time, its involuntary context
-    switches, the steal ticks of the CPU the thread ran on (empty where the OS does not tell,
-    or the thread moved) and the slowest
+    Python control and the torch control (`TorchControl`) before and after it, the
+    process's CPU time, its involuntary context switches, the steal ticks of the CPU the
+    thread ran on (empty where the OS does not tell, or the thread moved) and the slowest
     stretch of the sample's calls per call. The GPU's columns stay empty for the peer's
     rows (env.json has the GPU's state at the run's start and end)."""
 

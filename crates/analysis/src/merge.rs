@@ -212,8 +212,10 @@ fn merge_case(per: &[Measured], total: usize) -> (ResultRow, Vec<Sample>) {
         let var = meds.iter().map(|m| (m - mean).powi(2)).sum::<f64>() / (meds.len() - 1) as f64;
         row.exec_cv = Some(var.sqrt() / mean);
     }
+    // the row's control is the host-speed divisor: the harness's only (the peer's rows
+    // record Python's beside each sample for their flag)
     let controls: Vec<f64> = samples.iter().filter_map(|s| s.control_ns).collect();
-    if !controls.is_empty() {
+    if !controls.is_empty() && rundir::Timer::of(&row.key.variant).divides_by_control() {
         row.control_ns = Some(stats::median(&controls));
     }
     row.flagged = rundir::flagged(&samples);

@@ -6,45 +6,13 @@
 
 use std::collections::BTreeMap;
 
+pub use rundir::Timer;
 use rundir::{CaseMedians, Mode, Run, Sample, SampleFlag};
 
 use crate::AnalysisError;
 
 /// A sample is slow over this multiple of its case's median within its execution.
 pub const SLOW: f64 = 1.3;
-
-/// Who timed a case.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Timer {
-    /// The Rust bench binaries (op crates, the decode crate).
-    Rust,
-    /// scripts/peer.py's HF transformers rows (variant `transformers`: the step, generate()'s
-    /// sites, the layer rows).
-    PeerHf,
-    /// scripts/peer.py's Python op rows (variants `py-*`).
-    PeerOps,
-}
-
-impl Timer {
-    /// Who timed a case of `variant`.
-    pub fn of(variant: &str) -> Timer {
-        if variant == "transformers" {
-            Timer::PeerHf
-        } else if variant.starts_with("py-") {
-            Timer::PeerOps
-        } else {
-            Timer::Rust
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Timer::Rust => "bench binaries",
-            Timer::PeerHf => "peer: HF rows",
-            Timer::PeerOps => "peer: Python ops",
-        }
-    }
-}
 
 /// Every flag, in the order the table prints them.
 pub const FLAGS: [SampleFlag; 5] = [

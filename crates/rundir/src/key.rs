@@ -368,3 +368,44 @@ impl fmt::Display for CaseKey {
         write!(f, "/{}/{}/{}", s.dtype, s.device, s.mode)
     }
 }
+
+/// Who timed a case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Timer {
+    /// The Rust bench binaries (op crates, the decode crate).
+    Rust,
+    /// scripts/peer.py's HF transformers rows (variant `transformers`: the step, generate()'s
+    /// sites, the layer rows).
+    PeerHf,
+    /// scripts/peer.py's Python op rows (variants `py-*`).
+    PeerOps,
+}
+
+impl Timer {
+    /// Whether its cases' `control_ns` is the harness's torch control, the host-speed
+    /// divisor of merge, compare, history and predict. The peer's rows record Python's
+    /// torch control beside each sample (since 2026-12-02) for their state flag only:
+    /// Python's floor is not the harness's, and runs before lack it.
+    pub fn divides_by_control(self) -> bool {
+        self == Timer::Rust
+    }
+
+    /// Who timed a case of `variant`.
+    pub fn of(variant: &str) -> Timer {
+        if variant == "transformers" {
+            Timer::PeerHf
+        } else if variant.starts_with("py-") {
+            Timer::PeerOps
+        } else {
+            Timer::Rust
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Timer::Rust => "bench binaries",
+            Timer::PeerHf => "peer: HF rows",
+            Timer::PeerOps => "peer: Python ops",
+        }
+    }
+}

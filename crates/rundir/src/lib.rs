@@ -25,7 +25,7 @@ mod trace;
 
 pub use env::Env;
 pub use key::{
-    Activity, Backend, CaseKey, DeviceId, Mode, SeriesKey, Status, TraceSource, TraceStatus,
+    Activity, Backend, CaseKey, DeviceId, Mode, SeriesKey, Status, Timer, TraceSource, TraceStatus,
 };
 pub use peer::{PEER_TAIL, PeerCase, STATE_COLUMNS, read_peer};
 pub use rows::{

@@ -303,9 +303,10 @@ pub struct SampleState {
     /// the controls before and after it cannot see, shows here.
     pub slowest_ns: Option<f64>,
     /// The dispatch floor's control again, right after the sample (ns per call; beside
-    /// `control_ns` before it; added 2026-12-02). Recorded, not a flag: a torch call moves
-    /// with the build, but within one case and execution it reads the host's state, and
-    /// on the H200 it caught more of the slow samples than the chase (docs/findings.md 9).
+    /// `control_ns` before it; added 2026-12-02). With it, the torch control is what
+    /// [`SampleFlag::HostSlow`] reads: a torch call moves with the build, but within one
+    /// case and execution it reads the host's state, and on the H200 it caught more of the
+    /// slow samples than the build-independent controls (docs/findings.md 9).
     pub control_after_ns: Option<f64>,
 }
 
@@ -319,8 +320,10 @@ pub enum SampleFlag {
     Steal,
     /// The process was switched out involuntarily more than once per 4 ms.
     Switched,
-    /// The build-independent host control around the sample (the mean of its ratios
-    /// before and after, each to its median over the case) ran over [`HOST_SLOW`].
+    /// The host control around the sample (the mean of its ratios before and after, each to
+    /// its median over the case in the execution) ran over [`HOST_SLOW`]: the torch control
+    /// (`control_ns`, `control_after_ns`) where the sample records it after too (since
+    /// 2026-12-02), else the build-independent one (`host_ns`, `host_after_ns`).
     HostSlow,
     /// A stretch of the sample's own calls ran slower than [`STALL`]× the case's median
     /// time per call: the host stalled inside the sample. This reads the sample's own
@@ -347,7 +350,8 @@ impl SampleFlag {
 
 /// How far the host control around a sample (the mean of its ratios before and after to
 /// their medians) may run before its sample is flagged. Chosen with [`STALL`] on a probe of
-/// the H200's host-bound calls (2026-12-01, docs/findings.md), then checked on later runs.
+/// the H200's host-bound calls (2026-12-01, docs/findings.md) for the build-independent
+/// control, then fixed for the torch control before the runs that judged it (2026-12-02).
 pub const HOST_SLOW: f64 = 1.2;
 
 /// How much slower than the case's median time per call a stretch of a sample's calls may
@@ -360,11 +364,14 @@ pub const STALL: f64 = 2.0;
 pub const CLOCK_DROP: f64 = 0.02;
 
 /// The medians a sample's state is judged against: over its case's samples of one
-/// execution, the host control before and after, the time per call and the GPU's clock.
+/// execution, the host controls before and after (build-independent and torch), the time
+/// per call and the GPU's clock.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct CaseMedians {
     pub host: Option<f64>,
     pub host_after: Option<f64>,
+    pub control: Option<f64>,
+    pub control_after: Option<f64>,
     pub per_call: Option<f64>,
     pub sm_mhz: Option<f64>,
 }
@@ -379,6 +386,8 @@ impl CaseMedians {
         CaseMedians {
             host: of(&|s| s.host_ns),
             host_after: of(&|s| s.state.host_after_ns),
+            control: of(&|s| s.control_ns),
+            control_after: of(&|s| s.state.control_after_ns),
             per_call: of(&|s| Some(s.per_call_ns())),
             sm_mhz: of(&|s| s.state.sm_mhz.map(f64::from)),
         }
@@ -458,15 +467,7 @@ impl Sample {
         if s.nivcsw.is_some_and(|n| n as f64 > per_4ms) {
             out.push(SampleFlag::Switched);
         }
-        let ratio = |h: Option<f64>, m: Option<f64>| h.zip(m).map(|(h, m)| h / m);
-        let control = match (
-            ratio(self.host_ns, m.host),
-            ratio(s.host_after_ns, m.host_after),
-        ) {
-            (Some(b), Some(a)) => Some((a + b) / 2.0),
-            (b, a) => b.or(a),
-        };
-        if control.is_some_and(|r| r > HOST_SLOW) {
+        if self.host_control_ratio(m).is_some_and(|r| r > HOST_SLOW) {
             out.push(SampleFlag::HostSlow);
         }
         if s.slowest_ns
@@ -483,6 +484,29 @@ impl Sample {
             out.push(SampleFlag::GpuThrottled);
         }
         out
+    }
+
+    /// The host control around this sample against its case's medians (`m`): the mean of
+    /// its ratios before and after (one where only one was recorded). The torch control
+    /// where the sample records it after too (it caught more of the H200's slow samples,
+    /// docs/findings.md 9), else the build-independent one; `None`: neither recorded.
+    pub fn host_control_ratio(&self, m: &CaseMedians) -> Option<f64> {
+        let ratio = |h: Option<f64>, m: Option<f64>| h.zip(m).map(|(h, m)| h / m);
+        let (before, after) = if self.state.control_after_ns.is_some() {
+            (
+                ratio(self.control_ns, m.control),
+                ratio(self.state.control_after_ns, m.control_after),
+            )
+        } else {
+            (
+                ratio(self.host_ns, m.host),
+                ratio(self.state.host_after_ns, m.host_after),
+            )
+        };
+        match (before, after) {
+            (Some(b), Some(a)) => Some((a + b) / 2.0),
+            (b, a) => b.or(a),
+        }
     }
 
     /// The columns a reader of schema ≥ 2 requires.

@@ -204,17 +204,19 @@ impl Run {
     }
 
     /// `samples.csv` per case, grouped by execution (in execution order): what the
-    /// between-process statistics (compare, history) work from.
+    /// between-process statistics (compare, history) work from. The torch control only
+    /// where it is the host-speed divisor ([`crate::Timer::divides_by_control`]).
     pub fn samples_by_execution(&self) -> Result<BTreeMap<CaseKey, Vec<ExecSamples>>, RunError> {
         Ok(self
             .samples()?
             .into_iter()
             .map(|(key, samples)| {
+                let divides = crate::Timer::of(&key.variant).divides_by_control();
                 let mut by_exec: BTreeMap<u32, ExecSamples> = BTreeMap::new();
                 for s in samples {
                     let e = by_exec.entry(s.execution).or_default();
                     e.per_call_ns.push(s.per_call_ns());
-                    e.control_ns.extend(s.control_ns);
+                    e.control_ns.extend(s.control_ns.filter(|_| divides));
                     e.host_ns.extend(s.host_ns);
                 }
                 (key, by_exec.into_values().collect())
@@ -228,7 +230,8 @@ impl Run {
 pub struct ExecSamples {
     /// Per-call time of each sample.
     pub per_call_ns: Vec<f64>,
-    /// The host-speed controls measured before the samples (none in runs without them).
+    /// The host-speed controls measured before the samples (none in runs without them, nor
+    /// for the peer's rows: [`crate::Timer::divides_by_control`]).
     pub control_ns: Vec<f64>,
     /// The build-independent host controls measured before the samples (none in runs
     /// before they existed).

@@ -374,7 +374,10 @@ fn a_sample_taken_in_an_unusual_state_is_flagged_and_counted_per_case() {
     let case: Vec<Sample> = samples.values().next().unwrap().clone();
     // the written samples record a clean state: none flagged
     assert_eq!(rundir::flagged(&case), Some(0));
-    let base = case[0].clone();
+    // a sample as recorded before 2026-12-02: no torch control after it, so the flag reads
+    // the build-independent control (`host_ns`, `host_after_ns`)
+    let mut base = case[0].clone();
+    base.state.control_after_ns = None;
     let with = |f: &dyn Fn(&mut Sample)| {
         let mut s = base.clone();
         f(&mut s);
@@ -385,8 +388,7 @@ fn a_sample_taken_in_an_unusual_state_is_flagged_and_counted_per_case() {
     let host = |before, after| rundir::CaseMedians {
         host: Some(before),
         host_after: after,
-        per_call: None,
-        sm_mhz: None,
+        ..none
     };
     assert_eq!(
         with(&|s| s.state.steal = Some(3)).flags(&host(52_000.0, None)),
@@ -420,6 +422,30 @@ fn a_sample_taken_in_an_unusual_state_is_flagged_and_counted_per_case() {
         })
         .flags(&both),
         [HostSlow]
+    );
+    // with the torch control recorded before and after (since 2026-12-02) the flag reads
+    // it, not the build-independent control: 1.3 and 1.15 of the torch control is slow
+    // whatever the chase says, 1.3 and 1.0 is clean though the chase read 1.5
+    let medians = rundir::CaseMedians {
+        control: Some(800.0),
+        control_after: Some(805.0),
+        ..both
+    };
+    let torch = |before: f64, after: f64, chase: f64| {
+        with(&|s| {
+            s.control_ns = Some(800.0 * before);
+            s.state.control_after_ns = Some(805.0 * after);
+            s.host_ns = Some(52_000.0 * chase);
+            s.state.host_after_ns = Some(52_500.0 * chase);
+        })
+        .flags(&medians)
+    };
+    assert_eq!(torch(1.3, 1.15, 1.0), [HostSlow]);
+    assert!(torch(1.3, 1.0, 1.5).is_empty());
+    assert_eq!(
+        with(&|s| s.state.control_after_ns = Some(805.0 * 1.3)).host_control_ratio(&medians),
+        Some(1.15),
+        "the mean of before (1.0) and after (1.3)"
     );
     // a stretch of its calls over 2× the case's median per call (100 ns): stalled
     let paced = rundir::CaseMedians {
