@@ -30,6 +30,9 @@ it, CPU time, involuntary switches, steal: `State`):
   from the same cache of L, per new token (32 new tokens on a GPU, 8 on the CPU; greedy);
   and generate()'s own loop alone (the same call, the model's forward replaced by a
   stand-in returning fixed logits). predict prices a token from them (analysis::generate);
+- site `layer_beside` (2026-12-02): layer 0's calls written out flat, 8 per sample, timed
+  right before every `step` sample of those rounds: the layer in the step's own host state
+  (as the decode crate's `layer_beside`); recorded, not yet read by predict;
 - sites `generate`, `generate_static`, `generate_graph`: `model.generate()` per new token as
   the user calls it from a prompt of 16 (32 new tokens on a GPU, 8 on the CPU, prefill
   included), as it is, with a static cache, and with its step compiled into CUDA/HIP
@@ -615,6 +618,21 @@ def run_program(prog, env):
     return env["y"]
 
 
+def layer_env(c, b, x, pos, kc, vc):
+    """Layer 0's program, its inputs (hidden state `x`, the rotary embedding at `pos`, a
+    cache of L keys and values) and the float64 reference of its output: the same program
+    over a float64 CPU copy of the layer."""
+    import copy
+    lay = c.model.model.layers[0]
+    env = {"x": x, "pe": c.model.model.rotary_emb(x, pos), "K": kc, "V": vc}
+    prog = layer_program(c, lay, b)
+    ref_lay = copy.deepcopy(lay).to("cpu", torch.float64)
+    ref_env = {"x": x.cpu().double(), "pe": tuple(t.cpu().double() for t in env["pe"]), "K": kc.cpu().double(),
+               "V": vc.cpu().double()}
+    want = run_program(layer_program(c, ref_lay, b), ref_env)
+    return prog, env, want
+
+
 def layer_rows(c, b, kc, vc, x, pos):
     """Rows `layer` (one Qwen3DecoderLayer called as the model calls it, from a DynamicCache
     of L tokens, reset after each call), `layer_flat` (its calls written out flat),
@@ -626,19 +644,12 @@ def layer_rows(c, b, kc, vc, x, pos):
     bookkeeping) with each layer's module objects and weights in the state the step
     leaves them in: on a CPU every layer's weights pass the cache between two calls of
     it; layer_flat / layer_calls what the calls cost in sequence over alone."""
-    import copy
     model, timer = c.model, c.timer
     lay = model.model.layers[0]
-    pe = model.model.rotary_emb(x, pos)
-    env = {"x": x, "pe": pe, "K": kc, "V": vc}
-    prog = layer_program(c, lay, b)
+    prog, env, want = layer_env(c, b, x, pos, kc, vc)
+    pe = env["pe"]
+    # env keeps every call's output: each call alone reads its inputs from it
     got = run_program(prog, env)
-    # the float64 reference: the same program over a float64 CPU copy of the layer
-    ref_lay = copy.deepcopy(lay).to("cpu", torch.float64)
-    ref_env = {"x": x.cpu().double(), "pe": tuple(t.cpu().double() for t in pe), "K": kc.cpu().double(),
-               "V": vc.cpu().double()}
-    want = run_program(layer_program(c, ref_lay, b), ref_env)
-    del ref_lay
     layers = list(model.model.layers)
     cache = c.tf.DynamicCache(config=model.config)
     for i in range(len(layers)):
@@ -911,7 +922,12 @@ def step_and_generate(c, b, step_err):
       preparation, cache positions, logits to float32, argmax, the eos masking, the stopping
       criteria, the per-token synchronization against an idle device).
     The check: generate()'s logits for its first new token against the checked step's from
-    the same cache (the step tolerance)."""
+    the same cache (the step tolerance). And `layer_beside`: layer 0's calls written out flat
+    (as `layer_flat`) timed right before every `step` sample, outside it: the layer in the
+    step's own host state, as the decode crate's `layer_beside` for the tch steps, which
+    `predict --host-model controlled` prices those steps at; checked against its float64
+    program. Recorded since 2026-12-02; predict does not read it for the HF step until it
+    has run on a GPU (docs/findings.md 11)."""
     model, ctx, device, tf = c.model, c.ctx, c.device, c.tf
     cache = tf.DynamicCache(config=model.config)
     ids = torch.randint(1, c.vocab, (b, ctx + 1), device=device)
@@ -984,7 +1000,8 @@ def step_and_generate(c, b, step_err):
     c.timer.sync()
     per = max((time.perf_counter() - t0) / 3, 1e-7)
     n = max(1, min(16, int(c.timer.measure_s / c.timer.samples / per)))
-    samplers = {"step": lambda: (crop(), c.timer.sample(step, n))[1],
+    beside, beside_err, beside_res = layer_beside(c, b)
+    samplers = {"step": lambda: (beside_res.append(beside()), crop(), c.timer.sample(step, n))[2],
                 "step_synced": lambda: (crop(), c.timer.sample(step_synced, n))[1],
                 "step_as_generate": lambda: (crop(), c.timer.sample(step_as_generate, n))[1],
                 "generate_from_l": timed_generate,
@@ -1020,6 +1037,32 @@ def step_and_generate(c, b, step_err):
         checked = s_ != "generate_loop"
         c.run.write(kk, dims if s_.startswith("step") else f"{dims} new={new}", res[s_], f"{what[s_]}; {base}",
                     rel_err=err if checked else None, check="step" if checked else None, iters=calls)
+    kk = c.key("decode", "transformers", "layer_beside", b, c.ctx + 1)
+    note = (f"layer 0's calls written out flat (as layer_flat), {BESIDE_LAYERS} per sample, timed right before "
+            f"every step sample: the layer in the step's host state; per layer; {c.version}{c.note_base}")
+    if not beside_err <= c.tol_step:
+        c.run.write(kk, dims, [], "the decoder layer is off its float64 reference", rel_err=beside_err,
+                    check="step", status="mismatch")
+    else:
+        # the first sample was the warm-up round's
+        c.run.write(kk, dims, beside_res[1:], note, rel_err=beside_err, check="step", iters=BESIDE_LAYERS)
+
+
+# layers per layer_beside sample (as the decode crate's LAYER_REPEATS)
+BESIDE_LAYERS = 8
+
+
+def layer_beside(c, b):
+    """(a sampler of layer 0's calls flat, BESIDE_LAYERS per sample; its error against the
+    float64 program; the list its samples go to) at batch `b` from a cache of L."""
+    dev, dt = c.device, c.dtype
+    x = torch.randn(b, 1, c.hidden, device=dev, dtype=dt)
+    pos = torch.full((b, 1), c.ctx, device=dev, dtype=torch.long)
+    kc, vc = (torch.randn(b, c.Hkv, c.ctx, c.D, device=dev, dtype=dt) for _ in range(2))
+    prog, env, want = layer_env(c, b, x, pos, kc, vc)
+    err = rel_err(run_program(prog, dict(env)), want)
+    flat = functools.partial(run_program, prog, dict(env))
+    return (lambda: c.timer.sample(flat, BESIDE_LAYERS)), err, []
 
 
 def step_rows(c, b, step_err):

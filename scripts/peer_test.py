@@ -192,6 +192,16 @@ class OpPass(unittest.TestCase):
             # a layer's calls each alone cost something, and so does the layer called whole
             self.assertGreater(float(got["layer_calls"]["median_ns"]), 0)
             self.assertGreater(float(got["layer"]["median_ns"]), float(got["module_call"]["median_ns"]))
+            # the layer beside the step: one sample before each step sample of the rounds
+            # (the warm-up round's dropped), 8 layers a sample, checked, about the layer's
+            # calls flat
+            r = got["layer_beside"]
+            self.assertEqual((r["status"], r["kv_len"], r["samples"]), ("ok", "17", "8"), r)
+            self.assertLess(float(r["max_rel_err"]), 1e-4, r)
+            ratio = float(r["median_ns"]) / float(got["layer_flat"]["median_ns"])
+            self.assertTrue(0.33 < ratio < 3.0, ratio)
+            beside = [x for x in rows_of(run / "samples.csv") if x["site"] == "layer_beside"]
+            self.assertEqual({x["iters"] for x in beside}, {"8"})
 
     def test_bad_input_is_one_line_and_exit_2(self):
         with tempfile.TemporaryDirectory() as t:

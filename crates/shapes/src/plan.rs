@@ -100,8 +100,10 @@ impl StepProfile {
     /// The `decode` site of one decoder layer timed once before every sample of this
     /// profile's step, at the step's batch, as a row of its own: the layer in the step's own
     /// host state (a control interleaved with the step at the scale of one sample). The
-    /// decode crate's tch profiles only; scripts/peer.py samples its layer rows in rounds
-    /// with the HF step already.
+    /// decode crate's tch profiles only: scripts/peer.py's layer rows are sampled in rounds
+    /// of their own after the HF step; its `layer_beside` row (layer 0's calls flat before
+    /// every HF step sample, since 2026-12-02) is recorded but not read until it has run on
+    /// a GPU.
     pub fn layer_beside(self) -> Option<(&'static str, &'static str)> {
         match self {
             StepProfile::Transformers => None,
