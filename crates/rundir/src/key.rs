@@ -377,7 +377,8 @@ pub enum Timer {
     /// scripts/peer.py's HF transformers rows (variant `transformers`: the step, generate()'s
     /// sites, the layer rows).
     PeerHf,
-    /// scripts/peer.py's Python op rows (variants `py-*`).
+    /// scripts/peer.py's Python op rows (variants `py-*`, and `python`: its framework rows
+    /// made without transformers installed).
     PeerOps,
 }
 
@@ -394,7 +395,7 @@ impl Timer {
     pub fn of(variant: &str) -> Timer {
         if variant == "transformers" {
             Timer::PeerHf
-        } else if variant.starts_with("py-") {
+        } else if variant.starts_with("py-") || variant == "python" {
             Timer::PeerOps
         } else {
             Timer::Rust

@@ -510,6 +510,23 @@ fn a_sample_taken_in_an_unusual_state_is_flagged_and_counted_per_case() {
 }
 
 #[test]
+fn the_peers_rows_are_told_from_the_harness_rows_by_their_variant() {
+    use rundir::Timer;
+    // the peer's Python op rows (`py-*`, and `python` for its framework rows without
+    // transformers) and HF rows: their torch control is Python's, never the host-speed divisor
+    for (variant, timer) in [
+        ("aten", Timer::Rust),
+        ("hf-eager", Timer::Rust),
+        ("transformers", Timer::PeerHf),
+        ("py-aten", Timer::PeerOps),
+        ("python", Timer::PeerOps),
+    ] {
+        assert_eq!(Timer::of(variant), timer, "{variant}");
+        assert_eq!(timer.divides_by_control(), timer == Timer::Rust);
+    }
+}
+
+#[test]
 fn the_state_at_a_process_end_joins_env_json_beside_its_start() {
     let dir = tempfile::tempdir().unwrap();
     let mut e = env("r1");
