@@ -215,25 +215,25 @@ class TorchControl:
     `control_ns`. A torch call moves with the build, but a flag judges a sample within its
     case and execution, where it reads the host's state as the HF step's calls feel it."""
 
+    # as the harness's control (timing::control_ns): calls in chunks of 16 for ~200 µs
     SPAN_NS = 200_000
     CHUNK = 16
 
-    def __init__(self, device, dtype):
-        self.device = device
+    def __init__(self, device, dtype, sync):
+        self.sync = sync
         self.a = torch.ones(1, device=device, dtype=dtype)
         self.b = torch.ones(1, device=device, dtype=dtype)
 
     def ns(self):
-        sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda *_: None)
         a, b = self.a, self.b
-        sync(self.device)
+        self.sync()
         t0 = time.perf_counter_ns()
         calls = 0
         while calls == 0 or time.perf_counter_ns() - t0 < self.SPAN_NS:
             for _ in range(self.CHUNK):
                 torch.add(a, b)
             calls += self.CHUNK
-        sync(self.device)
+        self.sync()
         return (time.perf_counter_ns() - t0) / calls
 
 
@@ -326,9 +326,11 @@ class Timed(float):
 
 
 class Timer:
-    def __init__(self, device, samples, warmup_s, measure_s, control=None):
+    def __init__(self, device, samples, warmup_s, measure_s, control_dtype=None):
+        """`control_dtype`: time the torch control (`TorchControl`, in that dtype) around
+        every sample."""
         self.device = device
-        self.control = control
+        self.control = TorchControl(device, control_dtype, self.sync) if control_dtype else None
         self.samples = samples
         self.warmup_s = warmup_s
         self.measure_s = measure_s
@@ -505,7 +507,7 @@ def setup(argv):
     c.dt_name = a.dtype or ("f16" if dev == "cuda" else "f32")
     c.dtype = DTYPES[c.dt_name]
     c.timer = Timer(c.device, samples, budget(a.warmup_ms, "warmup_ms", 100) / 1e3,
-                    budget(a.measure_ms, "measure_ms", 400) / 1e3, TorchControl(c.device, c.dtype))
+                    budget(a.measure_ms, "measure_ms", 400) / 1e3, c.dtype)
     tol = tolerances(c.exe)
     c.tol_op, c.tol_step = tol[(c.dt_name, "op")], tol[(c.dt_name, "step")]
     c.H, c.Hkv, c.D = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
@@ -1000,14 +1002,22 @@ def step_and_generate(c, b, step_err):
     c.timer.sync()
     per = max((time.perf_counter() - t0) / 3, 1e-7)
     n = max(1, min(16, int(c.timer.measure_s / c.timer.samples / per)))
-    beside, beside_err, beside_res = layer_beside(c, b)
-    samplers = {"step": lambda: (beside_res.append(beside()), crop(), c.timer.sample(step, n))[2],
+    # the layer beside the step: timed before each step sample where it passed its check
+    flat, beside_err = layer_beside(c, b)
+    beside = []
+
+    def before_step():
+        if beside_err <= c.tol_step:
+            beside.append(c.timer.sample(flat, BESIDE_LAYERS))
+        crop()
+    samplers = {"step": lambda: (before_step(), c.timer.sample(step, n))[1],
                 "step_synced": lambda: (crop(), c.timer.sample(step_synced, n))[1],
                 "step_as_generate": lambda: (crop(), c.timer.sample(step_as_generate, n))[1],
                 "generate_from_l": timed_generate,
                 "generate_loop": lambda: stubbed(timed_generate)}
     for f in samplers.values():  # one of each first: allocations and caches warm
         f()
+    beside.clear()
     res = {s_: [] for s_ in samplers}
     order = list(samplers)
     rng = random.Random(b)
@@ -1044,8 +1054,7 @@ def step_and_generate(c, b, step_err):
         c.run.write(kk, dims, [], "the decoder layer is off its float64 reference", rel_err=beside_err,
                     check="step", status="mismatch")
     else:
-        # the first sample was the warm-up round's
-        c.run.write(kk, dims, beside_res[1:], note, rel_err=beside_err, check="step", iters=BESIDE_LAYERS)
+        c.run.write(kk, dims, beside, note, rel_err=beside_err, check="step", iters=BESIDE_LAYERS)
 
 
 # layers per layer_beside sample (as the decode crate's LAYER_REPEATS)
@@ -1053,16 +1062,15 @@ BESIDE_LAYERS = 8
 
 
 def layer_beside(c, b):
-    """(a sampler of layer 0's calls flat, BESIDE_LAYERS per sample; its error against the
-    float64 program; the list its samples go to) at batch `b` from a cache of L."""
+    """(layer 0's calls flat, its error against the float64 program) at batch `b` from a
+    cache of L."""
     dev, dt = c.device, c.dtype
     x = torch.randn(b, 1, c.hidden, device=dev, dtype=dt)
     pos = torch.full((b, 1), c.ctx, device=dev, dtype=torch.long)
     kc, vc = (torch.randn(b, c.Hkv, c.ctx, c.D, device=dev, dtype=dt) for _ in range(2))
     prog, env, want = layer_env(c, b, x, pos, kc, vc)
     err = rel_err(run_program(prog, dict(env)), want)
-    flat = functools.partial(run_program, prog, dict(env))
-    return (lambda: c.timer.sample(flat, BESIDE_LAYERS)), err, []
+    return functools.partial(run_program, prog, dict(env)), err
 
 
 def step_rows(c, b, step_err):
