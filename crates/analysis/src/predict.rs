@@ -17,7 +17,9 @@
 //! penalty (`graph_cold` − `graph`) to a call's `device` row.
 
 use rundir::{CaseKey, DType, DeviceId, Mode, OpKind, Phase, ResultRow, Run, SeriesKey, Work};
-use shapes::{CallKind, ModelConfig, OtherCall, PlannedCall, Problem, Step, StepPlan, StepProfile};
+use shapes::{
+    CallKind, ModelConfig, OtherCall, Pairing, PlannedCall, Problem, Step, StepPlan, StepProfile,
+};
 
 use crate::AnalysisError;
 use crate::fit::{Fits, fit_run};
@@ -351,57 +353,163 @@ impl std::str::FromStr for HostState {
 /// throttled below its case's usual clock), where its samples record their state and at least
 /// three are clean; else at the [`FAST_QUANTILE`] of its samples pooled over executions.
 /// The row's interval is dropped (it was the median's) and its note says which and how
-/// many samples priced it. Rows without samples keep their median. Errors: samples.csv
-/// unreadable.
+/// many samples priced it. Rows without samples keep their median. In either state, a row
+/// sampled in rounds with a base row ([`StepProfile::paired_sites`]) is then read against
+/// it pair by pair ([`read_in_pairs`]). Errors: samples.csv unreadable.
 pub fn at_host_state(run: &Run, state: HostState) -> Result<Run, AnalysisError> {
     let mut out = run.clone();
-    if state == HostState::Typical {
-        return Ok(out);
-    }
     let samples = run.samples()?;
-    for r in out
-        .results
-        .iter_mut()
-        .filter(|r| r.is_ok() && !r.key.mode.is_device())
-    {
-        let of: &[rundir::Sample] = samples.get(&r.key).map_or(&[], Vec::as_slice);
-        let mut v: Vec<f64> = of.iter().map(|s| s.per_call_ns()).collect();
-        if v.is_empty() {
-            continue;
+    if state == HostState::Fast {
+        for r in out
+            .results
+            .iter_mut()
+            .filter(|r| r.is_ok() && !r.key.mode.is_device())
+        {
+            let of: &[rundir::Sample] = samples.get(&r.key).map_or(&[], Vec::as_slice);
+            at_fast_state(r, of);
         }
-        let clean: Vec<f64> = rundir::flag_each(of)
-            .map(|flags| {
-                of.iter()
-                    .zip(flags)
-                    .filter(|(_, f)| !f)
-                    .map(|(s, _)| s.per_call_ns())
-                    .collect()
-            })
-            .unwrap_or_default();
-        let how = if clean.len() >= 3 {
-            r.median_ns = Some(stats::median(&clean));
-            format!(
-                "fast state: the median of its {} clean samples of {}",
-                clean.len(),
-                v.len()
-            )
-        } else {
-            v.sort_by(f64::total_cmp);
-            r.median_ns = Some(stats::quantile_sorted(&v, FAST_QUANTILE));
-            format!(
-                "fast state: the {:.0}th percentile of its {} samples",
-                100.0 * FAST_QUANTILE,
-                v.len()
-            )
-        };
-        r.note = Some(match r.note.take() {
-            Some(n) => format!("{n}; {how}"),
-            None => how,
-        });
-        r.ci_low_ns = None;
-        r.ci_high_ns = None;
     }
+    read_in_pairs(&mut out, &samples, state);
     Ok(out)
+}
+
+/// `r` at the median of its clean samples `of`, else at their [`FAST_QUANTILE`].
+fn at_fast_state(r: &mut ResultRow, of: &[rundir::Sample]) {
+    let mut v: Vec<f64> = of.iter().map(|s| s.per_call_ns()).collect();
+    if v.is_empty() {
+        return;
+    }
+    let clean = clean_samples(of);
+    let how = if clean.len() >= 3 {
+        let clean: Vec<f64> = clean.iter().map(|s| s.per_call_ns()).collect();
+        r.median_ns = Some(stats::median(&clean));
+        format!(
+            "fast state: the median of its {} clean samples of {}",
+            clean.len(),
+            v.len()
+        )
+    } else {
+        v.sort_by(f64::total_cmp);
+        r.median_ns = Some(stats::quantile_sorted(&v, FAST_QUANTILE));
+        format!(
+            "fast state: the {:.0}th percentile of its {} samples",
+            100.0 * FAST_QUANTILE,
+            v.len()
+        )
+    };
+    append_note(r, &how);
+    r.ci_low_ns = None;
+    r.ci_high_ns = None;
+}
+
+/// The samples of `of` that carry no state flag (none where they record no state).
+fn clean_samples(of: &[rundir::Sample]) -> Vec<&rundir::Sample> {
+    rundir::flag_each(of)
+        .map(|flags| {
+            of.iter()
+                .zip(flags)
+                .filter(|(_, f)| !f)
+                .map(|(s, _)| s)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn append_note(r: &mut ResultRow, how: &str) {
+    r.note = Some(match r.note.take() {
+        Some(n) => format!("{n}; {how}"),
+        None => how.to_string(),
+    });
+}
+
+/// The pairs of `a`'s and `b`'s samples taken in the same round: the i-th of each in an
+/// execution that took as many of one as of the other (an execution that did not is left
+/// out). With `clean_only`, the pairs where neither sample carries a state flag, where at
+/// least three are.
+fn round_pairs<'s>(
+    a: &'s [rundir::Sample],
+    b: &'s [rundir::Sample],
+    clean_only: bool,
+) -> Vec<(&'s rundir::Sample, &'s rundir::Sample)> {
+    let (ea, eb) = (rundir::by_execution(a), rundir::by_execution(b));
+    let pairs: Vec<_> = ea
+        .iter()
+        .filter_map(|(e, xs)| Some((xs, eb.get(e)?)))
+        .filter(|(xs, ys)| xs.len() == ys.len())
+        .flat_map(|(xs, ys)| xs.iter().copied().zip(ys.iter().copied()))
+        .collect();
+    if !clean_only {
+        return pairs;
+    }
+    let (ca, cb) = (clean_samples(a), clean_samples(b));
+    let clean: Vec<_> = pairs
+        .iter()
+        .copied()
+        .filter(|(x, y)| ca.iter().any(|c| std::ptr::eq(*c, *x)) && cb.iter().any(|c| std::ptr::eq(*c, *y)))
+        .collect();
+    if clean.len() >= 3 { clean } else { pairs }
+}
+
+/// Every ok row of `run` sampled in rounds with a base row ([`StepProfile::paired_sites`])
+/// read against it pair by pair: its median becomes the base's (as priced in `state`) plus
+/// the median of the rounds' differences, or times the median of their ratios — the two
+/// rows' difference or ratio within each round, where one state held both, not between
+/// two medians that may each come from a different state of the host. In the fast state
+/// the pairs whose two samples are clean (all, where fewer than three are). A row whose
+/// samples do not pair keeps its median.
+pub fn read_in_pairs(
+    run: &mut Run,
+    samples: &std::collections::BTreeMap<CaseKey, Vec<rundir::Sample>>,
+    state: HostState,
+) {
+    for profile in StepProfile::EVERY {
+        for p in profile.paired_sites() {
+            let keys: Vec<(CaseKey, CaseKey)> = run
+                .ok_rows()
+                .filter(|r| r.key.op == OpKind::Decode)
+                .filter(|r| r.key.variant == profile.as_str() && r.key.site == p.site)
+                .map(|r| {
+                    let mut base = r.key.clone();
+                    base.series.site = p.base.into();
+                    (r.key.clone(), base)
+                })
+                .collect();
+            for (key, base_key) in keys {
+                let (Some(a), Some(b)) = (samples.get(&key), samples.get(&base_key)) else {
+                    continue;
+                };
+                let Some(base) = run.row(&base_key).filter(|r| r.is_ok()).and_then(|r| r.median_ns) else {
+                    continue;
+                };
+                let pairs = round_pairs(a, b, state == HostState::Fast);
+                if pairs.len() < 3 {
+                    continue;
+                }
+                let per = |(x, y): &(&rundir::Sample, &rundir::Sample)| match p.how {
+                    Pairing::Difference => x.per_call_ns() - y.per_call_ns(),
+                    Pairing::Ratio => x.per_call_ns() / y.per_call_ns().max(f64::MIN_POSITIVE),
+                };
+                let m = stats::median(&pairs.iter().map(per).collect::<Vec<_>>());
+                let (median, how) = match p.how {
+                    Pairing::Difference => (base + m, "plus the median of their differences"),
+                    Pairing::Ratio => (base * m, "times the median of their ratios"),
+                };
+                if let Some(r) = run.results.iter_mut().find(|r| r.key == key) {
+                    r.median_ns = Some(median);
+                    r.ci_low_ns = None;
+                    r.ci_high_ns = None;
+                    append_note(
+                        r,
+                        &format!(
+                            "read against {} in {} rounds that sampled both: its median {how}",
+                            p.base,
+                            pairs.len()
+                        ),
+                    );
+                }
+            }
+        }
+    }
 }
 
 /// What to compose.
@@ -538,9 +646,10 @@ pub fn in_sequence(
 
 /// One decoder layer of `q`'s step timed before each of the step's own samples, ns per
 /// layer, at `q`'s batch in `q.mode` (the decode crate's [`StepProfile::layer_beside`]
-/// row); `None` where the run has none (runs from before it, and transformers).
+/// row, scripts/peer.py's for transformers); `None` where the run has none (runs from before
+/// it: the peer's since 2026-12-02).
 pub fn beside_ns(run: &Run, q: &Query) -> Option<f64> {
-    let (variant, site) = q.profile.layer_beside()?;
+    let (variant, site) = q.profile.layer_beside();
     run.row(&q.decode_key(variant, site, q.mode))
         .filter(|r| r.is_ok())?
         .median_ns
@@ -1356,9 +1465,10 @@ impl Split {
     /// The transformers step `transformers` (predicted for `q`) split three ways. The
     /// libtorch share is the same calls as tch makes them (the hf-eager profile's rows) at
     /// the host speed and context of the transformers step's own process: where its host
-    /// costs were scaled to its own layer ([`HostSpeed::Layer`]), the hf-eager rows as
-    /// measured alone times that scale and context factor — not hf-eager's own `controlled`
-    /// price, which follows the tch step's process (its [`HostSpeed::Beside`] layer: at
+    /// costs were scaled to its own layer, the hf-eager rows as measured alone times that
+    /// scale (and, for [`HostSpeed::Layer`], the context factor; [`HostSpeed::Beside`]'s
+    /// layer ran in sequence, its context in the scale) — not hf-eager's own `controlled`
+    /// price, which follows the tch step's process (its own layer beside its step: at
     /// whatever state that process was in); else the hf-eager step under `q`'s host model.
     pub fn priced(
         run: &Run,
@@ -1370,14 +1480,18 @@ impl Split {
             profile: StepProfile::HfEager,
             ..q.clone()
         };
+        let alone = Query {
+            host: HostModel::AsMeasured,
+            ..tch.clone()
+        };
         let libtorch = match transformers.host_speed {
             Some(HostSpeed::Layer { scale, .. }) => {
-                let rows = Query {
-                    host: HostModel::AsMeasured,
-                    ..tch
-                };
                 let factor = transformers.context.map_or(1.0, |c| c.factor);
-                predict_with(run, fits, &rows)?.host_time_ns() * scale * factor
+                predict_with(run, fits, &alone)?.host_time_ns() * scale * factor
+            }
+            // the layer beside the step ran its calls in sequence: the context is in `scale`
+            Some(HostSpeed::Beside { scale, .. }) => {
+                predict_with(run, fits, &alone)?.host_time_ns() * scale
             }
             _ => predict_with(run, fits, &tch)?.host_time_ns(),
         };

@@ -370,7 +370,7 @@ impl Op for Decode {
     /// host state, which `predict --host-model controlled` prices the step's host costs at.
     fn beside(&self, variant: &str, problem: &Problem) -> Option<Problem> {
         let profile: StepProfile = variant.parse().ok()?;
-        let (_, site) = profile.layer_beside()?;
+        let (_, site) = profile.layer_beside();
         (problem.site == "step").then(|| layer_of(problem, site))
     }
 
@@ -441,9 +441,9 @@ impl Op for Decode {
         }
         if problem.site != "step" {
             let (_, sequence, alone) = profile.layer_context();
-            let beside = profile.layer_beside().map(|(_, site)| site);
+            let (_, beside) = profile.layer_beside();
             let blocked = match problem.site {
-                s if s == sequence || Some(s) == beside => false,
+                s if s == sequence || s == beside => false,
                 s if s == alone => true,
                 other => return Err(Failure::error(format!("decode: no site {other}"))),
             };

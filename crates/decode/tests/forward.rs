@@ -285,7 +285,7 @@ fn the_layer_cases_check_and_repeat_calls_without_changing_them() {
         let profile: shapes::StepProfile = v.parse().unwrap();
         let (_, sequence, alone) = profile.layer_context();
         let beside = op.beside(v, &step).unwrap();
-        assert_eq!(Some((v, beside.site)), profile.layer_beside());
+        assert_eq!((v, beside.site), profile.layer_beside());
         assert_eq!(beside.batch, step.batch);
         assert_eq!(beside.calls_per_step, cfg.num_hidden_layers);
         assert!(op.beside(v, &beside).is_none(), "{v}");

@@ -315,7 +315,7 @@ pub fn host_model(
             ))
         }
         Some(analysis::predict::HostSpeed::Beside { batch, scale }) => {
-            let site = q.profile.layer_beside().map_or("-", |(_, s)| s);
+            let (_, site) = q.profile.layer_beside();
             parts.push(format!(
                 "× {scale:.3} to the step's own samples (one decoder layer timed before each of them, {site} at B={batch}, over what the rows price its calls at; in sequence, so no context factor on top)"
             ))

@@ -31,6 +31,7 @@ mod problem;
 pub use config::{ModelConfig, ShapesError, builtin_models, check_shapes_env, shapes_dir};
 pub use grid::{Check, DTypeName, Grid, MAX_BATCH, MAX_LEN, Profile};
 pub use plan::{
-    CallKind, GENERATE_LOOP, GenerateLoop, OtherCall, PlannedCall, StepPlan, StepProfile,
+    CallKind, GENERATE_LOOP, GenerateLoop, OtherCall, PairedSite, Pairing, PlannedCall, StepPlan,
+    StepProfile,
 };
 pub use problem::{Dims, OpKind, Phase, Problem, Step, StepWork, UnknownValue, derive, step_work};

@@ -100,15 +100,42 @@ impl StepProfile {
     /// The `decode` site of one decoder layer timed once before every sample of this
     /// profile's step, at the step's batch, as a row of its own: the layer in the step's own
     /// host state (a control interleaved with the step at the scale of one sample). The
-    /// decode crate's tch profiles only: scripts/peer.py's layer rows are sampled in rounds
-    /// of their own after the HF step; its `layer_beside` row (layer 0's calls flat before
-    /// every HF step sample, since 2026-12-02) is recorded but not read until it has run on
-    /// a GPU.
-    pub fn layer_beside(self) -> Option<(&'static str, &'static str)> {
-        match self {
-            StepProfile::Transformers => None,
-            p => Some((p.as_str(), "layer_beside")),
+    /// decode crate times it for the tch profiles; scripts/peer.py for transformers (layer
+    /// 0's calls written out flat, since 2026-12-02).
+    pub fn layer_beside(self) -> (&'static str, &'static str) {
+        (self.as_str(), "layer_beside")
+    }
+
+    /// The rows of this profile's step sampled in rounds with another row of the same
+    /// shape (one sample of each per round, in the same order), and how a row is read
+    /// against its base, pair by pair: the layer beside the step (one before each step
+    /// sample, the decode crate's and scripts/peer.py's), the peer's step variants
+    /// ([`GenerateLoop::step_sites`], each against the one before it) and its framework
+    /// parts' whole rows against their parts ([`OtherCall::in_sequence`]). A base comes
+    /// before the rows read against it.
+    pub fn paired_sites(self) -> Vec<PairedSite> {
+        let (_, beside) = self.layer_beside();
+        let mut out = vec![PairedSite {
+            site: beside,
+            base: "step",
+            how: Pairing::Ratio,
+        }];
+        if self == StepProfile::Transformers {
+            let s = GENERATE_LOOP.step_sites;
+            out.extend(s.windows(2).map(|w| PairedSite {
+                site: w[1],
+                base: w[0],
+                how: Pairing::Difference,
+            }));
+            out.extend(OTHER.iter().flat_map(|o| framework_part(o.0).0).map(|&(whole, parts)| {
+                PairedSite {
+                    site: whole,
+                    base: parts,
+                    how: Pairing::Difference,
+                }
+            }));
         }
+        out
     }
 
     /// What a run from before `variant` existed measured in its place: the same call over a
@@ -314,6 +341,23 @@ pub const GENERATE_LOOP: GenerateLoop = GenerateLoop {
     replaces: (OpKind::Eltwise, "argmax"),
     last: (OpKind::Linear, "lm_head"),
 };
+
+/// A row sampled in rounds with its base row ([`StepProfile::paired_sites`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PairedSite {
+    pub site: &'static str,
+    pub base: &'static str,
+    pub how: Pairing,
+}
+
+/// How a row sampled beside a base is read against it: what a prediction uses of the two.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pairing {
+    /// Its difference from the base (a framework part, what a sync adds).
+    Difference,
+    /// Its ratio to the base (a control of the base's host state).
+    Ratio,
+}
 
 /// One measured call site of a plan: the problem (with its calls per step) and the variant
 /// the profile runs there.
