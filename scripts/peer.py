@@ -32,7 +32,8 @@ it, CPU time, involuntary switches, steal: `State`):
   stand-in returning fixed logits). predict prices a token from them (analysis::generate);
 - site `layer_beside` (2026-12-02): layer 0's calls written out flat, 8 per sample, timed
   right before every `step` sample of those rounds: the layer in the step's own host state
-  (as the decode crate's `layer_beside`); recorded, not yet read by predict;
+  (as the decode crate's `layer_beside`); predict's `controlled` host model prices the HF
+  step at it, read pair by pair with the step samples;
 - sites `generate`, `generate_static`, `generate_graph`: `model.generate()` per new token as
   the user calls it from a prompt of 16 (32 new tokens on a GPU, 8 on the CPU, prefill
   included), as it is, with a static cache, and with its step compiled into CUDA/HIP
@@ -928,8 +929,8 @@ def step_and_generate(c, b, step_err):
     (as `layer_flat`) timed right before every `step` sample, outside it: the layer in the
     step's own host state, as the decode crate's `layer_beside` for the tch steps, which
     `predict --host-model controlled` prices those steps at; checked against its float64
-    program. Recorded since 2026-12-02; predict does not read it for the HF step until it
-    has run on a GPU (docs/findings.md 11)."""
+    program. Since 2026-12-02; `predict --host-model controlled` prices the HF step at it,
+    read against each step sample of its round (docs/findings.md 11)."""
     model, ctx, device, tf = c.model, c.ctx, c.device, c.tf
     cache = tf.DynamicCache(config=model.config)
     ids = torch.randint(1, c.vocab, (b, ctx + 1), device=device)

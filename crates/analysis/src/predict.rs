@@ -355,10 +355,16 @@ impl std::str::FromStr for HostState {
 /// The row's interval is dropped (it was the median's) and its note says which and how
 /// many samples priced it. Rows without samples keep their median. In either state, a row
 /// sampled in rounds with a base row ([`StepProfile::paired_sites`]) is then read against
-/// it pair by pair ([`read_in_pairs`]). Errors: samples.csv unreadable.
+/// it pair by pair ([`read_in_pairs`]). Errors: samples.csv unreadable in the fast state
+/// (in the typical state such a run is returned as loaded).
 pub fn at_host_state(run: &Run, state: HostState) -> Result<Run, AnalysisError> {
     let mut out = run.clone();
-    let samples = run.samples()?;
+    let samples = match (state, run.samples()) {
+        (_, Ok(s)) => s,
+        // a run without readable samples has no pairs to read: as loaded
+        (HostState::Typical, Err(_)) => return Ok(out),
+        (HostState::Fast, Err(e)) => return Err(e.into()),
+    };
     if state == HostState::Fast {
         for r in out
             .results
@@ -445,7 +451,9 @@ fn round_pairs<'s>(
     let clean: Vec<_> = pairs
         .iter()
         .copied()
-        .filter(|(x, y)| ca.iter().any(|c| std::ptr::eq(*c, *x)) && cb.iter().any(|c| std::ptr::eq(*c, *y)))
+        .filter(|(x, y)| {
+            ca.iter().any(|c| std::ptr::eq(*c, *x)) && cb.iter().any(|c| std::ptr::eq(*c, *y))
+        })
         .collect();
     if clean.len() >= 3 { clean } else { pairs }
 }
@@ -478,7 +486,11 @@ pub fn read_in_pairs(
                 let (Some(a), Some(b)) = (samples.get(&key), samples.get(&base_key)) else {
                     continue;
                 };
-                let Some(base) = run.row(&base_key).filter(|r| r.is_ok()).and_then(|r| r.median_ns) else {
+                let Some(base) = run
+                    .row(&base_key)
+                    .filter(|r| r.is_ok())
+                    .and_then(|r| r.median_ns)
+                else {
                     continue;
                 };
                 let pairs = round_pairs(a, b, state == HostState::Fast);

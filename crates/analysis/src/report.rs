@@ -251,7 +251,8 @@ fn text(v: Option<impl ToString>) -> String {
 
 /// Write `dir`/report.md and its SVGs; returns the report's path.
 pub fn write_report(dir: &Path) -> Result<PathBuf, AnalysisError> {
-    let run = Run::load(dir)?;
+    // as predict reads it: rows sampled in rounds read pair by pair
+    let run = crate::predict::at_host_state(&Run::load(dir)?, crate::predict::HostState::Typical)?;
     let ctx = Ctx {
         fits: fit_run(&run),
         ok: run.ok_rows().collect(),

@@ -87,3 +87,100 @@ fn the_fast_state_is_the_clean_samples_where_they_are_recorded() {
         fast.results[0]
     );
 }
+
+/// The peer's decode row `site` at B = 1 (the transformers profile's shape).
+fn peer_key(site: &str) -> CaseKey {
+    SeriesKey {
+        op: rundir::OpKind::Decode,
+        variant: "transformers".into(),
+        site: site.into(),
+        model: "qwen3-0.6b".into(),
+        phase: rundir::Phase::Decode,
+        q_len: 1,
+        kv_len: Some(1025),
+        dtype: rundir::DType::F16,
+        device: "cuda:0".parse().unwrap(),
+        mode: rundir::Mode::Pipelined,
+    }
+    .at(1)
+}
+
+/// A run of the peer's rows `(site, ns per sample)`, every sample one call in one
+/// execution, in the order given (round i: the i-th of each).
+fn peer_run(dir: &std::path::Path, rows: &[(&str, Vec<f64>)]) -> Run {
+    let env = Env {
+        run_id: "r".into(),
+        started_at: "2026-12-02T10:00:00Z".into(),
+        backend: "cuda".into(),
+        devices: vec!["cuda:0".into()],
+        device_name: Some("NVIDIA H200".into()),
+        libtorch_version: "2.11.0".into(),
+        ..Env::default()
+    };
+    let mut w = RunWriter::at(dir, "r", &env).unwrap();
+    for (site, ns) in rows {
+        let calls: Vec<(u64, f64)> = ns.iter().map(|t| (1, *t)).collect();
+        let samples = Sample::bare(&peer_key(site), 1, &calls);
+        let mut row = ResultRow::new("r", peer_key(site), "batch=1 L=1024".into(), Status::Ok);
+        row.summarize(&calls);
+        w.write_case(&row, &samples).unwrap();
+    }
+    Run::load(dir).unwrap()
+}
+
+#[test]
+fn rows_sampled_in_rounds_are_read_against_their_base_pair_by_pair() {
+    // a host in two states, the slow one 1.6×. The step (25 ms fast) is slow in rounds
+    // 5-9; its layer beside (1/29.4 of the step in its round's state) is slow in rounds
+    // 3-9 — its median a slow state's, the step's between the two: 23.9 from the medians,
+    // 29.4 in eight of ten rounds. The stack (0.96 ms a layer fast) is slow in rounds 4-9,
+    // its calls flat (0.9 ms) in 8-9 only: their medians differ by 636 µs, the rounds by
+    // 60 µs (both fast), 96 µs (both slow) or 636 µs (four rounds)
+    let slow = |rounds: std::ops::Range<usize>, ns: f64| -> Vec<f64> {
+        (0..10)
+            .map(|i| if rounds.contains(&i) { 1.6 * ns } else { ns })
+            .collect()
+    };
+    let step = slow(5..10, 25e6);
+    let beside: Vec<f64> = slow(3..10, 25e6).iter().map(|t| t / 29.4).collect();
+    let stack = slow(4..10, 0.96e6);
+    let flat = slow(8..10, 0.9e6);
+    let dir = tempfile::tempdir().unwrap();
+    let run = peer_run(
+        dir.path(),
+        &[
+            ("step", step.clone()),
+            ("layer_beside", beside.clone()),
+            ("stack", stack),
+            ("stack_flat", flat),
+        ],
+    );
+    let median = |r: &Run, site: &str| r.row(&peer_key(site)).unwrap().median_ns.unwrap();
+    // as loaded: the medians, each in its own mix of states
+    assert!(median(&run, "layer_beside") / median(&run, "step") > 1.0 / 25.0);
+    assert!(median(&run, "stack") - median(&run, "stack_flat") > 0.4e6);
+    for state in [HostState::Typical, HostState::Fast] {
+        let read = at_host_state(&run, state).unwrap();
+        let (b, s) = (median(&read, "layer_beside"), median(&read, "step"));
+        assert!((s / b - 29.4).abs() < 0.5, "{state:?}: {}", s / b);
+        let own = median(&read, "stack") - median(&read, "stack_flat");
+        assert!((own - 96e3).abs() < 1e3, "{state:?}: {own}");
+        let note = read
+            .row(&peer_key("layer_beside"))
+            .unwrap()
+            .note
+            .clone()
+            .unwrap();
+        assert!(note.contains("read against step in 10 rounds"), "{note}");
+        // the base rows keep their own reading
+        assert_eq!(s, median(&at_host_state(&run, state).unwrap(), "step"));
+    }
+    // rows whose samples do not pair (a round missing) keep their medians
+    let dir = tempfile::tempdir().unwrap();
+    let run = peer_run(
+        dir.path(),
+        &[("step", step), ("layer_beside", beside[..9].to_vec())],
+    );
+    let read = at_host_state(&run, HostState::Typical).unwrap();
+    assert_eq!(median(&read, "layer_beside"), median(&run, "layer_beside"));
+}

@@ -405,6 +405,23 @@ fn on_the_hf_rows_neither_control_meets_both_bars_in_every_execution() {
             (46, 10, 494, 10)
         ]
     );
+    // gen9 and gen10 (the same command in two later leases, the same rule): 30/38 (10.6%),
+    // 36/50 (9.7%), 10/15 (8.7%), 24/36 (8.3%) — the other bar in three of four, the
+    // caught one in none
+    let later: Vec<Counts> = ["gen9/1", "gen9/2", "gen10/1", "gen10/2"]
+        .map(run)
+        .iter()
+        .map(hf)
+        .collect();
+    assert_eq!(
+        later,
+        [
+            (38, 30, 526, 56),
+            (50, 36, 514, 50),
+            (15, 10, 549, 48),
+            (36, 24, 528, 44)
+        ]
+    );
 }
 
 #[test]

@@ -460,7 +460,7 @@ impl Op for Decode {
                 format!(
                     "each call made {LAYER_REPEATS} times in a row before the next (as its op case repeats it)"
                 )
-            } else if Some(problem.site) == beside {
+            } else if problem.site == beside {
                 "each call made once, in the model's order, timed once before every sample of \
                  the step at this batch (the step's own host state)"
                     .to_string()

@@ -238,17 +238,17 @@ pub struct PredictArgs {
     #[arg(long, default_value = "pipelined", value_parser = choice!(Mode))]
     mode: Mode,
     /// How host costs measured alone are priced in a GPU eager step. Default: controlled
-    /// where the run has the profile's layer rows (the best-measured: on the H200,
-    /// 2026-12-01, the tch steps within ±2% and the HF step within ±8% in the host's fast
-    /// state, −25% at worst in the typical state), else as-measured; the report uses the
-    /// same default. Measured accuracy of the others, H200, 2026-11-30: as-measured and
+    /// where the run has the profile's layer rows (the best-measured: on the H200, the tch
+    /// steps within ±2% in the host's fast state, 2026-12-01; the HF step within ±8% and
+    /// generate() within ±15% at its layer beside, 2026-12-02), else as-measured; the
+    /// report uses the same default. Measured accuracy of the others, H200, 2026-11-30: as-measured and
     /// context came −1 to −44% of the eager steps over three leases, low by the host's
     /// context and state. as-measured; context
     /// (times the context factor: the profile's own layer in sequence over its calls each
     /// alone where the run has those rows, else the floor's mixed / blocked); controlled
-    /// (the tch steps: scaled so that one layer's calls cost what the decode crate's
-    /// layer_beside row, timed before every sample of the step, measured — the step's own
-    /// host state and sequence; else scaled to the step's own process — its layer's calls
+    /// (scaled so that one layer's calls cost what the profile's layer_beside row — the
+    /// decode crate's, scripts/peer.py's for transformers — timed before every sample of
+    /// the step, measured: the step's own host state and sequence; else scaled to the step's own process — its layer's calls
     /// each alone over what the rows price them at — or, without layer rows, each row by its
     /// control; then times the context factor). The others are printed beside it. On the
     /// CPU no host model applies; the transformers step there adds what its layer's calls
@@ -260,8 +260,10 @@ pub struct PredictArgs {
     /// host control around it within 1.2× its median, no stretch of its calls over 2× the
     /// median per call, no GPU throttled below the case's usual clock — where the samples record
     /// their state, at least three of them; else the 10th percentile of its samples over
-    /// the run's executions), for the rows and the measured step alike. The other is
-    /// printed beside it.
+    /// the run's executions), for the rows and the measured step alike. In either state the
+    /// peer's rows sampled in rounds with another are read against it pair by pair (the
+    /// layer beside the step by their ratio, the step's variants and framework parts by
+    /// their differences). The other is printed beside it.
     #[arg(long, default_value = "typical", value_parser = PossibleValuesParser::new(HostState::ALL.map(HostState::as_str)).try_map(|s| s.parse::<HostState>()))]
     host_state: HostState,
 }

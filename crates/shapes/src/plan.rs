@@ -106,35 +106,42 @@ impl StepProfile {
         (self.as_str(), "layer_beside")
     }
 
-    /// The rows of this profile's step sampled in rounds with another row of the same
-    /// shape (one sample of each per round, in the same order), and how a row is read
-    /// against its base, pair by pair: the layer beside the step (one before each step
-    /// sample, the decode crate's and scripts/peer.py's), the peer's step variants
+    /// The rows of this profile's step that scripts/peer.py samples in rounds with another
+    /// row of the same shape (one sample of each per round, in the same order, each a few
+    /// tens of ms), and how a row is read against its base, pair by pair: its layer beside
+    /// the step (one before each step sample), its step variants
     /// ([`GenerateLoop::step_sites`], each against the one before it) and its framework
     /// parts' whole rows against their parts ([`OtherCall::in_sequence`]). A base comes
-    /// before the rows read against it.
+    /// before the rows read against it. None for the tch profiles: the decode crate's step
+    /// samples run up to 0.7 s (the MoE step) against a layer beside of ~10 ms, whose
+    /// pairs' ratios spread 31–68 where the two medians priced the step within 3%
+    /// (docs/findings.md 11).
     pub fn paired_sites(self) -> Vec<PairedSite> {
+        if self != StepProfile::Transformers {
+            return Vec::new();
+        }
         let (_, beside) = self.layer_beside();
         let mut out = vec![PairedSite {
             site: beside,
             base: "step",
             how: Pairing::Ratio,
         }];
-        if self == StepProfile::Transformers {
-            let s = GENERATE_LOOP.step_sites;
-            out.extend(s.windows(2).map(|w| PairedSite {
-                site: w[1],
-                base: w[0],
-                how: Pairing::Difference,
-            }));
-            out.extend(OTHER.iter().flat_map(|o| framework_part(o.0).0).map(|&(whole, parts)| {
-                PairedSite {
+        let s = GENERATE_LOOP.step_sites;
+        out.extend(s.windows(2).map(|w| PairedSite {
+            site: w[1],
+            base: w[0],
+            how: Pairing::Difference,
+        }));
+        out.extend(
+            OTHER
+                .iter()
+                .flat_map(|o| framework_part(o.0).0)
+                .map(|&(whole, parts)| PairedSite {
                     site: whole,
                     base: parts,
                     how: Pairing::Difference,
-                }
-            }));
-        }
+                }),
+        );
         out
     }
 
