@@ -468,3 +468,29 @@ fn the_peers_torch_control_flags_its_samples_and_divides_nothing() {
         assert_eq!(has, !peer(&key.variant), "{key:?}");
     }
 }
+
+#[test]
+fn on_eight_executions_of_the_hf_rows_no_threshold_of_the_torch_control_meets_both_bars() {
+    // gen6, gen7, gen9, gen10 (four leases' worth of the floor and the peer, two executions
+    // each): from 1.05 to 1.3, the caught bar (≥ 80%) and the others' (≤ 10%) are never
+    // both met in every execution — lower thresholds catch more and flag more (1.1:
+    // 80–100% caught, 10.9–23.3% of the others flagged)
+    let runs: Vec<Run> = [
+        "gen6/1", "gen6/2", "gen7/1", "gen7/2", "gen9/1", "gen9/2", "gen10/1", "gen10/2",
+    ]
+    .map(|r| common::fixture(&format!("state-2026-12-02/{r}")))
+    .into();
+    for x in [1.05, 1.1, 1.15, 1.2, 1.25, 1.3] {
+        let met = runs
+            .iter()
+            .map(|r| recount(r, Timer::PeerHf, Control::Torch(x)))
+            .filter(|&(slow, caught, others, flagged)| {
+                caught as f64 >= 0.8 * slow as f64 && flagged as f64 <= 0.1 * others as f64
+            })
+            .count();
+        assert!(met < runs.len(), "{x}: {met}");
+        if x == rundir::HOST_SLOW {
+            assert_eq!(met, 1);
+        }
+    }
+}
