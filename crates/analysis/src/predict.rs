@@ -437,25 +437,30 @@ fn round_pairs<'s>(
     b: &'s [rundir::Sample],
     clean_only: bool,
 ) -> Vec<(&'s rundir::Sample, &'s rundir::Sample)> {
-    let (ea, eb) = (rundir::by_execution(a), rundir::by_execution(b));
+    type Marked<'s> = std::collections::BTreeMap<u32, Vec<(&'s rundir::Sample, bool)>>;
+    // each sample by execution, in order, with whether it is clean (none where no state)
+    let marked = |of: &'s [rundir::Sample]| -> Marked<'s> {
+        let flags = rundir::flag_each(of);
+        let mut out = Marked::new();
+        for (i, s) in of.iter().enumerate() {
+            let clean = flags.as_ref().is_some_and(|f| !f[i]);
+            out.entry(s.execution).or_default().push((s, clean));
+        }
+        out
+    };
+    let (ea, eb) = (marked(a), marked(b));
     let pairs: Vec<_> = ea
         .iter()
         .filter_map(|(e, xs)| Some((xs, eb.get(e)?)))
         .filter(|(xs, ys)| xs.len() == ys.len())
-        .flat_map(|(xs, ys)| xs.iter().copied().zip(ys.iter().copied()))
+        .flat_map(|(xs, ys)| xs.iter().zip(ys))
         .collect();
-    if !clean_only {
-        return pairs;
-    }
-    let (ca, cb) = (clean_samples(a), clean_samples(b));
-    let clean: Vec<_> = pairs
-        .iter()
-        .copied()
-        .filter(|(x, y)| {
-            ca.iter().any(|c| std::ptr::eq(*c, *x)) && cb.iter().any(|c| std::ptr::eq(*c, *y))
-        })
-        .collect();
-    if clean.len() >= 3 { clean } else { pairs }
+    let clean = pairs.iter().filter(|((_, x), (_, y))| *x && *y).count();
+    pairs
+        .into_iter()
+        .filter(|((_, x), (_, y))| !clean_only || clean < 3 || (*x && *y))
+        .map(|((x, _), (y, _))| (*x, *y))
+        .collect()
 }
 
 /// Every ok row of `run` sampled in rounds with a base row ([`StepProfile::paired_sites`])
