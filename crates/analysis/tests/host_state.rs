@@ -21,7 +21,8 @@ fn key() -> CaseKey {
     .at(1)
 }
 
-fn run_with(dir: &std::path::Path, samples: &[Sample]) -> Run {
+/// A run directory at `dir` of one H200 process.
+fn writer(dir: &std::path::Path) -> RunWriter {
     let env = Env {
         run_id: "r".into(),
         started_at: "2026-12-01T10:00:00Z".into(),
@@ -31,7 +32,11 @@ fn run_with(dir: &std::path::Path, samples: &[Sample]) -> Run {
         libtorch_version: "2.11.0".into(),
         ..Env::default()
     };
-    let mut w = RunWriter::at(dir, "r", &env).unwrap();
+    RunWriter::at(dir, "r", &env).unwrap()
+}
+
+fn run_with(dir: &std::path::Path, samples: &[Sample]) -> Run {
+    let mut w = writer(dir);
     let mut row = ResultRow::new("r", key(), "m=1 n=2048 k=1024".into(), Status::Ok);
     let pairs: Vec<(u64, f64)> = samples.iter().map(|s| (s.iters, s.total_ns)).collect();
     row.summarize(&pairs);
@@ -108,16 +113,7 @@ fn peer_key(site: &str) -> CaseKey {
 /// A run of the peer's rows `(site, ns per sample)`, every sample one call in one
 /// execution, in the order given (round i: the i-th of each).
 fn peer_run(dir: &std::path::Path, rows: &[(&str, Vec<f64>)]) -> Run {
-    let env = Env {
-        run_id: "r".into(),
-        started_at: "2026-12-02T10:00:00Z".into(),
-        backend: "cuda".into(),
-        devices: vec!["cuda:0".into()],
-        device_name: Some("NVIDIA H200".into()),
-        libtorch_version: "2.11.0".into(),
-        ..Env::default()
-    };
-    let mut w = RunWriter::at(dir, "r", &env).unwrap();
+    let mut w = writer(dir);
     for (site, ns) in rows {
         let calls: Vec<(u64, f64)> = ns.iter().map(|t| (1, *t)).collect();
         let samples = Sample::bare(&peer_key(site), 1, &calls);
