@@ -25,7 +25,8 @@ it, CPU time, involuntary switches, steal: `State`):
   difference over 7 is one layer inside a step (its framework included), the rest the
   step's own work;
 - sites `step`, `step_synced`, `step_as_generate`, `generate_from_l`, `generate_loop`,
-  sampled in interleaved rounds: the step above; the same synchronized after every step
+  sampled in interleaved rounds (the three step sites back to back, then or before the two
+  generate() sites back to back): the step above; the same synchronized after every step
   (as generate() is); that called with generate()'s inputs; `model.generate()` continuing
   from the same cache of L, per new token (32 new tokens on a GPU, 8 on the CPU; greedy);
   and generate()'s own loop alone (the same call, the model's forward replaced by a
@@ -908,9 +909,13 @@ GENERATE_SITES = ("step", "step_synced", "step_as_generate", "generate_from_l", 
 
 
 def step_and_generate(c, b, step_err):
-    """The HF step and generate() taken apart, five sites sampled in interleaved rounds
-    (shuffled per round) so that all see the same host states, each from a DynamicCache of
-    L cropped back before every sample:
+    """The HF step and generate() taken apart, five sites sampled in interleaved rounds so
+    that all see the same host states, each from a DynamicCache of L cropped back before
+    every sample. In a round the three step sites run back to back (in a shuffled order),
+    as do the two generate() sites, the two blocks in a shuffled order: predict reads the
+    step sites' differences pair by pair, and samples seconds apart saw different states
+    (2026-12-02: the step and the synced step one generate() call apart differed by −13 to
+    +10 ms within an execution whose true difference is ~0):
     - step: the HF step pipelined (n steps, argmax feeding the next, one synchronize);
     - step_synced: the same with a synchronize after every step, as generate() has: its
       StopCheck reads `unfinished.max() == 0` on the host every token (transformers 5.17
@@ -1020,15 +1025,18 @@ def step_and_generate(c, b, step_err):
         f()
     beside.clear()
     res = {s_: [] for s_ in samplers}
-    order = list(samplers)
+    blocks = [[s_ for s_ in samplers if s_.startswith("step")], [s_ for s_ in samplers if s_.startswith("generate")]]
     rng = random.Random(b)
     rounds = max(8, c.timer.samples // 2)
     for _ in range(rounds):
-        rng.shuffle(order)
-        for which in order:
+        for block in blocks:
+            rng.shuffle(block)
+        rng.shuffle(blocks)
+        for which in blocks[0] + blocks[1]:
             res[which].append(samplers[which]())
     crop()
-    base = f"{rounds} rounds of the five generate() sites interleaved; {c.version}{c.note_base}"
+    base = (f"{rounds} rounds of the five generate() sites interleaved (the three step sites back to back, "
+            f"the two generate() sites back to back); {c.version}{c.note_base}")
     tps = b * 1e9 / statistics.median(res["generate_from_l"])
     what = {
         "step": f"HF transformers step: eager, sdpa, DynamicCache; {n} steps per sample from L (cropped back after "

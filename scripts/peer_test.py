@@ -168,12 +168,14 @@ class OpPass(unittest.TestCase):
                     continue
                 self.assertTrue(float(r["host_ns"]) > 0 and float(r["host_after_ns"]) > 0, r)
                 # and the torch control (Python's one-element add over ~200 µs) before and after
-                self.assertTrue(0 < float(r["control_ns"]) < 200_000, r)
-                self.assertTrue(0 < float(r["control_after_ns"]) < 200_000, r)
+                # (a sample's may catch the host in a stall: their median is an add's time)
+                self.assertTrue(float(r["control_ns"]) > 0 and float(r["control_after_ns"]) > 0, r)
                 self.assertNotEqual(r["cpu_ns"], "", r)
                 self.assertEqual(r["sm_mhz"], "", r)
                 if r["site"] == "layer_calls":
                     self.assertEqual(r["slowest_ns"], "", r)
+            controls = [float(r[k]) for r in states if r["control_ns"] for k in ("control_ns", "control_after_ns")]
+            self.assertLess(statistics.median(controls), 200_000)
             # graphs need a GPU: a row that says so
             self.assertEqual(got["generate_graph"]["status"], "unsupported")
             self.assertIn("need a GPU", got["generate_graph"]["note"])
