@@ -366,6 +366,21 @@ fn with_the_torch_control_around_each_sample_the_op_crates_meet_both_bars_in_bot
     let chase = |run| recount(run, Timer::Rust, Control::Host(rundir::HOST_SLOW));
     assert_eq!(chase(&e1), (22, 16, 1568, 90));
     assert_eq!(chase(&e2), (23, 21, 1567, 83));
+    // gen11, the same command in a later lease: 23 of 27 (85.2%, 8.3%) and 28 of 33
+    // (84.8%, 7.4%) — both bars again in both; its HF rows 63 of 75 (84.0%, 7.4%: both) and
+    // 30 of 39 (76.9%, 8.2%)
+    let gen11 = |e| common::fixture(&format!("state-2026-12-02/gen11/{e}"));
+    let (e1, e2) = (gen11(1), gen11(2));
+    assert_eq!(
+        counts(&e1, Mode::Pipelined)[&("op", 1)],
+        (27, 23, 1563, 130)
+    );
+    assert_eq!(
+        counts(&e2, Mode::Pipelined)[&("op", 2)],
+        (33, 28, 1557, 115)
+    );
+    assert_eq!(counts(&e1, Mode::Pipelined)[&("hf", 1)], (75, 63, 489, 36));
+    assert_eq!(counts(&e2, Mode::Pipelined)[&("hf", 2)], (39, 30, 525, 43));
 }
 
 #[test]
