@@ -414,3 +414,49 @@ fn with_the_step_sites_back_to_back_the_sync_and_inputs_read_under_half_a_millis
         }
     }
 }
+
+#[test]
+fn at_the_layer_beside_the_splits_libtorch_share_is_the_hf_eager_rows_at_the_layers_scale() {
+    use analysis::predict::{HostSpeed, HostState, predict_with};
+    // gen11 (the op crates beside the peer): the transformers step priced at its layer
+    // beside; the same calls from tch (the hf-eager rows, each as measured alone) at that
+    // layer's scale are libtorch's share, no context factor on top (the layer ran in
+    // sequence); the rest of the host's time is Python's. B = 1: dispatch 19.7 and 22.7 ms,
+    // Python + transformers 9.3 and 3.7 ms in the two executions
+    for (e, dispatch_ms, python_ms) in [(1, 19.76, 9.29), (2, 22.66, 3.68)] {
+        let run = analysis::predict::at_host_state(
+            &common::fixture(&format!("state-2026-12-02/gen11/{e}")),
+            HostState::Fast,
+        )
+        .unwrap();
+        let fits = analysis::fit::fit_run(&run);
+        let q = beside_query(&run, 1);
+        let step = predict_with(&run, &fits, &q).unwrap();
+        let Some(HostSpeed::Beside { scale, .. }) = step.host_speed else {
+            panic!("{:?}", step.host_speed)
+        };
+        let alone = Query {
+            profile: StepProfile::HfEager,
+            host: HostModel::AsMeasured,
+            ..q.clone()
+        };
+        let libtorch = predict_with(&run, &fits, &alone).unwrap().host_time_ns() * scale;
+        let split = Split::priced(&run, &fits, &q, &step).unwrap();
+        assert!(
+            (split.dispatch_ns - libtorch).abs() < 1e-6 * libtorch,
+            "exec {e}"
+        );
+        assert!(
+            (split.dispatch_ns / 1e6 - dispatch_ms).abs() < 0.05,
+            "exec {e}: {split:?}"
+        );
+        assert!(
+            (split.python_ns / 1e6 - python_ms).abs() < 0.05,
+            "exec {e}: {split:?}"
+        );
+        assert!(
+            split.kernels_ns.is_some_and(|k| k > 4e6),
+            "exec {e}: {split:?}"
+        );
+    }
+}
