@@ -932,9 +932,8 @@ def step_and_generate(c, b, step_err):
     The check: generate()'s logits for its first new token against the checked step's from
     the same cache (the step tolerance). And `layer_beside`: layer 0's calls written out flat
     (as `layer_flat`) timed right before every `step` sample, outside it: the layer in the
-    step's own host state, as the decode crate's `layer_beside` for the tch steps, which
-    `predict --host-model controlled` prices those steps at; checked against its float64
-    program. Since 2026-12-02; `predict --host-model controlled` prices the HF step at it,
+    step's own host state, as the decode crate's `layer_beside` for the tch steps; checked
+    against its float64 program. `predict --host-model controlled` prices the HF step at it,
     read against each step sample of its round (docs/findings.md 11)."""
     model, ctx, device, tf = c.model, c.ctx, c.device, c.tf
     cache = tf.DynamicCache(config=model.config)
@@ -1025,7 +1024,7 @@ def step_and_generate(c, b, step_err):
         f()
     beside.clear()
     res = {s_: [] for s_ in samplers}
-    blocks = [[s_ for s_ in samplers if s_.startswith("step")], [s_ for s_ in samplers if s_.startswith("generate")]]
+    blocks = [list(GENERATE_SITES[:3]), list(GENERATE_SITES[3:])]  # the step sites, the generate() sites
     rng = random.Random(b)
     rounds = max(8, c.timer.samples // 2)
     for _ in range(rounds):

@@ -209,9 +209,7 @@ fn gen2(execution: u32) -> Run {
 /// in `state`, with the CLI's default host model.
 fn ratios(run: &Run, b: usize, state: analysis::predict::HostState) -> (f64, f64) {
     let run = analysis::predict::at_host_state(run, state).unwrap();
-    let cfg = ModelConfig::by_name("qwen3-0.6b").unwrap();
-    let mut q = query(&cfg, "cuda:0".parse().unwrap(), DType::F16, b, 1024);
-    q.host = HostModel::default_for(&run, &q);
+    let q = beside_query(&run, b);
     let step = predict(&run, &q).unwrap();
     let measured = step.measured.as_ref().unwrap().median_ns.unwrap();
     let g = price(&run, &q, &step).unwrap();
@@ -290,7 +288,8 @@ fn runs_without_the_peers_layer_beside_price_generate_within_15_percent_in_11_of
 /// The transformers query at batch `b` whose layer beside [`analysis::predict::beside_ns`]
 /// reads.
 fn beside_query(run: &Run, b: usize) -> Query<'static> {
-    let cfg = Box::leak(Box::new(ModelConfig::by_name("qwen3-0.6b").unwrap()));
+    static QWEN: std::sync::OnceLock<ModelConfig> = std::sync::OnceLock::new();
+    let cfg = QWEN.get_or_init(|| ModelConfig::by_name("qwen3-0.6b").unwrap());
     let mut q = query(cfg, "cuda:0".parse().unwrap(), DType::F16, b, 1024);
     q.host = HostModel::default_for(run, &q);
     q

@@ -316,11 +316,11 @@ pub fn host_model(
         }
         Some(analysis::predict::HostSpeed::Beside { batch, scale }) => {
             let (_, site) = q.profile.layer_beside();
-            // the peer's rounds pair each layer with the step sample after it
-            let read = if q.profile.paired_sites().is_empty() {
-                "its median"
-            } else {
+            let paired = q.profile.paired_sites().iter().any(|p| p.site == site);
+            let read = if paired {
                 "read against the step sample after each"
+            } else {
+                "its median"
             };
             parts.push(format!(
                 "× {scale:.3} to the step's own samples (one decoder layer timed before each of them, {site} at B={batch}, {read}, over what the rows price its calls at; in sequence, so no context factor on top)"
