@@ -110,7 +110,8 @@ impl StepProfile {
     /// row of the same shape (one sample of each per round, in the same order, each a few
     /// tens of ms), and how a row is read against its base, pair by pair: its layer beside
     /// the step (one before each step sample), its step variants
-    /// ([`GenerateLoop::step_sites`], each against the one before it) and its framework
+    /// ([`GenerateLoop::step_sites`], each against the one before it), generate() per token
+    /// ([`GenerateLoop::measured_site`], against the last of them) and its framework
     /// parts' whole rows against their parts ([`OtherCall::in_sequence`]). A base comes
     /// before the rows read against it. None for the tch profiles: the decode crate's step
     /// samples run up to 0.7 s (the MoE step) against a layer beside of ~10 ms, whose
@@ -132,6 +133,11 @@ impl StepProfile {
             base: w[0],
             how: Pairing::Difference,
         }));
+        out.push(PairedSite {
+            site: GENERATE_LOOP.measured_site,
+            base: s[s.len() - 1],
+            how: Pairing::Difference,
+        });
         out.extend(
             OTHER
                 .iter()
