@@ -66,7 +66,11 @@ pub enum DeviceSource {
     Fit,
     /// The dispatch floor's device time (one small kernel).
     Floor,
-    /// Nothing better: the pipelined time, an upper bound.
+    /// Nothing better: the pipelined time bounds it from above, and a call at most twice
+    /// its host cost runs at the host's pace there; priced at the lower end, the dispatch
+    /// floor's kernel (what a series' fit gives such calls where it holds), where the run
+    /// has it, else at the pipelined time. A series' fit that would put the call at or
+    /// over its pipelined time says no more than the bound and is read as one.
     Bound,
     /// Its bytes over the run's measured copy ceiling.
     Ceiling,
@@ -1261,8 +1265,9 @@ impl<'a> Pricer<'a> {
     }
 
     /// The call's device time: GPU events where measured at this case (plus its graph-cold
-    /// penalty), else the fit's work / rate, else the pipelined time when it is more than
-    /// twice the host cost, else the pipelined time as an upper bound; never faster than
+    /// penalty), else the fit's work / rate where that is under the pipelined time, else
+    /// the pipelined time when it is more than twice the host cost, else only bounded
+    /// ([`DeviceSource::Bound`]: the floor's kernel); never faster than
     /// the copy ceiling, and each kernel pays the switch cost.
     #[allow(clippy::too_many_arguments)]
     fn device_time(
@@ -1300,15 +1305,18 @@ impl<'a> Pricer<'a> {
             } else {
                 (t, DeviceSource::Events)
             }
-        } else if let Some(rate) = fit.and_then(|f| f.fit.rate()) {
-            let t = (work / rate)
-                .max(self.floor_device.unwrap_or(0.0))
-                .min(per_call);
+        } else if let Some(rate) = fit
+            .and_then(|f| f.fit.rate())
+            .filter(|&rate| work / rate < per_call)
+        {
+            let t = (work / rate).max(self.floor_device.unwrap_or(0.0));
             (t, DeviceSource::Fit)
         } else if per_call > 2.0 * host {
             (per_call, DeviceSource::Pipelined)
         } else {
-            (per_call, DeviceSource::Bound)
+            // the pipelined time only bounds it, and a host-bound call's pipelined time is
+            // the host's pace: priced at the lower end, one small kernel
+            (self.floor_device.unwrap_or(per_call), DeviceSource::Bound)
         };
         let (device, from) = if gpu && cold > device {
             (cold, DeviceSource::Ceiling)
