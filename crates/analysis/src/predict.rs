@@ -66,11 +66,15 @@ pub enum DeviceSource {
     Fit,
     /// The dispatch floor's device time (one small kernel).
     Floor,
-    /// Nothing better: the pipelined time bounds it from above, and a call at most twice
-    /// its host cost runs at the host's pace there; priced at the lower end, the dispatch
-    /// floor's kernel (what a series' fit gives such calls where it holds), where the run
-    /// has it, else at the pipelined time. A series' fit that would put the call at or
-    /// over its pipelined time says no more than the bound and is read as one.
+    /// Nothing better: the pipelined time bounds it from above. A libtorch call (the
+    /// bench binaries' rows) is priced at that bound: its host cost is a dispatch, and its
+    /// kernels can take most of its pipelined time (fused q_norm at B = 64: 14.8 µs, where
+    /// its step's GPU events want ~16). A Python call (scripts/peer.py's `py-*` rows) is
+    /// priced at the lower end, the dispatch floor's kernel (what a series' fit gives such
+    /// calls where it holds), where the run has it: its pipelined time is the
+    /// interpreter's pace, and summed over a step's Python calls it is the host's time
+    /// again (docs/findings.md 11, gen14). For a Python call, a series' fit that would put
+    /// it at or over its pipelined time says no more than the bound and is read as one.
     Bound,
     /// Its bytes over the run's measured copy ceiling.
     Ceiling,
@@ -1208,8 +1212,16 @@ impl<'a> Pricer<'a> {
                 (per_call * speed * self.factor, 0.0, DeviceSource::Waited)
             } else {
                 let host = if self.graph { 0.0 } else { host * self.factor };
-                let (device, from) =
-                    self.device_time(p, kernel, fit, work, per_call, host, source, cold);
+                let (device, from) = self.device_time(
+                    p,
+                    (variant, kernel),
+                    fit,
+                    work,
+                    per_call,
+                    host,
+                    source,
+                    cold,
+                );
                 (host, device, from)
             };
         Ok(Some(Component {
@@ -1265,15 +1277,15 @@ impl<'a> Pricer<'a> {
     }
 
     /// The call's device time: GPU events where measured at this case (plus its graph-cold
-    /// penalty), else the fit's work / rate where that is under the pipelined time, else
-    /// the pipelined time when it is more than twice the host cost, else only bounded
-    /// ([`DeviceSource::Bound`]: the floor's kernel); never faster than
+    /// penalty), else the fit's work / rate (for a Python call, where that is under its
+    /// pipelined time), else the pipelined time when it is more than twice the host cost,
+    /// else only bounded ([`DeviceSource::Bound`]); never faster than
     /// the copy ceiling, and each kernel pays the switch cost.
     #[allow(clippy::too_many_arguments)]
     fn device_time(
         &self,
         p: &Problem,
-        kernel: &str,
+        (variant, kernel): (&str, &str),
         fit: Option<&crate::fit::SeriesFit>,
         work: f64,
         per_call: f64,
@@ -1282,6 +1294,7 @@ impl<'a> Pricer<'a> {
         cold: f64,
     ) -> (f64, DeviceSource) {
         let gpu = self.gpu;
+        let python = rundir::Timer::of(variant) != rundir::Timer::Rust;
         let cold_graph = self
             .find(p.op, kernel, p.site, p.batch, p.kv_len, Mode::GraphCold)
             .is_some();
@@ -1307,16 +1320,20 @@ impl<'a> Pricer<'a> {
             }
         } else if let Some(rate) = fit
             .and_then(|f| f.fit.rate())
-            .filter(|&rate| work / rate < per_call)
+            .filter(|&rate| !python || work / rate < per_call)
         {
-            let t = (work / rate).max(self.floor_device.unwrap_or(0.0));
+            let t = (work / rate)
+                .max(self.floor_device.unwrap_or(0.0))
+                .min(per_call);
             (t, DeviceSource::Fit)
         } else if per_call > 2.0 * host {
             (per_call, DeviceSource::Pipelined)
-        } else {
-            // the pipelined time only bounds it, and a host-bound call's pipelined time is
-            // the host's pace: priced at the lower end, one small kernel
+        } else if python {
+            // a Python call's pipelined time is the interpreter's pace: as a bound on its
+            // kernels it says nothing, so they are priced at the lower end, one small kernel
             (self.floor_device.unwrap_or(per_call), DeviceSource::Bound)
+        } else {
+            (per_call, DeviceSource::Bound)
         };
         let (device, from) = if gpu && cold > device {
             (cold, DeviceSource::Ceiling)

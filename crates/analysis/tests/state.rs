@@ -485,6 +485,43 @@ fn the_peers_torch_control_flags_its_samples_and_divides_nothing() {
 }
 
 #[test]
+fn in_three_later_leases_the_hf_rows_meet_both_bars_in_one_execution_of_six() {
+    // gen13, gen14, gen15 (the floor and the peer with its sites back to back in each
+    // round, two executions each, 2026-12-02; the rule unchanged since gen6): HF rows
+    // 32/38 (12.2% of the others), 11/17 (6.8%); 50/60 (11.5%), 23/45 (8.9%); 35/42
+    // (13.6%), 22/22 (6.1%). In gen13's first execution the host was slow for five of
+    // eight rounds at B = 8, so its slow state was the cases' median, and the flags,
+    // judged against that median, left those samples clean
+    let got: Vec<Counts> = ["gen13", "gen14", "gen15"]
+        .iter()
+        .flat_map(|g| {
+            [1, 2].map(|e| {
+                let run = common::fixture(&format!("state-2026-12-02/{g}/{e}"));
+                counts(&run, Mode::Pipelined)[&("hf", e)]
+            })
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (38, 32, 526, 64),
+            (17, 11, 547, 37),
+            (60, 50, 504, 58),
+            (45, 23, 519, 46),
+            (42, 35, 522, 71),
+            (22, 22, 542, 33)
+        ]
+    );
+    let met = got
+        .iter()
+        .filter(|&&(slow, caught, others, flagged)| {
+            caught as f64 >= 0.8 * slow as f64 && flagged as f64 <= 0.1 * others as f64
+        })
+        .count();
+    assert_eq!(met, 1);
+}
+
+#[test]
 fn on_eight_executions_of_the_hf_rows_no_threshold_of_the_torch_control_meets_both_bars() {
     // gen6, gen7, gen9, gen10 (four leases' worth of the floor and the peer, two executions
     // each): from 1.05 to 1.3, the caught bar (≥ 80%) and the others' (≤ 10%) are never

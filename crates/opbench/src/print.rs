@@ -155,6 +155,24 @@ pub fn prediction(run: &Run, q: &Query, pred: &Prediction, state: HostState) {
             "  (each op alone, back to back, would add up to {:.3} ms)",
             pred.serial_ns / 1e6
         );
+        let bounded: Vec<_> = pred
+            .components
+            .iter()
+            .filter(|c| c.device_source == analysis::predict::DeviceSource::Bound)
+            .filter(|c| c.device_ns < c.per_call_ns)
+            .collect();
+        if !bounded.is_empty() {
+            let calls: usize = bounded.iter().map(|c| c.calls).sum();
+            let upper: f64 = bounded.iter().map(|c| c.calls as f64 * c.per_call_ns).sum();
+            let sites = match bounded.len() {
+                1 => "1 site".to_string(),
+                n => format!("{n} sites"),
+            };
+            println!(
+                "  ({calls} Python calls a step at {sites} have no device time but their pipelined time, the interpreter's pace: their kernels are priced at the dispatch floor's, and would add up to at most {:.3} ms)",
+                upper / 1e6
+            );
+        }
     }
     println!(
         "{:<10} {:<13} {:<15} {:>6} {:>9} {:>9} {:>9} {:>8} {:>6}  {:<8} {:<9}",
