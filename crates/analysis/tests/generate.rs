@@ -526,6 +526,27 @@ fn a_python_calls_bounded_kernel_does_not_set_the_steps_pace() {
 }
 
 #[test]
+fn with_the_op_crates_kernels_gen16_comes_within_15_percent_as_written_down() {
+    // gen16 (2026-12-02, the op crates and the peer, one execution, its question written
+    // down before it ran): the libtorch kernels from the op crates' device rows, the
+    // host slow for much of it (the B = 1 step's clean median 51.5 ms); predicted /
+    // measured, B = 1 / 8 / 64 — step 0.980 / 1.045 / 0.962, generate() 0.965 / 1.023 /
+    // 0.917
+    let want = [(0.980, 0.965), (1.045, 1.023), (0.962, 0.917)];
+    for ((step, generate), (step_want, gen_want)) in by_batch("gen16/1").into_iter().zip(want) {
+        assert!((step - step_want).abs() < 0.005, "{step}");
+        assert!((generate - gen_want).abs() < 0.005, "{generate}");
+    }
+    let run = analysis::predict::at_host_state(
+        &common::fixture("state-2026-12-02/gen16/1"),
+        analysis::predict::HostState::Fast,
+    )
+    .unwrap();
+    let p = predict(&run, &beside_query(&run, 64)).unwrap();
+    assert!(p.host_bound() && p.device_ns > 9e6, "{}", p.device_ns);
+}
+
+#[test]
 fn on_gen15_written_down_before_it_ran_generate_and_the_step_come_within_15_percent() {
     // gen15 (2026-12-02, the floor and the peer, two executions in one lease), its question
     // written down before it ran, with both rules chosen after gen13 and gen14 fixed:
