@@ -210,6 +210,21 @@ impl Prediction {
     pub fn host_bound(&self) -> bool {
         self.host_ns >= self.device_ns
     }
+
+    /// The Python calls whose kernels only their pipelined time bounds, priced at the
+    /// dispatch floor's kernel ([`DeviceSource::Bound`]).
+    pub fn python_bounded(&self) -> impl Iterator<Item = &Component> {
+        self.components
+            .iter()
+            .filter(|c| c.device_source == DeviceSource::Bound && from_python(c.variant))
+    }
+}
+
+/// Whether a row of `variant` times its call from Python (scripts/peer.py's rows): its
+/// pipelined time is the interpreter's pace, no bound on its kernels
+/// ([`DeviceSource::Bound`]).
+fn from_python(variant: &str) -> bool {
+    rundir::Timer::of(variant) != rundir::Timer::Rust
 }
 
 /// How the `controlled` host model scaled the rows' host costs to one host speed.
@@ -1212,16 +1227,8 @@ impl<'a> Pricer<'a> {
                 (per_call * speed * self.factor, 0.0, DeviceSource::Waited)
             } else {
                 let host = if self.graph { 0.0 } else { host * self.factor };
-                let (device, from) = self.device_time(
-                    p,
-                    (variant, kernel),
-                    fit,
-                    work,
-                    per_call,
-                    host,
-                    source,
-                    cold,
-                );
+                let (device, from) =
+                    self.device_time(p, variant, kernel, fit, work, per_call, host, source, cold);
                 (host, device, from)
             };
         Ok(Some(Component {
@@ -1285,7 +1292,8 @@ impl<'a> Pricer<'a> {
     fn device_time(
         &self,
         p: &Problem,
-        (variant, kernel): (&str, &str),
+        variant: &str,
+        kernel: &str,
         fit: Option<&crate::fit::SeriesFit>,
         work: f64,
         per_call: f64,
@@ -1294,7 +1302,7 @@ impl<'a> Pricer<'a> {
         cold: f64,
     ) -> (f64, DeviceSource) {
         let gpu = self.gpu;
-        let python = rundir::Timer::of(variant) != rundir::Timer::Rust;
+        let python = from_python(variant);
         let cold_graph = self
             .find(p.op, kernel, p.site, p.batch, p.kv_len, Mode::GraphCold)
             .is_some();

@@ -23,6 +23,11 @@ use rundir::{Mode, Run};
 /// (slow samples, of them flagged, other samples, of them flagged).
 type Counts = (usize, usize, usize, usize);
 
+/// Issue 31's bars: ≥ 80% of the slow samples flagged and ≤ 10% of the others.
+fn meets_bars(&(slow, caught, others, flagged): &Counts) -> bool {
+    caught as f64 >= 0.8 * slow as f64 && flagged as f64 <= 0.1 * others as f64
+}
+
 /// Who timed a case, as the tests name it: `op` (the bench binaries), `hf` (the peer's HF
 /// rows), `py` (its Python op rows).
 fn name(t: Timer) -> &'static str {
@@ -518,12 +523,7 @@ fn in_three_later_leases_the_hf_rows_meet_both_bars_in_one_execution_of_six() {
             (22, 22, 542, 33)
         ]
     );
-    let met = got
-        .iter()
-        .filter(|&&(slow, caught, others, flagged)| {
-            caught as f64 >= 0.8 * slow as f64 && flagged as f64 <= 0.1 * others as f64
-        })
-        .count();
+    let met = got.iter().filter(|c| meets_bars(c)).count();
     assert_eq!(met, 1);
 }
 
@@ -542,9 +542,7 @@ fn on_eight_executions_of_the_hf_rows_no_threshold_of_the_torch_control_meets_bo
         let met = runs
             .iter()
             .map(|r| recount(r, Timer::PeerHf, Control::Torch(x)))
-            .filter(|&(slow, caught, others, flagged)| {
-                caught as f64 >= 0.8 * slow as f64 && flagged as f64 <= 0.1 * others as f64
-            })
+            .filter(meets_bars)
             .count();
         assert!(met < runs.len(), "{x}: {met}");
         if x == rundir::HOST_SLOW {

@@ -155,12 +155,7 @@ pub fn prediction(run: &Run, q: &Query, pred: &Prediction, state: HostState) {
             "  (each op alone, back to back, would add up to {:.3} ms)",
             pred.serial_ns / 1e6
         );
-        let bounded: Vec<_> = pred
-            .components
-            .iter()
-            .filter(|c| c.device_source == analysis::predict::DeviceSource::Bound)
-            .filter(|c| c.device_ns < c.per_call_ns)
-            .collect();
+        let bounded: Vec<_> = pred.python_bounded().collect();
         if !bounded.is_empty() {
             let calls: usize = bounded.iter().map(|c| c.calls).sum();
             let upper: f64 = bounded.iter().map(|c| c.calls as f64 * c.per_call_ns).sum();
@@ -169,7 +164,7 @@ pub fn prediction(run: &Run, q: &Query, pred: &Prediction, state: HostState) {
                 n => format!("{n} sites"),
             };
             println!(
-                "  ({calls} Python calls a step at {sites} have no device time but their pipelined time, the interpreter's pace: their kernels are priced at the dispatch floor's, and would add up to at most {:.3} ms)",
+                "  ({calls} Python calls a step at {sites} have no device time but their pipelined time, the interpreter's pace: their kernels are priced at the dispatch floor's where the run has it, and would add up to at most {:.3} ms)",
                 upper / 1e6
             );
         }
