@@ -659,6 +659,9 @@ pub fn run_op(
                     );
                     sink.write(&row, &[])?;
                 }
+                if selection.mode == RunMode::Bench {
+                    case.beside_not_timed(&keys, &mut sink, &refused.failure)?;
+                }
                 continue;
             }
         };
@@ -848,6 +851,40 @@ impl GridCase<'_> {
         lines
     }
 
+    /// The row of the case timed beside this one's pipelined samples ([`Op::beside`]) where
+    /// this one was refused before any timing (its preflight: a call over the cap, a
+    /// failed prepare or check): nothing was timed beside it, and the plan counted it.
+    fn beside_not_timed(
+        &self,
+        keys: &[(Mode, CaseKey)],
+        sink: &mut Sink,
+        failure: &Failure,
+    ) -> Result<(), BenchError> {
+        let Some(bp) = beside_problem(self.op, self.variant, self.problem, keys) else {
+            return Ok(());
+        };
+        let key = key_for(
+            self.op,
+            self.variant,
+            &bp,
+            self.dt,
+            self.device,
+            Mode::Pipelined,
+        );
+        let Some((_, main)) = keys.iter().find(|(m, _)| *m == Mode::Pipelined) else {
+            return Ok(());
+        };
+        if sink.has(&key) {
+            return Ok(());
+        }
+        let why = not_timed_beside(main, failure.status, &failure.reason);
+        sink.write(
+            &failure_row(self.run_id, &key, &bp, self.dt, why, None),
+            &[],
+        )?;
+        Ok(())
+    }
+
     /// The case's own control, timed before each of its pipelined samples
     /// ([`Op::beside`]); a refused one is its failure row, and `None`.
     fn beside(
@@ -1025,14 +1062,7 @@ impl GridCase<'_> {
                 b.row(run_id, dt, execution, &beside_samples)
             } else {
                 // nothing was timed beside a case that failed
-                let why = Failure {
-                    status: row.status,
-                    reason: format!(
-                        "timed beside {key}, which ended as {}: {}",
-                        row.status,
-                        row.note.as_deref().unwrap_or("-")
-                    ),
-                };
+                let why = not_timed_beside(key, row.status, row.note.as_deref().unwrap_or("-"));
                 (
                     failure_row(run_id, &b.key, &b.problem, dt, why, None),
                     Vec::new(),
@@ -1257,6 +1287,15 @@ fn control_ns(control: &mut dyn Prepared, device: Device, plant: Plant) -> Optio
     }
     device.sync();
     Some(t0.elapsed().as_nanos() as f64 / calls as f64)
+}
+
+/// Why the case timed beside `key`'s pipelined samples has no samples: `key` ended as
+/// `status` for `reason` before any were taken.
+fn not_timed_beside(key: &CaseKey, status: Status, reason: &str) -> Failure {
+    Failure {
+        status,
+        reason: format!("timed beside {key}, which ended as {status}: {reason}"),
+    }
 }
 
 /// The problem timed beside `problem`'s pipelined samples ([`Op::beside`]), where the

@@ -480,3 +480,56 @@ fn a_case_beside_another_is_timed_before_each_of_its_samples() {
         Status::Ok
     );
 }
+
+/// An op whose one case is refused before timing (its prepare fails) and has a case beside
+/// it: the beside case is counted in the plan, so it ends as a row too.
+struct RefusedWithBeside;
+
+impl Op for RefusedWithBeside {
+    fn kind(&self) -> OpKind {
+        OpKind::Floor
+    }
+    fn variants(&self) -> Vec<&'static str> {
+        vec!["refused"]
+    }
+    fn problems(&self, _: &Config) -> Vec<Problem> {
+        vec![Problem::floor()]
+    }
+    fn beside(&self, variant: &str, problem: &Problem) -> Option<Problem> {
+        WithBeside.beside(variant, problem)
+    }
+    fn prepare(
+        &self,
+        _: &str,
+        problem: &Problem,
+        _: DType,
+        _: Device,
+    ) -> Result<Box<dyn Prepared>, Failure> {
+        if problem.site == "aside" {
+            let x = Tensor::f_ones([4], (tch::Kind::Float, tch::Device::Cpu))?;
+            return Ok(Box::new(P { x, off: 0.0 }));
+        }
+        Err(Failure::unsupported("no such kernel in this build"))
+    }
+}
+
+#[test]
+fn a_case_refused_before_timing_leaves_a_row_for_the_case_beside_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path());
+    let mut c = criterion_for(&cfg);
+    let selection = Selection::parse(["--bench".to_string()]).unwrap();
+    let summary =
+        harness::run_op(&mut c, &RefusedWithBeside, &selection, &cfg, &[Device::CPU]).unwrap();
+    let run = Run::load(&summary.path.unwrap()).unwrap();
+    // 3 modes of the refused case + its case beside
+    assert_eq!(run.results.len(), 4);
+    assert!(run.results.iter().all(|r| r.status == Status::Unsupported));
+    let aside = run.results.iter().find(|r| r.site == "aside").unwrap();
+    assert_eq!(aside.mode, Mode::Pipelined);
+    let note = aside.note.as_deref().unwrap();
+    assert!(
+        note.contains("timed beside floor/refused/add1") && note.contains("no such kernel"),
+        "{note}"
+    );
+}
