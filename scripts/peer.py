@@ -57,7 +57,6 @@ it, CPU time, involuntary switches, steal: `State`):
 """
 
 import argparse
-import contextlib
 import csv
 import functools
 import json
@@ -328,76 +327,12 @@ class Timed(float):
         return Timed(sum(parts), state)
 
 
-class LayerClock:
-    """The clock read as each decoder layer of a pass starts and after the last, while a
-    sample of fewer than 4 calls is timed (2026-12-02): the stretches of a sample that has
-    too few calls to read stretches between them (the HF step, generate(), a pass of the
-    stack), whose layers do the same work. `each` wraps a pass's layers; off (no sample
-    armed it), it hands them on untouched."""
-
-    def __init__(self):
-        self.passes = None
-
-    def arm(self):
-        self.passes = []
-
-    def take(self):
-        passes, self.passes = self.passes, None
-        return passes
-
-    def each(self, layers):
-        if self.passes is None:
-            return layers
-        marks = []
-        self.passes.append(marks)
-        return self._marked(layers, marks)
-
-    @staticmethod
-    def _marked(layers, marks):
-        for layer in layers:
-            marks.append(time.perf_counter_ns())
-            yield layer
-        marks.append(time.perf_counter_ns())
-
-    @staticmethod
-    def slowest(passes, per_call_ns):
-        """The sample's time per call at the pace of its slowest layer (`per_call_ns` ×
-        the slowest layer's time over the mean layer's), where its passes hold at least 4
-        layers; else None."""
-        times = [b - a for marks in passes or [] for a, b in zip(marks, marks[1:])]
-        if len(times) < 4:
-            return None
-        return per_call_ns * max(times) * len(times) / sum(times)
-
-
-@contextlib.contextmanager
-def clocked_layers(model, clock):
-    """Within it, `clock` reads the time between the decoder layers of `model`'s passes:
-    the slice of its layer list that modeling_qwen3 iterates (`self.layers[:n]`) is
-    handed through `clock.each`; unarmed, a pass runs as before. Only around eager rows:
-    torch.compile would trace the clock (the user's generate() rows run without it)."""
-    layers = model.model.layers
-    plain = type(layers)
-
-    class ClockedLayers(plain):
-        def __getitem__(self, idx):
-            got = super().__getitem__(idx)
-            return clock.each(got) if isinstance(idx, slice) else got
-
-    layers.__class__ = ClockedLayers
-    try:
-        yield
-    finally:
-        layers.__class__ = plain
-
-
 class Timer:
     def __init__(self, device, samples, warmup_s, measure_s, control_dtype=None):
         """`control_dtype`: time the torch control (`TorchControl`, in that dtype) around
         every sample."""
         self.device = device
         self.control = TorchControl(device, control_dtype, self.sync) if control_dtype else None
-        self.clock = LayerClock()
         self.samples = samples
         self.warmup_s = warmup_s
         self.measure_s = measure_s
@@ -430,13 +365,9 @@ class Timer:
     def sample(self, fn, n):
         """Per-call ns of n calls back to back, one synchronize, with the host's state: the
         calls run in up to STRETCHES stretches, the clock read between them, and the slowest
-        stretch's time per call is kept where there are at least 4 (as in Rust's harness);
-        under 4 calls, the stretches are the decoder layers of the calls' passes where they
-        run through `self.clock` (LayerClock.slowest)."""
+        stretch's time per call is kept where there are at least 4 (as in Rust's harness)."""
         self.sync()
         state = State(self.control)
-        if n < 4:
-            self.clock.arm()
         per = max(1, -(-n // STRETCHES))
         slowest, done = 0.0, 0
         t0 = at = time.perf_counter_ns()
@@ -448,9 +379,7 @@ class Timer:
             slowest, at, done = max(slowest, (now - at) / k), now, done + k
         self.sync()
         ns = (time.perf_counter_ns() - t0) / n
-        if n < 4:
-            slowest = LayerClock.slowest(self.clock.take(), ns)
-        return Timed(ns, state.close(slowest))
+        return Timed(ns, state.close(slowest if n >= 4 else None))
 
 
 def rel_err(out, ref):
@@ -745,7 +674,7 @@ def layer_rows(c, b, kc, vc, x, pos):
         # its own (held over the whole pass, B = 8's 56 appends on the CPU took fresh
         # pages every pass: ~1.8 ms a layer the step does not spend)
         h = x
-        for lay_, cl, (k0, v0) in timer.clock.each(zip(layers, cache.layers, kept)):
+        for lay_, cl, (k0, v0) in zip(layers, cache.layers, kept):
             h = lay_(h, attention_mask=None, position_ids=pos, past_key_values=cache, use_cache=True,
                      position_embeddings=pe)
             cl.keys, cl.values = k0, v0
@@ -754,7 +683,7 @@ def layer_rows(c, b, kc, vc, x, pos):
 
     def stack_flat():
         e = {"x": x, "pe": pe, "K": kc, "V": vc}
-        for prog_ in timer.clock.each(progs):
+        for prog_ in progs:
             e["x"] = run_program(prog_, e)
         return e["x"]
     # the stack runs layer 0's code on every layer: the same calls, whose check is the
@@ -916,8 +845,7 @@ def moe_step_rows(c, b, step_err):
         say(f"B={b}: the HF MoE step, experts implementation {impl}")
         c.model.set_experts_implementation(impl)
         try:
-            with clocked_layers(c.model, c.timer.clock):
-                times, n = step_times(c, b, layers)
+            times, n = step_times(c, b, layers)
         finally:
             c.model.set_experts_implementation(default)
         c.run.write(k, dims, times,
@@ -1160,14 +1088,12 @@ def step_rows(c, b, step_err):
     it from a prompt, three ways (generate_variants)."""
     if not c.run.has(c.key("decode", "transformers", "step", b, c.ctx + 1)):
         say(f"B={b}: HF step and generate() from a DynamicCache of {c.ctx}, five ways interleaved")
-        with clocked_layers(c.model, c.timer.clock):
-            step_and_generate(c, b, step_err)
+        step_and_generate(c, b, step_err)
     dims = f"batch={b} L={c.ctx}"
     for layers in (1, min(8, c.cfg["num_hidden_layers"])):
         k = c.key("decode", "transformers", f"layers{layers}", b, c.ctx + 1)
         if not c.run.has(k):
-            with clocked_layers(c.model, c.timer.clock):
-                times, n = step_times(c, b, layers)
+            times, n = step_times(c, b, layers)
             c.run.write(k, f"{dims} layers={layers}", times,
                         f"the HF step with its first {layers} decoder layer(s) only (the rest as the full step, "
                         f"whose check covers this code); {n} steps per sample from L; {c.note_base}",

@@ -98,3 +98,79 @@ pub fn tally(run: &Run, mode: Mode) -> Result<BTreeMap<(Timer, u32), Tally>, Ana
     out.retain(|_, t| t.slow + t.others > 0);
     Ok(out)
 }
+
+/// One timer's state at one batch in one execution, against the run's other executions:
+/// over the cases it measured in more than one execution, the median of each case's ratio
+/// of its host control (before and after each sample, pooled) and of its time per call to
+/// that case's fastest execution. A flag judges a sample within its case and execution, so
+/// a host that runs slow through a whole part of an execution (gen17's second execution,
+/// 2026-12-02: every HF row at B = 64) leaves its samples clean; this shows it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Level {
+    /// Cases measured in this execution and at least one other, with a control.
+    pub cases: usize,
+    /// The median over those cases of the control's median here / its lowest execution's.
+    pub control: f64,
+    /// The same of the time per call.
+    pub per_call: f64,
+}
+
+/// Which control a case's level is read from: the torch control where its samples record
+/// it after too, else the build-independent one (as [`rundir::Sample::host_control_ratio`]).
+fn controls(samples: &[&Sample]) -> Vec<f64> {
+    let torch = samples.iter().any(|s| s.state.control_after_ns.is_some());
+    samples
+        .iter()
+        .flat_map(|s| {
+            if torch {
+                [s.control_ns, s.state.control_after_ns]
+            } else {
+                [s.host_ns, s.state.host_after_ns]
+            }
+        })
+        .flatten()
+        .collect()
+}
+
+/// Per (timer, batch, execution), the run's [`Level`]s in `mode`; empty for a run of one
+/// execution. Errors: samples.csv unreadable.
+pub fn levels(run: &Run, mode: Mode) -> Result<BTreeMap<(Timer, usize, u32), Level>, AnalysisError> {
+    let mut ratios: BTreeMap<(Timer, usize, u32), (Vec<f64>, Vec<f64>)> = BTreeMap::new();
+    for (key, samples) in run.samples()? {
+        if key.mode != mode {
+            continue;
+        }
+        // (execution, the control's median, the time per call's median)
+        let per: Vec<(u32, f64, f64)> = rundir::by_execution(&samples)
+            .into_iter()
+            .filter_map(|(e, of)| {
+                let c = controls(&of);
+                let t: Vec<f64> = of.iter().map(|s| s.per_call_ns()).collect();
+                (!c.is_empty()).then(|| (e, stats::median(&c), stats::median(&t)))
+            })
+            .collect();
+        if per.len() < 2 {
+            continue;
+        }
+        let low = |f: fn(&(u32, f64, f64)) -> f64| per.iter().map(f).fold(f64::INFINITY, f64::min);
+        let (c0, t0) = (low(|x| x.1), low(|x| x.2));
+        for &(e, c, t) in &per {
+            let r = ratios
+                .entry((Timer::of(&key.variant), key.batch, e))
+                .or_default();
+            r.0.push(c / c0);
+            r.1.push(t / t0);
+        }
+    }
+    Ok(ratios
+        .into_iter()
+        .map(|(k, (c, t))| {
+            let level = Level {
+                cases: c.len(),
+                control: stats::median(&c),
+                per_call: stats::median(&t),
+            };
+            (k, level)
+        })
+        .collect())
+}

@@ -565,3 +565,24 @@ fn on_gen15_written_down_before_it_ran_generate_and_the_step_come_within_15_perc
         }
     }
 }
+
+#[test]
+fn in_gen17_the_first_execution_holds_and_the_second_misses_where_its_host_ran_slow() {
+    // gen17 (2026-12-02, the op crates and the peer, two executions in one lease, its
+    // question written down before it ran): predicted / measured, B = 1 / 8 / 64 — the
+    // first execution within 1.1% (step 1.010 / 1.000 / 1.009, generate() 0.994 / 1.002 /
+    // 0.989); the second, whose host ran slow through its B = 1 and B = 64 rows (state.rs:
+    // the torch control 1.40× and 1.85× the first's), missed three of six: step 1.160 /
+    // 1.039 / 0.738, generate() 1.109 / 0.891 / 0.612 (the per-token sync read −9.5 ms)
+    let want = [
+        [(1.010, 0.994), (1.000, 1.002), (1.009, 0.989)],
+        [(1.160, 1.109), (1.039, 0.891), (0.738, 0.612)],
+    ];
+    for (e, want) in [1, 2].into_iter().zip(want) {
+        let got = by_batch(&format!("gen17/{e}"));
+        for ((step, generate), (step_want, gen_want)) in got.into_iter().zip(want) {
+            assert!((step - step_want).abs() < 0.005, "exec {e}: {step}");
+            assert!((generate - gen_want).abs() < 0.005, "exec {e}: {generate}");
+        }
+    }
+}

@@ -450,14 +450,13 @@ fn on_the_hf_rows_neither_control_meets_both_bars_in_every_execution() {
     );
 }
 
-#[test]
-fn the_peers_torch_control_flags_its_samples_and_divides_nothing() {
-    // gen6 merged: the peer's samples keep Python's torch control (what their flag reads),
-    // but neither their merged rows nor the between-process statistics (compare, history)
-    // carry it as the host-speed divisor — the harness's floor rows do
+/// A fixture's two executions (`state-2026-12-02/<generation>/{1,2}`) merged into one run,
+/// as `scripts/steps-gpu` leaves it (the directory lives as long as the first).
+fn merged(generation: &str) -> (tempfile::TempDir, Run) {
     let tmp = tempfile::tempdir().unwrap();
     let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/state-2026-12-02/gen6");
+        .join("tests/fixtures/state-2026-12-02")
+        .join(generation);
     for e in ["1", "2"] {
         let to = tmp.path().join(rundir::layout::EXECUTIONS).join(e);
         std::fs::create_dir_all(&to).unwrap();
@@ -467,6 +466,15 @@ fn the_peers_torch_control_flags_its_samples_and_divides_nothing() {
     }
     analysis::merge::merge(tmp.path()).unwrap();
     let run = Run::load(tmp.path()).unwrap();
+    (tmp, run)
+}
+
+#[test]
+fn the_peers_torch_control_flags_its_samples_and_divides_nothing() {
+    // gen6 merged: the peer's samples keep Python's torch control (what their flag reads),
+    // but neither their merged rows nor the between-process statistics (compare, history)
+    // carry it as the host-speed divisor — the harness's floor rows do
+    let (_tmp, run) = merged("gen6");
     let peer = |v: &str| Timer::of(v) != Timer::Rust;
     let samples = run.samples().unwrap();
     let (py, rust): (Vec<_>, Vec<_>) = samples
@@ -549,4 +557,67 @@ fn on_eight_executions_of_the_hf_rows_no_threshold_of_the_torch_control_meets_bo
             assert_eq!(met, 1);
         }
     }
+}
+
+#[test]
+fn a_part_of_an_execution_that_ran_slow_throughout_shows_in_its_level_not_in_its_flags() {
+    // gen17 (2026-12-02, the op crates and the peer, two executions in one lease): in the
+    // second, every HF row at B = 64 ran ~1.85× the first's (the step 37.6 against 22.2 ms
+    // at its clean median) and the torch control read as much; judged within their case,
+    // its slow samples were few and half its other samples' flags fell elsewhere
+    let (_tmp, run) = merged("gen17");
+    let levels = analysis::state::levels(&run, Mode::Pipelined).unwrap();
+    let at = |t: Timer, b: usize, e: u32| levels[&(t, b, e)];
+    let slow = at(Timer::PeerHf, 64, 2);
+    assert_eq!(slow.cases, 15);
+    assert!(slow.control > 1.7 && slow.per_call > 1.7, "{slow:?}");
+    assert_eq!((at(Timer::PeerHf, 64, 1).control, at(Timer::PeerHf, 64, 1).per_call), (1.0, 1.0));
+    // at B = 8 the two executions ran alike; at B = 1 the second ran slow too
+    let even = at(Timer::PeerHf, 8, 2);
+    assert!((0.95..1.1).contains(&even.control) && (0.95..1.1).contains(&even.per_call));
+    assert!(at(Timer::PeerHf, 1, 2).control > 1.3 && at(Timer::PeerHf, 1, 2).per_call > 1.3);
+    // the flags, judged within each case: the second execution's HF rows meet the caught
+    // bar (32 of 40) while its slow part's samples read as its usual state
+    let c = counts(&run, Mode::Pipelined);
+    assert_eq!(c[&("hf", 2)], (40, 32, 524, 72));
+    assert_eq!(c[&("hf", 1)], (66, 61, 498, 43));
+    assert_eq!(c[&("op", 1)], (23, 18, 1567, 88));
+    assert_eq!(c[&("op", 2)], (30, 25, 1560, 100));
+}
+
+#[test]
+fn over_ten_leases_the_controls_level_between_executions_follows_the_rows() {
+    // every two-execution fixture of 2026-12-02: per timer and batch, the second
+    // execution's level over the first's — the host control's against the rows' time per
+    // call — moves with them: wherever the rows moved by more than 10%, the control moved
+    // the same way by more than 5%, while the flags judge each sample within its case
+    let mut cells = Vec::new();
+    for g in ["gen5", "gen6", "gen7", "gen9", "gen10", "gen11", "gen13", "gen14", "gen15", "gen17"] {
+        let (_tmp, run) = merged(g);
+        let levels = analysis::state::levels(&run, Mode::Pipelined).unwrap();
+        for (&(t, b, e), second) in &levels {
+            if e == 2 {
+                let first = levels[&(t, b, 1)];
+                let ratio = |f: fn(&analysis::state::Level) -> f64| (f(second) / f(&first)).ln();
+                cells.push((g, t, b, ratio(|l| l.control), ratio(|l| l.per_call)));
+            }
+        }
+    }
+    assert_eq!(cells.len(), 76);
+    let moved: Vec<_> = cells.iter().filter(|c| c.4.abs() > 1.1f64.ln()).collect();
+    assert!(moved.len() >= 30, "{}", moved.len());
+    for (g, t, b, c, r) in &moved {
+        assert!(c * r > 0.0 && c.abs() > 1.05f64.ln(), "{g} {t:?} B={b}: control {c}, rows {r}");
+    }
+    let (x, y): (Vec<f64>, Vec<f64>) = cells.iter().map(|c| (c.3, c.4)).unzip();
+    let r = pearson(&x, &y);
+    assert!(r > 0.9, "{r}");
+}
+
+fn pearson(x: &[f64], y: &[f64]) -> f64 {
+    let n = x.len() as f64;
+    let (mx, my) = (x.iter().sum::<f64>() / n, y.iter().sum::<f64>() / n);
+    let cov: f64 = x.iter().zip(y).map(|(a, b)| (a - mx) * (b - my)).sum();
+    let var = |v: &[f64], m: f64| v.iter().map(|a| (a - m).powi(2)).sum::<f64>();
+    cov / (var(x, mx) * var(y, my)).sqrt()
 }

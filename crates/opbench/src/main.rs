@@ -86,7 +86,11 @@ enum Verb {
     /// the peer's HF rows, its Python op rows) and execution, the samples over 1.3× their
     /// case's median and how many carry a state flag, the other samples and how many do,
     /// and each flag's count (host-slow, stalled, steal, switched, gpu-throttled; rules in
-    /// docs/schema.md, samples.csv). Samples that record no state are not judged.
+    /// docs/schema.md, samples.csv). Samples that record no state are not judged. For a run
+    /// of several executions, a second table: per timer, batch and execution, each case's
+    /// host control and time per call (medians) against its fastest execution's, the median
+    /// over cases — a part of an execution that ran slow throughout, which no flag (judged
+    /// within its case) shows.
     State {
         /// The run directory.
         run: PathBuf,
@@ -404,6 +408,7 @@ fn state_verb(dir: &std::path::Path, mode: Mode) -> Result<u8, CliError> {
         });
     }
     print::state(&table, mode);
+    print::levels(&analysis::state::levels(&run, mode)?);
     Ok(0)
 }
 

@@ -56,6 +56,39 @@ pub fn state(
     );
 }
 
+/// `opbench state`'s second table: each execution's host level against the run's other
+/// executions, per timer and batch (nothing for a run of one execution).
+pub fn levels(
+    levels: &std::collections::BTreeMap<(analysis::state::Timer, usize, u32), analysis::state::Level>,
+) {
+    if levels.is_empty() {
+        return;
+    }
+    println!(
+        "\nthe host's level per execution: each case's host control and time per call (medians \
+         over the execution's samples) against the case's fastest execution, the median over cases"
+    );
+    println!(
+        "{:<17} {:>5} {:>4} {:>6} {:>8} {:>8}",
+        "timer", "batch", "exec", "cases", "control", "per-call"
+    );
+    for ((timer, batch, e), l) in levels {
+        println!(
+            "{:<17} {:>5} {:>4} {:>6} {:>7.2}× {:>7.2}×",
+            timer.as_str(),
+            batch,
+            e,
+            l.cases,
+            l.control,
+            l.per_call
+        );
+    }
+    println!(
+        "a flag judges a sample within its case and execution: a part of an execution that ran \
+         slow throughout shows here, not in the flags"
+    );
+}
+
 /// The fits table.
 pub fn fits(rows: &[FitRow]) {
     println!(
