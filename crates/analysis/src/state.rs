@@ -132,10 +132,14 @@ fn controls(samples: &[&Sample]) -> Vec<f64> {
         .collect()
 }
 
+/// A timer at a batch in an execution: what a [`Level`] is read for.
+pub type LevelKey = (Timer, usize, u32);
+
 /// Per (timer, batch, execution), the run's [`Level`]s in `mode`; empty for a run of one
 /// execution. Errors: samples.csv unreadable.
-pub fn levels(run: &Run, mode: Mode) -> Result<BTreeMap<(Timer, usize, u32), Level>, AnalysisError> {
-    let mut ratios: BTreeMap<(Timer, usize, u32), (Vec<f64>, Vec<f64>)> = BTreeMap::new();
+pub fn levels(run: &Run, mode: Mode) -> Result<BTreeMap<LevelKey, Level>, AnalysisError> {
+    // per key: each case's ratios of its control and of its time per call
+    let mut ratios: BTreeMap<LevelKey, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
     for (key, samples) in run.samples()? {
         if key.mode != mode {
             continue;

@@ -571,7 +571,13 @@ fn a_part_of_an_execution_that_ran_slow_throughout_shows_in_its_level_not_in_its
     let slow = at(Timer::PeerHf, 64, 2);
     assert_eq!(slow.cases, 15);
     assert!(slow.control > 1.7 && slow.per_call > 1.7, "{slow:?}");
-    assert_eq!((at(Timer::PeerHf, 64, 1).control, at(Timer::PeerHf, 64, 1).per_call), (1.0, 1.0));
+    assert_eq!(
+        (
+            at(Timer::PeerHf, 64, 1).control,
+            at(Timer::PeerHf, 64, 1).per_call
+        ),
+        (1.0, 1.0)
+    );
     // at B = 8 the two executions ran alike; at B = 1 the second ran slow too
     let even = at(Timer::PeerHf, 8, 2);
     assert!((0.95..1.1).contains(&even.control) && (0.95..1.1).contains(&even.per_call));
@@ -592,7 +598,9 @@ fn over_ten_leases_the_controls_level_between_executions_follows_the_rows() {
     // call — moves with them: wherever the rows moved by more than 10%, the control moved
     // the same way by more than 5%, while the flags judge each sample within its case
     let mut cells = Vec::new();
-    for g in ["gen5", "gen6", "gen7", "gen9", "gen10", "gen11", "gen13", "gen14", "gen15", "gen17"] {
+    for g in [
+        "gen5", "gen6", "gen7", "gen9", "gen10", "gen11", "gen13", "gen14", "gen15", "gen17",
+    ] {
         let (_tmp, run) = merged(g);
         let levels = analysis::state::levels(&run, Mode::Pipelined).unwrap();
         for (&(t, b, e), second) in &levels {
@@ -607,7 +615,10 @@ fn over_ten_leases_the_controls_level_between_executions_follows_the_rows() {
     let moved: Vec<_> = cells.iter().filter(|c| c.4.abs() > 1.1f64.ln()).collect();
     assert!(moved.len() >= 30, "{}", moved.len());
     for (g, t, b, c, r) in &moved {
-        assert!(c * r > 0.0 && c.abs() > 1.05f64.ln(), "{g} {t:?} B={b}: control {c}, rows {r}");
+        assert!(
+            c * r > 0.0 && c.abs() > 1.05f64.ln(),
+            "{g} {t:?} B={b}: control {c}, rows {r}"
+        );
     }
     let (x, y): (Vec<f64>, Vec<f64>) = cells.iter().map(|c| (c.3, c.4)).unzip();
     let r = pearson(&x, &y);

@@ -59,7 +59,7 @@ pub fn state(
 /// `opbench state`'s second table: each execution's host level against the run's other
 /// executions, per timer and batch (nothing for a run of one execution).
 pub fn levels(
-    levels: &std::collections::BTreeMap<(analysis::state::Timer, usize, u32), analysis::state::Level>,
+    levels: &std::collections::BTreeMap<analysis::state::LevelKey, analysis::state::Level>,
 ) {
     if levels.is_empty() {
         return;
