@@ -860,17 +860,9 @@ impl GridCase<'_> {
         sink: &mut Sink,
         failure: &Failure,
     ) -> Result<(), BenchError> {
-        let Some(bp) = beside_problem(self.op, self.variant, self.problem, keys) else {
+        let Some((bp, key)) = self.beside_case(keys) else {
             return Ok(());
         };
-        let key = key_for(
-            self.op,
-            self.variant,
-            &bp,
-            self.dt,
-            self.device,
-            Mode::Pipelined,
-        );
         let Some((_, main)) = keys.iter().find(|(m, _)| *m == Mode::Pipelined) else {
             return Ok(());
         };
@@ -885,16 +877,10 @@ impl GridCase<'_> {
         Ok(())
     }
 
-    /// The case's own control, timed before each of its pipelined samples
-    /// ([`Op::beside`]); a refused one is its failure row, and `None`.
-    fn beside(
-        &self,
-        keys: &[(Mode, CaseKey)],
-        sink: &mut Sink,
-    ) -> Result<Option<Beside>, BenchError> {
-        let Some(bp) = beside_problem(self.op, self.variant, self.problem, keys) else {
-            return Ok(None);
-        };
+    /// The problem and pipelined key of the case timed beside this one ([`Op::beside`]),
+    /// where it has one.
+    fn beside_case(&self, keys: &[(Mode, CaseKey)]) -> Option<(Problem, CaseKey)> {
+        let bp = beside_problem(self.op, self.variant, self.problem, keys)?;
         let key = key_for(
             self.op,
             self.variant,
@@ -903,6 +889,19 @@ impl GridCase<'_> {
             self.device,
             Mode::Pipelined,
         );
+        Some((bp, key))
+    }
+
+    /// The case's own control, timed before each of its pipelined samples
+    /// ([`Op::beside`]); a refused one is its failure row, and `None`.
+    fn beside(
+        &self,
+        keys: &[(Mode, CaseKey)],
+        sink: &mut Sink,
+    ) -> Result<Option<Beside>, BenchError> {
+        let Some((bp, key)) = self.beside_case(keys) else {
+            return Ok(None);
+        };
         if sink.has(&key) {
             return Ok(None);
         }
