@@ -11,12 +11,13 @@ use rundir::{CaseMedians, Mode, Run, Sample, SampleFlag};
 
 use crate::AnalysisError;
 
-/// A sample is slow over this multiple of its case's median within its execution.
-pub const SLOW: f64 = 1.3;
+/// A sample is slow over this multiple of its case's median ([`Scope`]).
+pub use rundir::SLOW;
 
 /// Every flag, in the order the table prints them.
-pub const FLAGS: [SampleFlag; 5] = [
+pub const FLAGS: [SampleFlag; 6] = [
     SampleFlag::HostSlow,
+    SampleFlag::HostLevel,
     SampleFlag::Stalled,
     SampleFlag::Steal,
     SampleFlag::Switched,
@@ -35,19 +36,17 @@ pub struct Tally {
 }
 
 impl Tally {
-    /// Add one case's samples of one execution; a case whose samples record no state is
-    /// not judged.
-    pub fn add(&mut self, samples: &[&Sample]) {
+    /// Add one case's samples of one execution, judged against `m` (their medians, with
+    /// the execution's level among the case's executions: [`rundir::case_medians`]), each
+    /// slow over [`SLOW`]× `reference` (the case's median time per call there, or in its
+    /// fastest execution: [`Scope`]); a case whose samples record no state is not judged.
+    pub fn add(&mut self, samples: &[&Sample], m: &CaseMedians, reference: f64) {
         if !samples.iter().any(|s| s.records_state()) {
             return;
         }
-        let m = CaseMedians::of(samples);
-        let Some(median) = m.per_call else {
-            return;
-        };
         for s in samples {
-            let flags = s.flags(&m);
-            let slow = s.per_call_ns() > SLOW * median;
+            let flags = s.flags(m);
+            let slow = s.per_call_ns() > SLOW * reference;
             let flagged = usize::from(!flags.is_empty());
             if slow {
                 self.slow += 1;
@@ -80,18 +79,48 @@ impl Tally {
     }
 }
 
-/// The run's samples in `mode`, tallied per (timer, execution), each case judged within each
-/// of its executions. Errors: samples.csv unreadable.
-pub fn tally(run: &Run, mode: Mode) -> Result<BTreeMap<(Timer, u32), Tally>, AnalysisError> {
+/// What a sample is judged against in a [`tally`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Within its case and execution: slow over [`SLOW`]× the case's median there, flagged
+    /// by what the sample and its execution's medians show (every flag but
+    /// [`SampleFlag::HostLevel`]): what the flags catch of the host's bursts.
+    Execution,
+    /// Across the run's executions: slow over [`SLOW`]× the case's median in its fastest
+    /// execution, flagged by every flag, [`SampleFlag::HostLevel`] too: what the flags catch
+    /// of everything that made a sample slower than the case's fastest execution (the same
+    /// as [`Scope::Execution`] in a run of one execution, less nothing).
+    Run,
+}
+
+/// The run's samples in `mode`, tallied per (timer, execution), judged in `scope`. Errors:
+/// samples.csv unreadable.
+pub fn tally(
+    run: &Run,
+    mode: Mode,
+    scope: Scope,
+) -> Result<BTreeMap<(Timer, u32), Tally>, AnalysisError> {
     let mut out: BTreeMap<(Timer, u32), Tally> = BTreeMap::new();
     for (key, samples) in run.samples()? {
         if key.mode != mode {
             continue;
         }
+        let medians = rundir::case_medians(&samples);
+        let fastest = medians
+            .values()
+            .filter_map(|m| m.per_call)
+            .fold(f64::INFINITY, f64::min);
         for (e, of) in rundir::by_execution(&samples) {
+            let (m, reference) = match scope {
+                Scope::Run => (medians[&e], fastest),
+                Scope::Execution => {
+                    let m = CaseMedians::of(&of);
+                    (m, m.per_call.unwrap_or(f64::INFINITY))
+                }
+            };
             out.entry((Timer::of(&key.variant), e))
                 .or_default()
-                .add(&of);
+                .add(&of, &m, reference);
         }
     }
     // a timer none of whose cases recorded a state was not judged
@@ -115,23 +144,6 @@ pub struct Level {
     pub per_call: f64,
 }
 
-/// Which control a case's level is read from: the torch control where its samples record
-/// it after too, else the build-independent one (as [`rundir::Sample::host_control_ratio`]).
-fn controls(samples: &[&Sample]) -> Vec<f64> {
-    let torch = samples.iter().any(|s| s.state.control_after_ns.is_some());
-    samples
-        .iter()
-        .flat_map(|s| {
-            if torch {
-                [s.control_ns, s.state.control_after_ns]
-            } else {
-                [s.host_ns, s.state.host_after_ns]
-            }
-        })
-        .flatten()
-        .collect()
-}
-
 /// A timer at a batch in an execution: what a [`Level`] is read for.
 pub type LevelKey = (Timer, usize, u32);
 
@@ -145,13 +157,9 @@ pub fn levels(run: &Run, mode: Mode) -> Result<BTreeMap<LevelKey, Level>, Analys
             continue;
         }
         // (execution, the control's median, the time per call's median)
-        let per: Vec<(u32, f64, f64)> = rundir::by_execution(&samples)
+        let per: Vec<(u32, f64, f64)> = rundir::case_medians(&samples)
             .into_iter()
-            .filter_map(|(e, of)| {
-                let c = controls(&of);
-                let t: Vec<f64> = of.iter().map(|s| s.per_call_ns()).collect();
-                (!c.is_empty()).then(|| (e, stats::median(&c), stats::median(&t)))
-            })
+            .filter_map(|(e, m)| Some((e, m.control_level?, m.per_call?)))
             .collect();
         if per.len() < 2 {
             continue;

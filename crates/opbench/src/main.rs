@@ -396,7 +396,8 @@ fn env_verb(_device: &str) -> Result<u8, CliError> {
 
 fn state_verb(dir: &std::path::Path, mode: Mode) -> Result<u8, CliError> {
     let run = Run::load(dir)?;
-    let table = analysis::state::tally(&run, mode)?;
+    use analysis::state::Scope;
+    let table = analysis::state::tally(&run, mode, Scope::Execution)?;
     if table.is_empty() {
         return Err(CliError {
             code: 2,
@@ -407,8 +408,16 @@ fn state_verb(dir: &std::path::Path, mode: Mode) -> Result<u8, CliError> {
             ),
         });
     }
-    print::state(&table, mode);
-    print::levels(&analysis::state::levels(&run, mode)?);
+    print::state(&table, mode, Scope::Execution);
+    let levels = analysis::state::levels(&run, mode)?;
+    if !levels.is_empty() {
+        print::state(
+            &analysis::state::tally(&run, mode, Scope::Run)?,
+            mode,
+            Scope::Run,
+        );
+    }
+    print::levels(&levels);
     Ok(0)
 }
 

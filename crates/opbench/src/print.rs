@@ -17,11 +17,19 @@ fn num(v: Option<f64>, digits: usize) -> String {
 pub fn state(
     table: &std::collections::BTreeMap<(analysis::state::Timer, u32), analysis::state::Tally>,
     mode: rundir::Mode,
+    scope: analysis::state::Scope,
 ) {
-    use analysis::state::FLAGS;
+    use analysis::state::{FLAGS, Scope};
     let pct = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{:.1}%", 100.0 * v));
+    let (lead, against) = match scope {
+        Scope::Execution => ("", "their case's median in their execution"),
+        Scope::Run => (
+            "\nacross executions: ",
+            "their case's median in its fastest execution",
+        ),
+    };
     println!(
-        "{} samples over {}× their case's median (slow), and the state flags they carry:",
+        "{lead}{} samples over {}× {against} (slow), and the state flags they carry:",
         mode.as_str(),
         analysis::state::SLOW
     );
@@ -84,8 +92,8 @@ pub fn levels(
         );
     }
     println!(
-        "a flag judges a sample within its case and execution: a part of an execution that ran \
-         slow throughout shows here, not in the flags"
+        "host-level flags a case's samples in an execution where both its control and its \
+         time per call ran over their thresholds against its fastest execution's"
     );
 }
 

@@ -29,8 +29,8 @@ pub use key::{
 };
 pub use peer::{PEER_TAIL, PeerCase, STATE_COLUMNS, read_peer};
 pub use rows::{
-    CLOCK_DROP, CaseMedians, FitRow, HOST_SLOW, ResultRow, STALL, STRETCHES, Sample, SampleFlag,
-    SampleState, Work, by_execution, flag_each, flagged,
+    CLOCK_DROP, CaseMedians, FitRow, HOST_SLOW, ResultRow, SLOW, STALL, STRETCHES, Sample,
+    SampleFlag, SampleState, Work, by_execution, case_medians, flag_each, flagged,
 };
 pub use run::{ExecSamples, Run, RunWriter, check_env, has_file, write_fits};
 pub use shapes::{DTypeName as DType, OpKind, Phase, UnknownValue};

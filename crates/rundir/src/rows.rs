@@ -325,6 +325,16 @@ pub enum SampleFlag {
     /// (`control_ns`, `control_after_ns`) where the sample records it after too (since
     /// 2026-12-02), else the build-independent one (`host_ns`, `host_after_ns`).
     HostSlow,
+    /// The case ran slow through this whole execution and the host control says the host
+    /// was why: against the lowest of the case's executions, its host control's median over
+    /// the execution ran over [`HOST_SLOW`]× ([`CaseMedians::level`]) and its median time per
+    /// call over [`SLOW`]× ([`CaseMedians::per_call_level`]); a run of several executions
+    /// only. A host slow through a whole case (gen17's second execution, 2026-12-02: every
+    /// HF row at B = 64 at 1.85× the first's, its control 1.85×) leaves
+    /// [`SampleFlag::HostSlow`], judged within the execution, nothing to see. Within one run
+    /// every execution is the same build, so a level between them is the host's; the
+    /// case's fastest execution is never flagged by it.
+    HostLevel,
     /// A stretch of the sample's own calls ran slower than [`STALL`]× the case's median
     /// time per call: the host stalled inside the sample. This reads the sample's own
     /// clock, so it tells an uneven sample from an even one; a build whose every call is
@@ -342,6 +352,7 @@ impl SampleFlag {
             SampleFlag::Steal => "steal",
             SampleFlag::Switched => "switched",
             SampleFlag::HostSlow => "host-slow",
+            SampleFlag::HostLevel => "host-level",
             SampleFlag::Stalled => "stalled",
             SampleFlag::GpuThrottled => "gpu-throttled",
         }
@@ -353,6 +364,11 @@ impl SampleFlag {
 /// the H200's host-bound calls (2026-12-01, docs/findings.md) for the build-independent
 /// control, then fixed for the torch control before the runs that judged it (2026-12-02).
 pub const HOST_SLOW: f64 = 1.2;
+
+/// A time is slow over this multiple of its case's usual: a sample against its case's median
+/// in its fastest execution (`opbench state`, issue 31's bars), an execution's median
+/// against the fastest's ([`SampleFlag::HostLevel`]).
+pub const SLOW: f64 = 1.3;
 
 /// How much slower than the case's median time per call a stretch of a sample's calls may
 /// run before its sample is flagged as stalled.
@@ -374,6 +390,15 @@ pub struct CaseMedians {
     pub control_after: Option<f64>,
     pub per_call: Option<f64>,
     pub sm_mhz: Option<f64>,
+    /// The host control's median over the execution's samples, before and after each
+    /// pooled ([`Sample::controls`]): the execution's level.
+    pub control_level: Option<f64>,
+    /// `control_level` against the lowest of the case's executions ([`case_medians`]);
+    /// `None` within one execution.
+    pub level: Option<f64>,
+    /// `per_call` against the lowest of the case's executions' ([`case_medians`]); `None`
+    /// within one execution.
+    pub per_call_level: Option<f64>,
 }
 
 impl CaseMedians {
@@ -390,6 +415,13 @@ impl CaseMedians {
             control_after: of(&|s| s.state.control_after_ns),
             per_call: of(&|s| Some(s.per_call_ns())),
             sm_mhz: of(&|s| s.state.sm_mhz.map(f64::from)),
+            control_level: {
+                let torch = Sample::reads_torch_control(samples.iter().copied());
+                let v: Vec<f64> = samples.iter().flat_map(|s| s.controls(torch)).collect();
+                (!v.is_empty()).then(|| stats::median(&v))
+            },
+            level: None,
+            per_call_level: None,
         }
     }
 }
@@ -401,21 +433,47 @@ pub fn flagged(samples: &[Sample]) -> Option<u32> {
 }
 
 /// Whether each of a case's samples is flagged, in order (each judged against the medians
-/// of its case within its execution); `None` where no sample records a state.
+/// of its case within its execution, and that execution's level against the case's
+/// others: [`case_medians`]); `None` where no sample records a state.
 pub fn flag_each(samples: &[Sample]) -> Option<Vec<bool>> {
     if !samples.iter().any(Sample::records_state) {
         return None;
     }
-    let medians: std::collections::BTreeMap<u32, CaseMedians> = by_execution(samples)
-        .into_iter()
-        .map(|(e, of)| (e, CaseMedians::of(&of)))
-        .collect();
+    let medians = case_medians(samples);
     Some(
         samples
             .iter()
             .map(|s| !s.flags(&medians[&s.execution]).is_empty())
             .collect(),
     )
+}
+
+/// A case's [`CaseMedians`] per execution, each with its [`CaseMedians::level`]: the
+/// execution's host control (its median over the case's samples, before and after each)
+/// against the lowest of the case's executions (`None` for a case of one execution).
+pub fn case_medians(samples: &[Sample]) -> std::collections::BTreeMap<u32, CaseMedians> {
+    let mut out: std::collections::BTreeMap<u32, CaseMedians> = by_execution(samples)
+        .into_iter()
+        .map(|(e, of)| (e, CaseMedians::of(&of)))
+        .collect();
+    let lowest = out
+        .values()
+        .filter_map(|m| m.control_level)
+        .fold(f64::INFINITY, f64::min);
+    let compared = out.values().filter(|m| m.control_level.is_some()).count();
+    if compared >= 2 && lowest > 0.0 {
+        for m in out.values_mut() {
+            m.level = m.control_level.map(|c| c / lowest);
+        }
+        let fastest = out
+            .values()
+            .filter_map(|m| m.per_call)
+            .fold(f64::INFINITY, f64::min);
+        for m in out.values_mut() {
+            m.per_call_level = m.per_call.map(|t| t / fastest);
+        }
+    }
+    out
 }
 
 /// A case's samples per execution, in execution order (each execution's in file order): what
@@ -470,6 +528,9 @@ impl Sample {
         if self.host_control_ratio(m).is_some_and(|r| r > HOST_SLOW) {
             out.push(SampleFlag::HostSlow);
         }
+        if m.level.is_some_and(|l| l > HOST_SLOW) && m.per_call_level.is_some_and(|t| t > SLOW) {
+            out.push(SampleFlag::HostLevel);
+        }
         if s.slowest_ns
             .zip(m.per_call)
             .is_some_and(|(x, p)| x > STALL * p)
@@ -492,7 +553,7 @@ impl Sample {
     /// docs/findings.md 9), else the build-independent one; `None`: neither recorded.
     pub fn host_control_ratio(&self, m: &CaseMedians) -> Option<f64> {
         let ratio = |h: Option<f64>, m: Option<f64>| h.zip(m).map(|(h, m)| h / m);
-        let (before, after) = if self.state.control_after_ns.is_some() {
+        let (before, after) = if Self::reads_torch_control([self]) {
             (
                 ratio(self.control_ns, m.control),
                 ratio(self.state.control_after_ns, m.control_after),
@@ -507,6 +568,27 @@ impl Sample {
             (Some(b), Some(a)) => Some((a + b) / 2.0),
             (b, a) => b.or(a),
         }
+    }
+
+    /// Whether the host control read for `samples` is the torch control (`control_ns`,
+    /// `control_after_ns`): where any of them records it after too (since 2026-12-02);
+    /// else the build-independent one (`host_ns`, `host_after_ns`). The one place that
+    /// chooses, for a sample's flag and for a case's level.
+    pub fn reads_torch_control<'s>(samples: impl IntoIterator<Item = &'s Sample>) -> bool {
+        samples
+            .into_iter()
+            .any(|s| s.state.control_after_ns.is_some())
+    }
+
+    /// The host control's readings before and after this sample: the torch control's with
+    /// `torch` ([`Sample::reads_torch_control`]), else the build-independent one's.
+    pub fn controls(&self, torch: bool) -> impl Iterator<Item = f64> {
+        let pair = if torch {
+            [self.control_ns, self.state.control_after_ns]
+        } else {
+            [self.host_ns, self.state.host_after_ns]
+        };
+        pair.into_iter().flatten()
     }
 
     /// The columns a reader of schema ≥ 2 requires.

@@ -39,3 +39,22 @@ pub fn cpu_query(
         host: HostModel::AsMeasured,
     }
 }
+
+/// A fixture's two executions (`state-2026-12-02/<generation>/{1,2}`) merged into one run,
+/// as `scripts/steps-gpu` leaves it (the directory lives as long as the first).
+pub fn merged(generation: &str) -> (tempfile::TempDir, Run) {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/state-2026-12-02")
+        .join(generation);
+    for e in ["1", "2"] {
+        let to = tmp.path().join(rundir::layout::EXECUTIONS).join(e);
+        std::fs::create_dir_all(&to).unwrap();
+        for f in ["env.json", "results.csv.gz", "samples.csv.gz"] {
+            std::fs::copy(src.join(e).join(f), to.join(f)).unwrap();
+        }
+    }
+    analysis::merge::merge(tmp.path()).unwrap();
+    let run = Run::load(tmp.path()).unwrap();
+    (tmp, run)
+}
