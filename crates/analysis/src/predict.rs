@@ -373,7 +373,9 @@ impl std::str::FromStr for HostState {
 /// events or graph replays) at the median of its clean samples (none flagged by
 /// [`rundir::Sample::flags`]: no steal, no burst of switches, the host control around it
 /// within [`rundir::HOST_SLOW`]× its median, no stalled stretch of its calls, no GPU
-/// throttled below its case's usual clock), where its samples record their state and at least
+/// throttled below its case's usual clock; in a run of several executions, over all of them,
+/// less an execution the case ran slow through: [`rundir::SampleFlag::HostLevel`]), where
+/// its samples record their state and at least
 /// three are clean; else at the [`FAST_QUANTILE`] of its samples pooled over executions.
 /// The row's interval is dropped (it was the median's) and its note says which and how
 /// many samples priced it. Rows without samples keep their median. In either state, a row

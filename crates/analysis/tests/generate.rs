@@ -607,8 +607,47 @@ fn a_runs_two_executions_merged_price_generate_and_the_step_within_15_percent_in
     }
     for &(g, b, step, generate) in &all {
         assert!((0.85..=1.15).contains(&step), "{g} B={b}: step {step}");
-        assert!((0.85..=1.15).contains(&generate), "{g} B={b}: generate {generate}");
+        assert!(
+            (0.85..=1.15).contains(&generate),
+            "{g} B={b}: generate {generate}"
+        );
     }
     let (_, _, step, generate) = all[all.len() - 1];
     assert!((step - 1.009).abs() < 0.005 && (generate - 0.989).abs() < 0.005);
+}
+
+#[test]
+fn on_gen18_written_down_before_it_ran_generate_and_the_step_come_within_15_percent_merged_and_alone()
+ {
+    // gen18 (2026-12-02, the op crates and the peer, two executions, one lease; written
+    // down before it ran, with the level flag), predicted / measured at B = 1 / 8 / 64,
+    // (step, generate()): the merged run, then each execution alone
+    let want = [
+        [(0.967, 0.929), (0.906, 0.972), (1.013, 0.948)],
+        [(0.944, 0.895), (0.904, 0.978), (1.055, 0.988)],
+        [(1.009, 0.976), (1.113, 1.014), (1.024, 1.076)],
+    ];
+    let (_tmp, merged) = common::merged("gen18");
+    let got: Vec<Vec<(f64, f64)>> = [merged]
+        .into_iter()
+        .chain([1, 2].map(|e| common::fixture(&format!("state-2026-12-02/gen18/{e}"))))
+        .map(|run| {
+            [1, 8, 64]
+                .map(|b| ratios(&run, b, analysis::predict::HostState::Fast))
+                .into()
+        })
+        .collect();
+    for (got, want) in got.iter().zip(want) {
+        for (&(step, generate), (step_want, gen_want)) in got.iter().zip(want) {
+            assert!(
+                (step - step_want).abs() < 0.005,
+                "{step} against {step_want}"
+            );
+            assert!(
+                (generate - gen_want).abs() < 0.005,
+                "{generate} against {gen_want}"
+            );
+            assert!((0.85..=1.15).contains(&step) && (0.85..=1.15).contains(&generate));
+        }
+    }
 }

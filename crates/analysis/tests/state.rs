@@ -660,3 +660,28 @@ fn pearson(x: &[f64], y: &[f64]) -> f64 {
     let var = |v: &[f64], m: f64| v.iter().map(|a| (a - m).powi(2)).sum::<f64>();
     cov / (var(x, mx) * var(y, my)).sqrt()
 }
+
+#[test]
+fn on_gen18_written_down_before_it_ran_the_op_crates_meet_both_bars_in_each_execution() {
+    // gen18 (2026-12-02, the op crates and the peer, two executions in one lease; its
+    // questions in the fixture's README): within each execution the op crates 13 of 15
+    // and 6 of 7 (5.1%, 5.4% of the others), the HF rows 24 of 34 (9.1%) and 12 of 13
+    // (6.5%); across the executions the op crates 128 of 133 and 153 of 162 (5.7%, 5.3%),
+    // the HF rows 117 of 127 and 103 of 154 with 13.5% and 13.2% of the others
+    let (_tmp, run) = common::merged("gen18");
+    let within = counts(&run, Mode::Pipelined);
+    assert_eq!(within[&("op", 1)], (15, 13, 1575, 80));
+    assert_eq!(within[&("op", 2)], (7, 6, 1583, 86));
+    assert_eq!(within[&("hf", 1)], (34, 24, 530, 48));
+    assert_eq!(within[&("hf", 2)], (13, 12, 551, 36));
+    let across = scoped_counts(&run, Mode::Pipelined, Scope::Run);
+    assert_eq!(across[&("op", 1)], (133, 128, 1457, 83));
+    assert_eq!(across[&("op", 2)], (162, 153, 1428, 75));
+    assert_eq!(across[&("hf", 1)], (127, 117, 437, 59));
+    assert_eq!(across[&("hf", 2)], (154, 103, 410, 54));
+    let met = |c: &BTreeMap<(&str, u32), Counts>, g: &str| {
+        [1, 2].iter().filter(|&&e| meets_bars(&c[&(g, e)])).count()
+    };
+    assert_eq!((met(&within, "op"), met(&within, "hf")), (2, 1));
+    assert_eq!((met(&across, "op"), met(&across, "hf")), (2, 0));
+}

@@ -85,12 +85,14 @@ enum Verb {
     /// How far a run's state flags explain its slow samples: per timer (the bench binaries,
     /// the peer's HF rows, its Python op rows) and execution, the samples over 1.3× their
     /// case's median and how many carry a state flag, the other samples and how many do,
-    /// and each flag's count (host-slow, stalled, steal, switched, gpu-throttled; rules in
-    /// docs/schema.md, samples.csv). Samples that record no state are not judged. For a run
-    /// of several executions, a second table: per timer, batch and execution, each case's
-    /// host control and time per call (medians) against its fastest execution's, the median
-    /// over cases — a part of an execution that ran slow throughout, which no flag (judged
-    /// within its case) shows.
+    /// and each flag's count (host-slow, host-level, stalled, steal, switched, gpu-throttled;
+    /// rules in docs/schema.md, samples.csv), each sample judged within its case and
+    /// execution. Samples that record no state are not judged. For a run of several
+    /// executions, two more tables: the same across its executions (slow against the case's
+    /// median in its fastest execution, judged by every flag, host-level too: a case's
+    /// execution whose host control ran over 1.2× and time per call over 1.3× its fastest
+    /// execution's), and per timer, batch and execution each case's host control and time
+    /// per call (medians) against its fastest execution's, the median over cases.
     State {
         /// The run directory.
         run: PathBuf,
