@@ -2147,16 +2147,43 @@ fn state_tells_how_far_the_flags_explain_a_runs_slow_samples() {
     };
     assert_eq!(
         line("bench binaries"),
-        "1 18 12 66.7% 1572 100 6.4% 12/83 3/24 0/1 0/0 0/0"
+        "1 18 12 66.7% 1572 100 6.4% 12/83 0/0 3/24 0/1 0/0 0/0"
     );
     assert_eq!(
         line("peer: HF rows"),
-        "1 44 39 88.6% 496 55 11.1% 39/53 1/1 0/2 0/0 0/0"
+        "1 44 39 88.6% 496 55 11.1% 39/53 0/0 1/1 0/2 0/0 0/0"
     );
     assert!(
-        out.contains("host-slow") && out.contains("gpu-throttled"),
+        out.contains("host-slow") && out.contains("host-level") && out.contains("gpu-throttled"),
         "{out}"
     );
+    // one execution: no level between executions, so neither the across table nor levels
+    assert!(
+        !out.contains("across executions") && !out.contains("level per execution"),
+        "{out}"
+    );
+    // two executions (the calibration grid's a1, 2026-12-01): the across table, where the
+    // level flag catches what ran slow between them (484 of 548 slow samples in the first)
+    let a1 = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../analysis/tests/fixtures/state-2026-12-01/a1"
+    );
+    let (code, out, err) = opbench(&["state", a1]);
+    assert_eq!(code, 0, "{err}");
+    let across = out.split("across executions").nth(1).unwrap_or_default();
+    let first = across
+        .lines()
+        .find(|l| l.starts_with("bench binaries"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert_eq!(
+        first
+            .split_whitespace()
+            .skip(2)
+            .collect::<Vec<_>>()
+            .join(" "),
+        "1 548 495 90.3% 1402 101 7.2% 61/77 484/26 0/0 0/1 0/0 0/0"
+    );
+    assert!(out.contains("level per execution"), "{out}");
     // device-timed samples: none slow, the GPU's flags on the others
     let (code, out, _) = opbench(&["state", run, "--mode", "device"]);
     assert_eq!(code, 0);
