@@ -685,3 +685,29 @@ fn on_gen18_written_down_before_it_ran_the_op_crates_meet_both_bars_in_each_exec
     assert_eq!((met(&within, "op"), met(&within, "hf")), (2, 1));
     assert_eq!((met(&across, "op"), met(&across, "hf")), (2, 0));
 }
+
+#[test]
+fn on_gen19_written_down_before_it_ran_a_batch_slow_through_one_execution_is_level_flagged() {
+    // gen19 (2026-12-02, gen18's command in a later lease): the first execution's HF rows
+    // ran slow through B = 8 (1.77× the second's, the control 1.60×), so across the
+    // executions its 228 level-flagged slow samples; the op crates met both bars in both
+    let (_tmp, run) = common::merged("gen19");
+    let levels = analysis::state::levels(&run, Mode::Pipelined).unwrap();
+    let b8 = levels[&(Timer::PeerHf, 8, 1)];
+    assert!(b8.control > 1.5 && b8.per_call > 1.7, "{b8:?}");
+    let across = scoped_counts(&run, Mode::Pipelined, Scope::Run);
+    assert_eq!(across[&("op", 1)], (314, 298, 1276, 96));
+    assert_eq!(across[&("op", 2)], (198, 165, 1392, 117));
+    assert_eq!(across[&("hf", 1)], (266, 255, 298, 70));
+    assert_eq!(across[&("hf", 2)], (37, 27, 527, 33));
+    assert!(meets_bars(&across[&("op", 1)]) && meets_bars(&across[&("op", 2)]));
+    let within = counts(&run, Mode::Pipelined);
+    assert_eq!(within[&("op", 1)], (9, 9, 1581, 107));
+    assert_eq!(within[&("hf", 2)], (32, 26, 532, 34));
+    let tally = analysis::state::tally(&run, Mode::Pipelined, Scope::Run).unwrap();
+    let level = analysis::state::FLAGS
+        .iter()
+        .position(|f| *f == rundir::SampleFlag::HostLevel)
+        .unwrap();
+    assert_eq!(tally[&(Timer::PeerHf, 1)].by_flag[level], (228, 40));
+}
