@@ -88,8 +88,8 @@ pub enum Scope {
     Execution,
     /// Across the run's executions: slow over [`SLOW`]× the case's median in its fastest
     /// execution, flagged by every flag, [`SampleFlag::HostLevel`] too: what the flags catch
-    /// of everything that made a sample slower than the case's fastest execution (the same
-    /// as [`Scope::Execution`] in a run of one execution, less nothing).
+    /// of everything that made a sample slower than the case's fastest execution (in a run
+    /// of one execution, the same as [`Scope::Execution`]).
     Run,
 }
 

@@ -504,6 +504,49 @@ fn a_sample_taken_in_an_unusual_state_is_flagged_and_counted_per_case() {
         Some(vec![false, false, true, false, false, true])
     );
     assert_eq!(rundir::flagged(&mixed), Some(2));
+    // between executions (host-level): an execution whose control and time per call both
+    // ran over 1.2× and 1.3× the case's fastest execution's, throughout; a control that
+    // moved while the case's time did not, or a time that moved while the control did not,
+    // is no level; the fastest execution is never flagged
+    let per_call = base.per_call_ns();
+    let level = |runs: &[(u32, f64, f64)]| {
+        let samples: Vec<Sample> = runs
+            .iter()
+            .flat_map(|&(e, host, slower)| (0..3).map(move |_| (e, host, slower)))
+            .map(|(e, host, slower)| {
+                with(&|s| {
+                    s.execution = e;
+                    s.host_ns = Some(host);
+                    s.state.host_after_ns = Some(host);
+                    s.state.slowest_ns = None;
+                    s.total_ns = per_call * slower * s.iters as f64;
+                })
+            })
+            .collect();
+        let medians = rundir::case_medians(&samples);
+        let flags: Vec<bool> = samples
+            .iter()
+            .map(|s| s.flags(&medians[&s.execution]).contains(&HostLevel))
+            .collect();
+        flags
+            .chunks(3)
+            .map(|c| c.iter().all(|&f| f))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        level(&[(1, 50_000.0, 1.0), (2, 80_000.0, 1.5)]),
+        [false, true]
+    );
+    assert_eq!(
+        level(&[(1, 80_000.0, 1.5), (2, 50_000.0, 1.0)]),
+        [true, false]
+    );
+    assert_eq!(
+        level(&[(1, 50_000.0, 1.0), (2, 80_000.0, 1.2), (3, 52_000.0, 1.6)]),
+        [false, false, false]
+    );
+    // one execution: nothing to compare
+    assert_eq!(level(&[(1, 80_000.0, 1.5)]), [false]);
     // samples that record no state: nothing to tell
     let bare = Sample::bare(&base.key, 1, &[(10, 1000.0)]);
     assert_eq!(rundir::flagged(&bare), None);
