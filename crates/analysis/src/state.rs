@@ -106,18 +106,12 @@ pub fn tally(
             continue;
         }
         let medians = rundir::case_medians(&samples);
-        let fastest = medians
-            .values()
-            .filter_map(|m| m.per_call)
-            .fold(f64::INFINITY, f64::min);
         for (e, of) in rundir::by_execution(&samples) {
             let (m, reference) = match scope {
-                Scope::Run => (medians[&e], fastest),
-                Scope::Execution => {
-                    let m = CaseMedians::of(&of);
-                    (m, m.per_call.unwrap_or(f64::INFINITY))
-                }
+                Scope::Run => (medians[&e], medians[&e].fastest_per_call()),
+                Scope::Execution => (medians[&e].within_execution(), medians[&e].per_call),
             };
+            let reference = reference.unwrap_or(f64::INFINITY);
             out.entry((Timer::of(&key.variant), e))
                 .or_default()
                 .add(&of, &m, reference);
@@ -156,22 +150,16 @@ pub fn levels(run: &Run, mode: Mode) -> Result<BTreeMap<LevelKey, Level>, Analys
         if key.mode != mode {
             continue;
         }
-        // (execution, the control's median, the time per call's median)
-        let per: Vec<(u32, f64, f64)> = rundir::case_medians(&samples)
-            .into_iter()
-            .filter_map(|(e, m)| Some((e, m.control_level?, m.per_call?)))
-            .collect();
-        if per.len() < 2 {
-            continue;
-        }
-        let low = |f: fn(&(u32, f64, f64)) -> f64| per.iter().map(f).fold(f64::INFINITY, f64::min);
-        let (c0, t0) = (low(|x| x.1), low(|x| x.2));
-        for &(e, c, t) in &per {
+        // each execution's levels against the case's lowest (none for a case of one)
+        for (e, m) in rundir::case_medians(&samples) {
+            let (Some(c), Some(t)) = (m.level, m.per_call_level) else {
+                continue;
+            };
             let r = ratios
                 .entry((Timer::of(&key.variant), key.batch, e))
                 .or_default();
-            r.0.push(c / c0);
-            r.1.push(t / t0);
+            r.0.push(c);
+            r.1.push(t);
         }
     }
     Ok(ratios

@@ -616,6 +616,38 @@ fn a_runs_two_executions_merged_price_generate_and_the_step_within_15_percent_in
     assert!((step - 1.009).abs() < 0.005 && (generate - 0.989).abs() < 0.005);
 }
 
+/// (step, generate()) predicted / measured, clean samples, at B = 1, 8, 64 of the
+/// `state-2026-12-02` fixture `generation`: its two executions merged, then each alone.
+fn merged_and_alone(generation: &str) -> [Vec<(f64, f64)>; 3] {
+    let (_tmp, merged) = common::merged(generation);
+    let at = |run: &Run| -> Vec<(f64, f64)> {
+        [1, 8, 64]
+            .map(|b| ratios(run, b, analysis::predict::HostState::Fast))
+            .into()
+    };
+    [
+        at(&merged),
+        by_batch(&format!("{generation}/1")),
+        by_batch(&format!("{generation}/2")),
+    ]
+}
+
+/// Each (step, generate()) of `got` within 0.005 of `want`'s.
+fn assert_near(got: &[Vec<(f64, f64)>], want: &[[(f64, f64); 3]]) {
+    for (got, want) in got.iter().zip(want) {
+        for (&(step, generate), &(step_want, gen_want)) in got.iter().zip(want) {
+            assert!(
+                (step - step_want).abs() < 0.005,
+                "{step} against {step_want}"
+            );
+            assert!(
+                (generate - gen_want).abs() < 0.005,
+                "{generate} against {gen_want}"
+            );
+        }
+    }
+}
+
 #[test]
 fn on_gen18_written_down_before_it_ran_generate_and_the_step_come_within_15_percent_merged_and_alone()
  {
@@ -627,28 +659,10 @@ fn on_gen18_written_down_before_it_ran_generate_and_the_step_come_within_15_perc
         [(0.944, 0.895), (0.904, 0.978), (1.055, 0.988)],
         [(1.009, 0.976), (1.113, 1.014), (1.024, 1.076)],
     ];
-    let (_tmp, merged) = common::merged("gen18");
-    let got: Vec<Vec<(f64, f64)>> = [merged]
-        .into_iter()
-        .chain([1, 2].map(|e| common::fixture(&format!("state-2026-12-02/gen18/{e}"))))
-        .map(|run| {
-            [1, 8, 64]
-                .map(|b| ratios(&run, b, analysis::predict::HostState::Fast))
-                .into()
-        })
-        .collect();
-    for (got, want) in got.iter().zip(want) {
-        for (&(step, generate), (step_want, gen_want)) in got.iter().zip(want) {
-            assert!(
-                (step - step_want).abs() < 0.005,
-                "{step} against {step_want}"
-            );
-            assert!(
-                (generate - gen_want).abs() < 0.005,
-                "{generate} against {gen_want}"
-            );
-            assert!((0.85..=1.15).contains(&step) && (0.85..=1.15).contains(&generate));
-        }
+    let got = merged_and_alone("gen18");
+    assert_near(&got, &want);
+    for &(step, generate) in got.iter().flatten() {
+        assert!((0.85..=1.15).contains(&step) && (0.85..=1.15).contains(&generate));
     }
 }
 
@@ -666,21 +680,5 @@ fn on_gen19_written_down_before_it_ran_generate_misses_at_b1_where_its_calls_ran
         [(1.082, 1.075), (1.068, 1.001), (0.938, 0.940)],
         [(1.002, 0.769), (1.053, 1.043), (1.011, 0.977)],
     ];
-    let (_tmp, merged) = common::merged("gen19");
-    let runs = [merged]
-        .into_iter()
-        .chain([1, 2].map(|e| common::fixture(&format!("state-2026-12-02/gen19/{e}"))));
-    for (run, want) in runs.zip(want) {
-        for (b, (step_want, gen_want)) in [1, 8, 64].into_iter().zip(want) {
-            let (step, generate) = ratios(&run, b, analysis::predict::HostState::Fast);
-            assert!(
-                (step - step_want).abs() < 0.005,
-                "B={b}: {step} against {step_want}"
-            );
-            assert!(
-                (generate - gen_want).abs() < 0.005,
-                "B={b}: {generate} against {gen_want}"
-            );
-        }
-    }
+    assert_near(&merged_and_alone("gen19"), &want);
 }

@@ -60,6 +60,20 @@ fn scoped_counts(run: &Run, mode: Mode, scope: Scope) -> BTreeMap<(&'static str,
         .collect()
 }
 
+/// Per (timer, execution), the (slow, other) pipelined samples that carry the level flag,
+/// judged in `scope`.
+fn level_flagged(run: &Run, scope: Scope) -> BTreeMap<(Timer, u32), (usize, usize)> {
+    let at = analysis::state::FLAGS
+        .iter()
+        .position(|f| *f == rundir::SampleFlag::HostLevel)
+        .unwrap();
+    analysis::state::tally(run, Mode::Pipelined, scope)
+        .unwrap()
+        .into_iter()
+        .map(|(k, t)| (k, t.by_flag[at]))
+        .collect()
+}
+
 /// The counts of `run`'s only group, its executions in order.
 fn op_counts(run: &Run, mode: Mode) -> Vec<Counts> {
     let c = counts(run, mode);
@@ -580,18 +594,16 @@ fn a_part_of_an_execution_that_ran_slow_throughout_is_flagged_by_its_level_again
     // the second are 367 slow samples, 355 of them flagged — the level flag on 325
     let across = scoped_counts(&run, Mode::Pipelined, Scope::Run);
     assert_eq!(across[&("hf", 2)], (367, 355, 197, 40));
-    let tally = analysis::state::tally(&run, Mode::Pipelined, Scope::Run).unwrap();
-    let level = analysis::state::FLAGS
-        .iter()
-        .position(|f| *f == rundir::SampleFlag::HostLevel)
-        .unwrap();
-    assert_eq!(tally[&(Timer::PeerHf, 2)].by_flag[level], (325, 25));
+    assert_eq!(
+        level_flagged(&run, Scope::Run)[&(Timer::PeerHf, 2)],
+        (325, 25)
+    );
     // the fastest execution of a case is never level-flagged: the first's level flags are
     // its cases that ran slower there than in the second
-    assert_eq!(tally[&(Timer::PeerHf, 1)].by_flag[level], (8, 2));
+    assert_eq!(level_flagged(&run, Scope::Run)[&(Timer::PeerHf, 1)], (8, 2));
     // and within an execution the flag is never read
-    let within = analysis::state::tally(&run, Mode::Pipelined, Scope::Execution).unwrap();
-    assert!(within.values().all(|t| t.by_flag[level] == (0, 0)));
+    let within = level_flagged(&run, Scope::Execution);
+    assert!(within.values().all(|&c| c == (0, 0)));
 }
 
 #[test]
@@ -704,10 +716,8 @@ fn on_gen19_written_down_before_it_ran_a_batch_slow_through_one_execution_is_lev
     let within = counts(&run, Mode::Pipelined);
     assert_eq!(within[&("op", 1)], (9, 9, 1581, 107));
     assert_eq!(within[&("hf", 2)], (32, 26, 532, 34));
-    let tally = analysis::state::tally(&run, Mode::Pipelined, Scope::Run).unwrap();
-    let level = analysis::state::FLAGS
-        .iter()
-        .position(|f| *f == rundir::SampleFlag::HostLevel)
-        .unwrap();
-    assert_eq!(tally[&(Timer::PeerHf, 1)].by_flag[level], (228, 40));
+    assert_eq!(
+        level_flagged(&run, Scope::Run)[&(Timer::PeerHf, 1)],
+        (228, 40)
+    );
 }

@@ -424,6 +424,23 @@ impl CaseMedians {
             per_call_level: None,
         }
     }
+
+    /// The case's median time per call in its fastest execution (`per_call` over its
+    /// [`CaseMedians::per_call_level`]; within one execution, its own).
+    pub fn fastest_per_call(&self) -> Option<f64> {
+        self.per_call
+            .map(|t| t / self.per_call_level.unwrap_or(1.0))
+    }
+
+    /// These medians as judged within their execution alone: without the levels against
+    /// the case's other executions (so no [`SampleFlag::HostLevel`]).
+    pub fn within_execution(&self) -> Self {
+        CaseMedians {
+            level: None,
+            per_call_level: None,
+            ..*self
+        }
+    }
 }
 
 /// How many of a case's samples are flagged ([`Sample::flags`]), each judged against its
@@ -456,21 +473,15 @@ pub fn case_medians(samples: &[Sample]) -> std::collections::BTreeMap<u32, CaseM
         .into_iter()
         .map(|(e, of)| (e, CaseMedians::of(&of)))
         .collect();
-    let lowest = out
-        .values()
-        .filter_map(|m| m.control_level)
-        .fold(f64::INFINITY, f64::min);
+    let lowest = |f: fn(&CaseMedians) -> Option<f64>| {
+        out.values().filter_map(f).fold(f64::INFINITY, f64::min)
+    };
+    let (control, per_call) = (lowest(|m| m.control_level), lowest(|m| m.per_call));
     let compared = out.values().filter(|m| m.control_level.is_some()).count();
-    if compared >= 2 && lowest > 0.0 {
+    if compared >= 2 && control > 0.0 {
         for m in out.values_mut() {
-            m.level = m.control_level.map(|c| c / lowest);
-        }
-        let fastest = out
-            .values()
-            .filter_map(|m| m.per_call)
-            .fold(f64::INFINITY, f64::min);
-        for m in out.values_mut() {
-            m.per_call_level = m.per_call.map(|t| t / fastest);
+            m.level = m.control_level.map(|c| c / control);
+            m.per_call_level = m.per_call.map(|t| t / per_call);
         }
     }
     out

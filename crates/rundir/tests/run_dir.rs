@@ -512,7 +512,7 @@ fn a_sample_taken_in_an_unusual_state_is_flagged_and_counted_per_case() {
     let level = |runs: &[(u32, f64, f64)]| {
         let samples: Vec<Sample> = runs
             .iter()
-            .flat_map(|&(e, host, slower)| (0..3).map(move |_| (e, host, slower)))
+            .flat_map(|&r| std::iter::repeat_n(r, 3))
             .map(|(e, host, slower)| {
                 with(&|s| {
                     s.execution = e;
