@@ -99,8 +99,8 @@ except ImportError:
 KEY = ["op", "variant", "site", "model", "phase", "batch", "q_len", "kv_len", "dtype", "device", "mode"]
 PEER_COLUMNS = KEY + ["dims", "flops", "bytes", "check", "rel_err", "status", "note", "execution", "iters",
                       "total_ns"] + ["host_ns", "host_after_ns", "cpu_ns", "nivcsw", "steal", "slowest_ns",
-                                     "control_ns", "control_after_ns"]
-STATE_COLUMNS = PEER_COLUMNS[-8:]
+                                     "control_ns", "control_after_ns", "typical_ns"]
+STATE_COLUMNS = PEER_COLUMNS[-9:]
 # a sample's calls are timed in up to this many stretches (Rust's rundir::STRETCHES)
 STRETCHES = 32
 
@@ -279,7 +279,7 @@ class State:
     Python control and the torch control (`TorchControl`) before and after it, the
     process's CPU time, its involuntary context switches, the steal ticks of the CPU the
     thread ran on (empty where the OS does not tell, or the thread moved) and the slowest
-    stretch of the sample's calls per call. The GPU's columns stay empty for the peer's
+    and the median stretch of the sample's calls per call. The GPU's columns stay empty for the peer's
     rows (env.json has the GPU's state at the run's start and end)."""
 
     def __init__(self, control=None):
@@ -289,14 +289,16 @@ class State:
         self.on = _this_cpu()
         self.cpu, self.sw, self.st = time.process_time_ns(), _nivcsw(), _steal(self.on)
 
-    def close(self, slowest_ns=None):
+    def close(self, paces=()):
+        """The state over the sample, its calls' stretches `paces` (per call, ns) kept
+        where there are at least 4."""
         # the steal of the CPU the sample began on, where the thread is still on it
         on = _this_cpu()
         cpu, sw, st = time.process_time_ns(), _nivcsw(), _steal(self.on)
         steal = None if st is None or self.st is None or on != self.on else st - self.st
         return {"host_ns": self.host_ns, "cpu_ns": cpu - self.cpu,
                 "nivcsw": None if sw is None else sw - self.sw, "steal": steal,
-                "host_after_ns": host_control_ns(), "slowest_ns": slowest_ns,
+                "host_after_ns": host_control_ns(), **stretches(paces),
                 "control_ns": self.control_ns,
                 "control_after_ns": self.control.ns() if self.control else None}
 
@@ -311,15 +313,20 @@ class Timed(float):
 
     def scaled(self, k):
         state = dict(self.state)
-        if state.get("slowest_ns") is not None:
-            state["slowest_ns"] *= k
+        for col in ("slowest_ns", "typical_ns"):
+            if state.get(col) is not None:
+                state[col] *= k
         return Timed(self * k, state)
+
+    def with_stretches(self, paces):
+        """This time with its stretches read from `paces` (ns each, in this time's unit)."""
+        return Timed(self, dict(self.state, **stretches(paces)))
 
     @staticmethod
     def total(parts):
         """Samples taken one after another, as one: their sum, the control before the first
-        and after the last, their CPU time, switches and steal added up (no slowest stretch:
-        the parts are different calls, whose stretches do not add up to one pace)."""
+        and after the last, their CPU time, switches and steal added up (no stretches: the
+        parts are different calls, whose stretches do not add up to one pace)."""
         state = {k: (None if any(p.state.get(k) is None for p in parts) else sum(p.state[k] for p in parts))
                  for k in ("cpu_ns", "nivcsw", "steal")}
         state.update({k: parts[0].state.get(k) for k in ("host_ns", "control_ns")})
@@ -365,21 +372,31 @@ class Timer:
     def sample(self, fn, n):
         """Per-call ns of n calls back to back, one synchronize, with the host's state: the
         calls run in up to STRETCHES stretches, the clock read between them, and the slowest
-        stretch's time per call is kept where there are at least 4 (as in Rust's harness)."""
+        and the median stretch's time per call are kept where there are at least 4 (as in
+        Rust's harness)."""
         self.sync()
         state = State(self.control)
         per = max(1, -(-n // STRETCHES))
-        slowest, done = 0.0, 0
+        paces, done = [], 0
         t0 = at = time.perf_counter_ns()
         while done < n:
             k = min(per, n - done)
             for _ in range(k):
                 fn()
             now = time.perf_counter_ns()
-            slowest, at, done = max(slowest, (now - at) / k), now, done + k
+            paces.append((now - at) / k)
+            at, done = now, done + k
         self.sync()
         ns = (time.perf_counter_ns() - t0) / n
-        return Timed(ns, state.close(slowest if n >= 4 else None))
+        return Timed(ns, state.close(paces))
+
+
+def stretches(paces):
+    """`slowest_ns` and `typical_ns` (the median) of a sample's stretches, per call, where
+    there are at least 4 (as in Rust's harness); else none."""
+    if len(paces) < 4:
+        return {"slowest_ns": None, "typical_ns": None}
+    return {"slowest_ns": max(paces), "typical_ns": statistics.median(paces)}
 
 
 def rel_err(out, ref):
@@ -980,10 +997,27 @@ def step_and_generate(c, b, step_err):
         finally:
             del model.forward
 
-    def timed_generate():
-        # the cache cropped back outside the timed call, as before every step sample
-        crop()
-        return c.timer.sample(generate, 1).scaled(1 / new)
+    def timed_generate(clocked=True):
+        """generate() per new token; `clocked`: with its stretches per token (the clock read
+        as each forward starts: a token's forward and generate()'s loop after it; one
+        function call more per token, ~1 µs in 20 ms on the H200)."""
+        crop()  # the cache cropped back outside the timed call, as before every step sample
+        ticks, inner, own = [], model.forward, "forward" in vars(model)
+
+        @functools.wraps(inner)
+        def forward(*a, **kw):
+            ticks.append(time.perf_counter_ns())
+            return inner(*a, **kw)
+        if clocked:
+            model.forward = forward
+        try:
+            t = c.timer.sample(generate, 1).scaled(1 / new)
+        finally:
+            if own:
+                model.forward = inner
+            elif clocked:
+                del model.forward
+        return t.with_stretches([b_ - a_ for a_, b_ in zip(ticks, ticks[1:])]) if clocked else t
     crop()
     want = model(input_ids=ids[:, ctx:], past_key_values=cache, use_cache=True).logits[:, -1]
     crop()
@@ -1019,7 +1053,7 @@ def step_and_generate(c, b, step_err):
                 "step_synced": lambda: (crop(), c.timer.sample(step_synced, n))[1],
                 "step_as_generate": lambda: (crop(), c.timer.sample(step_as_generate, n))[1],
                 "generate_from_l": timed_generate,
-                "generate_loop": lambda: stubbed(timed_generate)}
+                "generate_loop": lambda: stubbed(lambda: timed_generate(clocked=False))}
     for f in samplers.values():  # one of each first: allocations and caches warm
         f()
     beside.clear()

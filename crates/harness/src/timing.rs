@@ -84,13 +84,33 @@ pub fn time_calls(
     time_sample(p, device, mode, iters, clock).map(|t| t.total)
 }
 
-/// One sample's time: the whole, and in the host-timed modes the slowest stretch of its
-/// calls, per call ([`rundir::SampleState::slowest_ns`]).
+/// One sample's time: the whole, and in the host-timed modes the slowest and the median
+/// stretch of its calls, per call ([`rundir::SampleState::slowest_ns`] and
+/// [`rundir::SampleState::typical_ns`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SampleTime {
     pub total: Duration,
     /// `None` in the device-timed modes and for samples of fewer than 4 calls.
-    pub slowest_ns: Option<f64>,
+    pub stretches: Option<Stretches>,
+}
+
+/// The stretches of one host-timed sample's calls, per call (ns).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Stretches {
+    pub slowest_ns: f64,
+    /// The median stretch: the sample's own pace, which a burst inside it does not move.
+    pub typical_ns: f64,
+}
+
+impl Stretches {
+    /// Per call where one timed call is `calls` calls (a graph replay).
+    pub fn per(self, calls: u64) -> Self {
+        let k = calls.max(1) as f64;
+        Stretches {
+            slowest_ns: self.slowest_ns / k,
+            typical_ns: self.typical_ns / k,
+        }
+    }
 }
 
 /// [`time_calls`], with the slowest stretch of the calls of a host-timed sample.
@@ -111,12 +131,12 @@ pub fn time_sample(
         }?;
         return Ok(SampleTime {
             total,
-            slowest_ns: None,
+            stretches: None,
         });
     }
     device.sync();
     let t0 = Instant::now();
-    let slowest_ns = match mode {
+    let stretches = match mode {
         Mode::Device | Mode::DeviceCold | Mode::Graph | Mode::GraphCold => {
             unreachable!("handled above")
         }
@@ -130,20 +150,22 @@ pub fn time_sample(
     };
     Ok(SampleTime {
         total: t0.elapsed(),
-        slowest_ns,
+        stretches,
     })
 }
 
 /// Run `iters` calls of `p` (each followed by a synchronize of `sync_each`) in up to
 /// [`rundir::STRETCHES`] stretches of equal count, the clock read between stretches and
-/// never inside a call; the slowest stretch's time per call, where there are at least 4.
+/// never inside a call; the slowest and the median stretch's time per call, where there are
+/// at least 4 calls.
 fn run_in_stretches(
     p: &mut dyn Prepared,
     iters: u64,
     sync_each: Option<Device>,
-) -> Result<Option<f64>, TchError> {
+) -> Result<Option<Stretches>, TchError> {
     let per = iters.div_ceil(rundir::STRETCHES).max(1);
-    let (mut done, mut slowest) = (0, 0.0f64);
+    let mut done = 0;
+    let mut paces = Vec::with_capacity(rundir::STRETCHES as usize);
     let mut at = Instant::now();
     while done < iters {
         let n = per.min(iters - done);
@@ -154,10 +176,13 @@ fn run_in_stretches(
             }
         }
         let now = Instant::now();
-        slowest = slowest.max((now - at).as_nanos() as f64 / n as f64);
+        paces.push((now - at).as_nanos() as f64 / n as f64);
         (at, done) = (now, done + n);
     }
-    Ok((iters >= 4).then_some(slowest))
+    Ok((iters >= 4).then(|| Stretches {
+        slowest_ns: paces.iter().copied().fold(0.0, f64::max),
+        typical_ns: stats::median(&paces),
+    }))
 }
 
 /// A planted host slowdown (`OPBENCH_PLANT_NS`, `OPBENCH_PLANT_PCT`): calibration knobs
@@ -1252,6 +1277,7 @@ fn sample_state(
         throttle: g.throttle,
         host_after_ns: None,
         slowest_ns: None,
+        typical_ns: None,
         control_after_ns: None,
     }
 }
@@ -1399,7 +1425,9 @@ fn time_case(
                             .as_deref_mut()
                             .and_then(|c| control_ns(c, device, plant));
                         // a graph replay's stretch is many calls: per call, as the sample
-                        host.state.slowest_ns = t.slowest_ns.map(|x| x / calls as f64);
+                        let stretches = t.stretches.map(|s| s.per(calls));
+                        host.state.slowest_ns = stretches.map(|s| s.slowest_ns);
+                        host.state.typical_ns = stretches.map(|s| s.typical_ns);
                         record
                             .borrow_mut()
                             .push((iters * calls, t.total.as_nanos() as f64, host));

@@ -249,7 +249,7 @@ impl Prepared for Spin {
 }
 
 #[test]
-fn a_host_timed_sample_keeps_the_slowest_stretch_of_its_calls() {
+fn a_host_timed_sample_keeps_the_slowest_and_the_median_stretch_of_its_calls() {
     use harness::Mode;
     // 128 calls in 32 stretches of 4: the stretch with the 2-ms call runs at ≥ 500 µs a
     // call, the sample's mean at ~36 µs
@@ -260,11 +260,15 @@ fn a_host_timed_sample_keeps_the_slowest_stretch_of_its_calls() {
         };
         let t = harness::time_sample(&mut p, Device::CPU, mode, 128, None).unwrap();
         let mean = t.total.as_nanos() as f64 / 128.0;
-        let slowest = t.slowest_ns.unwrap();
+        let s = t.stretches.unwrap();
+        let slowest = s.slowest_ns;
         assert!(
             slowest >= 500_000.0 && slowest > 5.0 * mean,
             "{slowest} vs {mean}"
         );
+        // the median stretch is the calls' own pace: the stall moves the mean, not it
+        assert!(s.typical_ns < 0.8 * mean, "{s:?} vs {mean}");
+        assert!(s.typical_ns > 0.0 && s.typical_ns <= slowest);
         assert!(
             slowest * 4.0 <= t.total.as_nanos() as f64,
             "a stretch is within its sample"
@@ -277,7 +281,7 @@ fn a_host_timed_sample_keeps_the_slowest_stretch_of_its_calls() {
         };
         let t = harness::time_sample(&mut even, Device::CPU, mode, 128, None).unwrap();
         let mean = t.total.as_nanos() as f64 / 128.0;
-        let slowest = t.slowest_ns.unwrap();
+        let slowest = t.stretches.unwrap().slowest_ns;
         assert!(slowest >= 0.99 * mean, "{slowest} vs {mean}");
         assert!(slowest * 4.0 <= t.total.as_nanos() as f64);
     }
@@ -287,6 +291,6 @@ fn a_host_timed_sample_keeps_the_slowest_stretch_of_its_calls() {
         stall_at: u64::MAX,
     };
     let t = harness::time_sample(&mut p, Device::CPU, Mode::Pipelined, 3, None).unwrap();
-    assert_eq!(t.slowest_ns, None);
+    assert_eq!(t.stretches, None);
     assert!(harness::time_sample(&mut p, Device::CPU, Mode::Device, 8, None).is_err());
 }

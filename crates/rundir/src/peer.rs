@@ -29,9 +29,9 @@ pub const PEER_TAIL: [&str; 10] = [
 
 /// The peer file's optional columns: the host's state over each sample, as in samples.csv
 /// (the Python control before and after it, CPU time, involuntary switches, steal, the
-/// slowest stretch of its calls, and the torch control — Python's one-element add — before
-/// and after it).
-pub const STATE_COLUMNS: [&str; 8] = [
+/// slowest stretch of its calls, the torch control — Python's one-element add — before
+/// and after it, and the median stretch of its calls).
+pub const STATE_COLUMNS: [&str; 9] = [
     "host_ns",
     "host_after_ns",
     "cpu_ns",
@@ -40,6 +40,7 @@ pub const STATE_COLUMNS: [&str; 8] = [
     "slowest_ns",
     "control_ns",
     "control_after_ns",
+    "typical_ns",
 ];
 
 /// One case of the peer's file.

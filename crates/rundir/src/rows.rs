@@ -308,6 +308,12 @@ pub struct SampleState {
     /// case and execution it reads the host's state, and on the H200 it caught more of the
     /// slow samples than the build-independent controls (docs/findings.md 9).
     pub control_after_ns: Option<f64>,
+    /// The median stretch of the sample's own calls, per call (ns; beside `slowest_ns`,
+    /// added 2026-12-02): the sample's own pace, which a burst inside it does not move — a
+    /// sample whose time per call runs well over it was slow in part of its calls only.
+    /// scripts/peer.py's generate() samples (one call of many new tokens) are timed per
+    /// token: a stretch is one token (its forward and generate()'s loop after it).
+    pub typical_ns: Option<f64>,
 }
 
 /// How many stretches a host-timed sample's calls are timed in ([`SampleState::slowest_ns`]).
@@ -499,7 +505,7 @@ pub fn by_execution(samples: &[Sample]) -> std::collections::BTreeMap<u32, Vec<&
 
 impl Sample {
     /// `samples.csv` columns, in file order: the case key, then these.
-    const TAIL: [&'static str; 15] = [
+    const TAIL: [&'static str; 16] = [
         "execution",
         "iters",
         "total_ns",
@@ -515,6 +521,7 @@ impl Sample {
         "host_after_ns",
         "slowest_ns",
         "control_after_ns",
+        "typical_ns",
     ];
 
     /// Columns added after schema 2 that a reader does not require (older runs lack them):
@@ -654,6 +661,7 @@ impl Sample {
             opt(&self.state.host_after_ns),
             opt(&self.state.slowest_ns),
             opt(&self.state.control_after_ns),
+            opt(&self.state.typical_ns),
         ]);
         out
     }
@@ -712,6 +720,7 @@ impl SampleState {
             host_after_ns: l.positive("host_after_ns", false)?,
             slowest_ns: l.positive("slowest_ns", false)?,
             control_after_ns: l.positive("control_after_ns", false)?,
+            typical_ns: l.positive("typical_ns", false)?,
         })
     }
 }

@@ -57,6 +57,7 @@ fn row(batch: usize) -> (ResultRow, Vec<Sample>) {
             throttle: Some(0),
             host_after_ns: Some(52_500.0),
             slowest_ns: Some(104.0),
+            typical_ns: Some(101.0),
             control_after_ns: Some(805.0),
         },
     };
