@@ -721,3 +721,46 @@ fn on_gen19_written_down_before_it_ran_a_batch_slow_through_one_execution_is_lev
         (228, 40)
     );
 }
+
+#[test]
+fn on_gen20_written_down_before_it_ran_the_hf_rows_meet_both_bars_within_each_execution() {
+    // gen20 (2026-12-02, gen19's command in a later lease, generate() timed per token; its
+    // questions in the fixture's README): within each execution the HF rows 29 of 36 and
+    // 28 of 30 (4.9%, 9.0% of the others) — both bars in both, for the first time in a
+    // run's two executions — and the op crates 20 of 24 and 13 of 17 (3.0%, 3.8%); across
+    // them the op crates in both, the HF rows in the first only (the second's B = 8 and
+    // B = 64 ran slow through it, level-flagged, 19.6% of its others)
+    let (_tmp, run) = common::merged("gen20");
+    let within = counts(&run, Mode::Pipelined);
+    assert_eq!(within[&("op", 1)], (24, 20, 1566, 47));
+    assert_eq!(within[&("op", 2)], (17, 13, 1573, 60));
+    assert_eq!(within[&("hf", 1)], (36, 29, 528, 26));
+    assert_eq!(within[&("hf", 2)], (30, 28, 534, 48));
+    let across = scoped_counts(&run, Mode::Pipelined, Scope::Run);
+    assert_eq!(across[&("op", 1)], (313, 292, 1277, 54));
+    assert_eq!(across[&("op", 2)], (151, 130, 1439, 89));
+    assert_eq!(across[&("hf", 1)], (44, 36, 520, 27));
+    assert_eq!(across[&("hf", 2)], (232, 212, 332, 65));
+    let met = |c: &BTreeMap<(&str, u32), Counts>, g: &str| {
+        [1, 2].iter().filter(|&&e| meets_bars(&c[&(g, e)])).count()
+    };
+    assert_eq!((met(&within, "op"), met(&within, "hf")), (1, 2));
+    assert_eq!((met(&across, "op"), met(&across, "hf")), (2, 1));
+    // generate()'s new per-token stretches: on every sample, and none a stall (no token
+    // over 2× its case's median per token), so the catch above is the rule's as before
+    let mut generate = 0;
+    for (key, samples) in run.samples().unwrap() {
+        if key.site != "generate_from_l" {
+            continue;
+        }
+        let medians = rundir::case_medians(&samples);
+        for s in &samples {
+            let (slowest, typical) = (s.state.slowest_ns.unwrap(), s.state.typical_ns.unwrap());
+            assert!(typical <= slowest, "{s:?}");
+            let flags = s.flags(&medians[&s.execution]);
+            assert!(!flags.contains(&rundir::SampleFlag::Stalled), "{s:?}");
+            generate += 1;
+        }
+    }
+    assert_eq!(generate, 48);
+}
