@@ -764,3 +764,28 @@ fn on_gen20_written_down_before_it_ran_the_hf_rows_meet_both_bars_within_each_ex
     }
     assert_eq!(generate, 48);
 }
+
+#[test]
+fn on_gen21_written_down_before_it_ran_the_op_crates_meet_both_bars_within_and_across() {
+    // gen21 (2026-12-02, gen20's command and binaries in a later lease): within each
+    // execution the op crates 16 of 17 and 13 of 14 (2.7%, 2.3% of the others), the HF rows
+    // in the second (33 of 41, 7.6%), not the first (30 of 36 but 11.6% of the others);
+    // across, the op crates in both, the HF rows in neither (the first's B = 8 ran slow
+    // through it, level-flagged: 32.5% of its others; the second 34 of 44, 77.3%)
+    let (_tmp, run) = common::merged("gen21");
+    let within = counts(&run, Mode::Pipelined);
+    assert_eq!(within[&("op", 1)], (17, 16, 1573, 43));
+    assert_eq!(within[&("op", 2)], (14, 13, 1576, 36));
+    assert_eq!(within[&("hf", 1)], (36, 30, 528, 61));
+    assert_eq!(within[&("hf", 2)], (41, 33, 523, 40));
+    let across = scoped_counts(&run, Mode::Pipelined, Scope::Run);
+    assert_eq!(across[&("op", 1)], (228, 225, 1362, 63));
+    assert_eq!(across[&("op", 2)], (577, 522, 1013, 65));
+    assert_eq!(across[&("hf", 1)], (355, 349, 209, 68));
+    assert_eq!(across[&("hf", 2)], (44, 34, 520, 39));
+    let met = |c: &BTreeMap<(&str, u32), Counts>, g: &str| {
+        [1, 2].iter().filter(|&&e| meets_bars(&c[&(g, e)])).count()
+    };
+    assert_eq!((met(&within, "op"), met(&within, "hf")), (2, 1));
+    assert_eq!((met(&across, "op"), met(&across, "hf")), (2, 0));
+}
