@@ -720,7 +720,10 @@ fn spread_and_part(generation: &str) -> (usize, usize) {
     let (mut spread, mut part) = (0, 0);
     for b in [1, 8, 64] {
         // the rounds in order within each execution: the i-th sample of each site
-        for (g, a) in of("generate_from_l", b).into_iter().zip(of("step_as_generate", b)) {
+        for (g, a) in of("generate_from_l", b)
+            .into_iter()
+            .zip(of("step_as_generate", b))
+        {
             assert_eq!(g.execution, a.execution);
             let (mean, step) = (g.per_call_ns(), a.per_call_ns());
             if mean <= 1.15 * step {
@@ -735,8 +738,7 @@ fn spread_and_part(generation: &str) -> (usize, usize) {
 }
 
 #[test]
-fn where_generate_ran_slower_than_its_rounds_step_the_excess_was_mostly_spread_over_its_tokens()
- {
+fn where_generate_ran_slower_than_its_rounds_step_the_excess_was_mostly_spread_over_its_tokens() {
     // gen20's first question, written down before it ran: where a generate() call ran over
     // 1.15× the step as generate() runs it in the same round (per token), was the excess
     // spread over the call's tokens or held by part of them? Expected: part. Found: spread,
