@@ -632,6 +632,16 @@ fn merged_and_alone(generation: &str) -> [Vec<(f64, f64)>; 3] {
     ]
 }
 
+/// `generation`'s (step, generate()) merged and alone ([`merged_and_alone`]) read as `want`
+/// ([`assert_near`]), every one within ±15%.
+fn held_as_measured(generation: &str, want: &[[(f64, f64); 3]]) {
+    let got = merged_and_alone(generation);
+    assert_near(&got, want);
+    for &(step, generate) in got.iter().flatten() {
+        assert!((0.85..=1.15).contains(&step) && (0.85..=1.15).contains(&generate));
+    }
+}
+
 /// Each (step, generate()) of `got` within 0.005 of `want`'s.
 fn assert_near(got: &[Vec<(f64, f64)>], want: &[[(f64, f64); 3]]) {
     for (got, want) in got.iter().zip(want) {
@@ -659,11 +669,7 @@ fn on_gen18_written_down_before_it_ran_generate_and_the_step_come_within_15_perc
         [(0.944, 0.895), (0.904, 0.978), (1.055, 0.988)],
         [(1.009, 0.976), (1.113, 1.014), (1.024, 1.076)],
     ];
-    let got = merged_and_alone("gen18");
-    assert_near(&got, &want);
-    for &(step, generate) in got.iter().flatten() {
-        assert!((0.85..=1.15).contains(&step) && (0.85..=1.15).contains(&generate));
-    }
+    held_as_measured("gen18", &want);
 }
 
 #[test]
@@ -696,11 +702,7 @@ fn on_gen20_written_down_before_it_ran_generate_and_the_step_come_within_15_perc
         [(0.978, 0.981), (1.040, 1.026), (1.002, 0.969)],
         [(0.998, 0.997), (1.134, 1.088), (1.040, 0.999)],
     ];
-    let got = merged_and_alone("gen20");
-    assert_near(&got, &want);
-    for &(step, generate) in got.iter().flatten() {
-        assert!((0.85..=1.15).contains(&step) && (0.85..=1.15).contains(&generate));
-    }
+    held_as_measured("gen20", &want);
 }
 
 /// Of `generation`'s generate() calls over 1.15× the step as generate() runs it in the same
@@ -763,9 +765,5 @@ fn on_gen21_written_down_before_it_ran_generate_and_the_step_come_within_15_perc
         [(1.117, 1.105), (1.061, 0.915), (1.037, 0.928)],
         [(1.007, 1.026), (1.094, 1.101), (1.031, 0.985)],
     ];
-    let got = merged_and_alone("gen21");
-    assert_near(&got, &want);
-    for &(step, generate) in got.iter().flatten() {
-        assert!((0.85..=1.15).contains(&step) && (0.85..=1.15).contains(&generate));
-    }
+    held_as_measured("gen21", &want);
 }

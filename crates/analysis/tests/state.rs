@@ -74,6 +74,29 @@ fn level_flagged(run: &Run, scope: Scope) -> BTreeMap<(Timer, u32), (usize, usiz
         .collect()
 }
 
+/// `generation`'s two executions merged, their counts as `want` says — within each
+/// execution and across them, each `[op 1, op 2, hf 1, hf 2]` — and how many executions
+/// meet both bars: `met` is (op, hf) within, then across.
+fn tallied(
+    generation: &str,
+    within: [Counts; 4],
+    across: [Counts; 4],
+    met: [(usize, usize); 2],
+) -> (tempfile::TempDir, Run) {
+    let (tmp, run) = common::merged(generation);
+    let keys = [("op", 1), ("op", 2), ("hf", 1), ("hf", 2)];
+    let mut got_met = Vec::new();
+    for (scope, want) in [(Scope::Execution, within), (Scope::Run, across)] {
+        let c = scoped_counts(&run, Mode::Pipelined, scope);
+        let got: Vec<Counts> = keys.iter().map(|k| c[k]).collect();
+        assert_eq!(got, want, "{generation} {scope:?}");
+        let n = |g: &str| [1, 2].iter().filter(|&&e| meets_bars(&c[&(g, e)])).count();
+        got_met.push((n("op"), n("hf")));
+    }
+    assert_eq!(got_met, met, "{generation}");
+    (tmp, run)
+}
+
 /// The counts of `run`'s only group, its executions in order.
 fn op_counts(run: &Run, mode: Mode) -> Vec<Counts> {
     let c = counts(run, mode);
@@ -680,22 +703,22 @@ fn on_gen18_written_down_before_it_ran_the_op_crates_meet_both_bars_in_each_exec
     // and 6 of 7 (5.1%, 5.4% of the others), the HF rows 24 of 34 (9.1%) and 12 of 13
     // (6.5%); across the executions the op crates 128 of 133 and 153 of 162 (5.7%, 5.3%),
     // the HF rows 117 of 127 and 103 of 154 with 13.5% and 13.2% of the others
-    let (_tmp, run) = common::merged("gen18");
-    let within = counts(&run, Mode::Pipelined);
-    assert_eq!(within[&("op", 1)], (15, 13, 1575, 80));
-    assert_eq!(within[&("op", 2)], (7, 6, 1583, 86));
-    assert_eq!(within[&("hf", 1)], (34, 24, 530, 48));
-    assert_eq!(within[&("hf", 2)], (13, 12, 551, 36));
-    let across = scoped_counts(&run, Mode::Pipelined, Scope::Run);
-    assert_eq!(across[&("op", 1)], (133, 128, 1457, 83));
-    assert_eq!(across[&("op", 2)], (162, 153, 1428, 75));
-    assert_eq!(across[&("hf", 1)], (127, 117, 437, 59));
-    assert_eq!(across[&("hf", 2)], (154, 103, 410, 54));
-    let met = |c: &BTreeMap<(&str, u32), Counts>, g: &str| {
-        [1, 2].iter().filter(|&&e| meets_bars(&c[&(g, e)])).count()
-    };
-    assert_eq!((met(&within, "op"), met(&within, "hf")), (2, 1));
-    assert_eq!((met(&across, "op"), met(&across, "hf")), (2, 0));
+    tallied(
+        "gen18",
+        [
+            (15, 13, 1575, 80),
+            (7, 6, 1583, 86),
+            (34, 24, 530, 48),
+            (13, 12, 551, 36),
+        ],
+        [
+            (133, 128, 1457, 83),
+            (162, 153, 1428, 75),
+            (127, 117, 437, 59),
+            (154, 103, 410, 54),
+        ],
+        [(2, 1), (2, 0)],
+    );
 }
 
 #[test]
@@ -730,22 +753,22 @@ fn on_gen20_written_down_before_it_ran_the_hf_rows_meet_both_bars_within_each_ex
     // run's two executions — and the op crates 20 of 24 and 13 of 17 (3.0%, 3.8%); across
     // them the op crates in both, the HF rows in the first only (the second's B = 8 and
     // B = 64 ran slow through it, level-flagged, 19.6% of its others)
-    let (_tmp, run) = common::merged("gen20");
-    let within = counts(&run, Mode::Pipelined);
-    assert_eq!(within[&("op", 1)], (24, 20, 1566, 47));
-    assert_eq!(within[&("op", 2)], (17, 13, 1573, 60));
-    assert_eq!(within[&("hf", 1)], (36, 29, 528, 26));
-    assert_eq!(within[&("hf", 2)], (30, 28, 534, 48));
-    let across = scoped_counts(&run, Mode::Pipelined, Scope::Run);
-    assert_eq!(across[&("op", 1)], (313, 292, 1277, 54));
-    assert_eq!(across[&("op", 2)], (151, 130, 1439, 89));
-    assert_eq!(across[&("hf", 1)], (44, 36, 520, 27));
-    assert_eq!(across[&("hf", 2)], (232, 212, 332, 65));
-    let met = |c: &BTreeMap<(&str, u32), Counts>, g: &str| {
-        [1, 2].iter().filter(|&&e| meets_bars(&c[&(g, e)])).count()
-    };
-    assert_eq!((met(&within, "op"), met(&within, "hf")), (1, 2));
-    assert_eq!((met(&across, "op"), met(&across, "hf")), (2, 1));
+    let (_tmp, run) = tallied(
+        "gen20",
+        [
+            (24, 20, 1566, 47),
+            (17, 13, 1573, 60),
+            (36, 29, 528, 26),
+            (30, 28, 534, 48),
+        ],
+        [
+            (313, 292, 1277, 54),
+            (151, 130, 1439, 89),
+            (44, 36, 520, 27),
+            (232, 212, 332, 65),
+        ],
+        [(1, 2), (2, 1)],
+    );
     // generate()'s new per-token stretches: on every sample, and none a stall (no token
     // over 2× its case's median per token), so the catch above is the rule's as before
     let mut generate = 0;
@@ -772,20 +795,20 @@ fn on_gen21_written_down_before_it_ran_the_op_crates_meet_both_bars_within_and_a
     // in the second (33 of 41, 7.6%), not the first (30 of 36 but 11.6% of the others);
     // across, the op crates in both, the HF rows in neither (the first's B = 8 ran slow
     // through it, level-flagged: 32.5% of its others; the second 34 of 44, 77.3%)
-    let (_tmp, run) = common::merged("gen21");
-    let within = counts(&run, Mode::Pipelined);
-    assert_eq!(within[&("op", 1)], (17, 16, 1573, 43));
-    assert_eq!(within[&("op", 2)], (14, 13, 1576, 36));
-    assert_eq!(within[&("hf", 1)], (36, 30, 528, 61));
-    assert_eq!(within[&("hf", 2)], (41, 33, 523, 40));
-    let across = scoped_counts(&run, Mode::Pipelined, Scope::Run);
-    assert_eq!(across[&("op", 1)], (228, 225, 1362, 63));
-    assert_eq!(across[&("op", 2)], (577, 522, 1013, 65));
-    assert_eq!(across[&("hf", 1)], (355, 349, 209, 68));
-    assert_eq!(across[&("hf", 2)], (44, 34, 520, 39));
-    let met = |c: &BTreeMap<(&str, u32), Counts>, g: &str| {
-        [1, 2].iter().filter(|&&e| meets_bars(&c[&(g, e)])).count()
-    };
-    assert_eq!((met(&within, "op"), met(&within, "hf")), (2, 1));
-    assert_eq!((met(&across, "op"), met(&across, "hf")), (2, 0));
+    tallied(
+        "gen21",
+        [
+            (17, 16, 1573, 43),
+            (14, 13, 1576, 36),
+            (36, 30, 528, 61),
+            (41, 33, 523, 40),
+        ],
+        [
+            (228, 225, 1362, 63),
+            (577, 522, 1013, 65),
+            (355, 349, 209, 68),
+            (44, 34, 520, 39),
+        ],
+        [(2, 1), (2, 0)],
+    );
 }
