@@ -925,6 +925,11 @@ def new_tokens(c):
 GENERATE_SITES = ("step", "step_synced", "step_as_generate", "generate_from_l", "generate_loop")
 
 
+def generate_keys(c, b):
+    """The keys of step_and_generate's five sites at batch `b`."""
+    return {s_: c.key("decode", "transformers", s_, b, c.ctx + 1) for s_ in GENERATE_SITES}
+
+
 def step_and_generate(c, b, step_err):
     """The HF step and generate() taken apart, five sites sampled in interleaved rounds so
     that all see the same host states, each from a DynamicCache of L cropped back before
@@ -1026,7 +1031,7 @@ def step_and_generate(c, b, step_err):
     crop()
     stubbed(generate)
     dims = f"batch={b} L={c.ctx}"
-    keys = {s_: c.key("decode", "transformers", s_, b, c.ctx + 1) for s_ in GENERATE_SITES}
+    keys = generate_keys(c, b)
     if not err <= c.tol_step:
         for s_, kk in keys.items():
             c.run.write(kk, dims, [], f"generate()'s logits for its first token are {err:.3e} off the checked "
@@ -1068,6 +1073,16 @@ def step_and_generate(c, b, step_err):
         for which in blocks[0] + blocks[1]:
             res[which].append(samplers[which]())
     crop()
+    write_generate_rows(c, b, res, err, (n, new, rounds), beside, beside_err)
+
+
+def write_generate_rows(c, b, res, err, counts, beside, beside_err):
+    """step_and_generate's rows: the five sites' samples `res` (checked to `err`), with
+    `counts` = (steps per step sample, new tokens per generate() call, rounds), and the
+    layer beside's samples (checked to `beside_err`)."""
+    n, new, rounds = counts
+    dims = f"batch={b} L={c.ctx}"
+    keys = generate_keys(c, b)
     base = (f"{rounds} rounds of the five generate() sites interleaved (the three step sites back to back, "
             f"the two generate() sites back to back); {c.version}{c.note_base}")
     tps = b * 1e9 / statistics.median(res["generate_from_l"])
@@ -1079,7 +1094,8 @@ def step_and_generate(c, b, step_err):
                             f"logits_to_keep, return_dict); {n} per sample",
         "generate_from_l": f"model.generate() from the step's cache of L, greedy, {new} new tokens per call (the "
                            f"first over the prompt's one uncached token), per new token: {tps:.1f} tokens/s; its "
-                           "first token's logits checked against the step's",
+                           "first token's logits checked against the step's; timed per token (the clock read as "
+                           "each forward starts: slowest_ns and typical_ns per token)",
         "generate_loop": "generate()'s own work per new token: the same call with the model's forward replaced by a "
                          "stand-in returning fixed logits (its loop, logits processing, eos masking, stopping "
                          "criteria and per-token synchronization)",
