@@ -101,8 +101,10 @@ PEER_COLUMNS = KEY + ["dims", "flops", "bytes", "check", "rel_err", "status", "n
                       "total_ns"] + ["host_ns", "host_after_ns", "cpu_ns", "nivcsw", "steal", "slowest_ns",
                                      "control_ns", "control_after_ns", "typical_ns"]
 STATE_COLUMNS = PEER_COLUMNS[-9:]
-# a sample's calls are timed in up to this many stretches (Rust's rundir::STRETCHES)
+# a sample's calls are timed in up to this many stretches (Rust's rundir::STRETCHES), of
+# which it keeps the slowest's and the median's time per call in these columns
 STRETCHES = 32
+STRETCH_COLUMNS = ("slowest_ns", "typical_ns")
 
 
 def opbench_exe():
@@ -313,7 +315,7 @@ class Timed(float):
 
     def scaled(self, k):
         state = dict(self.state)
-        for col in ("slowest_ns", "typical_ns"):
+        for col in STRETCH_COLUMNS:
             if state.get(col) is not None:
                 state[col] *= k
         return Timed(self * k, state)
@@ -394,9 +396,8 @@ class Timer:
 def stretches(paces):
     """`slowest_ns` and `typical_ns` (the median) of a sample's stretches, per call, where
     there are at least 4 (as in Rust's harness); else none."""
-    if len(paces) < 4:
-        return {"slowest_ns": None, "typical_ns": None}
-    return {"slowest_ns": max(paces), "typical_ns": statistics.median(paces)}
+    kept = len(paces) >= 4
+    return dict(zip(STRETCH_COLUMNS, (max(paces), statistics.median(paces)) if kept else (None, None)))
 
 
 def rel_err(out, ref):
@@ -1002,27 +1003,28 @@ def step_and_generate(c, b, step_err):
         finally:
             del model.forward
 
-    def timed_generate(clocked=True):
-        """generate() per new token; `clocked`: with its stretches per token (the clock read
-        as each forward starts: a token's forward and generate()'s loop after it; one
-        function call more per token, ~1 µs in 20 ms on the H200)."""
-        crop()  # the cache cropped back outside the timed call, as before every step sample
-        ticks, inner, own = [], model.forward, "forward" in vars(model)
+    def timed_generate():
+        """generate() per new token, the cache cropped back outside the timed call as before
+        every step sample."""
+        crop()
+        return c.timer.sample(generate, 1).scaled(1 / new)
 
-        @functools.wraps(inner)
+    def clocked_generate():
+        """timed_generate with its stretches per token: the clock read as each forward
+        starts (a token's forward and generate()'s loop after it; one function call more a
+        token, ~1 µs in 20 ms on the H200)."""
+        ticks, real_forward = [], model.forward
+
+        @functools.wraps(real_forward)
         def forward(*a, **kw):
             ticks.append(time.perf_counter_ns())
-            return inner(*a, **kw)
-        if clocked:
-            model.forward = forward
+            return real_forward(*a, **kw)
+        model.forward = forward
         try:
-            t = c.timer.sample(generate, 1).scaled(1 / new)
+            t = timed_generate()
         finally:
-            if own:
-                model.forward = inner
-            elif clocked:
-                del model.forward
-        return t.with_stretches([b_ - a_ for a_, b_ in zip(ticks, ticks[1:])]) if clocked else t
+            del model.forward
+        return t.with_stretches([b_ - a_ for a_, b_ in zip(ticks, ticks[1:])])
     crop()
     want = model(input_ids=ids[:, ctx:], past_key_values=cache, use_cache=True).logits[:, -1]
     crop()
@@ -1057,8 +1059,8 @@ def step_and_generate(c, b, step_err):
     samplers = {"step": lambda: (before_step(), c.timer.sample(step, n))[1],
                 "step_synced": lambda: (crop(), c.timer.sample(step_synced, n))[1],
                 "step_as_generate": lambda: (crop(), c.timer.sample(step_as_generate, n))[1],
-                "generate_from_l": timed_generate,
-                "generate_loop": lambda: stubbed(lambda: timed_generate(clocked=False))}
+                "generate_from_l": clocked_generate,
+                "generate_loop": lambda: stubbed(timed_generate)}
     for f in samplers.values():  # one of each first: allocations and caches warm
         f()
     beside.clear()

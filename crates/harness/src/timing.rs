@@ -103,6 +103,15 @@ pub struct Stretches {
 }
 
 impl Stretches {
+    /// The slowest and the median of a sample's stretches `paces` (per call), where the
+    /// sample had at least 4 calls (`iters`).
+    fn of(paces: &[f64], iters: u64) -> Option<Self> {
+        (iters >= 4 && !paces.is_empty()).then(|| Stretches {
+            slowest_ns: paces.iter().copied().fold(0.0, f64::max),
+            typical_ns: stats::median(paces),
+        })
+    }
+
     /// Per call where one timed call is `calls` calls (a graph replay).
     pub fn per(self, calls: u64) -> Self {
         let k = calls.max(1) as f64;
@@ -113,7 +122,7 @@ impl Stretches {
     }
 }
 
-/// [`time_calls`], with the slowest stretch of the calls of a host-timed sample.
+/// [`time_calls`], with the stretches of the calls of a host-timed sample.
 pub fn time_sample(
     p: &mut dyn Prepared,
     device: Device,
@@ -134,38 +143,40 @@ pub fn time_sample(
             stretches: None,
         });
     }
+    // the stretches' clock readings go here, allocated before the timed region and read
+    // after it
+    let mut paces = Vec::with_capacity(rundir::STRETCHES as usize);
     device.sync();
     let t0 = Instant::now();
-    let stretches = match mode {
+    match mode {
         Mode::Device | Mode::DeviceCold | Mode::Graph | Mode::GraphCold => {
             unreachable!("handled above")
         }
         // pipelined_cold's `p` takes its copies of the state in turn
         Mode::Pipelined | Mode::PipelinedCold => {
-            let s = run_in_stretches(p, iters, None)?;
+            run_in_stretches(p, iters, None, &mut paces)?;
             device.sync();
-            s
         }
-        Mode::Synced => run_in_stretches(p, iters, Some(device))?,
-    };
+        Mode::Synced => run_in_stretches(p, iters, Some(device), &mut paces)?,
+    }
+    let total = t0.elapsed();
     Ok(SampleTime {
-        total: t0.elapsed(),
-        stretches,
+        total,
+        stretches: Stretches::of(&paces, iters),
     })
 }
 
 /// Run `iters` calls of `p` (each followed by a synchronize of `sync_each`) in up to
 /// [`rundir::STRETCHES`] stretches of equal count, the clock read between stretches and
-/// never inside a call; the slowest and the median stretch's time per call, where there are
-/// at least 4 calls.
+/// never inside a call; each stretch's time per call pushed onto `paces`.
 fn run_in_stretches(
     p: &mut dyn Prepared,
     iters: u64,
     sync_each: Option<Device>,
-) -> Result<Option<Stretches>, TchError> {
+    paces: &mut Vec<f64>,
+) -> Result<(), TchError> {
     let per = iters.div_ceil(rundir::STRETCHES).max(1);
     let mut done = 0;
-    let mut paces = Vec::with_capacity(rundir::STRETCHES as usize);
     let mut at = Instant::now();
     while done < iters {
         let n = per.min(iters - done);
@@ -179,10 +190,7 @@ fn run_in_stretches(
         paces.push((now - at).as_nanos() as f64 / n as f64);
         (at, done) = (now, done + n);
     }
-    Ok((iters >= 4).then(|| Stretches {
-        slowest_ns: paces.iter().copied().fold(0.0, f64::max),
-        typical_ns: stats::median(&paces),
-    }))
+    Ok(())
 }
 
 /// A planted host slowdown (`OPBENCH_PLANT_NS`, `OPBENCH_PLANT_PCT`): calibration knobs
