@@ -57,6 +57,14 @@ impl Op for Mixed {
     }
 }
 
+/// These tests time real calls and compare the times: one at a time, so that another's
+/// calls on the same cores do not move them (a planted 200-µs spin read +138 µs on a
+/// 2-core VM with the other tests beside it, 2026-12-02).
+fn alone() -> std::sync::MutexGuard<'static, ()> {
+    static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ALONE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn config(out: &std::path::Path) -> Config {
     let grid = shapes::Grid::load_default().unwrap();
     Config {
@@ -98,6 +106,7 @@ fn criterion_for(cfg: &Config) -> criterion::Criterion {
 
 #[test]
 fn every_case_ends_as_a_row_with_its_samples_or_its_reason() {
+    let _alone = alone();
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path());
     let mut c = criterion_for(&cfg);
@@ -297,6 +306,7 @@ impl Op for WithState {
 /// last-level cache, at most 64) and says so; a variant with no state gets no such row.
 #[test]
 fn pipelined_cold_spreads_the_state_and_skips_stateless_cases() {
+    let _alone = alone();
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(dir.path());
     cfg.modes = vec![Mode::Pipelined, Mode::PipelinedCold];
@@ -419,6 +429,7 @@ impl Op for WithBeside {
 /// the same.
 #[test]
 fn a_case_beside_another_is_timed_before_each_of_its_samples() {
+    let _alone = alone();
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path());
     let mut c = criterion_for(&cfg);
@@ -515,6 +526,7 @@ impl Op for RefusedWithBeside {
 
 #[test]
 fn a_case_refused_before_timing_leaves_a_row_for_the_case_beside_it() {
+    let _alone = alone();
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(dir.path());
     let mut c = criterion_for(&cfg);
