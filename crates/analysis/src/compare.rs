@@ -304,19 +304,8 @@ struct PerCall {
     host_speed: Option<f64>,
 }
 
-/// How many times the host-speed control a host-timed median may be and still be divided by
-/// it: beyond, the call is compute (a CPU GEMM of 70 µs to 90 ms against a 1.5 µs floor),
-/// whose time the dispatch floor does not track.
-pub const CONTROL_SPAN: f64 = 20.0;
-
 /// Host-timed cases of `runs` that are compared raw, not divided by the host-speed control:
-///
-/// - **device-bound**: the run has the case's `device` row too and it is at least half the
-///   host-timed median; the time is the GPU's. Measured on the H200: lm_head at B = 64
-///   read 1.8× slower at "equal host speed" in a run whose host ran 35% faster;
-/// - **compute-bound**: the median is more than [`CONTROL_SPAN`] times the case's control;
-///   the time is the work's, not dispatch. Measured on the 2-core CPU: lm_head at B = 8
-///   (88 ms, equal raw medians under torch 2.11 and 2.15) read 1.44× slower when divided.
+/// those not bound by the host's dispatch ([`rundir::bound_by_host`], the one rule).
 pub fn raw_cases(runs: &[&Run]) -> BTreeSet<CaseKey> {
     let mut out = BTreeSet::new();
     for run in runs {
@@ -331,11 +320,8 @@ pub fn raw_cases(runs: &[&Run]) -> BTreeSet<CaseKey> {
             if key.mode.is_device() {
                 continue;
             }
-            let mut dev = key.clone();
-            dev.series.mode = rundir::Mode::Device;
-            let device_bound = medians.get(&dev).is_some_and(|&d| d >= 0.5 * host);
-            let compute_bound = row.control_ns.is_some_and(|c| host > CONTROL_SPAN * c);
-            if device_bound || compute_bound {
+            let dev = medians.get(&key.in_mode(rundir::Mode::Device)).copied();
+            if !rundir::bound_by_host(host, dev, row.control_ns) {
                 out.insert(key.clone());
             }
         }

@@ -1493,6 +1493,7 @@ fn time_case(
             control_ns: c.torch,
             host_ns: c.host,
             state: c.state,
+            pair: None,
         })
         .collect();
     row.flagged = rundir::flagged(&samples);

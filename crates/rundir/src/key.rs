@@ -344,6 +344,46 @@ impl CaseKey {
         }
     }
 
+    /// The key from its fields in [`Self::COLUMNS`] order (as [`Self::fields`] writes
+    /// them): how a worker names a case to `opbench ab`. The error names the field.
+    pub fn from_fields(f: &[String]) -> Result<Self, String> {
+        if f.len() != Self::COLUMNS.len() {
+            return Err(format!(
+                "a case key has {} fields, got {}",
+                Self::COLUMNS.len(),
+                f.len()
+            ));
+        }
+        fn parse<T: FromStr>(f: &[String], i: usize) -> Result<T, String> {
+            f[i].parse()
+                .map_err(|_| format!("{}: `{}` is not a valid value", CaseKey::COLUMNS[i], f[i]))
+        }
+        let text = |i: usize| -> Result<String, String> {
+            Some(f[i].clone())
+                .filter(|s| !s.is_empty())
+                .ok_or_else(|| format!("{}: empty", Self::COLUMNS[i]))
+        };
+        Ok(CaseKey {
+            series: SeriesKey {
+                op: parse(f, 0)?,
+                variant: text(1)?,
+                site: text(2)?,
+                model: text(3)?,
+                phase: parse(f, 4)?,
+                q_len: parse(f, 6)?,
+                kv_len: if f[7].is_empty() {
+                    None
+                } else {
+                    Some(parse(f, 7)?)
+                },
+                dtype: parse(f, 8)?,
+                device: parse(f, 9)?,
+                mode: parse(f, 10)?,
+            },
+            batch: parse(f, 5)?,
+        })
+    }
+
     pub(crate) fn read(l: &Line<'_>) -> Result<Self, RunError> {
         Ok(CaseKey {
             series: SeriesKey::read(l)?,

@@ -29,8 +29,9 @@ pub use key::{
 };
 pub use peer::{PEER_TAIL, PeerCase, STATE_COLUMNS, read_peer};
 pub use rows::{
-    CLOCK_DROP, CaseMedians, FitRow, HOST_SLOW, ResultRow, SLOW, STALL, STRETCHES, Sample,
-    SampleFlag, SampleState, Work, by_execution, case_medians, flag_each, flagged,
+    CLOCK_DROP, CONTROL_SPAN, CaseMedians, FitRow, HOST_SLOW, ResultRow, SLOW, STALL, STRETCHES,
+    Sample, SampleFlag, SampleState, Work, bound_by_host, by_execution, case_medians, flag_each,
+    flagged,
 };
 pub use run::{ExecSamples, Run, RunWriter, check_env, has_file, write_fits};
 pub use shapes::{DTypeName as DType, OpKind, Phase, UnknownValue};
@@ -47,7 +48,8 @@ use std::path::PathBuf;
 /// - 4: mode `graph` (replays of a captured CUDA/HIP graph); `traces.csv` and
 ///   `kernels.csv` from the trace pass.
 /// - 5: modes `graph_cold` and `pipelined_cold`, op `eltwise`.
-pub const SCHEMA_VERSION: u32 = 5;
+/// - 6: `samples.csv` column `pair` (paired runs of `opbench ab`; optional to readers).
+pub const SCHEMA_VERSION: u32 = 6;
 
 /// The oldest schema version the readers accept.
 pub const OLDEST_READABLE: u32 = 1;

@@ -88,6 +88,7 @@ fn read_line(l: &Line<'_>) -> Result<(PeerCase, Option<Sample>), RunError> {
             control_ns: l.positive("control_ns", false)?,
             host_ns: l.positive("host_ns", false)?,
             state: SampleState::read(l)?,
+            pair: None,
         }),
         (None, None) => None,
         _ => return Err(l.error("total_ns", "iters and total_ns go together")),

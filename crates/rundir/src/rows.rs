@@ -56,6 +56,27 @@ impl std::ops::Deref for ResultRow {
     }
 }
 
+/// How many times the host-speed control a host-timed median may be and still be divided by
+/// it (or read as dispatch): beyond, the call is compute (a CPU GEMM of 70 µs to 90 ms
+/// against a 1.5 µs floor), whose time the dispatch floor does not track.
+pub const CONTROL_SPAN: f64 = 20.0;
+
+/// Whether a host-timed case's time (`host` ns a call) is the host's dispatch rather than
+/// the device's or the CPU's compute — the one rule `compare` and `opbench ab` share:
+///
+/// - **device-bound**: the case's `device` time (`device`) is at least half the
+///   host-timed median; the time is the GPU's. Measured on the H200: lm_head at B = 64
+///   read 1.8× slower at "equal host speed" in a run whose host ran 35% faster;
+/// - **compute-bound**: the median is more than [`CONTROL_SPAN`] times the case's torch
+///   control (`control`); the time is the work's, not dispatch. Measured on the 2-core
+///   CPU: lm_head at B = 8 (88 ms, equal raw medians under torch 2.11 and 2.15) read 1.44×
+///   slower when divided.
+pub fn bound_by_host(host: f64, device: Option<f64>, control: Option<f64>) -> bool {
+    let device_bound = device.is_some_and(|d| d >= 0.5 * host);
+    let compute_bound = control.is_some_and(|c| host > CONTROL_SPAN * c);
+    !(device_bound || compute_bound)
+}
+
 /// The note's words for an upper bound in schema 1, which had no column for it.
 const V1_UPPER_BOUND: &str = "upper bound: in ";
 
@@ -276,11 +297,17 @@ pub struct Sample {
     pub host_ns: Option<f64>,
     /// The host's and GPU's state over the sample, where the platform tells it.
     pub state: SampleState,
+    /// In a paired run (`opbench ab`), the pair this sample belongs to: the base's and the
+    /// candidate's samples of one case with the same index were taken back to back
+    /// (empty in runs of separate executions; added 2026-12-03).
+    pub pair: Option<u32>,
 }
 
 /// The host's and the GPU's state over one sample (columns added 2026-12-01; empty where
-/// the platform does not tell, and in older runs).
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+/// the platform does not tell, and in older runs). It travels between a worker and
+/// `opbench ab` as JSON (every field optional).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct SampleState {
     /// The process's CPU time during the sample (ns; user + system, every thread).
     pub cpu_ns: Option<f64>,
@@ -505,7 +532,7 @@ pub fn by_execution(samples: &[Sample]) -> std::collections::BTreeMap<u32, Vec<&
 
 impl Sample {
     /// `samples.csv` columns, in file order: the case key, then these.
-    const TAIL: [&'static str; 16] = [
+    const TAIL: [&'static str; 17] = [
         "execution",
         "iters",
         "total_ns",
@@ -522,6 +549,7 @@ impl Sample {
         "slowest_ns",
         "control_after_ns",
         "typical_ns",
+        "pair",
     ];
 
     /// Columns added after schema 2 that a reader does not require (older runs lack them):
@@ -662,6 +690,7 @@ impl Sample {
             opt(&self.state.slowest_ns),
             opt(&self.state.control_after_ns),
             opt(&self.state.typical_ns),
+            opt(&self.pair),
         ]);
         out
     }
@@ -678,6 +707,7 @@ impl Sample {
                 control_ns: None,
                 host_ns: None,
                 state: SampleState::default(),
+                pair: None,
             })
             .collect()
     }
@@ -702,6 +732,7 @@ impl Sample {
             control_ns: l.positive("control_ns", false)?,
             host_ns: l.positive("host_ns", false)?,
             state: SampleState::read(l)?,
+            pair: l.opt("pair")?,
         })
     }
 }

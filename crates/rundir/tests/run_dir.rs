@@ -60,6 +60,7 @@ fn row(batch: usize) -> (ResultRow, Vec<Sample>) {
             typical_ns: Some(101.0),
             control_after_ns: Some(805.0),
         },
+        pair: Some(3),
     };
     (r, vec![s(1000.0), s(1010.0)])
 }

@@ -9,6 +9,8 @@
 //!   medians, for comparing two runs' samples of a case.
 //! - [`decide`]: per-case tests with a minimum detectable effect, Benjamini–Hochberg
 //!   across cases, and a family's shared shift (executions resampled jointly).
+//! - [`paired`]: duet comparisons: each case's paired log ratios, the order-statistic
+//!   interval of their median, a sequential design and `judge` against a tolerance.
 //! - [`changepoint`]: E-Divisive means with a t-test (as Apache Otava): where in a sequence
 //!   of builds a case's time changed.
 //!
@@ -19,6 +21,7 @@ pub mod changepoint;
 pub mod decide;
 pub mod estimate;
 pub mod fit;
+pub mod paired;
 pub mod twosample;
 
 pub use changepoint::{ChangePoint, CpSettings, change_points};

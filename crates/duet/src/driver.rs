@@ -1,0 +1,609 @@
+//! The driver: for each group of cases (a bench binary on each side), it starts one
+//! worker per side, walks the cases in shuffled order and, per case, takes turns between
+//! the sides sample by sample (A B, B A, A B, …) until the case is decided or its share of
+//! the budget is spent ([`stats::paired::Looks`]).
+//!
+//! Each group's cases are split into [`Settings::processes`] blocks, each timed by a fresh
+//! pair of worker processes: what a process shares among its cases (its memory layout,
+//! the core it landed on) differs between blocks, which is how the verdicts measure it.
+//! A case decided early leaves its share to the block's undecided cases, which get a
+//! second visit.
+
+use std::time::{Duration, Instant};
+
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+use rundir::{CaseKey, Status};
+use stats::paired::{Looks, PairedCase};
+
+use crate::protocol::{CaseName, PROTOCOL, Prepared, Reply, Request, Sampled};
+use crate::worker::{Worker, WorkerError};
+
+/// Makes a fresh worker of one side of a group.
+pub type Factory<'a> = Box<dyn FnMut() -> Result<Box<dyn Worker>, WorkerError> + 'a>;
+
+/// One group of cases: the same bench binary on both sides.
+pub struct Group<'a> {
+    pub name: String,
+    pub base: Factory<'a>,
+    pub cand: Factory<'a>,
+}
+
+impl std::fmt::Debug for Group<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Group").field("name", &self.name).finish()
+    }
+}
+
+/// What the driver is told: every knob is an `opbench ab` option.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    /// A case is `same` when its interval lies inside ± this (a fraction).
+    pub tolerance: f64,
+    /// The same for a family and the global verdicts.
+    pub family_tolerance: f64,
+    /// The time one sample aims at.
+    pub sample: Duration,
+    /// Warm-up per side per visit.
+    pub warmup: Duration,
+    /// The whole comparison's time, spread over the cases.
+    pub budget: Duration,
+    pub looks: Looks,
+    pub seed: u64,
+    /// Worker processes per side per group, one after another (≥ 1).
+    pub processes: usize,
+    /// A regular expression on the case keys.
+    pub filter: Option<String>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            tolerance: 0.03,
+            family_tolerance: 0.015,
+            sample: Duration::from_millis(10),
+            warmup: Duration::from_millis(50),
+            budget: Duration::from_secs(600),
+            looks: Looks::default(),
+            seed: 1,
+            processes: 2,
+            filter: None,
+        }
+    }
+}
+
+/// Which side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Base,
+    Cand,
+}
+
+impl Side {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Side::Base => "base",
+            Side::Cand => "cand",
+        }
+    }
+}
+
+/// One pair: the two sides' samples of a case, taken back to back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pair {
+    pub index: u32,
+    pub base: Sampled,
+    pub cand: Sampled,
+    /// The base's sample came first (pairs alternate).
+    pub base_first: bool,
+}
+
+impl Pair {
+    /// (base, cand) time per call.
+    pub fn per_call(&self) -> (f64, f64) {
+        let per = |s: &Sampled| s.total_ns / s.calls.max(1) as f64;
+        (per(&self.base), per(&self.cand))
+    }
+}
+
+/// A case that did not end as pairs: which side, what status, why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ended {
+    pub side: Option<Side>,
+    pub status: Status,
+    pub reason: String,
+}
+
+/// One case of the comparison and what became of it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CaseRun {
+    pub key: CaseKey,
+    pub name: String,
+    pub group: String,
+    /// Which of the group's worker processes timed it (from 0).
+    pub process: usize,
+    pub base: Option<Prepared>,
+    pub cand: Option<Prepared>,
+    pub pairs: Vec<Pair>,
+    /// Why it has no verdict of its times (a side refused it, a worker died).
+    pub ended: Option<Ended>,
+    /// Decided at its last look (the sequential stop).
+    pub decided: bool,
+    pub visits: u32,
+    pub spent: Duration,
+}
+
+impl CaseRun {
+    fn new(name: &CaseName, group: &str, process: usize) -> Result<Self, String> {
+        Ok(CaseRun {
+            key: CaseKey::from_fields(&name.fields).map_err(|e| format!("{}: {e}", name.key))?,
+            name: name.key.clone(),
+            group: group.to_string(),
+            process,
+            base: None,
+            cand: None,
+            pairs: Vec::new(),
+            ended: None,
+            decided: false,
+            visits: 0,
+            spent: Duration::ZERO,
+        })
+    }
+
+    /// Its pairs as a paired estimate.
+    pub fn paired(&self) -> PairedCase {
+        let per: Vec<(f64, f64)> = self.pairs.iter().map(Pair::per_call).collect();
+        PairedCase::from_pairs(&per)
+    }
+}
+
+/// A finished comparison.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Session {
+    pub cases: Vec<CaseRun>,
+    /// Each side's env.json, from its first worker's hello.
+    pub base_env: Option<serde_json::Value>,
+    pub cand_env: Option<serde_json::Value>,
+    pub took: Duration,
+    pub settings: Settings,
+}
+
+/// Progress, after each case visit.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Progress {
+    pub visited: usize,
+    pub cases: usize,
+    pub decided: usize,
+    pub elapsed: Duration,
+    pub budget: Duration,
+}
+
+/// Why a comparison could not run at all (a case that fails is a row, never this).
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    #[error(transparent)]
+    Worker(#[from] WorkerError),
+    #[error("{0}")]
+    Protocol(String),
+    #[error("--filter: {0}")]
+    Filter(String),
+}
+
+/// The two live workers of a group.
+struct Duo<'g, 'a> {
+    group: &'g mut Group<'a>,
+    base: Box<dyn Worker>,
+    cand: Box<dyn Worker>,
+}
+
+impl<'g, 'a> Duo<'g, 'a> {
+    fn start(group: &'g mut Group<'a>) -> Result<Self, WorkerError> {
+        let base = (group.base)()?;
+        let cand = (group.cand)()?;
+        Ok(Duo { group, base, cand })
+    }
+
+    fn side(&mut self, s: Side) -> &mut dyn Worker {
+        match s {
+            Side::Base => &mut *self.base,
+            Side::Cand => &mut *self.cand,
+        }
+    }
+
+    /// A fresh worker for side `s` (after a crash, or a new block).
+    fn restart(&mut self, s: Side) -> Result<(), WorkerError> {
+        match s {
+            Side::Base => self.base = (self.group.base)()?,
+            Side::Cand => self.cand = (self.group.cand)()?,
+        }
+        Ok(())
+    }
+}
+
+/// Hello: the worker's env.json, after checking its protocol.
+fn hello(w: &mut dyn Worker) -> Result<serde_json::Value, DriverError> {
+    match w.call(&Request::Hello)? {
+        Reply::Hello { protocol, env, .. } if protocol == PROTOCOL => Ok(env),
+        Reply::Hello { protocol, .. } => Err(DriverError::Protocol(format!(
+            "{} speaks protocol {protocol}, this opbench {PROTOCOL}",
+            w.label()
+        ))),
+        other => Err(DriverError::Protocol(format!(
+            "{} answered hello with {other:?}",
+            w.label()
+        ))),
+    }
+}
+
+fn list(w: &mut dyn Worker, filter: &Option<String>) -> Result<ListReply, DriverError> {
+    match w.call(&Request::Cases {
+        filter: filter.clone(),
+    })? {
+        Reply::Cases { cases, unsupported } => Ok((cases, unsupported)),
+        Reply::Error { message } => Err(DriverError::Filter(message)),
+        other => Err(DriverError::Protocol(format!(
+            "{} answered cases with {other:?}",
+            w.label()
+        ))),
+    }
+}
+
+type ListReply = (Vec<CaseName>, Vec<crate::protocol::NotServed>);
+
+/// Every case of a group, in shuffled order: those both sides serve, and those that end
+/// before any timing (one side lacks it, a side cannot serve it).
+fn group_cases(
+    group: &mut Group<'_>,
+    settings: &Settings,
+    envs: &mut (Option<serde_json::Value>, Option<serde_json::Value>),
+) -> Result<Vec<CaseRun>, DriverError> {
+    let mut duo = Duo::start(group)?;
+    let be = hello(&mut *duo.base)?;
+    let ce = hello(&mut *duo.cand)?;
+    envs.0.get_or_insert(be);
+    envs.1.get_or_insert(ce);
+    let (bc, bu) = list(&mut *duo.base, &settings.filter)?;
+    let (cc, cu) = list(&mut *duo.cand, &settings.filter)?;
+    let name = duo.group.name.clone();
+    let mut out = Vec::new();
+    let cand_has: std::collections::BTreeSet<&str> = cc.iter().map(|c| c.key.as_str()).collect();
+    let base_has: std::collections::BTreeSet<&str> = bc.iter().map(|c| c.key.as_str()).collect();
+    let new_run = |c: &CaseName| CaseRun::new(c, &name, 0).map_err(DriverError::Protocol);
+    for c in &bc {
+        let mut run = new_run(c)?;
+        if !cand_has.contains(c.key.as_str()) {
+            run.ended = Some(ended(
+                Some(Side::Cand),
+                Status::Unsupported,
+                "the candidate does not list this case",
+            ));
+        }
+        out.push(run);
+    }
+    for c in cc.iter().filter(|c| !base_has.contains(c.key.as_str())) {
+        let mut run = new_run(c)?;
+        run.ended = Some(ended(
+            Some(Side::Base),
+            Status::Unsupported,
+            "the base does not list this case",
+        ));
+        out.push(run);
+    }
+    for (side, list) in [(Side::Base, bu), (Side::Cand, cu)] {
+        for ns in list {
+            if out.iter().any(|r| r.name == ns.case.key) {
+                continue;
+            }
+            let mut run = new_run(&ns.case)?;
+            run.ended = Some(ended(Some(side), Status::Unsupported, &ns.reason));
+            out.push(run);
+        }
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut rng = rand::rngs::StdRng::seed_from_u64(settings.seed);
+    out.shuffle(&mut rng);
+    Ok(out)
+}
+
+fn ended(side: Option<Side>, status: Status, reason: &str) -> Ended {
+    Ended {
+        side,
+        status,
+        reason: reason.to_string(),
+    }
+}
+
+/// Run the comparison over `groups`; `progress` is told after every case visit.
+pub fn run(
+    groups: &mut [Group<'_>],
+    settings: &Settings,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<Session, DriverError> {
+    if let Some(f) = &settings.filter {
+        regex::Regex::new(f).map_err(|e| DriverError::Filter(e.to_string()))?;
+    }
+    let t0 = Instant::now();
+    let mut envs = (None, None);
+    let mut lists = Vec::new();
+    for g in groups.iter_mut() {
+        lists.push(group_cases(g, settings, &mut envs)?);
+    }
+    let timed: usize = lists.iter().flatten().filter(|c| c.ended.is_none()).count();
+    let share = settings
+        .budget
+        .checked_div(timed.max(1) as u32)
+        .unwrap_or_default();
+    let mut tally = Progress {
+        visited: 0,
+        cases: timed,
+        decided: 0,
+        elapsed: Duration::ZERO,
+        budget: settings.budget,
+    };
+    let mut cases = Vec::new();
+    for (g, mut list) in groups.iter_mut().zip(lists) {
+        let n = list.iter().filter(|c| c.ended.is_none()).count();
+        let per_block = n.div_ceil(settings.processes.max(1)).max(1);
+        let timed_idx: Vec<usize> = (0..list.len())
+            .filter(|&i| list[i].ended.is_none())
+            .collect();
+        for (p, block) in timed_idx.chunks(per_block).enumerate() {
+            let mut duo = Duo::start(g)?;
+            for &i in block {
+                list[i].process = p;
+            }
+            let budget = share * block.len() as u32;
+            run_block(
+                &mut duo,
+                &mut list,
+                block,
+                budget,
+                share,
+                settings,
+                &mut |done| {
+                    tally.visited += usize::from(done.0);
+                    tally.decided += usize::from(done.1);
+                    tally.elapsed = t0.elapsed();
+                    progress(&tally);
+                },
+            )?;
+        }
+        cases.extend(list);
+    }
+    Ok(Session {
+        cases,
+        base_env: envs.0,
+        cand_env: envs.1,
+        took: t0.elapsed(),
+        settings: settings.clone(),
+    })
+}
+
+/// A block: each case visited with 60% of its share first, then the undecided ones again
+/// with what the block has left.
+fn run_block(
+    duo: &mut Duo<'_, '_>,
+    list: &mut [CaseRun],
+    block: &[usize],
+    budget: Duration,
+    share: Duration,
+    settings: &Settings,
+    tell: &mut dyn FnMut((bool, bool)),
+) -> Result<(), DriverError> {
+    let t0 = Instant::now();
+    for &i in block {
+        visit(duo, &mut list[i], share.mul_f64(0.6), settings)?;
+        tell((true, list[i].decided));
+    }
+    let again: Vec<usize> = block
+        .iter()
+        .copied()
+        .filter(|&i| list[i].ended.is_none() && !list[i].decided)
+        .collect();
+    let left = budget.saturating_sub(t0.elapsed());
+    if again.is_empty() || left < settings.sample * 4 {
+        return Ok(());
+    }
+    let each = left.checked_div(again.len() as u32).unwrap_or_default();
+    for &i in &again {
+        visit(duo, &mut list[i], each, settings)?;
+        tell((false, list[i].decided));
+    }
+    Ok(())
+}
+
+/// What went wrong on one side in the middle of a case.
+enum Trouble {
+    /// The worker answered `error` (the case ends `error`; the worker goes on).
+    Refused(Side, String),
+    /// The worker died or garbled (the case ends `error`; the side is restarted).
+    Lost(Side, WorkerError),
+}
+
+fn prepare(w: &mut dyn Worker, side: Side, key: &str) -> Result<Prepared, Trouble> {
+    match w.call(&Request::Prepare { key: key.into() }) {
+        Ok(Reply::Prepared(p)) => Ok(p),
+        Ok(Reply::Error { message }) => Err(Trouble::Refused(side, message)),
+        Ok(other) => Err(Trouble::Refused(
+            side,
+            format!("answered prepare with {other:?}"),
+        )),
+        Err(e) => Err(Trouble::Lost(side, e)),
+    }
+}
+
+fn sample(w: &mut dyn Worker, side: Side, key: &str, iters: u64) -> Result<Sampled, Trouble> {
+    match w.call(&Request::Sample {
+        key: key.into(),
+        iters,
+    }) {
+        Ok(Reply::Sample(s)) if s.calls > 0 && s.total_ns > 0.0 => Ok(s),
+        Ok(Reply::Sample(s)) => Err(Trouble::Refused(side, format!("an empty sample: {s:?}"))),
+        Ok(Reply::Error { message }) => Err(Trouble::Refused(side, message)),
+        Ok(other) => Err(Trouble::Refused(
+            side,
+            format!("answered sample with {other:?}"),
+        )),
+        Err(e) => Err(Trouble::Lost(side, e)),
+    }
+}
+
+/// One visit of a case: prepare both sides, calibrate, warm up, take pairs until decided,
+/// over `share`, or at the most pairs; then release both. What goes wrong on a side ends
+/// the case `error` with the reason; a side whose worker died is restarted.
+fn visit(
+    duo: &mut Duo<'_, '_>,
+    case: &mut CaseRun,
+    share: Duration,
+    settings: &Settings,
+) -> Result<(), DriverError> {
+    let t0 = Instant::now();
+    case.visits += 1;
+    let outcome = visit_inner(duo, case, share, settings);
+    for s in [Side::Base, Side::Cand] {
+        // best effort: a dead worker is restarted below
+        let _ = duo.side(s).call(&Request::Release {
+            key: case.name.clone(),
+        });
+    }
+    case.spent += t0.elapsed();
+    match outcome {
+        Ok(()) => Ok(()),
+        Err(Trouble::Refused(side, why)) => {
+            case.ended = Some(ended(
+                Some(side),
+                Status::Error,
+                &format!("{} worker: {why}", side.as_str()),
+            ));
+            Ok(())
+        }
+        Err(Trouble::Lost(side, e)) => {
+            case.ended = Some(ended(Some(side), Status::Error, &e.to_string()));
+            duo.restart(side)?;
+            Ok(())
+        }
+    }
+}
+
+fn visit_inner(
+    duo: &mut Duo<'_, '_>,
+    case: &mut CaseRun,
+    share: Duration,
+    settings: &Settings,
+) -> Result<(), Trouble> {
+    let t0 = Instant::now();
+    let key = case.name.clone();
+    let b = prepare(&mut *duo.base, Side::Base, &key)?;
+    let c = prepare(&mut *duo.cand, Side::Cand, &key)?;
+    let (bs, cs) = (b.status.clone(), c.status.clone());
+    case.base = Some(b);
+    case.cand = Some(c);
+    if bs != "ok" || cs != "ok" {
+        // a status on either side ends the case; the verdict compares the statuses
+        let (side, p) = if bs != "ok" {
+            (Side::Base, case.base.as_ref())
+        } else {
+            (Side::Cand, case.cand.as_ref())
+        };
+        let p = p.cloned().unwrap_or_default();
+        let status: Status = p.status.parse().unwrap_or(Status::Error);
+        case.ended = Some(ended(
+            Some(side),
+            status,
+            p.reason.as_deref().unwrap_or("-"),
+        ));
+        return Ok(());
+    }
+    let mut iters = calibrate(duo, &key, settings)?;
+    let looks = settings.looks;
+    let level = looks.level();
+    loop {
+        let index = case.pairs.len() as u32;
+        let base_first = index % 2 == 0;
+        let order = if base_first {
+            [Side::Base, Side::Cand]
+        } else {
+            [Side::Cand, Side::Base]
+        };
+        let first = sample(duo.side(order[0]), order[0], &key, iters)?;
+        let second = sample(duo.side(order[1]), order[1], &key, iters)?;
+        let (base, cand) = if base_first {
+            (first, second)
+        } else {
+            (second, first)
+        };
+        case.pairs.push(Pair {
+            index,
+            base,
+            cand,
+            base_first,
+        });
+        let n = case.pairs.len();
+        if looks.is_look(n) || n >= looks.max {
+            case.decided = case.paired().judge(level, settings.tolerance).is_decided();
+            if case.decided || n >= looks.max {
+                return Ok(());
+            }
+        }
+        if t0.elapsed() >= share && n >= looks.first {
+            return Ok(());
+        }
+        if n == looks.first {
+            // the warm pace, to hold each sample near its aim
+            iters = iters_for(
+                case.pairs.last().map(Pair::per_call),
+                settings.sample,
+                iters,
+            );
+        }
+    }
+}
+
+/// The calls a sample holds: one call on each side (twice: a first call may pay setup),
+/// then warm-up samples in turns; the slower side's warm pace sets the count.
+fn calibrate(duo: &mut Duo<'_, '_>, key: &str, settings: &Settings) -> Result<u64, Trouble> {
+    let mut per = (0.0f64, 0.0f64);
+    for _ in 0..2 {
+        let b = sample(&mut *duo.base, Side::Base, key, 1)?;
+        let c = sample(&mut *duo.cand, Side::Cand, key, 1)?;
+        per = (b.total_ns / b.calls as f64, c.total_ns / c.calls as f64);
+    }
+    let mut iters = iters_for(Some(per), settings.sample, 1);
+    let t0 = Instant::now();
+    let mut rounds = 0;
+    while rounds < 2 || t0.elapsed() < settings.warmup * 2 {
+        let b = sample(&mut *duo.base, Side::Base, key, iters)?;
+        let c = sample(&mut *duo.cand, Side::Cand, key, iters)?;
+        per = (b.total_ns / b.calls as f64, c.total_ns / c.calls as f64);
+        rounds += 1;
+        if rounds >= 50 {
+            break;
+        }
+    }
+    iters = iters_for(Some(per), settings.sample, iters);
+    Ok(iters)
+}
+
+/// Calls per sample for the slower side's per-call time `per` to fill `aim`.
+fn iters_for(per: Option<(f64, f64)>, aim: Duration, fallback: u64) -> u64 {
+    let Some((b, c)) = per else { return fallback };
+    let slow = b.max(c);
+    if slow.is_nan() || slow <= 0.0 {
+        return fallback;
+    }
+    ((aim.as_nanos() as f64 / slow).ceil() as u64).clamp(1, 10_000_000)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sample_aims_at_its_time_from_the_slower_side() {
+        let aim = Duration::from_millis(10);
+        assert_eq!(iters_for(Some((1_000.0, 2_000.0)), aim, 7), 5_000);
+        assert_eq!(iters_for(Some((0.0, 0.0)), aim, 7), 7);
+        assert_eq!(iters_for(Some((1e9, 1e9)), aim, 7), 1);
+        assert_eq!(iters_for(None, aim, 7), 7);
+    }
+}

@@ -1,0 +1,25 @@
+//! Paired A/B comparisons of two builds (duet benchmarking): both alive at once, taking
+//! turns sample by sample, each case measured until its verdict is sure or its share of
+//! the budget is spent.
+//!
+//! - [`protocol`]: the worker protocol, one JSON object a line. A bench binary started with
+//!   [`protocol::WORKER_FLAG`] is a worker (crates/harness's `worker` module).
+//! - [`worker`]: the driver's side of a worker ([`worker::Worker`]; [`worker::Process`], a
+//!   child process).
+//! - [`driver`]: which cases, the calibration of calls per sample, warm-up, the A B / B A
+//!   turns, the sequential stop, the budget ([`driver::run`] → [`driver::Session`]).
+//! - [`verdict`]: each case's, each family's and the global verdicts, and the exit code
+//!   with its reasons ([`verdict::judge`]).
+//! - [`write`]: the two run directories, `<RUN>-ab.csv` and `<RUN>-compare.md`.
+//!
+//! Boundary: this crate never touches tch; a worker is any process that speaks the
+//! protocol. Statistics live in `stats::paired`.
+
+pub mod driver;
+pub mod protocol;
+pub mod verdict;
+pub mod worker;
+pub mod write;
+
+pub use driver::{Group, Settings, run};
+pub use verdict::{Verdicts, judge};

@@ -1,0 +1,191 @@
+//! The worker protocol: one JSON object a line, a request on the worker's stdin, its reply
+//! on the worker's stdout.
+//!
+//! A worker is a bench binary started with [`WORKER_FLAG`] (or any program that speaks
+//! this: scripts/peer.py can be one). It knows how to build and time its cases; the driver
+//! decides everything else: which cases, warm-up, how many calls a sample holds, the order
+//! of the two sides, when to stop, the estimate and the rows.
+//!
+//! ```text
+//! → {"req":"hello"}
+//! ← {"reply":"hello","protocol":1,"ops":["linear"],"env":{…env.json…}}
+//! → {"req":"cases","filter":"/decode/b1/"}
+//! ← {"reply":"cases","cases":[{"key":"linear/aten/q_proj/…/pipelined","fields":[…]}],"unsupported":[]}
+//! → {"req":"prepare","key":"linear/aten/q_proj/…/pipelined"}
+//! ← {"reply":"prepared","key":"…","status":"ok","rel_err":1.2e-4,"dims":"…","flops":…,…}
+//! → {"req":"sample","key":"…","iters":400}
+//! ← {"reply":"sample","key":"…","calls":400,"total_ns":4.1e6,"control_ns":812.0,"state":{…}}
+//! → {"req":"release","key":"…"}      ← {"reply":"released","key":"…"}
+//! → {"req":"quit"}                    ← {"reply":"bye"}
+//! ```
+//!
+//! Any request the worker cannot serve is answered `{"reply":"error","message":"…"}`, and
+//! the worker goes on reading.
+
+use serde::{Deserialize, Serialize};
+
+/// The version of this protocol; a worker of another version is refused.
+pub const PROTOCOL: u32 = 1;
+
+/// The argument that starts a bench binary as a worker.
+pub const WORKER_FLAG: &str = "--opbench-worker";
+
+/// A request to a worker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "req", rename_all = "snake_case")]
+pub enum Request {
+    /// Who are you: the protocol, the ops, the environment fingerprint.
+    Hello,
+    /// The worker's cases under its `OPBENCH_*` settings, those whose key matches the
+    /// regular expression `filter` (all without one).
+    Cases { filter: Option<String> },
+    /// Build a case and check one call against its float64 reference.
+    Prepare { key: String },
+    /// Time one sample of `iters` calls of a prepared case in its key's mode.
+    Sample { key: String, iters: u64 },
+    /// Drop a prepared case (its memory).
+    Release { key: String },
+    /// End the worker.
+    Quit,
+}
+
+/// A case as a worker names it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CaseName {
+    /// The key as text (`CaseKey`'s display form): the name requests use.
+    pub key: String,
+    /// The key's fields in `CaseKey::COLUMNS` order.
+    pub fields: Vec<String>,
+}
+
+/// A case the worker lists but cannot time in this protocol, and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NotServed {
+    pub case: CaseName,
+    pub reason: String,
+}
+
+/// What preparing a case gave: `status` is a `rundir::Status` (`ok`, `unsupported`,
+/// `mismatch`, `error`, `oom`, `skipped`), with its reason where it is not `ok`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(default)]
+pub struct Prepared {
+    pub key: String,
+    pub status: String,
+    pub reason: Option<String>,
+    /// The relative error of one call against the float64 reference.
+    pub rel_err: Option<f64>,
+    pub dims: String,
+    pub flops: u64,
+    pub bytes: u64,
+    pub kernel: Option<String>,
+    pub note: Option<String>,
+    /// Bytes of model state the prepared case holds on its device.
+    pub state_bytes: u64,
+}
+
+/// One timed sample.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(default)]
+pub struct Sampled {
+    pub key: String,
+    /// Calls the sample holds (iters × the calls one run makes).
+    pub calls: u64,
+    pub total_ns: f64,
+    /// The dispatch floor's per-call time right before the sample (the torch control).
+    pub control_ns: Option<f64>,
+    /// The build-independent host control right before the sample.
+    pub host_ns: Option<f64>,
+    pub state: rundir::SampleState,
+}
+
+/// A worker's reply.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "reply", rename_all = "snake_case")]
+pub enum Reply {
+    Hello {
+        protocol: u32,
+        ops: Vec<String>,
+        /// The worker's env.json (`rundir::Env`).
+        env: serde_json::Value,
+    },
+    Cases {
+        cases: Vec<CaseName>,
+        #[serde(default)]
+        unsupported: Vec<NotServed>,
+    },
+    Prepared(Prepared),
+    Sample(Sampled),
+    Released {
+        key: String,
+    },
+    Bye,
+    Error {
+        message: String,
+    },
+}
+
+impl Request {
+    /// The request as one line of JSON, newline included.
+    pub fn line(&self) -> String {
+        let mut s = serde_json::to_string(self).unwrap_or_else(|_| "{}".into());
+        s.push('\n');
+        s
+    }
+
+    /// A request from one line; the error names what is wrong.
+    pub fn parse(line: &str) -> Result<Self, String> {
+        serde_json::from_str(line.trim()).map_err(|e| format!("malformed request: {e}"))
+    }
+}
+
+impl Reply {
+    /// The reply as one line of JSON, newline included.
+    pub fn line(&self) -> String {
+        let mut s = serde_json::to_string(self)
+            .unwrap_or_else(|e| format!(r#"{{"reply":"error","message":"{e}"}}"#));
+        s.push('\n');
+        s
+    }
+
+    /// Whether a line of a worker's stdout is a reply (anything else a library printed
+    /// there is skipped).
+    pub fn is_reply(line: &str) -> bool {
+        line.trim_start().starts_with("{\"reply\"")
+    }
+
+    /// A reply from one line.
+    pub fn parse(line: &str) -> Result<Self, String> {
+        serde_json::from_str(line.trim()).map_err(|e| format!("malformed reply: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_and_replies_round_trip_as_lines() {
+        let r = Request::Sample {
+            key: "k".into(),
+            iters: 7,
+        };
+        assert_eq!(r.line(), "{\"req\":\"sample\",\"key\":\"k\",\"iters\":7}\n");
+        assert_eq!(Request::parse(&r.line()), Ok(r));
+        let s = Reply::Sample(Sampled {
+            key: "k".into(),
+            calls: 7,
+            total_ns: 70.0,
+            ..Sampled::default()
+        });
+        assert!(Reply::is_reply(&s.line()));
+        assert_eq!(Reply::parse(&s.line()), Ok(s));
+    }
+
+    #[test]
+    fn a_malformed_line_is_an_error_naming_it() {
+        let e = Request::parse("{\"req\":\"frobnicate\"}").unwrap_err();
+        assert!(e.starts_with("malformed request"), "{e}");
+        assert!(Request::parse("not json").is_err());
+    }
+}

@@ -1,0 +1,355 @@
+//! The verdicts of a finished comparison: each case's, each family's, the global ones,
+//! and the exit code with its reasons.
+//!
+//! - A case: its pairs' median log ratio with the order-statistic interval at the
+//!   sequential design's level ([`stats::paired::Looks::level`]), judged against the
+//!   tolerance; a `slower` or `faster` must also be a discovery by Benjamini–Hochberg over
+//!   the cases (false-discovery rate 5%), else it is `ambiguous`.
+//! - A family: the median over its cases of their median log ratios, an interval by
+//!   bootstrap over cases, widened by the process term (what a worker process shares among
+//!   its cases, measured between a group's successive processes), judged against the
+//!   family tolerance.
+//! - Exit 1 names every reason: a slower case, a slower family.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use rundir::Status;
+use stats::paired::{Judgement, Pooled, median_se, pooled, process_sd};
+
+use crate::driver::{CaseRun, Session};
+
+/// What a host-timed case's time is made of, for its family: host-bound (dispatch) cases
+/// move with every torch call, the others with the kernels or the CPU's compute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    /// Host-timed, bound by the host's dispatch ([`rundir::bound_by_host`]).
+    HostBound,
+    /// Host-timed, bound by the device or by compute.
+    HostTimedBound,
+    /// Timed by GPU events.
+    Device,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::HostBound => "host-bound",
+            Kind::HostTimedBound => "host-timed, device- or compute-bound",
+            Kind::Device => "device",
+        }
+    }
+}
+
+/// One case's verdict.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    /// Timed in pairs and judged.
+    Judged(Judgement),
+    /// The two sides ended differently before timing (`ok` → `mismatch`, …).
+    StatusChanged { base: String, cand: String },
+    /// Not timed on both: the same status on both sides, or a side's worker failed.
+    NotTimed(Status),
+}
+
+impl Verdict {
+    pub fn word(&self) -> String {
+        match self {
+            Verdict::Judged(j) => j.as_str().to_string(),
+            Verdict::StatusChanged { .. } => "status-changed".into(),
+            Verdict::NotTimed(s) => s.to_string(),
+        }
+    }
+}
+
+/// A case's line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CaseLine {
+    pub name: String,
+    pub group: String,
+    pub kind: Option<Kind>,
+    pub verdict: Verdict,
+    /// cand / base: median, low, high.
+    pub ratio: Option<(f64, f64, f64)>,
+    pub pairs: usize,
+    /// ± the interval's half-width (a fraction): what an `ambiguous` case could resolve.
+    pub resolution: Option<f64>,
+    pub note: String,
+}
+
+/// A family's (or a global) line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FamilyLine {
+    pub name: String,
+    pub kind: Kind,
+    pub pooled: Pooled,
+    pub judgement: Judgement,
+    /// The process term was measured (two or more processes a group) or not.
+    pub process_measured: bool,
+}
+
+/// The whole comparison's verdicts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Verdicts {
+    pub cases: Vec<CaseLine>,
+    /// The global lines first (host-bound, device), then each op in each mode.
+    pub families: Vec<FamilyLine>,
+    /// Why the exit code is 1; empty: 0.
+    pub regressions: Vec<String>,
+}
+
+impl Verdicts {
+    pub fn exit_code(&self) -> i32 {
+        i32::from(!self.regressions.is_empty())
+    }
+
+    /// How many cases ended with each verdict word.
+    pub fn counts(&self) -> BTreeMap<String, usize> {
+        let mut out = BTreeMap::new();
+        for c in &self.cases {
+            *out.entry(c.verdict.word()).or_default() += 1;
+        }
+        out
+    }
+}
+
+/// The kind of each judged case: device cases by their mode; a host-timed case is
+/// host-bound unless its base's time is bound by the device or by compute.
+fn kinds(session: &Session) -> BTreeMap<String, Kind> {
+    let median = |c: &CaseRun| {
+        let xs: Vec<f64> = c.pairs.iter().map(|p| p.per_call().0).collect();
+        (!xs.is_empty()).then(|| stats::median(&xs))
+    };
+    let control = |c: &CaseRun| {
+        let xs: Vec<f64> = c.pairs.iter().filter_map(|p| p.base.control_ns).collect();
+        (!xs.is_empty()).then(|| stats::median(&xs))
+    };
+    let device: BTreeMap<rundir::CaseKey, f64> = session
+        .cases
+        .iter()
+        .filter(|c| c.key.mode == rundir::Mode::Device)
+        .filter_map(|c| median(c).map(|m| (c.key.clone(), m)))
+        .collect();
+    let mut out = BTreeMap::new();
+    for c in &session.cases {
+        let kind = if c.key.mode.is_device() {
+            Kind::Device
+        } else {
+            let Some(host) = median(c) else { continue };
+            let dev = device.get(&c.key.in_mode(rundir::Mode::Device)).copied();
+            if rundir::bound_by_host(host, dev, control(c)) {
+                Kind::HostBound
+            } else {
+                Kind::HostTimedBound
+            }
+        };
+        out.insert(c.name.clone(), kind);
+    }
+    out
+}
+
+/// Judge a finished comparison.
+pub fn judge(session: &Session) -> Verdicts {
+    let s = &session.settings;
+    let level = s.looks.level();
+    let looks = s.looks.schedule().len() as f64;
+    let kinds = kinds(session);
+    let mut cases: Vec<CaseLine> = session
+        .cases
+        .iter()
+        .map(|c| case_line(c, kinds.get(&c.name).copied(), level, s.tolerance))
+        .collect();
+    // a discovery: Benjamini–Hochberg over the judged cases' directional p-values, each
+    // multiplied by the looks (Bonferroni over the sequential design)
+    let judged: Vec<usize> = (0..cases.len())
+        .filter(|&i| matches!(cases[i].verdict, Verdict::Judged(_)))
+        .collect();
+    let ps: Vec<f64> = judged
+        .iter()
+        .map(|&i| {
+            let (up, down) = session.cases[i].paired().p_beyond(s.tolerance);
+            (up.min(down) * looks).min(1.0)
+        })
+        .collect();
+    let found = stats::decide::benjamini_hochberg(&ps, 0.05);
+    for (&i, &f) in judged.iter().zip(&found) {
+        if let Verdict::Judged(j @ (Judgement::Slower | Judgement::Faster)) = cases[i].verdict
+            && !f
+        {
+            cases[i].verdict = Verdict::Judged(Judgement::Ambiguous);
+            cases[i].note = format!(
+                "{} beyond ±{:.1}% at its look, not a discovery at a 5% false-discovery rate",
+                j.as_str(),
+                s.tolerance * 100.0
+            );
+        }
+    }
+    let families = families(session, &cases);
+    let mut regressions = Vec::new();
+    let slower: Vec<&CaseLine> = cases
+        .iter()
+        .filter(|c| c.verdict == Verdict::Judged(Judgement::Slower))
+        .collect();
+    if !slower.is_empty() {
+        regressions.push(format!(
+            "{} case{} slower beyond {:.1}% (first: {})",
+            slower.len(),
+            if slower.len() == 1 { "" } else { "s" },
+            s.tolerance * 100.0,
+            slower[0].name
+        ));
+    }
+    for f in families.iter().filter(|f| f.judgement == Judgement::Slower) {
+        let (r, lo, hi) = f.pooled.ratio();
+        regressions.push(format!(
+            "{}: {} [{}, {}] lies wholly above +{:.1}%",
+            f.name,
+            pct(r),
+            pct(lo),
+            pct(hi),
+            s.family_tolerance * 100.0
+        ));
+    }
+    Verdicts {
+        cases,
+        families,
+        regressions,
+    }
+}
+
+/// `+3.1%` for a ratio of 1.031.
+pub fn pct(ratio: f64) -> String {
+    format!("{:+.1}%", (ratio - 1.0) * 100.0)
+}
+
+fn case_line(c: &CaseRun, kind: Option<Kind>, level: f64, tol: f64) -> CaseLine {
+    let mut line = CaseLine {
+        name: c.name.clone(),
+        group: c.group.clone(),
+        kind,
+        verdict: Verdict::NotTimed(Status::Error),
+        ratio: None,
+        pairs: c.pairs.len(),
+        resolution: None,
+        note: String::new(),
+    };
+    if let Some(e) = &c.ended {
+        let status = |p: &Option<crate::protocol::Prepared>| p.as_ref().map(|p| p.status.clone());
+        line.verdict = match (status(&c.base), status(&c.cand)) {
+            (Some(b), Some(k)) if b != k => Verdict::StatusChanged { base: b, cand: k },
+            _ => Verdict::NotTimed(e.status),
+        };
+        let side = e
+            .side
+            .map_or(String::new(), |s| format!("{}: ", s.as_str()));
+        line.note = format!("{side}{}", e.reason);
+        return line;
+    }
+    let pc = c.paired();
+    if pc.n() < 2 {
+        line.note = "fewer than 2 pairs".into();
+        return line;
+    }
+    let (lo, hi) = pc.interval(level);
+    line.ratio = Some((pc.median().exp(), lo.exp(), hi.exp()));
+    line.verdict = Verdict::Judged(pc.judge(level, tol));
+    if line.verdict == Verdict::Judged(Judgement::Ambiguous) {
+        line.resolution = Some(pc.resolution(level));
+        line.note = format!(
+            "undecided after {} pairs in {:.1} s",
+            pc.n(),
+            c.spent.as_secs_f64()
+        );
+    }
+    line
+}
+
+/// The families: the global ones by kind, then each op in each mode.
+fn families(session: &Session, cases: &[CaseLine]) -> Vec<FamilyLine> {
+    let s = &session.settings;
+    let level = 0.95;
+    let by_name: BTreeMap<&str, &CaseRun> =
+        session.cases.iter().map(|c| (c.name.as_str(), c)).collect();
+    // each judged case: (kind, family name, process id, median log ratio)
+    let mut members: Vec<(Kind, String, (String, usize), f64)> = Vec::new();
+    for line in cases {
+        let (Verdict::Judged(_), Some(kind), Some(run)) =
+            (&line.verdict, line.kind, by_name.get(line.name.as_str()))
+        else {
+            continue;
+        };
+        let fam = format!("{} {}", run.key.op, run.key.mode);
+        members.push((
+            kind,
+            fam,
+            (run.group.clone(), run.process),
+            run.paired().median(),
+        ));
+    }
+    let sd = process_terms(&members);
+    let mut out = Vec::new();
+    let mut add =
+        |name: String, kind: Kind, pick: &dyn Fn(&(Kind, String, (String, usize), f64)) -> bool| {
+            let chosen: Vec<&(Kind, String, (String, usize), f64)> =
+                members.iter().filter(|m| pick(m)).collect();
+            let xs: Vec<f64> = chosen.iter().map(|m| m.3).collect();
+            let procs: BTreeSet<&(String, usize)> = chosen.iter().map(|m| &m.2).collect();
+            let term = sd.get(&kind).copied();
+            let per = term.unwrap_or(0.0) / (procs.len().max(1) as f64).sqrt();
+            if let Some(p) = pooled(&xs, level, per, 2000) {
+                out.push(FamilyLine {
+                    name,
+                    kind,
+                    judgement: stats::paired::judge((p.low, p.high), s.family_tolerance),
+                    pooled: p,
+                    process_measured: term.is_some(),
+                });
+            }
+        };
+    for kind in [Kind::HostBound, Kind::Device, Kind::HostTimedBound] {
+        add(format!("all {} cases", kind.as_str()), kind, &|m| {
+            m.0 == kind
+        });
+    }
+    let fams: BTreeSet<(Kind, String)> = members.iter().map(|m| (m.0, m.1.clone())).collect();
+    for (kind, fam) in fams {
+        let name = format!("{fam} ({})", kind.as_str());
+        add(name, kind, &|m| m.0 == kind && m.1 == fam);
+    }
+    out
+}
+
+/// The process term's spread per kind, from each group's first two processes (`None`
+/// for a kind no group timed in two processes with 3 or more cases each).
+fn process_terms(members: &[(Kind, String, (String, usize), f64)]) -> BTreeMap<Kind, f64> {
+    let mut out = BTreeMap::new();
+    for kind in [Kind::HostBound, Kind::Device, Kind::HostTimedBound] {
+        let groups: BTreeSet<&str> = members
+            .iter()
+            .filter(|m| m.0 == kind)
+            .map(|m| m.2.0.as_str())
+            .collect();
+        let mut halves = Vec::new();
+        for g in groups {
+            let of = |p: usize| -> Vec<f64> {
+                members
+                    .iter()
+                    .filter(|m| m.0 == kind && m.2.0 == g && m.2.1 == p)
+                    .map(|m| m.3)
+                    .collect()
+            };
+            let (a, b) = (of(0), of(1));
+            if a.len() >= 3 && b.len() >= 3 {
+                halves.push((
+                    stats::median(&a),
+                    stats::median(&b),
+                    median_se(&a, 500).powi(2),
+                    median_se(&b, 500).powi(2),
+                ));
+            }
+        }
+        if let Some(sd) = process_sd(&halves) {
+            out.insert(kind, sd);
+        }
+    }
+    out
+}

@@ -1,0 +1,337 @@
+//! What a comparison leaves: `runs/<RUN>-base/` and `runs/<RUN>-cand/` (valid run
+//! directories; every sample carries its pair), `runs/<RUN>-ab.csv` (one line per case and
+//! per family) and `runs/<RUN>-compare.md` (the summary `opbench ab` prints).
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use rundir::{Env, ResultRow, RunWriter, Sample, Status};
+
+use crate::driver::{CaseRun, Session, Side};
+use crate::protocol::{Prepared, Sampled};
+use crate::verdict::{CaseLine, Verdict, Verdicts, pct};
+
+/// Where a comparison's files went.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Written {
+    pub base: PathBuf,
+    pub cand: PathBuf,
+    pub csv: PathBuf,
+    pub summary: PathBuf,
+}
+
+/// Write the comparison under `runs` (the `runs/` folder) as `<run>-…`.
+pub fn write(
+    runs: &Path,
+    run: &str,
+    session: &Session,
+    verdicts: &Verdicts,
+    sides: [&str; 2],
+) -> Result<Written, rundir::RunError> {
+    let base = runs.join(format!("{run}-base"));
+    let cand = runs.join(format!("{run}-cand"));
+    for (side, dir, other, what) in [
+        (Side::Base, &base, &cand, sides[0]),
+        (Side::Cand, &cand, &base, sides[1]),
+    ] {
+        side_dir(session, side, dir, other, what)?;
+    }
+    let csv = runs.join(format!("{run}-ab.csv"));
+    let io = |p: &Path| {
+        let p = p.to_path_buf();
+        move |e: std::io::Error| rundir::RunError::Io { path: p, source: e }
+    };
+    std::fs::write(&csv, ab_csv(verdicts)).map_err(io(&csv))?;
+    let summary = runs.join(format!("{run}-compare.md"));
+    std::fs::write(&summary, summary_md(session, verdicts, sides)).map_err(io(&summary))?;
+    Ok(Written {
+        base,
+        cand,
+        csv,
+        summary,
+    })
+}
+
+/// One side's run directory.
+fn side_dir(
+    session: &Session,
+    side: Side,
+    dir: &Path,
+    other: &Path,
+    what: &str,
+) -> Result<(), rundir::RunError> {
+    let run_id = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_default();
+    let raw = match side {
+        Side::Base => &session.base_env,
+        Side::Cand => &session.cand_env,
+    };
+    let mut env: Env = raw
+        .clone()
+        .and_then(|v| serde_json::from_value(v).ok())
+        .unwrap_or_default();
+    env.run_id = run_id.clone();
+    if env.started_at.is_empty() {
+        env.started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    }
+    let s = &session.settings;
+    for (k, v) in [
+        ("design", "paired".to_string()),
+        ("paired_with", other.display().to_string()),
+        ("side", format!("{} ({what})", side.as_str())),
+        ("tolerance_pct", format!("{}", s.tolerance * 100.0)),
+        ("sample_ms", format!("{}", s.sample.as_millis())),
+        ("budget_s", format!("{}", s.budget.as_secs())),
+        ("processes", s.processes.to_string()),
+        ("seed", s.seed.to_string()),
+    ] {
+        env.settings.insert(k.into(), v);
+    }
+    let mut w = RunWriter::at(dir, &run_id, &env)?;
+    for c in &session.cases {
+        if w.contains(&c.key) {
+            continue;
+        }
+        let (row, samples) = side_row(c, side, &run_id);
+        w.write_case(&row, &samples)?;
+    }
+    Ok(())
+}
+
+/// A case's row and samples on one side.
+fn side_row(c: &CaseRun, side: Side, run_id: &str) -> (ResultRow, Vec<Sample>) {
+    let prep: Option<&Prepared> = match side {
+        Side::Base => c.base.as_ref(),
+        Side::Cand => c.cand.as_ref(),
+    };
+    let dims = prep.map(|p| p.dims.clone()).unwrap_or_default();
+    let mut row = ResultRow::new(run_id, c.key.clone(), dims, Status::Ok);
+    if let Some(p) = prep {
+        row.flops = p.flops;
+        row.bytes = p.bytes;
+        row.kernel = p.kernel.clone();
+        row.note = p.note.clone();
+        row.max_rel_err = p.rel_err;
+        row.status = p.status.parse().unwrap_or(Status::Error);
+        if row.status != Status::Ok {
+            row.note = p.reason.clone();
+        }
+    }
+    let sampled = |s: &Sampled, pair: u32| Sample {
+        key: c.key.clone(),
+        execution: 1,
+        iters: s.calls,
+        total_ns: s.total_ns,
+        control_ns: s.control_ns,
+        host_ns: s.host_ns,
+        state: s.state,
+        pair: Some(pair),
+    };
+    let samples: Vec<Sample> = c
+        .pairs
+        .iter()
+        .map(|p| match side {
+            Side::Base => sampled(&p.base, p.index),
+            Side::Cand => sampled(&p.cand, p.index),
+        })
+        .collect();
+    if let Some(e) = &c.ended {
+        if row.status == Status::Ok {
+            // this side was fine; the case ended on the other, or mid-run
+            row.status = if e.side == Some(side) {
+                e.status
+            } else {
+                Status::Skipped
+            };
+            row.note = Some(if e.side == Some(side) {
+                e.reason.clone()
+            } else {
+                format!(
+                    "not timed in pairs: the other side ended as {}: {}",
+                    e.status, e.reason
+                )
+            });
+        }
+        if row.status != Status::Ok {
+            // the samples taken before the end stay in samples.csv, the row carries none
+            return (row, samples);
+        }
+    }
+    if samples.is_empty() {
+        row.status = Status::Error;
+        row.note = Some("no pairs were taken".into());
+        return (row, samples);
+    }
+    let pairs: Vec<(u64, f64)> = samples.iter().map(|s| (s.iters, s.total_ns)).collect();
+    row.summarize(&pairs);
+    let controls: Vec<f64> = samples.iter().filter_map(|s| s.control_ns).collect();
+    if !controls.is_empty() {
+        row.control_ns = Some(stats::median(&controls));
+    }
+    row.flagged = rundir::flagged(&samples);
+    (row, samples)
+}
+
+fn ab_csv(v: &Verdicts) -> String {
+    let mut out = String::from(
+        "level,name,kind,verdict,ratio,ratio_low,ratio_high,pairs,resolution_pct,note\n",
+    );
+    let q = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
+    let num = |x: Option<f64>| x.map_or(String::new(), |x| format!("{x:.5}"));
+    for f in &v.families {
+        let (r, lo, hi) = f.pooled.ratio();
+        let _ = writeln!(
+            out,
+            "family,{},{},{},{r:.5},{lo:.5},{hi:.5},,,{}",
+            q(&f.name),
+            q(f.kind.as_str()),
+            f.judgement.as_str(),
+            q(&format!("{} cases", f.pooled.cases))
+        );
+    }
+    for c in &v.cases {
+        let _ = writeln!(
+            out,
+            "case,{},{},{},{},{},{},{},{},{}",
+            q(&c.name),
+            q(c.kind.map_or("", |k| k.as_str())),
+            c.verdict.word(),
+            num(c.ratio.map(|r| r.0)),
+            num(c.ratio.map(|r| r.1)),
+            num(c.ratio.map(|r| r.2)),
+            c.pairs,
+            num(c.resolution.map(|r| r * 100.0)),
+            q(&c.note)
+        );
+    }
+    out
+}
+
+/// The summary: the answer and its reasons first, then the families, then the cases that
+/// moved, failed or stayed undecided.
+pub fn summary_md(session: &Session, v: &Verdicts, sides: [&str; 2]) -> String {
+    let s = &session.settings;
+    let mut o = String::new();
+    let counts = v.counts();
+    let n = |w: &str| counts.get(w).copied().unwrap_or(0);
+    let _ = writeln!(o, "# opbench ab: {} → {}\n", sides[0], sides[1]);
+    let _ = writeln!(
+        o,
+        "Paired: both builds alive at once, taking turns sample by sample (A B, B A, …), \
+         {} cases in {:.0} s (budget {} s), {} worker process{} a side per bench binary.\n",
+        session.cases.len(),
+        session.took.as_secs_f64(),
+        s.budget.as_secs(),
+        s.processes,
+        if s.processes == 1 { "" } else { "es" },
+    );
+    if v.regressions.is_empty() {
+        let _ = writeln!(o, "**Verdict: no regression found (exit 0).**\n");
+    } else {
+        let _ = writeln!(o, "**Verdict: REGRESSION (exit 1)**, because:\n");
+        for r in &v.regressions {
+            let _ = writeln!(o, "- {r}");
+        }
+        o.push('\n');
+    }
+    let _ = writeln!(
+        o,
+        "Cases: {} same (within ±{:.1}%), {} slower, {} faster, {} ambiguous, {} status-changed, {} not timed.\n",
+        n("same"),
+        s.tolerance * 100.0,
+        n("slower"),
+        n("faster"),
+        n("ambiguous"),
+        n("status-changed"),
+        v.cases.len()
+            - n("same")
+            - n("slower")
+            - n("faster")
+            - n("ambiguous")
+            - n("status-changed"),
+    );
+    let amb: Vec<f64> = v.cases.iter().filter_map(|c| c.resolution).collect();
+    if !amb.is_empty() {
+        let _ = writeln!(
+            o,
+            "`ambiguous (±X%)`: the case's interval straddles ±{:.1}%; a change smaller than X% \
+             could not be told from none in its share of the budget (median X here: {:.1}%). \
+             A larger `--budget` narrows it.\n",
+            s.tolerance * 100.0,
+            stats::median(&amb) * 100.0
+        );
+    }
+    families_md(&mut o, v, s.family_tolerance);
+    cases_md(&mut o, &v.cases);
+    o
+}
+
+fn families_md(o: &mut String, v: &Verdicts, tol: f64) {
+    let _ = writeln!(
+        o,
+        "## Families\n\nThe median over a family's cases of their paired ratios; the interval \
+         is over cases, widened by the process term (what a worker process shares among its \
+         cases, measured between each bench binary's successive processes). `same`: the \
+         interval lies inside ±{:.1}%.\n",
+        tol * 100.0
+    );
+    let _ = writeln!(o, "| family | cases | change | 95% interval | verdict |");
+    let _ = writeln!(o, "|---|---|---|---|---|");
+    for f in &v.families {
+        let (r, lo, hi) = f.pooled.ratio();
+        let word = match f.judgement {
+            stats::paired::Judgement::Ambiguous => {
+                format!("ambiguous (±{:.1}%)", ((hi - lo) / 2.0) * 100.0)
+            }
+            j => j.as_str().to_string(),
+        };
+        let proc = if f.process_measured {
+            ""
+        } else {
+            " (process term not measured)"
+        };
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | [{}, {}] | {word}{proc} |",
+            f.name,
+            f.pooled.cases,
+            pct(r),
+            pct(lo),
+            pct(hi)
+        );
+    }
+    o.push('\n');
+}
+
+fn cases_md(o: &mut String, cases: &[CaseLine]) {
+    let _ = writeln!(
+        o,
+        "## Cases that moved, failed or stayed undecided\n\n| case | verdict | change | interval | pairs | note |\n|---|---|---|---|---|---|"
+    );
+    let mut listed: Vec<&CaseLine> = cases
+        .iter()
+        .filter(|c| c.verdict != Verdict::Judged(stats::paired::Judgement::Same))
+        .collect();
+    listed.sort_by(|a, b| {
+        let r = |c: &CaseLine| c.ratio.map_or(0.0, |r| -(r.0 - 1.0).abs());
+        r(a).total_cmp(&r(b))
+    });
+    for c in listed {
+        let (chg, int) = c
+            .ratio
+            .map_or((String::new(), String::new()), |(r, lo, hi)| {
+                (pct(r), format!("[{}, {}]", pct(lo), pct(hi)))
+            });
+        let word = match c.resolution {
+            Some(x) => format!("ambiguous (±{:.1}%)", x * 100.0),
+            None => c.verdict.word(),
+        };
+        let _ = writeln!(
+            o,
+            "| {} | {word} | {chg} | {int} | {} | {} |",
+            c.name, c.pairs, c.note
+        );
+    }
+}

@@ -1,0 +1,389 @@
+//! The driver and its verdicts on synthetic workers whose truth is planted: a host that
+//! switches between a fast and a slow state at random (shared by both sides, as one
+//! machine is), a side made slower by a known factor, a worker that dies mid-run, a case
+//! one side does not list.
+
+use std::cell::RefCell;
+use std::collections::BTreeSet;
+use std::rc::Rc;
+use std::time::Duration;
+
+use duet::driver::{Group, Settings, Side};
+use duet::protocol::{CaseName, PROTOCOL, Prepared, Reply, Request, Sampled};
+use duet::verdict::Verdict;
+use duet::worker::{Worker, WorkerError};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use stats::paired::Judgement;
+
+/// The machine both sides run on: its state (1.0 fast, `slow` slow) switches at random
+/// before a sample with probability `switch`.
+struct Host {
+    state: f64,
+    slow: f64,
+    switch: f64,
+    rng: StdRng,
+}
+
+impl Host {
+    fn shared(slow: f64, switch: f64, seed: u64) -> Rc<RefCell<Host>> {
+        Rc::new(RefCell::new(Host {
+            state: 1.0,
+            slow,
+            switch,
+            rng: StdRng::seed_from_u64(seed),
+        }))
+    }
+
+    /// The state for the next sample, and a noise factor.
+    fn next(&mut self, noise: f64) -> f64 {
+        if self.rng.random_bool(self.switch) {
+            self.state = if self.state == 1.0 { self.slow } else { 1.0 };
+        }
+        let n: f64 = self.rng.random_range(-1.0..1.0);
+        self.state * (1.0 + noise * n)
+    }
+}
+
+fn fields(i: usize, mode: &str) -> Vec<String> {
+    [
+        "linear",
+        "aten",
+        &format!("site{i}"),
+        "qwen3-0.6b",
+        "decode",
+        "1",
+        "1",
+        "",
+        "f16",
+        "cuda:0",
+        mode,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+fn key(f: &[String]) -> String {
+    rundir::CaseKey::from_fields(f)
+        .expect("a valid key")
+        .to_string()
+}
+
+/// A synthetic worker: `cases` device cases of 2 µs a call and host cases of 5 µs,
+/// slowed by `factor`; it dies at its `die_at`-th sample.
+struct Fake {
+    host: Rc<RefCell<Host>>,
+    factor: f64,
+    cases: Vec<(String, Vec<String>, f64)>,
+    samples: usize,
+    die_at: Option<usize>,
+    label: &'static str,
+}
+
+impl Fake {
+    fn new(host: &Rc<RefCell<Host>>, factor: f64, n: usize, label: &'static str) -> Self {
+        let mut cases = Vec::new();
+        for i in 0..n {
+            for (mode, per) in [("device", 2_000.0), ("pipelined", 5_000.0)] {
+                let f = fields(i, mode);
+                cases.push((key(&f), f, per));
+            }
+        }
+        Fake {
+            host: host.clone(),
+            factor,
+            cases,
+            samples: 0,
+            die_at: None,
+            label,
+        }
+    }
+}
+
+impl Worker for Fake {
+    fn call(&mut self, req: &Request) -> Result<Reply, WorkerError> {
+        Ok(match req {
+            Request::Hello => Reply::Hello {
+                protocol: PROTOCOL,
+                ops: vec!["linear".into()],
+                env: serde_json::json!({
+                    "backend": "cuda", "devices": ["cuda:0"], "device_name": "a planted GPU",
+                    "libtorch_version": "2.11.0", "tch_version": "0.24.0", "os": "linux",
+                    "cpu_model": "planted", "opbench_version": "0.1.0", "schema_version": 6,
+                }),
+            },
+            Request::Cases { .. } => Reply::Cases {
+                cases: self
+                    .cases
+                    .iter()
+                    .map(|(k, f, _)| CaseName {
+                        key: k.clone(),
+                        fields: f.clone(),
+                    })
+                    .collect(),
+                unsupported: vec![],
+            },
+            Request::Prepare { key } => {
+                if !self.cases.iter().any(|c| &c.0 == key) {
+                    return Ok(Reply::Error {
+                        message: format!("unknown case {key}"),
+                    });
+                }
+                Reply::Prepared(Prepared {
+                    key: key.clone(),
+                    status: "ok".into(),
+                    rel_err: Some(1e-4),
+                    dims: "m=1".into(),
+                    ..Prepared::default()
+                })
+            }
+            Request::Sample { key, iters } => {
+                self.samples += 1;
+                if self.die_at == Some(self.samples) {
+                    return Err(WorkerError::Died {
+                        what: self.label.into(),
+                        why: "signal: 11 (SIGSEGV)".into(),
+                    });
+                }
+                let per = self.cases.iter().find(|c| &c.0 == key).map_or(1.0, |c| c.2);
+                let state = self.host.borrow_mut().next(0.01);
+                Reply::Sample(Sampled {
+                    key: key.clone(),
+                    calls: *iters,
+                    total_ns: *iters as f64 * per * self.factor * state,
+                    control_ns: Some(800.0 * state),
+                    ..Sampled::default()
+                })
+            }
+            Request::Release { key } => Reply::Released { key: key.clone() },
+            Request::Quit => Reply::Bye,
+        })
+    }
+
+    fn label(&self) -> String {
+        self.label.into()
+    }
+}
+
+fn settings() -> Settings {
+    Settings {
+        warmup: Duration::ZERO,
+        budget: Duration::from_secs(600),
+        processes: 2,
+        ..Settings::default()
+    }
+}
+
+/// Run `n` cases a mode with the candidate slowed by `factor`.
+fn compare(factor: f64, n: usize, slow: f64, seed: u64) -> duet::Verdicts {
+    let host = Host::shared(slow, 0.15, seed);
+    let (h1, h2) = (host.clone(), host.clone());
+    let mut groups = vec![Group {
+        name: "linear".into(),
+        base: Box::new(move || Ok(Box::new(Fake::new(&h1, 1.0, n, "base")) as Box<dyn Worker>)),
+        cand: Box::new(move || Ok(Box::new(Fake::new(&h2, factor, n, "cand")) as Box<dyn Worker>)),
+    }];
+    let session = duet::run(&mut groups, &settings(), &mut |_| {}).expect("runs");
+    duet::judge(&session)
+}
+
+fn share(v: &duet::Verdicts, j: Judgement) -> f64 {
+    let judged = v
+        .cases
+        .iter()
+        .filter(|c| matches!(c.verdict, Verdict::Judged(_)))
+        .count();
+    let hit = v
+        .cases
+        .iter()
+        .filter(|c| c.verdict == Verdict::Judged(j))
+        .count();
+    hit as f64 / judged as f64
+}
+
+#[test]
+fn a_slow_state_both_sides_share_at_random_gives_no_verdict() {
+    // the host runs 1.4× slower at random moments, a sample at a time: pairing cancels it
+    for seed in 1..=3 {
+        let v = compare(1.0, 20, 1.4, seed);
+        assert_eq!(v.exit_code(), 0, "seed {seed}: {:?}", v.regressions);
+        assert_eq!(share(&v, Judgement::Slower), 0.0);
+        assert_eq!(share(&v, Judgement::Faster), 0.0);
+        assert!(
+            share(&v, Judgement::Same) >= 0.9,
+            "seed {seed}: {:?}",
+            v.counts()
+        );
+        for f in &v.families {
+            assert_ne!(f.judgement, Judgement::Slower, "{}", f.name);
+            assert_ne!(f.judgement, Judgement::Faster, "{}", f.name);
+        }
+    }
+}
+
+#[test]
+fn five_percent_on_one_side_is_found_per_case_and_globally() {
+    let v = compare(1.05, 20, 1.4, 7);
+    assert_eq!(v.exit_code(), 1);
+    assert!(share(&v, Judgement::Slower) >= 0.9, "{:?}", v.counts());
+    for name in ["all host-bound cases", "all device cases"] {
+        let f = v.families.iter().find(|f| f.name == name).expect(name);
+        assert_eq!(f.judgement, Judgement::Slower, "{name}");
+        let (r, _, _) = f.pooled.ratio();
+        assert!((r - 1.05).abs() < 0.01, "{name}: {r}");
+    }
+    assert!(
+        v.regressions
+            .iter()
+            .any(|r| r.contains("slower beyond 3.0%"))
+    );
+}
+
+#[test]
+fn same_never_claims_more_than_its_interval_resolves() {
+    // 4% noise a sample and the fewest pairs: what is not inside ±3% is ambiguous, with
+    // its resolution, never `same`
+    let host = Host::shared(1.0, 0.0, 3);
+    let (h1, h2) = (host.clone(), host.clone());
+    let mut groups = vec![Group {
+        name: "linear".into(),
+        base: Box::new(move || Ok(Box::new(Fake::new(&h1, 1.0, 10, "base")) as Box<dyn Worker>)),
+        cand: Box::new(move || Ok(Box::new(Fake::new(&h2, 1.02, 10, "cand")) as Box<dyn Worker>)),
+    }];
+    let s = Settings {
+        looks: stats::paired::Looks {
+            first: 10,
+            max: 10,
+            alpha: 0.05,
+        },
+        ..settings()
+    };
+    let session = duet::run(&mut groups, &s, &mut |_| {}).expect("runs");
+    let v = duet::judge(&session);
+    for c in &v.cases {
+        let (_, lo, hi) = c.ratio.expect("judged");
+        let inside = lo >= 1.0 / 1.03 && hi <= 1.03;
+        assert_eq!(
+            c.verdict == Verdict::Judged(Judgement::Same),
+            inside,
+            "{c:?}"
+        );
+        if c.verdict == Verdict::Judged(Judgement::Ambiguous) {
+            assert!(c.resolution.is_some_and(|x| x > 0.0), "{c:?}");
+        }
+    }
+}
+
+#[test]
+fn a_worker_that_dies_ends_its_case_as_error_and_the_run_goes_on() {
+    let host = Host::shared(1.0, 0.0, 5);
+    let (h1, h2) = (host.clone(), host.clone());
+    let starts = Rc::new(RefCell::new(0));
+    let s2 = starts.clone();
+    let mut groups = vec![Group {
+        name: "linear".into(),
+        base: Box::new(move || Ok(Box::new(Fake::new(&h1, 1.0, 6, "base")) as Box<dyn Worker>)),
+        cand: Box::new(move || {
+            *s2.borrow_mut() += 1;
+            let mut f = Fake::new(&h2, 1.0, 6, "cand");
+            // the first process the cases are timed by dies at its 40th sample
+            if *s2.borrow() == 2 {
+                f.die_at = Some(40);
+            }
+            Ok(Box::new(f) as Box<dyn Worker>)
+        }),
+    }];
+    let session = duet::run(&mut groups, &settings(), &mut |_| {}).expect("runs on");
+    let died: Vec<_> = session.cases.iter().filter(|c| c.ended.is_some()).collect();
+    assert_eq!(died.len(), 1, "one case ends");
+    let e = died[0].ended.as_ref().expect("ended");
+    assert_eq!(e.status, rundir::Status::Error);
+    assert_eq!(e.side, Some(Side::Cand));
+    assert!(e.reason.contains("SIGSEGV"), "{}", e.reason);
+    // the pairs before the crash are kept
+    assert!(!died[0].pairs.is_empty());
+    let v = duet::judge(&session);
+    let judged = v
+        .cases
+        .iter()
+        .filter(|c| matches!(c.verdict, Verdict::Judged(_)))
+        .count();
+    assert_eq!(
+        judged,
+        session.cases.len() - 1,
+        "every other case is judged"
+    );
+    assert!(*starts.borrow() >= 4, "the dead side was restarted");
+
+    // both sides' samples are written; the case's rows say why
+    let dir = tempfile::tempdir().expect("tmp");
+    let w = duet::write::write(dir.path(), "t", &session, &v, ["a", "b"]).expect("writes");
+    let base = rundir::Run::load(&w.base).expect("a valid run directory");
+    let cand = rundir::Run::load(&w.cand).expect("a valid run directory");
+    let row = cand.row(&died[0].key).expect("its row");
+    assert_eq!(row.status, rundir::Status::Error);
+    let kept = base.samples().expect("samples");
+    assert_eq!(kept[&died[0].key].len(), died[0].pairs.len());
+    assert!(kept.values().flatten().all(|s| s.pair.is_some()));
+}
+
+#[test]
+fn a_case_one_side_does_not_list_is_a_row_not_a_crash() {
+    let host = Host::shared(1.0, 0.0, 9);
+    let (h1, h2) = (host.clone(), host.clone());
+    let mut groups = vec![Group {
+        name: "linear".into(),
+        base: Box::new(move || Ok(Box::new(Fake::new(&h1, 1.0, 4, "base")) as Box<dyn Worker>)),
+        cand: Box::new(move || {
+            let mut f = Fake::new(&h2, 1.0, 4, "cand");
+            f.cases.pop();
+            Ok(Box::new(f) as Box<dyn Worker>)
+        }),
+    }];
+    let session = duet::run(&mut groups, &settings(), &mut |_| {}).expect("runs");
+    let v = duet::judge(&session);
+    let gone: Vec<_> = v
+        .cases
+        .iter()
+        .filter(|c| c.note.contains("the candidate does not list"))
+        .collect();
+    assert_eq!(gone.len(), 1);
+    assert_eq!(
+        gone[0].verdict,
+        Verdict::NotTimed(rundir::Status::Unsupported)
+    );
+    let names: BTreeSet<&str> = v.cases.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names.len(), 8);
+}
+
+#[cfg(unix)]
+mod process {
+    use super::*;
+    use duet::worker::Spawn;
+
+    fn sh(script: &str) -> Spawn {
+        Spawn {
+            exe: "/bin/sh".into(),
+            args: vec!["-c".into(), script.into()],
+            env: vec![],
+            label: "fake".into(),
+        }
+    }
+
+    #[test]
+    fn a_garbled_reply_and_a_dead_worker_are_errors_naming_the_worker() {
+        let mut w = sh("read l; echo 'chatter from a library'; echo '{\"reply\": nonsense'")
+            .start()
+            .expect("starts");
+        match w.call(&Request::Hello) {
+            Err(WorkerError::Garbled { what, .. }) => assert_eq!(what, "fake"),
+            other => panic!("{other:?}"),
+        }
+        let mut w = sh("read l; exit 3").start().expect("starts");
+        match w.call(&Request::Hello) {
+            Err(WorkerError::Died { why, .. }) => assert!(why.contains('3'), "{why}"),
+            other => panic!("{other:?}"),
+        }
+    }
+}
