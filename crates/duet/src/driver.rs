@@ -47,7 +47,7 @@ pub struct Settings {
     /// Warm-up per side per visit.
     pub warmup: Duration,
     /// The whole comparison's time, spread over the cases.
-    pub budget: Duration,
+    pub budget: Budget,
     pub looks: Looks,
     pub seed: u64,
     /// Worker processes per side per group, one after another (≥ 1).
@@ -63,11 +63,30 @@ impl Default for Settings {
             family_tolerance: 0.015,
             sample: Duration::from_millis(10),
             warmup: Duration::from_millis(50),
-            budget: Duration::from_secs(600),
+            budget: Budget::Total(Duration::from_secs(600)),
             looks: Looks::default(),
             seed: 1,
             processes: 2,
             filter: None,
+        }
+    }
+}
+
+/// The comparison's time.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Budget {
+    /// This long in all.
+    Total(Duration),
+    /// `each` a case (counted once both sides have listed theirs), at most `cap`.
+    PerCase { each: Duration, cap: Duration },
+}
+
+impl Budget {
+    /// The time for `cases` timed cases.
+    pub fn for_cases(self, cases: usize) -> Duration {
+        match self {
+            Budget::Total(t) => t,
+            Budget::PerCase { each, cap } => (each * cases.max(1) as u32).min(cap),
         }
     }
 }
@@ -165,6 +184,8 @@ pub struct Session {
     pub base_env: Option<serde_json::Value>,
     pub cand_env: Option<serde_json::Value>,
     pub took: Duration,
+    /// The budget the cases were given.
+    pub budget: Duration,
     pub settings: Settings,
 }
 
@@ -329,16 +350,14 @@ pub fn run(
         lists.push(group_cases(g, settings, &mut envs)?);
     }
     let timed: usize = lists.iter().flatten().filter(|c| c.ended.is_none()).count();
-    let share = settings
-        .budget
-        .checked_div(timed.max(1) as u32)
-        .unwrap_or_default();
+    let budget = settings.budget.for_cases(timed);
+    let share = budget.checked_div(timed.max(1) as u32).unwrap_or_default();
     let mut tally = Progress {
         visited: 0,
         cases: timed,
         decided: 0,
         elapsed: Duration::ZERO,
-        budget: settings.budget,
+        budget,
     };
     let mut cases = Vec::new();
     for (g, mut list) in groups.iter_mut().zip(lists) {
@@ -375,6 +394,7 @@ pub fn run(
         base_env: envs.0,
         cand_env: envs.1,
         took: t0.elapsed(),
+        budget,
         settings: settings.clone(),
     })
 }

@@ -20,6 +20,13 @@ pub struct Written {
     pub summary: PathBuf,
 }
 
+/// A run id from the clock, in the run directory's format (`YYYYMMDDTHHMMSSZ`).
+pub fn default_run_id() -> String {
+    chrono::Utc::now()
+        .format(rundir::layout::RUN_ID_FORMAT)
+        .to_string()
+}
+
 /// Write the comparison under `runs` (the `runs/` folder) as `<run>-…`.
 pub fn write(
     runs: &Path,
@@ -83,7 +90,7 @@ fn side_dir(
         ("side", format!("{} ({what})", side.as_str())),
         ("tolerance_pct", format!("{}", s.tolerance * 100.0)),
         ("sample_ms", format!("{}", s.sample.as_millis())),
-        ("budget_s", format!("{}", s.budget.as_secs())),
+        ("budget", format!("{:?}", s.budget)),
         ("processes", s.processes.to_string()),
         ("seed", s.seed.to_string()),
     ] {
@@ -220,10 +227,10 @@ pub fn summary_md(session: &Session, v: &Verdicts, sides: [&str; 2]) -> String {
     let _ = writeln!(
         o,
         "Paired: both builds alive at once, taking turns sample by sample (A B, B A, …), \
-         {} cases in {:.0} s (budget {} s), {} worker process{} a side per bench binary.\n",
+         {} cases in {:.0} s (budget {:.0} s), {} worker process{} a side per bench binary.\n",
         session.cases.len(),
         session.took.as_secs_f64(),
-        s.budget.as_secs(),
+        session.budget.as_secs_f64(),
         s.processes,
         if s.processes == 1 { "" } else { "es" },
     );

@@ -169,7 +169,7 @@ impl Worker for Fake {
 fn settings() -> Settings {
     Settings {
         warmup: Duration::ZERO,
-        budget: Duration::from_secs(600),
+        budget: duet::driver::Budget::Total(Duration::from_secs(600)),
         processes: 2,
         ..Settings::default()
     }

@@ -12,6 +12,9 @@
 //! - [`Floor`]: the dispatch floor (a one-element add, a view); [`Ceiling`]: a large copy
 //!   and a large GEMM, what the device really does.
 //!
+//! - [`worker`]: the same binary as a worker of `opbench ab` (`--opbench-worker`): it
+//!   prepares, checks and times single samples on request, one JSON line each.
+//!
 //! A bench target is one line: `harness::opbench_bench!(linear::Linear);`.
 //!
 //! Boundary: this crate knows tch and criterion; it knows no op in particular (beyond the
@@ -37,6 +40,7 @@ pub mod select;
 pub mod tensors;
 pub mod timing;
 pub mod trace;
+pub mod worker;
 
 pub use ceiling::Ceiling;
 pub use config::Config;
@@ -54,7 +58,8 @@ pub use timing::{
 
 /// A bench target's `main`: runs each op through [`bench_op`] under criterion and ends
 /// the process with a one-line message and exit code 2 when a bench cannot run (bad
-/// `OPBENCH_*` settings, no such device, an unwritable run directory).
+/// `OPBENCH_*` settings, no such device, an unwritable run directory). Started with
+/// [`worker::WORKER_FLAG`], it serves `opbench ab` instead ([`worker::serve`]).
 ///
 /// ```text
 /// harness::opbench_bench!(linear::Linear);
@@ -63,6 +68,13 @@ pub use timing::{
 macro_rules! opbench_bench {
     ($($op:expr),+ $(,)?) => {
         fn main() {
+            if std::env::args().any(|a| a == $crate::worker::WORKER_FLAG) {
+                if let Err(e) = $crate::worker::serve(&[$(&$op as &dyn $crate::Op),+]) {
+                    eprintln!("opbench: {e}");
+                    std::process::exit(2);
+                }
+                return;
+            }
             let mut c = $crate::timing::criterion_for_main();
             $(
                 if let Err(e) = $crate::bench_op(&mut c, &$op) {

@@ -442,7 +442,7 @@ fn copies_state(mode: Mode, device: Device) -> bool {
     }
 }
 
-fn key_for(
+pub(crate) fn key_for(
     op: &dyn Op,
     variant: &str,
     p: &Problem,
@@ -638,7 +638,13 @@ pub fn run_op(
     let mut per_device = PerDevice::new(config, selection, devices);
     let mut rates: Option<crate::plan::Rates> = None;
     let mut plan_lines: Vec<String> = Vec::new();
-    for (d, dt, problem, variant) in grid_cases(op, config, selection, devices, &problems) {
+    for (d, dt, problem, variant) in grid_cases(
+        op,
+        config,
+        selection.mode == RunMode::Bench,
+        devices,
+        &problems,
+    ) {
         let device = devices[d];
         let keys: Vec<(Mode, CaseKey)> = config
             .modes_for(device.is_gpu())
@@ -802,12 +808,12 @@ impl PerDevice {
 }
 
 /// Every case of the grid (device index, dtype, problem, variant), in an order shuffled
-/// from the recorded seed when timing, so that a host that drifts within the run does not
+/// from the recorded seed with `shuffle` (when timing), so that a host that drifts within the run does not
 /// line up with the order of the cases.
-fn grid_cases<'p>(
+pub(crate) fn grid_cases<'p>(
     op: &dyn Op,
     config: &Config,
-    selection: &Selection,
+    shuffle: bool,
     devices: &[Device],
     problems: &'p [Problem],
 ) -> Vec<(usize, DType, &'p Problem, &'static str)> {
@@ -823,7 +829,7 @@ fn grid_cases<'p>(
             }
         }
     }
-    if selection.mode == RunMode::Bench {
+    if shuffle {
         use rand::SeedableRng;
         use rand::seq::SliceRandom;
         cases.shuffle(&mut rand::rngs::StdRng::seed_from_u64(config.seed));
@@ -1248,7 +1254,7 @@ fn id_in_group(key: &CaseKey) -> String {
 /// (moves with the build and the host) and the build-independent host work (moves with the
 /// host alone, [`crate::hostspeed`]).
 #[derive(Debug, Clone, Copy, Default)]
-struct Controls {
+pub(crate) struct Controls {
     torch: Option<f64>,
     host: Option<f64>,
     /// The host's and GPU's state over the sample.
@@ -1269,7 +1275,7 @@ struct Timed<'a> {
 }
 
 /// The sample's state: the host's counters since `before`, the GPU's now.
-fn sample_state(
+pub(crate) fn sample_state(
     before: &machine::state::HostCounters,
     probe: Option<&machine::state::GpuProbe>,
 ) -> rundir::SampleState {
@@ -1294,7 +1300,7 @@ fn sample_state(
 /// calls, right before a sample. Its ratio to a case's time cancels the host's speed when
 /// the host switches state between samples or processes (docs/method.md).
 /// With a `torch`-scope plant ([`PlantScope::Torch`]) its calls are planted too.
-fn control_ns(control: &mut dyn Prepared, device: Device, plant: Plant) -> Option<f64> {
+pub(crate) fn control_ns(control: &mut dyn Prepared, device: Device, plant: Plant) -> Option<f64> {
     const CHUNK: u64 = 16;
     const SPAN: Duration = Duration::from_micros(200);
     let plant = plant.for_other_calls();
@@ -1511,7 +1517,7 @@ fn time_case(
 
 /// Bytes one call of a prepared case moves: its own count where the variant moves more
 /// than the problem's minimum, else the problem's.
-fn case_bytes(prepared: &dyn Prepared, problem: &Problem, dt: DType) -> u64 {
+pub(crate) fn case_bytes(prepared: &dyn Prepared, problem: &Problem, dt: DType) -> u64 {
     prepared.bytes().unwrap_or_else(|| problem.bytes(dt.size()))
 }
 
@@ -1555,7 +1561,7 @@ impl Beside {
     }
 }
 
-fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
+pub(crate) fn panic_message(p: &Box<dyn std::any::Any + Send>) -> String {
     let msg = p
         .downcast_ref::<String>()
         .cloned()

@@ -1,12 +1,13 @@
 //! `opbench`: the command line over the run directories the op benches write.
 //!
-//! Verbs: `shapes`, `settings`, `tolerances`, `layout`, `env`, `ingest`, `fit`, `predict`, `merge`, `compare`, `report`, `publish`,
+//! Verbs: `shapes`, `settings`, `tolerances`, `layout`, `env`, `ingest`, `fit`, `predict`, `merge`, `compare`, `ab`, `report`, `publish`,
 //! `history`, `export`. Everything but
 //! `env` is the `analysis` crate's and needs no libtorch; `env` describes this machine
 //! through libtorch and exists only in builds with the `torch` feature (scripts/bench
 //! builds it so). Bad input (an unknown model, a missing file or column, a value out of
 //! range) is a one-line error naming what is wrong and exit code 2; nothing panics.
 
+mod ab_cmd;
 mod print;
 mod shapes_cmd;
 
@@ -118,6 +119,12 @@ enum Verb {
     /// Compare two runs case by case: faster, slower, same or ambiguous, and what changed
     /// kernel or status. Exit 1 on a regression.
     Compare(CompareArgs),
+    /// Compare two builds in pairs: both builds' bench binaries run at once as workers and
+    /// take turns sample by sample, each case until its verdict is sure (same within ±3%,
+    /// slower or faster beyond it) or its share of the budget is spent (ambiguous, ±X%).
+    /// Writes runs/<RUN>-base, -cand, -ab.csv and -compare.md. Exit 1 on a regression,
+    /// with its reasons; 2 on bad input.
+    Ab(ab_cmd::Args),
     /// Write RUN/report.md with SVG plots: time vs batch with fits and the floor, bandwidth,
     /// host vs device, GPU over CPU, the predicted decode step.
     Report {
@@ -717,6 +724,7 @@ fn main() -> ExitCode {
         Verb::Predict(args) => predict_verb(&args),
         Verb::Merge { run } => merge_verb(&run),
         Verb::Compare(args) => compare_verb(&args),
+        Verb::Ab(args) => ab_cmd::run(&args),
         Verb::Report { run } => analysis::report::write_report(&run)
             .map(|p| {
                 println!("opbench: wrote {}", p.display());

@@ -1,0 +1,363 @@
+//! The worker mode of a bench binary (`bench-linear --opbench-worker`): it answers the
+//! `duet` protocol's requests on stdin and stdout, one JSON object a line, for
+//! `opbench ab`, which drives two builds' workers in turns.
+//!
+//! The worker knows its cases (the grid under its `OPBENCH_*` settings), how to prepare
+//! and check one against its float64 reference ([`crate::preflight`]), and how to time one
+//! sample of N calls in the key's mode with the host controls before it — the same
+//! [`crate::time_sample`] and controls the criterion front uses. Warm-up, calls per sample,
+//! order, stopping, estimates and rows are the driver's.
+//!
+//! Served modes: `pipelined`, `synced` and `device`. The cold and graph modes are listed
+//! as not served, with the reason: they run through `scripts/bench`.
+//!
+//! Nothing else is written to stdout; a case that fails is a reply, never an exit.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, Write};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use duet::protocol::{
+    CaseName, NotServed, PROTOCOL, Prepared as PreparedReply, Reply, Request, Sampled,
+};
+use rundir::CaseKey;
+use shapes::Problem;
+
+use crate::devtime::DeviceClock;
+use crate::op::{Op, Prepared, Status, first_line};
+use crate::timing::{
+    Mode, Plant, case_bytes, control_ns, grid_cases, key_for, panic_message, preflight,
+    sample_state, time_calls_planted,
+};
+use crate::{BenchError, Config, DType, Device, select_devices};
+
+pub use duet::protocol::WORKER_FLAG;
+
+/// The modes a worker times.
+const SERVED: [Mode; 3] = [Mode::Pipelined, Mode::Synced, Mode::Device];
+
+/// Serve the protocol on this process's stdin and stdout until `quit` or the end of
+/// stdin. Bad settings or devices are an error before any request is read.
+pub fn serve(ops: &[&dyn Op]) -> Result<(), BenchError> {
+    let config = Config::from_env().map_err(BenchError::Config)?;
+    if let Some(t) = config.threads {
+        tch::set_num_threads(t as i32);
+    }
+    let devices = select_devices(config.device, config.gpu_index).map_err(BenchError::Device)?;
+    let mut w = Worker::new(ops, config, devices);
+    let stdin = std::io::stdin();
+    let stdout = std::io::stdout();
+    w.serve_io(stdin.lock(), stdout.lock())
+        .map_err(|e| BenchError::Config(format!("worker i/o: {e}")))
+}
+
+/// One case of the grid, as the worker knows it.
+struct Case {
+    op: usize,
+    device: usize,
+    dt: DType,
+    problem: Problem,
+    variant: &'static str,
+    key: CaseKey,
+}
+
+impl Case {
+    /// The name of its prepared state: the key in `pipelined`, shared by every mode.
+    fn identity(&self) -> String {
+        self.key.in_mode(Mode::Pipelined).to_string()
+    }
+}
+
+/// A worker: its cases, what is prepared, each device's clock, control and probe.
+pub struct Worker<'a> {
+    ops: Vec<&'a dyn Op>,
+    config: Config,
+    devices: Vec<Device>,
+    cases: BTreeMap<String, Case>,
+    not_served: Vec<NotServed>,
+    prepared: BTreeMap<String, Result<(Box<dyn Prepared>, f64), PreparedReply>>,
+    clocks: Vec<Option<Result<DeviceClock, String>>>,
+    controls: Vec<Option<Box<dyn Prepared>>>,
+    probes: Vec<Option<machine::state::GpuProbe>>,
+}
+
+impl std::fmt::Debug for Worker<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("cases", &self.cases.len())
+            .field("prepared", &self.prepared.len())
+            .finish()
+    }
+}
+
+impl<'a> Worker<'a> {
+    /// A worker for `ops` under `config` on `devices`.
+    pub fn new(ops: &[&'a dyn Op], config: Config, devices: Vec<Device>) -> Self {
+        let mut cases = BTreeMap::new();
+        let mut not_served = Vec::new();
+        for (i, op) in ops.iter().enumerate() {
+            let problems = op.problems(&config);
+            for (d, dt, problem, variant) in grid_cases(*op, &config, false, &devices, &problems) {
+                let device = devices[d];
+                for mode in config.modes_for(device.is_gpu()) {
+                    let key = key_for(*op, variant, problem, dt, device, mode);
+                    let name = CaseName {
+                        key: key.to_string(),
+                        fields: key.fields(),
+                    };
+                    if !SERVED.contains(&mode) {
+                        not_served.push(NotServed {
+                            case: name,
+                            reason: format!(
+                                "opbench ab times pipelined, synced and device; {mode} runs \
+                                 through scripts/bench"
+                            ),
+                        });
+                        continue;
+                    }
+                    let case = Case {
+                        op: i,
+                        device: d,
+                        dt,
+                        problem: problem.clone(),
+                        variant,
+                        key,
+                    };
+                    cases.insert(name.key, case);
+                }
+            }
+        }
+        let controls = devices
+            .iter()
+            .map(|&device| {
+                config
+                    .control
+                    .then(|| {
+                        let dt = config.dtypes_for(device.is_gpu()).first().copied()?;
+                        crate::Floor
+                            .prepare("add", &Problem::floor(), dt, device)
+                            .ok()
+                    })
+                    .flatten()
+            })
+            .collect();
+        let probes = devices
+            .iter()
+            .map(|&d| machine::state::probe_for(d))
+            .collect();
+        Worker {
+            ops: ops.to_vec(),
+            clocks: devices.iter().map(|_| None).collect(),
+            config,
+            devices,
+            cases,
+            not_served,
+            prepared: BTreeMap::new(),
+            controls,
+            probes,
+        }
+    }
+
+    /// Answer requests from `input` on `output` until `quit` or the end of `input`.
+    pub fn serve_io(&mut self, input: impl BufRead, mut output: impl Write) -> std::io::Result<()> {
+        for line in input.lines() {
+            let line = line?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            let reply = match Request::parse(&line) {
+                Ok(req) => {
+                    catch_unwind(AssertUnwindSafe(|| self.handle(&req))).unwrap_or_else(|p| {
+                        Reply::Error {
+                            message: format!("panicked: {}", panic_message(&p)),
+                        }
+                    })
+                }
+                Err(message) => Reply::Error { message },
+            };
+            output.write_all(reply.line().as_bytes())?;
+            output.flush()?;
+            if reply == Reply::Bye {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// One request's reply.
+    pub fn handle(&mut self, req: &Request) -> Reply {
+        let out = match req {
+            Request::Hello => Ok(self.hello()),
+            Request::Cases { filter } => self.list(filter.as_deref()),
+            Request::Prepare { key } => self.prepare(key).map(Reply::Prepared),
+            Request::Sample { key, iters } => self.sample(key, *iters).map(Reply::Sample),
+            Request::Release { key } => {
+                let id = self.case(key).map(Case::identity);
+                if let Ok(id) = &id {
+                    self.prepared.remove(id);
+                }
+                id.map(|_| Reply::Released { key: key.clone() })
+            }
+            Request::Quit => Ok(Reply::Bye),
+        };
+        out.unwrap_or_else(|message| Reply::Error { message })
+    }
+
+    fn hello(&self) -> Reply {
+        let env = crate::env::collect("worker", &self.devices);
+        Reply::Hello {
+            protocol: PROTOCOL,
+            ops: self.ops.iter().map(|o| o.kind().to_string()).collect(),
+            env: serde_json::to_value(&env).unwrap_or_default(),
+        }
+    }
+
+    fn list(&self, filter: Option<&str>) -> Result<Reply, String> {
+        let re = filter
+            .map(regex::Regex::new)
+            .transpose()
+            .map_err(|e| format!("filter: {e}"))?;
+        let keep = |k: &str| re.as_ref().is_none_or(|r| r.is_match(k));
+        Ok(Reply::Cases {
+            cases: self
+                .cases
+                .values()
+                .filter(|c| keep(&c.key.to_string()))
+                .map(|c| CaseName {
+                    key: c.key.to_string(),
+                    fields: c.key.fields(),
+                })
+                .collect(),
+            unsupported: self
+                .not_served
+                .iter()
+                .filter(|n| keep(&n.case.key))
+                .cloned()
+                .collect(),
+        })
+    }
+
+    fn case(&self, key: &str) -> Result<&Case, String> {
+        self.cases
+            .get(key)
+            .ok_or_else(|| format!("unknown case `{key}` (the cases request lists them)"))
+    }
+
+    /// Prepare (once for every mode of a case) and check; then what the key's mode needs.
+    fn prepare(&mut self, key: &str) -> Result<PreparedReply, String> {
+        let case = self.case(key)?;
+        let (op, d, dt) = (self.ops[case.op], case.device, case.dt);
+        let (problem, variant, mode, id) = (
+            case.problem.clone(),
+            case.variant,
+            case.key.mode,
+            case.identity(),
+        );
+        let device = self.devices[d];
+        let mut reply = PreparedReply {
+            key: key.to_string(),
+            status: Status::Ok.to_string(),
+            dims: problem.dims.to_string(),
+            flops: problem.flops(),
+            bytes: problem.bytes(dt.size()),
+            ..PreparedReply::default()
+        };
+        if !self.prepared.contains_key(&id) {
+            let cap = crate::plan::cap_for(&self.config, &problem);
+            let made = preflight(op, variant, &problem, dt, device, cap);
+            let entry = made.map_err(|refused| PreparedReply {
+                status: refused.failure.status.to_string(),
+                reason: Some(refused.failure.reason),
+                rel_err: refused.rel_err,
+                ..reply.clone()
+            });
+            self.prepared.insert(id.clone(), entry);
+        }
+        let waits = match self.prepared.get(&id) {
+            Some(Err(refused)) => {
+                return Ok(PreparedReply {
+                    key: key.to_string(),
+                    ..refused.clone()
+                });
+            }
+            Some(Ok((p, err))) => {
+                reply.rel_err = Some(*err);
+                reply.bytes = case_bytes(p.as_ref(), &problem, dt);
+                reply.kernel = p.kernel();
+                reply.note = p.note();
+                reply.state_bytes = p.state_bytes();
+                p.waits_for_device()
+            }
+            None => return Err("internal: the case was not kept".into()),
+        };
+        if mode.is_device()
+            && let Some(why) = self.clock(d).err().or(waits)
+        {
+            reply.status = Status::Unsupported.to_string();
+            reply.reason = Some(why);
+        }
+        Ok(reply)
+    }
+
+    /// The device's clock, made on first use (with the device plant).
+    fn clock(&mut self, d: usize) -> Result<(), String> {
+        let (device, config) = (self.devices[d], &self.config);
+        let slot = self.clocks[d].get_or_insert_with(|| {
+            if !device.is_gpu() {
+                return Err(
+                    "device-side timing needs a GPU: CPU calls complete before they \
+                            return (the pipelined time is the device time)"
+                        .into(),
+                );
+            }
+            DeviceClock::new(device, config.l2_bytes)
+                .and_then(|mut c| c.set_plant(config.plant_device_pct).map(|()| c))
+                .map_err(|e| first_line(&e.to_string()))
+        });
+        slot.as_ref().map(|_| ()).map_err(Clone::clone)
+    }
+
+    /// One sample: the host controls, then `iters` calls in the key's mode.
+    fn sample(&mut self, key: &str, iters: u64) -> Result<Sampled, String> {
+        let case = self
+            .cases
+            .get(key)
+            .ok_or_else(|| format!("unknown case `{key}`"))?;
+        let (d, mode) = (case.device, case.key.mode);
+        let device = self.devices[d];
+        let Some(Ok((p, _))) = self.prepared.get_mut(&case.identity()) else {
+            return Err(format!("`{key}` is not prepared (or was refused)"));
+        };
+        let c = &self.config;
+        let plant = Plant {
+            ns: c.plant_ns,
+            pct: c.plant_pct,
+            scope: c.plant_scope,
+        };
+        let control = self.controls[d].as_deref_mut();
+        let has_control = control.is_some();
+        let control_ns = control.and_then(|c| control_ns(c, device, plant));
+        let host = crate::hostspeed::HostControl::shared();
+        let host_ns = has_control.then(|| host.time_ns());
+        let clock = match (&mut self.clocks[d], mode.is_device()) {
+            (Some(Ok(clock)), true) => Some(clock),
+            _ => None,
+        };
+        let before = machine::state::HostCounters::read();
+        let t = time_calls_planted(p.as_mut(), device, mode, iters.max(1), clock, plant)
+            .map_err(|e| crate::classify(&e).reason)?;
+        let mut state = sample_state(&before, self.probes[d].as_ref());
+        let calls = p.calls_per_run().max(1);
+        let stretches = t.stretches.map(|s| s.per(calls));
+        state.slowest_ns = stretches.map(|s| s.slowest_ns);
+        state.typical_ns = stretches.map(|s| s.typical_ns);
+        Ok(Sampled {
+            key: key.to_string(),
+            calls: iters.max(1) * calls,
+            total_ns: t.total.as_nanos() as f64,
+            control_ns,
+            host_ns,
+            state,
+        })
+    }
+}

@@ -1,0 +1,242 @@
+//! `opbench ab`: two builds compared in pairs (the `duet` crate): one worker per side per
+//! bench binary, turns sample by sample, each case until it is decided or its share of the
+//! budget is spent.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use duet::driver::{Budget, Group, Progress, Settings};
+use duet::worker::{Spawn, Worker};
+
+use crate::CliError;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The base (old) build's bench binaries (`bench-linear`, `target/release/deps/linear-…`),
+    /// each started as a worker; repeat the option for each.
+    #[arg(long, required = true, num_args = 1..)]
+    base: Vec<PathBuf>,
+    /// The candidate (new) build's bench binaries, in the same order as --base.
+    #[arg(long, required = true, num_args = 1..)]
+    cand: Vec<PathBuf>,
+    /// A variable set for the base's workers only, NAME=VALUE (its torch's library folder,
+    /// say); repeatable.
+    #[arg(long, value_name = "NAME=VALUE")]
+    base_env: Vec<String>,
+    /// A variable set for the candidate's workers only, NAME=VALUE; repeatable. Calibration
+    /// plants go here: `--cand-env OPBENCH_PLANT_PCT=10 --cand-env OPBENCH_PLANT_SCOPE=torch`
+    /// (every torch call 10% dearer), `--cand-env OPBENCH_PLANT_DEVICE_PCT=3`.
+    #[arg(long, value_name = "NAME=VALUE")]
+    cand_env: Vec<String>,
+    /// A regular expression on the case keys (`/decode/b(1|8|64)/`).
+    #[arg(long)]
+    filter: Option<String>,
+    /// The comparison's time in seconds, spread over the cases; undecided cases get what
+    /// decided ones leave. Default: one second a case, at most 600.
+    #[arg(long)]
+    budget: Option<f64>,
+    /// A case is `same` when its interval lies inside ± this percentage, `slower` or
+    /// `faster` when wholly beyond it.
+    #[arg(long, default_value_t = 3.0)]
+    tolerance: f64,
+    /// The same for a family of cases and the global verdicts.
+    #[arg(long, default_value_t = 1.5)]
+    family_tolerance: f64,
+    /// The time each sample aims at, in ms.
+    #[arg(long, default_value_t = 10.0)]
+    sample_ms: f64,
+    /// Warm-up per side per case, in ms.
+    #[arg(long, default_value_t = 50.0)]
+    warmup_ms: f64,
+    /// The most pairs a case takes.
+    #[arg(long, default_value_t = 400)]
+    max_pairs: usize,
+    /// Worker processes per side per bench binary, one after another: 2 or more measure
+    /// what a process shares among its cases (the families' process term).
+    #[arg(long, default_value_t = 2)]
+    processes: usize,
+    /// Seed of the case order (default: the clock).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Where `runs/` goes (default: OPBENCH_OUT, else target/opbench).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// The run id: runs/<RUN>-base, -cand, -ab.csv, -compare.md (default: the time).
+    #[arg(long)]
+    run: Option<String>,
+    /// How the summary names the two sides.
+    #[arg(long, default_value = "base")]
+    base_name: String,
+    #[arg(long, default_value = "candidate")]
+    cand_name: String,
+}
+
+fn pairs_of(vars: &[String], flag: &str) -> Result<Vec<(String, String)>, CliError> {
+    vars.iter()
+        .map(|v| {
+            v.split_once('=')
+                .filter(|(k, _)| !k.is_empty())
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .ok_or_else(|| CliError::input(format!("{flag} {v}: expected NAME=VALUE")))
+        })
+        .collect()
+}
+
+/// The group's name from a bench binary's file name: `bench-linear` and
+/// `linear-0123abcd` both name `linear`.
+fn group_name(exe: &std::path::Path) -> String {
+    let stem = exe
+        .file_stem()
+        .map(|s| s.to_string_lossy().to_string())
+        .unwrap_or_default();
+    let stem = stem.strip_prefix("bench-").unwrap_or(&stem).to_string();
+    match stem.rsplit_once('-') {
+        Some((name, hash)) if hash.len() == 16 && hash.chars().all(|c| c.is_ascii_hexdigit()) => {
+            name.to_string()
+        }
+        _ => stem,
+    }
+}
+
+fn settings(a: &Args) -> Result<Settings, CliError> {
+    let pct = |x: f64, flag: &str| {
+        (x > 0.0 && x < 100.0).then_some(x / 100.0).ok_or_else(|| {
+            CliError::input(format!("{flag} {x}: expected a percentage in (0, 100)"))
+        })
+    };
+    let ms = |x: f64, flag: &str| {
+        (x >= 0.0 && x.is_finite())
+            .then(|| Duration::from_secs_f64(x / 1e3))
+            .ok_or_else(|| CliError::input(format!("{flag} {x}: expected milliseconds ≥ 0")))
+    };
+    if a.processes == 0 {
+        return Err(CliError::input("--processes 0: expected 1 or more"));
+    }
+    if a.max_pairs < 10 {
+        return Err(CliError::input(format!(
+            "--max-pairs {}: expected 10 or more",
+            a.max_pairs
+        )));
+    }
+    let budget = match a.budget {
+        Some(b) if b > 0.0 && b.is_finite() => Some(Duration::from_secs_f64(b)),
+        Some(b) => {
+            return Err(CliError::input(format!(
+                "--budget {b}: expected seconds > 0"
+            )));
+        }
+        None => None,
+    };
+    Ok(Settings {
+        tolerance: pct(a.tolerance, "--tolerance")?,
+        family_tolerance: pct(a.family_tolerance, "--family-tolerance")?,
+        sample: ms(a.sample_ms, "--sample-ms")?.max(Duration::from_micros(100)),
+        warmup: ms(a.warmup_ms, "--warmup-ms")?,
+        budget: budget.map_or(
+            Budget::PerCase {
+                each: Duration::from_secs(1),
+                cap: Duration::from_secs(600),
+            },
+            Budget::Total,
+        ),
+        looks: stats::paired::Looks {
+            max: a.max_pairs,
+            ..stats::paired::Looks::default()
+        },
+        seed: a.seed.unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_secs())
+        }),
+        processes: a.processes,
+        filter: a.filter.clone(),
+    })
+}
+
+pub fn run(a: &Args) -> Result<u8, CliError> {
+    if a.base.len() != a.cand.len() {
+        return Err(CliError::input(format!(
+            "--base names {} bench binaries and --cand {}: they pair in order",
+            a.base.len(),
+            a.cand.len()
+        )));
+    }
+    for exe in a.base.iter().chain(&a.cand) {
+        if !exe.is_file() {
+            return Err(CliError::input(format!(
+                "{}: no such bench binary",
+                exe.display()
+            )));
+        }
+    }
+    let base_env = pairs_of(&a.base_env, "--base-env")?;
+    let cand_env = pairs_of(&a.cand_env, "--cand-env")?;
+    let s = settings(a)?;
+    let mut groups: Vec<Group<'_>> = Vec::new();
+    for (b, c) in a.base.iter().zip(&a.cand) {
+        let name = group_name(b);
+        if group_name(c) != name {
+            return Err(CliError::input(format!(
+                "--base {} and --cand {} are not the same bench",
+                b.display(),
+                c.display()
+            )));
+        }
+        let spawn = |exe: &PathBuf, env: &Vec<(String, String)>, side: &str| {
+            let sp = Spawn::bench(exe.clone(), env.clone(), format!("{side} {name}"));
+            Box::new(move || sp.start().map(|p| Box::new(p) as Box<dyn Worker>))
+                as duet::driver::Factory<'_>
+        };
+        groups.push(Group {
+            name: name.clone(),
+            base: spawn(b, &base_env, "base"),
+            cand: spawn(c, &cand_env, "cand"),
+        });
+    }
+    let out = a
+        .out
+        .clone()
+        .or_else(|| settings::var("OPBENCH_OUT").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("target/opbench"));
+    let runs = out.join(rundir::layout::RUNS);
+    std::fs::create_dir_all(&runs)
+        .map_err(|e| CliError::input(format!("{}: {e}", runs.display())))?;
+    let run_id = a.run.clone().unwrap_or_else(duet::write::default_run_id);
+    let mut last = std::time::Instant::now();
+    let mut tell = |p: &Progress| {
+        if last.elapsed() >= Duration::from_secs(5) || p.visited == p.cases {
+            last = std::time::Instant::now();
+            eprintln!(
+                "opbench ab: {} of {} cases visited, {} decided, {:.0} s of {:.0} s",
+                p.visited.min(p.cases),
+                p.cases,
+                p.decided,
+                p.elapsed.as_secs_f64(),
+                p.budget.as_secs_f64()
+            );
+        }
+    };
+    let session =
+        duet::run(&mut groups, &s, &mut tell).map_err(|e| CliError::input(e.to_string()))?;
+    let verdicts = duet::judge(&session);
+    let w = duet::write::write(
+        &runs,
+        &run_id,
+        &session,
+        &verdicts,
+        [a.base_name.as_str(), a.cand_name.as_str()],
+    )
+    .map_err(CliError::from)?;
+    print!(
+        "{}",
+        duet::write::summary_md(&session, &verdicts, [&a.base_name, &a.cand_name])
+    );
+    println!(
+        "\nopbench: base {}\nopbench: candidate {}\nopbench: verdicts {}\nopbench: summary {}",
+        w.base.display(),
+        w.cand.display(),
+        w.csv.display(),
+        w.summary.display()
+    );
+    Ok(verdicts.exit_code() as u8)
+}
