@@ -5,8 +5,8 @@
     python3 scripts/run.py workspace VERSION  `TCH MATCH WORKSPACE` for a torch version
     python3 scripts/run.py env                what the build needs, as `export` lines
     python3 scripts/run.py bench [cargo bench args...]
-    python3 scripts/run.py bench --against OLD_PYTHON [cargo bench args...]
-                                              two builds interleaved, then compared
+    python3 scripts/run.py bench --against OLD_PYTHON [--cand-env N=V] [--budget S] [cargo bench args...] [-- FILTER]
+                                              two builds alive at once, compared in pairs (opbench ab)
     python3 scripts/run.py test               the test suite, as CI runs it
     python3 scripts/run.py test-torch VERSION build and test against torch VERSION (PyPI)
 
@@ -521,60 +521,89 @@ def bench(args):
     print(f"opbench: run directory: {run}")
 
 
+def bench_executables(env, cargo_args):
+    """{bench target name: executable} of `cargo bench --no-run` in `env`'s workspace."""
+    out = subprocess.run(
+        ["cargo", "bench", "-q", "--no-run", "--message-format=json", *cargo_args],
+        env=env, cwd=env["OPBENCH_WS"], capture_output=True, text=True,
+    )
+    if out.returncode != 0:
+        sys.stderr.write(out.stderr)
+        fail(f"cargo bench --no-run failed (exit {out.returncode})", out.returncode)
+    exes = {}
+    for line in out.stdout.splitlines():
+        try:
+            m = json.loads(line)
+        except ValueError:
+            continue
+        if m.get("reason") == "compiler-artifact" and m.get("executable") and "bench" in m["target"]["kind"]:
+            exes[m["target"]["name"]] = m["executable"]
+    return exes
+
+
+def side_vars(env):
+    """The variables a side's workers need beyond the driver's: where its torch's shared
+    libraries are (the loader's path on Linux, PATH on Windows)."""
+    lib = str(torch_of(Path(env["OPBENCH_TORCH_PYTHON"]))[1] / "lib")
+    if WINDOWS:
+        return [f"PATH={env['PATH']}"]
+    old = os.environ.get("LD_LIBRARY_PATH", "")
+    return [f"LD_LIBRARY_PATH={lib}" + (os.pathsep + old if old else "")]
+
+
 def bench_against(args, against):
-    """Two builds in one boot, executions interleaved (base, cand, then cand, base, …),
-    as Chromium's Pinpoint does: `run.py bench --against OLD_PYTHON [cargo args]`. The
+    """Two builds alive at once, compared in pairs: `run.py bench --against OLD_PYTHON
+    [--cand-env NAME=VALUE]... [--budget SECONDS] [cargo bench args] [-- FILTER]`. The
     candidate is the Python found as usual (the new build); OLD_PYTHON the one to compare
-    against. Each is built with its own tch, runs OPBENCH_EXECUTIONS executions (default 3)
-    into runs/<RUN>-base and runs/<RUN>-cand, then `opbench compare` writes
-    runs/<RUN>-compare.md; the exit code is compare's. No peer and no trace pass."""
+    against. Each side's bench binaries are built with its own tch, then `opbench ab` runs
+    them as workers that take turns sample by sample (docs/method.md) and writes
+    runs/<RUN>-base, -cand, -ab.csv and -compare.md. The exit code is opbench ab's (1 on
+    a regression). No peer and no trace pass."""
     old = Path(against)
     if not torch_of(old):
         fail(f"--against {old}: that Python cannot import torch")
+    ours = []
+    rest = list(args)
+    for flag in ("--cand-env", "--budget", "--processes", "--tolerance"):
+        while flag in rest:
+            i = rest.index(flag)
+            if i + 1 >= len(rest):
+                fail(f"{flag} needs a value")
+            ours += [flag, rest[i + 1]]
+            del rest[i : i + 2]
+    filt = None
+    if "--" in rest:
+        i = rest.index("--")
+        after = [a for a in rest[i + 1 :] if not a.startswith("-")]
+        filt = after[0] if after else None
+        rest = rest[:i]
     cand = build_env()
     base = build_env(old)
     lay = layout(cand)
     run_id = cand.get("OPBENCH_RUN") or time.strftime(lay["run_id_format"], time.gmtime())
     out = Path(cand.get("OPBENCH_OUT") or ROOT / "target" / "opbench")
-    n = cand.get("OPBENCH_EXECUTIONS", "3")
-    if not n.isdigit() or int(n) < 2:
-        fail(f"OPBENCH_EXECUTIONS={n}: an interleaved comparison needs 2 or more")
-    n = int(n)
-    args = list(args) or ["--workspace"]
-    names = {"base": f"{run_id}-base", "cand": f"{run_id}-cand"}
-    envs = {"base": base, "cand": cand}
-    for side, env in envs.items():
-        env["OPBENCH_OUT"] = str(out)
+    cargo_args = rest or ["--workspace"]
+    exes = {}
+    for side, env in (("base", base), ("cand", cand)):
         env.pop("OPBENCH_TRACE", None)
-        env.pop("OPBENCH_PLAN_FILE", None)
         say(f"building the {side} side (torch {env['OPBENCH_TORCH']})")
-        cargo(env, "bench", "-q", "--no-run", *args, stdout=subprocess.DEVNULL)
-    seed = int(cand.get("OPBENCH_SEED") or time.time())
-    t0 = time.monotonic()
-    for i in range(1, n + 1):
-        order = ["base", "cand"] if i % 2 else ["cand", "base"]
-        for side in order:
-            say(f"execution {i} of {n}: {side} (torch {envs[side]['OPBENCH_TORCH']}) at {hms(time.monotonic() - t0)}")
-            e = dict(envs[side], OPBENCH_RUN=names[side], OPBENCH_EXECUTION=str(i), OPBENCH_SEED=str(seed + i))
-            # criterion's chatter goes to a log per execution, kept beside the runs
-            log = out / "logs" / f"{names[side]}-{i}.log"
-            log.parent.mkdir(parents=True, exist_ok=True)
-            with log.open("w") as f:
-                rc = cargo(e, "bench", "-q", *args, check=False, stdout=f, stderr=subprocess.STDOUT)
-            if rc != 0:
-                say(f"{side} execution {i} failed (exit {rc}, see {log}); the others are kept")
-    exe = opbench_exe(cand)
-    dirs = {side: run_dir(lay, out, name) for side, name in names.items()}
-    for d in dirs.values():
-        subprocess.run([str(exe), "merge", str(d)], check=True)
-    report = Path(out) / lay["runs"] / f"{run_id}-compare.md"
-    with report.open("w") as f:
-        rc = subprocess.run([str(exe), "compare", str(dirs["base"]), str(dirs["cand"])], stdout=f).returncode
-    text = report.read_text()
-    head = text.split("## Cases")[0]
-    print(head.rstrip())
-    print(f"\nopbench: base {dirs['base']}\nopbench: candidate {dirs['cand']}\nopbench: comparison {report}")
-    return rc
+        exes[side] = bench_executables(env, cargo_args)
+    names = sorted(set(exes["base"]) & set(exes["cand"]))
+    if not names:
+        fail("no bench binary was built on both sides")
+    cmd = [str(opbench_exe(cand)), "ab", "--out", str(out), "--run", run_id]
+    cmd += ["--base", *[exes["base"][n] for n in names], "--cand", *[exes["cand"][n] for n in names]]
+    for v in side_vars(base):
+        cmd += ["--base-env", v]
+    for v in side_vars(cand):
+        cmd += ["--cand-env", v]
+    if filt:
+        cmd += ["--filter", filt]
+    cmd += ours
+    cmd += ["--base-name", f"torch {base['OPBENCH_TORCH']} ({old})",
+            "--cand-name", f"torch {cand['OPBENCH_TORCH']} ({cand['OPBENCH_TORCH_PYTHON']})"]
+    say(f"comparing {', '.join(names)} in pairs")
+    return subprocess.run(cmd, env=cand).returncode
 
 
 # ---------------------------------------------------------------- main

@@ -1,13 +1,12 @@
-//! The driver: for each group of cases (a bench binary on each side), it starts one
-//! worker per side, walks the cases in shuffled order and, per case, takes turns between
-//! the sides sample by sample (A B, B A, A B, …) until the case is decided or its share of
-//! the budget is spent ([`stats::paired::Looks`]).
-//!
-//! Each group's cases are split into [`Settings::processes`] blocks, each timed by a fresh
-//! pair of worker processes: what a process shares among its cases (its memory layout,
-//! the core it landed on) differs between blocks, which is how the verdicts measure it.
-//! A case decided early leaves its share to the block's undecided cases, which get a
-//! second visit.
+//! The driver: for each group of cases (a bench binary on each side) it walks the cases
+//! in rounds. In each round every undecided case is visited once by a fresh pair of
+//! worker processes (one per side, started for the round): both sides prepare the case
+//! afresh, warm up, and take turns sample by sample (A B, B A, …) for
+//! [`Settings::pairs`] pairs. A round's estimate of a case is the median of its pairs' log
+//! ratios; its rounds differ by what a process and an allocation share among their
+//! samples, which pairing cannot cancel, and the verdict reads that spread
+//! ([`stats::paired::Rounds`]). After rounds 2, 4 and 8 ([`stats::paired::Looks`]) the
+//! decided cases drop out; the others go on while the budget lasts.
 
 use std::time::{Duration, Instant};
 
@@ -46,12 +45,13 @@ pub struct Settings {
     pub sample: Duration,
     /// Warm-up per side per visit.
     pub warmup: Duration,
-    /// The whole comparison's time, spread over the cases.
+    /// The whole comparison's time: rounds go on while the next one fits.
     pub budget: Budget,
+    /// Rounds: judged after `first`, then twice as many, up to `max`.
     pub looks: Looks,
+    /// Pairs a case takes in each round.
+    pub pairs: usize,
     pub seed: u64,
-    /// Worker processes per side per group, one after another (≥ 1).
-    pub processes: usize,
     /// A regular expression on the case keys.
     pub filter: Option<String>,
 }
@@ -65,8 +65,8 @@ impl Default for Settings {
             warmup: Duration::from_millis(50),
             budget: Budget::Total(Duration::from_secs(600)),
             looks: Looks::default(),
+            pairs: 8,
             seed: 1,
-            processes: 2,
             filter: None,
         }
     }
@@ -110,6 +110,8 @@ impl Side {
 /// One pair: the two sides' samples of a case, taken back to back.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Pair {
+    /// The round that took it (from 0).
+    pub round: u32,
     pub index: u32,
     pub base: Sampled,
     pub cand: Sampled,
@@ -139,8 +141,6 @@ pub struct CaseRun {
     pub key: CaseKey,
     pub name: String,
     pub group: String,
-    /// Which of the group's worker processes timed it (from 0).
-    pub process: usize,
     pub base: Option<Prepared>,
     pub cand: Option<Prepared>,
     pub pairs: Vec<Pair>,
@@ -148,17 +148,17 @@ pub struct CaseRun {
     pub ended: Option<Ended>,
     /// Decided at its last look (the sequential stop).
     pub decided: bool,
+    /// Rounds that visited it.
     pub visits: u32,
     pub spent: Duration,
 }
 
 impl CaseRun {
-    fn new(name: &CaseName, group: &str, process: usize) -> Result<Self, String> {
+    fn new(name: &CaseName, group: &str) -> Result<Self, String> {
         Ok(CaseRun {
             key: CaseKey::from_fields(&name.fields).map_err(|e| format!("{}: {e}", name.key))?,
             name: name.key.clone(),
             group: group.to_string(),
-            process,
             base: None,
             cand: None,
             pairs: Vec::new(),
@@ -169,10 +169,23 @@ impl CaseRun {
         })
     }
 
-    /// Its pairs as a paired estimate.
+    /// Its pairs as a paired estimate (every round pooled).
     pub fn paired(&self) -> PairedCase {
         let per: Vec<(f64, f64)> = self.pairs.iter().map(Pair::per_call).collect();
         PairedCase::from_pairs(&per)
+    }
+
+    /// Each round's estimate: the median log ratio of its pairs, in round order.
+    pub fn round_estimates(&self) -> Vec<f64> {
+        let mut by: std::collections::BTreeMap<u32, Vec<(f64, f64)>> = Default::default();
+        for p in &self.pairs {
+            by.entry(p.round).or_default().push(p.per_call());
+        }
+        by.values()
+            .map(|v| PairedCase::from_pairs(v))
+            .filter(|c| c.n() > 0)
+            .map(|c| c.median())
+            .collect()
     }
 }
 
@@ -289,7 +302,7 @@ fn group_cases(
     let mut out = Vec::new();
     let cand_has: std::collections::BTreeSet<&str> = cc.iter().map(|c| c.key.as_str()).collect();
     let base_has: std::collections::BTreeSet<&str> = bc.iter().map(|c| c.key.as_str()).collect();
-    let new_run = |c: &CaseName| CaseRun::new(c, &name, 0).map_err(DriverError::Protocol);
+    let new_run = |c: &CaseName| CaseRun::new(c, &name).map_err(DriverError::Protocol);
     for c in &bc {
         let mut run = new_run(c)?;
         if !cand_has.contains(c.key.as_str()) {
@@ -351,7 +364,6 @@ pub fn run(
     }
     let timed: usize = lists.iter().flatten().filter(|c| c.ended.is_none()).count();
     let budget = settings.budget.for_cases(timed);
-    let share = budget.checked_div(timed.max(1) as u32).unwrap_or_default();
     let mut tally = Progress {
         visited: 0,
         cases: timed,
@@ -359,77 +371,61 @@ pub fn run(
         elapsed: Duration::ZERO,
         budget,
     };
-    let mut cases = Vec::new();
-    for (g, mut list) in groups.iter_mut().zip(lists) {
-        let n = list.iter().filter(|c| c.ended.is_none()).count();
-        let per_block = n.div_ceil(settings.processes.max(1)).max(1);
-        let timed_idx: Vec<usize> = (0..list.len())
-            .filter(|&i| list[i].ended.is_none())
-            .collect();
-        for (p, block) in timed_idx.chunks(per_block).enumerate() {
-            let mut duo = Duo::start(g)?;
-            for &i in block {
-                list[i].process = p;
-            }
-            let budget = share * block.len() as u32;
-            run_block(
-                &mut duo,
-                &mut list,
-                block,
-                budget,
-                share,
-                settings,
-                &mut |done| {
-                    tally.visited += usize::from(done.0);
-                    tally.decided += usize::from(done.1);
-                    tally.elapsed = t0.elapsed();
-                    progress(&tally);
-                },
-            )?;
+    let looks = settings.looks;
+    let mut last_round: Option<(Duration, usize)> = None;
+    for round in 0..looks.max as u32 {
+        let active = |c: &CaseRun| c.ended.is_none() && !c.decided;
+        let n: usize = lists.iter().flatten().filter(|c| active(c)).count();
+        if n == 0 {
+            break;
         }
-        cases.extend(list);
+        if round as usize >= looks.first {
+            // the next round fits the budget, by the last round's time per case
+            let next = last_round.map_or(Duration::ZERO, |(t, k)| {
+                t.mul_f64(n as f64 / k.max(1) as f64)
+            });
+            if t0.elapsed() + next > budget {
+                break;
+            }
+        }
+        let r0 = Instant::now();
+        tally.visited = 0;
+        tally.cases = n;
+        for (g, list) in groups.iter_mut().zip(lists.iter_mut()) {
+            let mut order: Vec<usize> = (0..list.len()).filter(|&i| active(&list[i])).collect();
+            if order.is_empty() {
+                continue;
+            }
+            order.shuffle(&mut rand::rngs::StdRng::seed_from_u64(
+                settings.seed + u64::from(round),
+            ));
+            let mut duo = Duo::start(g)?;
+            for i in order {
+                visit(&mut duo, &mut list[i], round, settings)?;
+                tally.visited += 1;
+                tally.elapsed = t0.elapsed();
+                progress(&tally);
+            }
+        }
+        last_round = Some((r0.elapsed(), n));
+        if looks.is_look(round as usize + 1) {
+            let all: Vec<&CaseRun> = lists.iter().flatten().collect();
+            let decided = crate::verdict::decided(&all, settings);
+            for c in lists.iter_mut().flatten() {
+                c.decided = decided.contains(&c.name);
+            }
+            tally.decided = decided.len();
+            progress(&tally);
+        }
     }
     Ok(Session {
-        cases,
+        cases: lists.into_iter().flatten().collect(),
         base_env: envs.0,
         cand_env: envs.1,
         took: t0.elapsed(),
         budget,
         settings: settings.clone(),
     })
-}
-
-/// A block: each case visited with 60% of its share first, then the undecided ones again
-/// with what the block has left.
-fn run_block(
-    duo: &mut Duo<'_, '_>,
-    list: &mut [CaseRun],
-    block: &[usize],
-    budget: Duration,
-    share: Duration,
-    settings: &Settings,
-    tell: &mut dyn FnMut((bool, bool)),
-) -> Result<(), DriverError> {
-    let t0 = Instant::now();
-    for &i in block {
-        visit(duo, &mut list[i], share.mul_f64(0.6), settings)?;
-        tell((true, list[i].decided));
-    }
-    let again: Vec<usize> = block
-        .iter()
-        .copied()
-        .filter(|&i| list[i].ended.is_none() && !list[i].decided)
-        .collect();
-    let left = budget.saturating_sub(t0.elapsed());
-    if again.is_empty() || left < settings.sample * 4 {
-        return Ok(());
-    }
-    let each = left.checked_div(again.len() as u32).unwrap_or_default();
-    for &i in &again {
-        visit(duo, &mut list[i], each, settings)?;
-        tell((false, list[i].decided));
-    }
-    Ok(())
 }
 
 /// What went wrong on one side in the middle of a case.
@@ -474,12 +470,12 @@ fn sample(w: &mut dyn Worker, side: Side, key: &str, iters: u64) -> Result<Sampl
 fn visit(
     duo: &mut Duo<'_, '_>,
     case: &mut CaseRun,
-    share: Duration,
+    round: u32,
     settings: &Settings,
 ) -> Result<(), DriverError> {
     let t0 = Instant::now();
     case.visits += 1;
-    let outcome = visit_inner(duo, case, share, settings);
+    let outcome = visit_inner(duo, case, round, settings);
     for s in [Side::Base, Side::Cand] {
         // best effort: a dead worker is restarted below
         let _ = duo.side(s).call(&Request::Release {
@@ -508,10 +504,9 @@ fn visit(
 fn visit_inner(
     duo: &mut Duo<'_, '_>,
     case: &mut CaseRun,
-    share: Duration,
+    round: u32,
     settings: &Settings,
 ) -> Result<(), Trouble> {
-    let t0 = Instant::now();
     let key = case.name.clone();
     let b = prepare(&mut *duo.base, Side::Base, &key)?;
     let c = prepare(&mut *duo.cand, Side::Cand, &key)?;
@@ -534,10 +529,8 @@ fn visit_inner(
         ));
         return Ok(());
     }
-    let mut iters = calibrate(duo, &key, settings)?;
-    let looks = settings.looks;
-    let level = looks.level();
-    loop {
+    let iters = calibrate(duo, &key, settings)?;
+    for _ in 0..settings.pairs.max(1) {
         let index = case.pairs.len() as u32;
         let base_first = index % 2 == 0;
         let order = if base_first {
@@ -553,30 +546,14 @@ fn visit_inner(
             (second, first)
         };
         case.pairs.push(Pair {
+            round,
             index,
             base,
             cand,
             base_first,
         });
-        let n = case.pairs.len();
-        if looks.is_look(n) || n >= looks.max {
-            case.decided = case.paired().judge(level, settings.tolerance).is_decided();
-            if case.decided || n >= looks.max {
-                return Ok(());
-            }
-        }
-        if t0.elapsed() >= share && n >= looks.first {
-            return Ok(());
-        }
-        if n == looks.first {
-            // the warm pace, to hold each sample near its aim
-            iters = iters_for(
-                case.pairs.last().map(Pair::per_call),
-                settings.sample,
-                iters,
-            );
-        }
     }
+    Ok(())
 }
 
 /// The calls a sample holds: one call on each side (twice: a first call may pay setup),
@@ -591,7 +568,7 @@ fn calibrate(duo: &mut Duo<'_, '_>, key: &str, settings: &Settings) -> Result<u6
     let mut iters = iters_for(Some(per), settings.sample, 1);
     let t0 = Instant::now();
     let mut rounds = 0;
-    while rounds < 2 || t0.elapsed() < settings.warmup * 2 {
+    while rounds < 2 || t0.elapsed() < settings.warmup {
         let b = sample(&mut *duo.base, Side::Base, key, iters)?;
         let c = sample(&mut *duo.cand, Side::Cand, key, iters)?;
         per = (b.total_ns / b.calls as f64, c.total_ns / c.calls as f64);

@@ -1,22 +1,24 @@
 //! The verdicts of a finished comparison: each case's, each family's, the global ones,
 //! and the exit code with its reasons.
 //!
-//! - A case: its pairs' median log ratio with the order-statistic interval at the
-//!   sequential design's level ([`stats::paired::Looks::level`]), judged against the
-//!   tolerance; a `slower` or `faster` must also be a discovery by Benjamini–Hochberg over
-//!   the cases (false-discovery rate 5%), else it is `ambiguous`.
-//! - A family: the median over its cases of their median log ratios, an interval by
-//!   bootstrap over cases, widened by the process term (what a worker process shares among
-//!   its cases, measured between a group's successive processes), judged against the
-//!   family tolerance.
+//! - A case: the mean of its rounds' median log ratios, with a Student-t interval on the
+//!   between-round spread moderated by the spread its kind's cases share
+//!   ([`stats::paired::Rounds`]) at the sequential design's level
+//!   ([`stats::paired::Looks::level`]), judged against the tolerance; a `slower` or
+//!   `faster` must also be a discovery by Benjamini–Hochberg over the cases
+//!   (false-discovery rate 5%), else it is `ambiguous`.
+//! - A family: the median over its cases of their estimates, an interval by bootstrap
+//!   over cases, widened by the process term (what one round's processes share among
+//!   their cases, measured between the first two rounds), judged against the family
+//!   tolerance.
 //! - Exit 1 names every reason: a slower case, a slower family.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use rundir::Status;
-use stats::paired::{Judgement, Pooled, median_se, pooled, process_sd};
+use stats::paired::{Judgement, Pooled, Rounds, median_se, pooled, prior, process_sd};
 
-use crate::driver::{CaseRun, Session};
+use crate::driver::{CaseRun, Session, Settings};
 
 /// What a host-timed case's time is made of, for its family: host-bound (dispatch) cases
 /// move with every torch call, the others with the kernels or the CPU's compute.
@@ -114,7 +116,7 @@ impl Verdicts {
 
 /// The kind of each judged case: device cases by their mode; a host-timed case is
 /// host-bound unless its base's time is bound by the device or by compute.
-fn kinds(session: &Session) -> BTreeMap<String, Kind> {
+fn kinds(cases: &[&CaseRun]) -> BTreeMap<String, Kind> {
     let median = |c: &CaseRun| {
         let xs: Vec<f64> = c.pairs.iter().map(|p| p.per_call().0).collect();
         (!xs.is_empty()).then(|| stats::median(&xs))
@@ -123,14 +125,13 @@ fn kinds(session: &Session) -> BTreeMap<String, Kind> {
         let xs: Vec<f64> = c.pairs.iter().filter_map(|p| p.base.control_ns).collect();
         (!xs.is_empty()).then(|| stats::median(&xs))
     };
-    let device: BTreeMap<rundir::CaseKey, f64> = session
-        .cases
+    let device: BTreeMap<rundir::CaseKey, f64> = cases
         .iter()
         .filter(|c| c.key.mode == rundir::Mode::Device)
         .filter_map(|c| median(c).map(|m| (c.key.clone(), m)))
         .collect();
     let mut out = BTreeMap::new();
-    for c in &session.cases {
+    for c in cases {
         let kind = if c.key.mode.is_device() {
             Kind::Device
         } else {
@@ -147,26 +148,64 @@ fn kinds(session: &Session) -> BTreeMap<String, Kind> {
     out
 }
 
+/// Each timed case's estimate from its rounds, its between-round spread moderated by the
+/// prior of its kind's cases.
+fn estimates(cases: &[&CaseRun]) -> BTreeMap<String, (Kind, Rounds)> {
+    let kinds = kinds(cases);
+    let rounds: BTreeMap<&str, Vec<f64>> = cases
+        .iter()
+        .filter(|c| c.ended.is_none())
+        .map(|c| (c.name.as_str(), c.round_estimates()))
+        .collect();
+    let mut out = BTreeMap::new();
+    for kind in [Kind::HostBound, Kind::HostTimedBound, Kind::Device] {
+        let of_kind: Vec<(&str, &Vec<f64>)> = rounds
+            .iter()
+            .filter(|(n, _)| kinds.get(**n) == Some(&kind))
+            .map(|(n, r)| (*n, r))
+            .collect();
+        let all: Vec<&[f64]> = of_kind.iter().map(|(_, r)| r.as_slice()).collect();
+        let p = prior(&all);
+        for (name, r) in of_kind {
+            if let Some(est) = Rounds::of(r, p) {
+                out.insert(name.to_string(), (kind, est));
+            }
+        }
+    }
+    out
+}
+
+/// The cases decided now (before the false-discovery step): the sequential stop.
+pub fn decided(cases: &[&CaseRun], s: &Settings) -> BTreeSet<String> {
+    let level = s.looks.level();
+    estimates(cases)
+        .into_iter()
+        .filter(|(_, (_, e))| stats::paired::judge(e.interval(level), s.tolerance).is_decided())
+        .map(|(n, _)| n)
+        .collect()
+}
+
 /// Judge a finished comparison.
 pub fn judge(session: &Session) -> Verdicts {
     let s = &session.settings;
     let level = s.looks.level();
     let looks = s.looks.schedule().len() as f64;
-    let kinds = kinds(session);
+    let all: Vec<&CaseRun> = session.cases.iter().collect();
+    let est = estimates(&all);
     let mut cases: Vec<CaseLine> = session
         .cases
         .iter()
-        .map(|c| case_line(c, kinds.get(&c.name).copied(), level, s.tolerance))
+        .map(|c| case_line(c, est.get(&c.name).copied(), level, s.tolerance))
         .collect();
     // a discovery: Benjamini–Hochberg over the judged cases' directional p-values, each
     // multiplied by the looks (Bonferroni over the sequential design)
     let judged: Vec<usize> = (0..cases.len())
-        .filter(|&i| matches!(cases[i].verdict, Verdict::Judged(_)))
+        .filter(|&i| est.contains_key(&cases[i].name))
         .collect();
     let ps: Vec<f64> = judged
         .iter()
         .map(|&i| {
-            let (up, down) = session.cases[i].paired().p_beyond(s.tolerance);
+            let (up, down) = est[&cases[i].name].1.p_beyond(s.tolerance);
             (up.min(down) * looks).min(1.0)
         })
         .collect();
@@ -183,7 +222,7 @@ pub fn judge(session: &Session) -> Verdicts {
             );
         }
     }
-    let families = families(session, &cases);
+    let families = families(session, &est);
     let mut regressions = Vec::new();
     let slower: Vec<&CaseLine> = cases
         .iter()
@@ -221,11 +260,11 @@ pub fn pct(ratio: f64) -> String {
     format!("{:+.1}%", (ratio - 1.0) * 100.0)
 }
 
-fn case_line(c: &CaseRun, kind: Option<Kind>, level: f64, tol: f64) -> CaseLine {
+fn case_line(c: &CaseRun, est: Option<(Kind, Rounds)>, level: f64, tol: f64) -> CaseLine {
     let mut line = CaseLine {
         name: c.name.clone(),
         group: c.group.clone(),
-        kind,
+        kind: est.map(|e| e.0),
         verdict: Verdict::NotTimed(Status::Error),
         ratio: None,
         pairs: c.pairs.len(),
@@ -244,19 +283,21 @@ fn case_line(c: &CaseRun, kind: Option<Kind>, level: f64, tol: f64) -> CaseLine 
         line.note = format!("{side}{}", e.reason);
         return line;
     }
-    let pc = c.paired();
-    if pc.n() < 2 {
-        line.note = "fewer than 2 pairs".into();
+    let Some((_, e)) = est else {
+        line.note = "no spread to judge by: one round and no other case".into();
         return line;
-    }
-    let (lo, hi) = pc.interval(level);
-    line.ratio = Some((pc.median().exp(), lo.exp(), hi.exp()));
-    line.verdict = Verdict::Judged(pc.judge(level, tol));
-    if line.verdict == Verdict::Judged(Judgement::Ambiguous) {
-        line.resolution = Some(pc.resolution(level));
+    };
+    let (lo, hi) = e.interval(level);
+    line.ratio = Some((e.mean.exp(), lo.exp(), hi.exp()));
+    let j = stats::paired::judge((lo, hi), tol);
+    line.verdict = Verdict::Judged(j);
+    if j == Judgement::Ambiguous {
+        line.resolution = Some(((hi - lo) / 2.0).exp_m1());
         line.note = format!(
-            "undecided after {} pairs in {:.1} s",
-            pc.n(),
+            "undecided after {} round{} ({} pairs, {:.1} s)",
+            e.rounds,
+            if e.rounds == 1 { "" } else { "s" },
+            c.pairs.len(),
             c.spent.as_secs_f64()
         );
     }
@@ -264,53 +305,48 @@ fn case_line(c: &CaseRun, kind: Option<Kind>, level: f64, tol: f64) -> CaseLine 
 }
 
 /// The families: the global ones by kind, then each op in each mode.
-fn families(session: &Session, cases: &[CaseLine]) -> Vec<FamilyLine> {
+fn families(session: &Session, est: &BTreeMap<String, (Kind, Rounds)>) -> Vec<FamilyLine> {
     let s = &session.settings;
     let level = 0.95;
-    let by_name: BTreeMap<&str, &CaseRun> =
-        session.cases.iter().map(|c| (c.name.as_str(), c)).collect();
-    // each judged case: (kind, family name, process id, median log ratio)
-    let mut members: Vec<(Kind, String, (String, usize), f64)> = Vec::new();
-    for line in cases {
-        let (Verdict::Judged(_), Some(kind), Some(run)) =
-            (&line.verdict, line.kind, by_name.get(line.name.as_str()))
-        else {
+    // each judged case: (kind, family name, its estimate, its first two rounds)
+    type Member = (Kind, String, f64, Option<(f64, f64)>);
+    let mut members: Vec<Member> = Vec::new();
+    for c in &session.cases {
+        let Some((kind, e)) = est.get(&c.name) else {
             continue;
         };
-        let fam = format!("{} {}", run.key.op, run.key.mode);
+        let r = c.round_estimates();
+        let first_two = (r.len() >= 2).then(|| (r[0], r[1]));
         members.push((
-            kind,
-            fam,
-            (run.group.clone(), run.process),
-            run.paired().median(),
+            *kind,
+            format!("{} {}", c.key.op, c.key.mode),
+            e.mean,
+            first_two,
         ));
     }
-    let sd = process_terms(&members);
+    let fams: BTreeSet<(Kind, String)> = members.iter().map(|m| (m.0, m.1.clone())).collect();
+    let sd = process_terms(&members, &fams);
     let mut out = Vec::new();
-    let mut add =
-        |name: String, kind: Kind, pick: &dyn Fn(&(Kind, String, (String, usize), f64)) -> bool| {
-            let chosen: Vec<&(Kind, String, (String, usize), f64)> =
-                members.iter().filter(|m| pick(m)).collect();
-            let xs: Vec<f64> = chosen.iter().map(|m| m.3).collect();
-            let procs: BTreeSet<&(String, usize)> = chosen.iter().map(|m| &m.2).collect();
-            let term = sd.get(&kind).copied();
-            let per = term.unwrap_or(0.0) / (procs.len().max(1) as f64).sqrt();
-            if let Some(p) = pooled(&xs, level, per, 2000) {
-                out.push(FamilyLine {
-                    name,
-                    kind,
-                    judgement: stats::paired::judge((p.low, p.high), s.family_tolerance),
-                    pooled: p,
-                    process_measured: term.is_some(),
-                });
-            }
-        };
+    let mut add = |name: String, kind: Kind, pick: &dyn Fn(&Member) -> bool| {
+        let xs: Vec<f64> = members.iter().filter(|m| pick(m)).map(|m| m.2).collect();
+        let term = sd.get(&kind).copied();
+        // every case has its first two rounds: the shared term of a round, over 2
+        let per = term.unwrap_or(0.0) / 2f64.sqrt();
+        if let Some(p) = pooled(&xs, level, per, 2000) {
+            out.push(FamilyLine {
+                name,
+                kind,
+                judgement: stats::paired::judge((p.low, p.high), s.family_tolerance),
+                pooled: p,
+                process_measured: term.is_some(),
+            });
+        }
+    };
     for kind in [Kind::HostBound, Kind::Device, Kind::HostTimedBound] {
         add(format!("all {} cases", kind.as_str()), kind, &|m| {
             m.0 == kind
         });
     }
-    let fams: BTreeSet<(Kind, String)> = members.iter().map(|m| (m.0, m.1.clone())).collect();
     for (kind, fam) in fams {
         let name = format!("{fam} ({})", kind.as_str());
         add(name, kind, &|m| m.0 == kind && m.1 == fam);
@@ -318,38 +354,34 @@ fn families(session: &Session, cases: &[CaseLine]) -> Vec<FamilyLine> {
     out
 }
 
-/// The process term's spread per kind, from each group's first two processes (`None`
-/// for a kind no group timed in two processes with 3 or more cases each).
-fn process_terms(members: &[(Kind, String, (String, usize), f64)]) -> BTreeMap<Kind, f64> {
-    let mut out = BTreeMap::new();
-    for kind in [Kind::HostBound, Kind::Device, Kind::HostTimedBound] {
-        let groups: BTreeSet<&str> = members
+/// The spread of what one round's processes share among a family's cases, per kind:
+/// each op-and-mode family's median over its cases in round 1 against round 2, pooled
+/// over the kind's families (`None` for a kind with no family of 3 or more cases).
+fn process_terms(
+    members: &[(Kind, String, f64, Option<(f64, f64)>)],
+    fams: &BTreeSet<(Kind, String)>,
+) -> BTreeMap<Kind, f64> {
+    let mut halves: BTreeMap<Kind, Vec<(f64, f64, f64, f64)>> = BTreeMap::new();
+    for (kind, fam) in fams {
+        let pairs: Vec<(f64, f64)> = members
             .iter()
-            .filter(|m| m.0 == kind)
-            .map(|m| m.2.0.as_str())
+            .filter(|m| m.0 == *kind && &m.1 == fam)
+            .filter_map(|m| m.3)
             .collect();
-        let mut halves = Vec::new();
-        for g in groups {
-            let of = |p: usize| -> Vec<f64> {
-                members
-                    .iter()
-                    .filter(|m| m.0 == kind && m.2.0 == g && m.2.1 == p)
-                    .map(|m| m.3)
-                    .collect()
-            };
-            let (a, b) = (of(0), of(1));
-            if a.len() >= 3 && b.len() >= 3 {
-                halves.push((
-                    stats::median(&a),
-                    stats::median(&b),
-                    median_se(&a, 500).powi(2),
-                    median_se(&b, 500).powi(2),
-                ));
-            }
+        if pairs.len() < 3 {
+            continue;
         }
-        if let Some(sd) = process_sd(&halves) {
-            out.insert(kind, sd);
-        }
+        let a: Vec<f64> = pairs.iter().map(|p| p.0).collect();
+        let b: Vec<f64> = pairs.iter().map(|p| p.1).collect();
+        halves.entry(*kind).or_default().push((
+            stats::median(&a),
+            stats::median(&b),
+            median_se(&a, 500).powi(2),
+            median_se(&b, 500).powi(2),
+        ));
     }
-    out
+    halves
+        .into_iter()
+        .filter_map(|(k, h)| process_sd(&h).map(|sd| (k, sd)))
+        .collect()
 }

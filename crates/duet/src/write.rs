@@ -91,7 +91,8 @@ fn side_dir(
         ("tolerance_pct", format!("{}", s.tolerance * 100.0)),
         ("sample_ms", format!("{}", s.sample.as_millis())),
         ("budget", format!("{:?}", s.budget)),
-        ("processes", s.processes.to_string()),
+        ("pairs_per_round", s.pairs.to_string()),
+        ("rounds", format!("{}..{}", s.looks.first, s.looks.max)),
         ("seed", s.seed.to_string()),
     ] {
         env.settings.insert(k.into(), v);
@@ -227,12 +228,12 @@ pub fn summary_md(session: &Session, v: &Verdicts, sides: [&str; 2]) -> String {
     let _ = writeln!(
         o,
         "Paired: both builds alive at once, taking turns sample by sample (A B, B A, …), \
-         {} cases in {:.0} s (budget {:.0} s), {} worker process{} a side per bench binary.\n",
+         {} pairs a case in each round, each round in fresh processes; {} cases in {:.0} s \
+         (budget {:.0} s).\n",
+        s.pairs,
         session.cases.len(),
         session.took.as_secs_f64(),
         session.budget.as_secs_f64(),
-        s.processes,
-        if s.processes == 1 { "" } else { "es" },
     );
     if v.regressions.is_empty() {
         let _ = writeln!(o, "**Verdict: no regression found (exit 0).**\n");
@@ -279,9 +280,9 @@ fn families_md(o: &mut String, v: &Verdicts, tol: f64) {
     let _ = writeln!(
         o,
         "## Families\n\nThe median over a family's cases of their paired ratios; the interval \
-         is over cases, widened by the process term (what a worker process shares among its \
-         cases, measured between each bench binary's successive processes). `same`: the \
-         interval lies inside ±{:.1}%.\n",
+         is over cases, widened by the process term (what one round's processes share among \
+         their cases, measured between the first two rounds). `same`: the interval lies \
+         inside ±{:.1}%.\n",
         tol * 100.0
     );
     let _ = writeln!(o, "| family | cases | change | 95% interval | verdict |");

@@ -170,7 +170,6 @@ fn settings() -> Settings {
     Settings {
         warmup: Duration::ZERO,
         budget: duet::driver::Budget::Total(Duration::from_secs(600)),
-        processes: 2,
         ..Settings::default()
     }
 }
@@ -226,7 +225,9 @@ fn a_slow_state_both_sides_share_at_random_gives_no_verdict() {
 fn five_percent_on_one_side_is_found_per_case_and_globally() {
     let v = compare(1.05, 20, 1.4, 7);
     assert_eq!(v.exit_code(), 1);
-    assert!(share(&v, Judgement::Slower) >= 0.9, "{:?}", v.counts());
+    assert!(share(&v, Judgement::Slower) >= 0.8, "{:?}", v.counts());
+    assert_eq!(share(&v, Judgement::Faster), 0.0);
+    assert_eq!(share(&v, Judgement::Same), 0.0);
     for name in ["all host-bound cases", "all device cases"] {
         let f = v.families.iter().find(|f| f.name == name).expect(name);
         assert_eq!(f.judgement, Judgement::Slower, "{name}");
@@ -242,8 +243,8 @@ fn five_percent_on_one_side_is_found_per_case_and_globally() {
 
 #[test]
 fn same_never_claims_more_than_its_interval_resolves() {
-    // 4% noise a sample and the fewest pairs: what is not inside ±3% is ambiguous, with
-    // its resolution, never `same`
+    // +2% with the fewest rounds: what is not inside ±3% is ambiguous, with its
+    // resolution, never `same`
     let host = Host::shared(1.0, 0.0, 3);
     let (h1, h2) = (host.clone(), host.clone());
     let mut groups = vec![Group {
@@ -253,8 +254,8 @@ fn same_never_claims_more_than_its_interval_resolves() {
     }];
     let s = Settings {
         looks: stats::paired::Looks {
-            first: 10,
-            max: 10,
+            first: 2,
+            max: 2,
             alpha: 0.05,
         },
         ..settings()
@@ -287,9 +288,10 @@ fn a_worker_that_dies_ends_its_case_as_error_and_the_run_goes_on() {
         cand: Box::new(move || {
             *s2.borrow_mut() += 1;
             let mut f = Fake::new(&h2, 1.0, 6, "cand");
-            // the first process the cases are timed by dies at its 40th sample
+            // the first process the cases are timed by dies at its 45th sample: a case's
+            // 9th (2 single calls, 2 warm-up samples, then its pairs)
             if *s2.borrow() == 2 {
-                f.die_at = Some(40);
+                f.die_at = Some(45);
             }
             Ok(Box::new(f) as Box<dyn Worker>)
         }),

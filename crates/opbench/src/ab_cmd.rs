@@ -31,8 +31,8 @@ pub struct Args {
     /// A regular expression on the case keys (`/decode/b(1|8|64)/`).
     #[arg(long)]
     filter: Option<String>,
-    /// The comparison's time in seconds, spread over the cases; undecided cases get what
-    /// decided ones leave. Default: one second a case, at most 600.
+    /// The comparison's time in seconds: a round starts only if it fits (the first two
+    /// always run). Default: one second a case, at most 600.
     #[arg(long)]
     budget: Option<f64>,
     /// A case is `same` when its interval lies inside ± this percentage, `slower` or
@@ -48,13 +48,13 @@ pub struct Args {
     /// Warm-up per side per case, in ms.
     #[arg(long, default_value_t = 50.0)]
     warmup_ms: f64,
-    /// The most pairs a case takes.
-    #[arg(long, default_value_t = 400)]
-    max_pairs: usize,
-    /// Worker processes per side per bench binary, one after another: 2 or more measure
-    /// what a process shares among its cases (the families' process term).
-    #[arg(long, default_value_t = 2)]
-    processes: usize,
+    /// Pairs a case takes in each round.
+    #[arg(long, default_value_t = 8)]
+    pairs: usize,
+    /// The most rounds (each in fresh worker processes, each case prepared afresh); cases
+    /// are judged after 2, 4, 8, … and the decided ones drop out.
+    #[arg(long, default_value_t = 8)]
+    rounds: usize,
     /// Seed of the case order (default: the clock).
     #[arg(long)]
     seed: Option<u64>,
@@ -140,15 +140,15 @@ fn settings(a: &Args) -> Result<Settings, CliError> {
             Budget::Total,
         ),
         looks: stats::paired::Looks {
-            max: a.max_pairs,
+            max: a.rounds,
             ..stats::paired::Looks::default()
         },
+        pairs: a.pairs,
         seed: a.seed.unwrap_or_else(|| {
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(1, |d| d.as_secs())
         }),
-        processes: a.processes,
         filter: a.filter.clone(),
     })
 }

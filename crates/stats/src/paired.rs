@@ -4,9 +4,13 @@
 //! - [`PairedCase`]: one case's pairs — the median of their log ratios, a distribution-free
 //!   interval for that median (order statistics of the binomial), and the one-sided sign
 //!   tests a verdict needs.
-//! - [`Looks`]: the sequential design. A case is judged after 10, 15, 22, … pairs, and each
-//!   look's interval is a (1 − α/K) interval, K the most looks a case can take (Bonferroni
-//!   over looks): stopping at the first decided look keeps the error at α.
+//! - [`Rounds`]: a case's estimate from its rounds (each round a fresh pair of processes
+//!   and a fresh preparation of the case: what a process or an allocation shares among its
+//!   samples differs between rounds, and pairing cannot cancel it). The between-round
+//!   spread is moderated by a [`Prior`] pooled over the cases, so 2 rounds can decide.
+//! - [`Looks`]: the sequential design. A case is judged after 2, 4, 8 rounds, and each
+//!   look's interval is a (1 − α/K) interval, K the looks (Bonferroni over looks):
+//!   stopping at the first decided look keeps the error at α.
 //! - [`judge`]: `same`, `slower`, `faster` against a tolerance, as BenchmarkTools.jl's
 //!   `judge`: `same` only where the whole interval lies inside ± the tolerance.
 //! - [`pooled`]: a family's shift over its cases (cases as random effects, bootstrap over
@@ -59,8 +63,8 @@ pub fn judge((low, high): (f64, f64), tol: f64) -> Judgement {
     }
 }
 
-/// The looks of the sequential design: after `first` pairs, then each 1.5× the last, up
-/// to `max` pairs.
+/// The looks of the sequential design: after `first` rounds, then each twice the last, up
+/// to `max` rounds. Few looks keep each look's interval narrow (Bonferroni over K looks).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Looks {
     pub first: usize,
@@ -72,21 +76,21 @@ pub struct Looks {
 impl Default for Looks {
     fn default() -> Self {
         Looks {
-            first: 10,
-            max: 400,
+            first: 2,
+            max: 8,
             alpha: 0.05,
         }
     }
 }
 
 impl Looks {
-    /// The pair counts at which a case is judged.
+    /// The round counts at which a case is judged.
     pub fn schedule(&self) -> Vec<usize> {
         let mut out = Vec::new();
-        let mut n = self.first.max(2);
+        let mut n = self.first.max(1);
         while n < self.max {
             out.push(n);
-            n = ((n as f64) * 1.5).ceil() as usize;
+            n *= 2;
         }
         out.push(self.max.max(2));
         out
@@ -201,6 +205,110 @@ fn order_rank(n: usize, level: f64) -> usize {
         k += 1;
     }
     k
+}
+
+/// The spread that a case's rounds share across cases (their between-round variance),
+/// the prior of each case's own: limma's moderated variance, on rounds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Prior {
+    /// The mean over cases of the sample variance of their round estimates.
+    pub var: f64,
+    /// How many rounds' worth of evidence the prior counts as.
+    pub df: f64,
+}
+
+/// How much the prior counts, in rounds: a case's own spread outweighs it after 4 rounds.
+pub const PRIOR_DF: f64 = 4.0;
+
+/// The prior from every case's round estimates (cases with fewer than 2 rounds add
+/// nothing); `None` where no case has 2.
+pub fn prior(cases: &[&[f64]]) -> Option<Prior> {
+    let vars: Vec<f64> = cases
+        .iter()
+        .filter(|r| r.len() >= 2)
+        .map(|r| sample_var(r))
+        .collect();
+    (!vars.is_empty()).then(|| Prior {
+        var: vars.iter().sum::<f64>() / vars.len() as f64,
+        df: PRIOR_DF,
+    })
+}
+
+fn sample_var(x: &[f64]) -> f64 {
+    let n = x.len() as f64;
+    let m = x.iter().sum::<f64>() / n;
+    x.iter().map(|v| (v - m).powi(2)).sum::<f64>() / (n - 1.0)
+}
+
+/// A case's estimate from its rounds (each round a fresh pair of processes and a fresh
+/// preparation, its estimate the median of its pairs' log ratios).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rounds {
+    pub rounds: usize,
+    /// The mean of the round estimates (log ratio).
+    pub mean: f64,
+    /// Its standard error: the moderated between-round spread over √rounds.
+    pub se: f64,
+    pub df: f64,
+}
+
+impl Rounds {
+    /// From round estimates and the prior; `None` without a spread to judge by (one round
+    /// and no prior).
+    pub fn of(rounds: &[f64], prior: Option<Prior>) -> Option<Self> {
+        let r = rounds.len();
+        if r == 0 {
+            return None;
+        }
+        let mean = rounds.iter().sum::<f64>() / r as f64;
+        let (var, df) = match (prior, r) {
+            (None, 1) => return None,
+            (None, _) => (sample_var(rounds), (r - 1) as f64),
+            (Some(p), 1) => (p.var, p.df),
+            (Some(p), _) => {
+                let own = (r - 1) as f64;
+                (
+                    (p.df * p.var + own * sample_var(rounds)) / (p.df + own),
+                    p.df + own,
+                )
+            }
+        };
+        Some(Rounds {
+            rounds: r,
+            mean,
+            se: (var / r as f64).sqrt(),
+            df,
+        })
+    }
+
+    /// The interval at `level` (Student's t on `df`).
+    pub fn interval(&self, level: f64) -> (f64, f64) {
+        let h = t_quantile(1.0 - (1.0 - level) / 2.0, self.df) * self.se;
+        (self.mean - h, self.mean + h)
+    }
+
+    /// One-sided p-values that the change lies beyond +ln(1 + tol) (`slower`) and below
+    /// −ln(1 + tol) (`faster`).
+    pub fn p_beyond(&self, tol: f64) -> (f64, f64) {
+        let t = (1.0 + tol).ln();
+        if self.se <= 0.0 {
+            let p = |beyond: bool| if beyond { 0.0 } else { 1.0 };
+            return (p(self.mean > t), p(self.mean < -t));
+        }
+        let up = (self.mean - t) / self.se;
+        let down = (-t - self.mean) / self.se;
+        (1.0 - t_cdf(up, self.df), 1.0 - t_cdf(down, self.df))
+    }
+}
+
+fn t_quantile(p: f64, df: f64) -> f64 {
+    use statrs::distribution::{ContinuousCDF, StudentsT};
+    StudentsT::new(0.0, 1.0, df.max(1.0)).map_or(f64::INFINITY, |d| d.inverse_cdf(p))
+}
+
+fn t_cdf(x: f64, df: f64) -> f64 {
+    use statrs::distribution::{ContinuousCDF, StudentsT};
+    StudentsT::new(0.0, 1.0, df.max(1.0)).map_or(0.5, |d| d.cdf(x))
 }
 
 /// A family's (or the whole comparison's) shared shift, in log ratio.
@@ -338,8 +446,8 @@ mod tests {
             max: 60,
             alpha: 0.05,
         };
-        assert_eq!(l.schedule(), vec![10, 15, 23, 35, 53, 60]);
-        assert!((l.level() - (1.0 - 0.05 / 6.0)).abs() < 1e-12);
+        assert_eq!(l.schedule(), vec![10, 20, 40, 60]);
+        assert!((l.level() - (1.0 - 0.05 / 4.0)).abs() < 1e-12);
     }
 
     #[test]
@@ -347,6 +455,28 @@ mod tests {
         let slow = case(&[1.10; 30]);
         let (p_slow, p_fast) = slow.p_beyond(0.03);
         assert!(p_slow < 1e-6 && p_fast == 1.0);
+    }
+
+    #[test]
+    fn rounds_borrow_the_spread_the_cases_share() {
+        let a = [0.01, -0.01, 0.02, 0.0];
+        let b = [0.0, 0.02, -0.02, 0.01];
+        let p = prior(&[&a, &b]).expect("a prior");
+        // one round of a case: the prior alone, at its df
+        let one = Rounds::of(&[0.05], Some(p)).expect("judged");
+        assert_eq!(one.df, PRIOR_DF);
+        assert!((one.se - p.var.sqrt()).abs() < 1e-12);
+        // without a prior, one round says nothing
+        assert_eq!(Rounds::of(&[0.05], None), None);
+        // a large change with a tight prior is beyond 3% at 2 rounds
+        let tight = Prior {
+            var: 1e-5,
+            df: PRIOR_DF,
+        };
+        let r = Rounds::of(&[0.095, 0.097], Some(tight)).expect("judged");
+        assert_eq!(judge(r.interval(0.983), 0.03), Judgement::Slower);
+        let (up, down) = r.p_beyond(0.03);
+        assert!(up < 1e-3 && down > 0.99);
     }
 
     #[test]

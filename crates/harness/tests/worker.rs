@@ -1,0 +1,112 @@
+//! A bench binary's worker mode speaks the protocol: it lists, prepares, times and
+//! releases cases on request, and answers bad input with an error reply, never an exit.
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+
+use duet::protocol::{Reply, Request};
+use harness::worker::Worker;
+use harness::{Config, Device, Floor};
+
+fn talk(lines: &[String]) -> Vec<Reply> {
+    let mut config = Config::from_env().unwrap();
+    config.control = true;
+    let ops: [&dyn harness::Op; 1] = [&Floor];
+    let mut w = Worker::new(&ops, config, vec![Device::CPU]);
+    let input = lines.join("\n");
+    let mut out = Vec::new();
+    w.serve_io(input.as_bytes(), &mut out).unwrap();
+    String::from_utf8(out)
+        .unwrap()
+        .lines()
+        .map(|l| Reply::parse(l).unwrap())
+        .collect()
+}
+
+fn req(r: &Request) -> String {
+    r.line().trim_end().to_string()
+}
+
+#[test]
+fn a_worker_lists_prepares_times_and_releases_a_case() {
+    let first = talk(&[
+        req(&Request::Hello),
+        req(&Request::Cases {
+            filter: Some("floor/add/.*/pipelined".into()),
+        }),
+    ]);
+    assert!(matches!(&first[0], Reply::Hello { protocol: 1, ops, .. } if ops == &["floor"]));
+    let Reply::Cases { cases, .. } = &first[1] else {
+        panic!("{:?}", first[1])
+    };
+    assert!(!cases.is_empty());
+    let key = cases[0].key.clone();
+    let replies = talk(&[
+        req(&Request::Prepare { key: key.clone() }),
+        req(&Request::Sample {
+            key: key.clone(),
+            iters: 50,
+        }),
+        req(&Request::Release { key: key.clone() }),
+        req(&Request::Sample {
+            key: key.clone(),
+            iters: 50,
+        }),
+        req(&Request::Quit),
+        // after quit nothing is read
+        req(&Request::Hello),
+    ]);
+    assert_eq!(replies.len(), 5);
+    let Reply::Prepared(p) = &replies[0] else {
+        panic!("{:?}", replies[0])
+    };
+    assert_eq!(p.status, "ok");
+    assert!(p.rel_err.is_some());
+    let Reply::Sample(s) = &replies[1] else {
+        panic!("{:?}", replies[1])
+    };
+    assert_eq!(s.calls, 50);
+    assert!(s.total_ns > 0.0);
+    assert!(s.control_ns.is_some() && s.host_ns.is_some());
+    assert_eq!(replies[2], Reply::Released { key });
+    // a released case must be prepared again before it is timed
+    assert!(matches!(&replies[3], Reply::Error { message } if message.contains("not prepared")));
+    assert_eq!(replies[4], Reply::Bye);
+}
+
+#[test]
+fn bad_input_is_an_error_reply_and_the_worker_goes_on() {
+    let replies = talk(&[
+        "{\"req\": \"frobnicate\"}".into(),
+        "not json at all".into(),
+        req(&Request::Prepare {
+            key: "floor/nope/x/none/decode/b1/q1/f32/cpu/pipelined".into(),
+        }),
+        req(&Request::Cases {
+            filter: Some("(".into()),
+        }),
+        req(&Request::Hello),
+    ]);
+    assert_eq!(replies.len(), 5);
+    for r in &replies[..4] {
+        assert!(matches!(r, Reply::Error { .. }), "{r:?}");
+    }
+    assert!(matches!(&replies[2], Reply::Error { message } if message.contains("unknown case")));
+    assert!(matches!(replies[4], Reply::Hello { .. }));
+}
+
+#[test]
+fn modes_a_worker_does_not_time_are_listed_with_the_reason() {
+    let mut config = Config::from_env().unwrap();
+    config.modes = vec![harness::Mode::Pipelined, harness::Mode::PipelinedCold];
+    let ops: [&dyn harness::Op; 1] = [&Floor];
+    let mut w = Worker::new(&ops, config, vec![Device::CPU]);
+    let Reply::Cases { cases, unsupported } = w.handle(&Request::Cases { filter: None }) else {
+        panic!("cases")
+    };
+    assert!(cases.iter().all(|c| c.key.ends_with("/pipelined")));
+    assert!(!unsupported.is_empty());
+    assert!(
+        unsupported
+            .iter()
+            .all(|n| n.reason.contains("scripts/bench"))
+    );
+}
