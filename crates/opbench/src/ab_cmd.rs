@@ -109,14 +109,11 @@ fn settings(a: &Args) -> Result<Settings, CliError> {
             .then(|| Duration::from_secs_f64(x / 1e3))
             .ok_or_else(|| CliError::input(format!("{flag} {x}: expected milliseconds ≥ 0")))
     };
-    if a.processes == 0 {
-        return Err(CliError::input("--processes 0: expected 1 or more"));
+    if a.pairs < 2 {
+        return Err(CliError::input(format!("--pairs {}: expected 2 or more", a.pairs)));
     }
-    if a.max_pairs < 10 {
-        return Err(CliError::input(format!(
-            "--max-pairs {}: expected 10 or more",
-            a.max_pairs
-        )));
+    if a.rounds < 2 {
+        return Err(CliError::input(format!("--rounds {}: expected 2 or more", a.rounds)));
     }
     let budget = match a.budget {
         Some(b) if b > 0.0 && b.is_finite() => Some(Duration::from_secs_f64(b)),
