@@ -464,9 +464,9 @@ fn sample(w: &mut dyn Worker, side: Side, key: &str, iters: u64) -> Result<Sampl
     }
 }
 
-/// One visit of a case: prepare both sides, calibrate, warm up, take pairs until decided,
-/// over `share`, or at the most pairs; then release both. What goes wrong on a side ends
-/// the case `error` with the reason; a side whose worker died is restarted.
+/// One visit of a case in a round: prepare both sides, calibrate, warm up, take the
+/// round's pairs, then release both. What goes wrong on a side ends the case `error` with
+/// the reason; a side whose worker died is restarted.
 fn visit(
     duo: &mut Duo<'_, '_>,
     case: &mut CaseRun,
@@ -557,27 +557,32 @@ fn visit_inner(
 }
 
 /// The calls a sample holds: one call on each side (twice: a first call may pay setup),
-/// then warm-up samples in turns; the slower side's warm pace sets the count.
+/// then warm-up samples in turns. The slower side's wall-clock time per call, as the driver
+/// sees it around each request, sets the count, so that a sample's wall time (not only the
+/// time it reports: a device-timed sample's GPU time can be a fraction of its enqueue)
+/// stays near its aim.
 fn calibrate(duo: &mut Duo<'_, '_>, key: &str, settings: &Settings) -> Result<u64, Trouble> {
+    let timed = |side: Side, duo: &mut Duo<'_, '_>, iters: u64| -> Result<f64, Trouble> {
+        let t0 = Instant::now();
+        let s = sample(duo.side(side), side, key, iters)?;
+        let wall = t0.elapsed().as_nanos() as f64;
+        Ok(wall.max(s.total_ns) / iters as f64)
+    };
     let mut per = (0.0f64, 0.0f64);
     for _ in 0..2 {
-        let b = sample(&mut *duo.base, Side::Base, key, 1)?;
-        let c = sample(&mut *duo.cand, Side::Cand, key, 1)?;
-        per = (b.total_ns / b.calls as f64, c.total_ns / c.calls as f64);
+        per = (timed(Side::Base, duo, 1)?, timed(Side::Cand, duo, 1)?);
     }
     let mut iters = iters_for(Some(per), settings.sample, 1);
     let t0 = Instant::now();
     let mut rounds = 0;
     while rounds < 2 || t0.elapsed() < settings.warmup {
-        let b = sample(&mut *duo.base, Side::Base, key, iters)?;
-        let c = sample(&mut *duo.cand, Side::Cand, key, iters)?;
-        per = (b.total_ns / b.calls as f64, c.total_ns / c.calls as f64);
+        per = (timed(Side::Base, duo, iters)?, timed(Side::Cand, duo, iters)?);
+        iters = iters_for(Some(per), settings.sample, iters);
         rounds += 1;
         if rounds >= 50 {
             break;
         }
     }
-    iters = iters_for(Some(per), settings.sample, iters);
     Ok(iters)
 }
 
