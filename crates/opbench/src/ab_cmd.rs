@@ -20,7 +20,8 @@ pub struct Args {
     #[arg(long, required = true, num_args = 1..)]
     cand: Vec<PathBuf>,
     /// A variable set for the base's workers only, NAME=VALUE (its torch's library folder,
-    /// say); repeatable.
+    /// say); repeatable. Without OPBENCH_THREADS set, each side's workers get half the
+    /// cores: both sides are alive at once.
     #[arg(long, value_name = "NAME=VALUE")]
     base_env: Vec<String>,
     /// A variable set for the candidate's workers only, NAME=VALUE; repeatable. Calibration
@@ -166,8 +167,19 @@ pub fn run(a: &Args) -> Result<u8, CliError> {
             )));
         }
     }
-    let base_env = pairs_of(&a.base_env, "--base-env")?;
-    let cand_env = pairs_of(&a.cand_env, "--cand-env")?;
+    let mut base_env = pairs_of(&a.base_env, "--base-env")?;
+    let mut cand_env = pairs_of(&a.cand_env, "--cand-env")?;
+    // both sides are alive at once: on the CPU each gets half the cores, or the idle side's
+    // thread pool contends with the timed side's (a 2-core host read 80 µs to 11 ms for
+    // one call)
+    if settings::var("OPBENCH_THREADS").is_none() {
+        let half = std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1));
+        for env in [&mut base_env, &mut cand_env] {
+            if !env.iter().any(|(k, _)| k == "OPBENCH_THREADS") {
+                env.push(("OPBENCH_THREADS".into(), half.to_string()));
+            }
+        }
+    }
     let s = settings(a)?;
     let mut groups: Vec<Group<'_>> = Vec::new();
     for (b, c) in a.base.iter().zip(&a.cand) {
