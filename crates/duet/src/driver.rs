@@ -576,7 +576,10 @@ fn calibrate(duo: &mut Duo<'_, '_>, key: &str, settings: &Settings) -> Result<u6
     let t0 = Instant::now();
     let mut rounds = 0;
     while rounds < 2 || t0.elapsed() < settings.warmup {
-        per = (timed(Side::Base, duo, iters)?, timed(Side::Cand, duo, iters)?);
+        per = (
+            timed(Side::Base, duo, iters)?,
+            timed(Side::Cand, duo, iters)?,
+        );
         iters = iters_for(Some(per), settings.sample, iters);
         rounds += 1;
         if rounds >= 50 {

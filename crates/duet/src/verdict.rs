@@ -304,12 +304,13 @@ fn case_line(c: &CaseRun, est: Option<(Kind, Rounds)>, level: f64, tol: f64) -> 
     line
 }
 
+/// A judged case in its family: (kind, family name, its estimate, its first two rounds).
+type Member = (Kind, String, f64, Option<(f64, f64)>);
+
 /// The families: the global ones by kind, then each op in each mode.
 fn families(session: &Session, est: &BTreeMap<String, (Kind, Rounds)>) -> Vec<FamilyLine> {
     let s = &session.settings;
     let level = 0.95;
-    // each judged case: (kind, family name, its estimate, its first two rounds)
-    type Member = (Kind, String, f64, Option<(f64, f64)>);
     let mut members: Vec<Member> = Vec::new();
     for c in &session.cases {
         let Some((kind, e)) = est.get(&c.name) else {
@@ -357,10 +358,7 @@ fn families(session: &Session, est: &BTreeMap<String, (Kind, Rounds)>) -> Vec<Fa
 /// The spread of what one round's processes share among a family's cases, per kind:
 /// each op-and-mode family's median over its cases in round 1 against round 2, pooled
 /// over the kind's families (`None` for a kind with no family of 3 or more cases).
-fn process_terms(
-    members: &[(Kind, String, f64, Option<(f64, f64)>)],
-    fams: &BTreeSet<(Kind, String)>,
-) -> BTreeMap<Kind, f64> {
+fn process_terms(members: &[Member], fams: &BTreeSet<(Kind, String)>) -> BTreeMap<Kind, f64> {
     let mut halves: BTreeMap<Kind, Vec<(f64, f64, f64, f64)>> = BTreeMap::new();
     for (kind, fam) in fams {
         let pairs: Vec<(f64, f64)> = members

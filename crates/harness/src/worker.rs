@@ -68,6 +68,9 @@ impl Case {
     }
 }
 
+/// A prepared case and its error against float64, or why it was refused.
+type Slot = Result<(Box<dyn Prepared>, f64), PreparedReply>;
+
 /// A worker: its cases, what is prepared, each device's clock, control and probe.
 pub struct Worker<'a> {
     ops: Vec<&'a dyn Op>,
@@ -75,7 +78,7 @@ pub struct Worker<'a> {
     devices: Vec<Device>,
     cases: BTreeMap<String, Case>,
     not_served: Vec<NotServed>,
-    prepared: BTreeMap<String, Result<(Box<dyn Prepared>, f64), PreparedReply>>,
+    prepared: BTreeMap<String, Slot>,
     clocks: Vec<Option<Result<DeviceClock, String>>>,
     controls: Vec<Option<Box<dyn Prepared>>>,
     probes: Vec<Option<machine::state::GpuProbe>>,

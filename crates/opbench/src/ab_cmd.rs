@@ -111,10 +111,16 @@ fn settings(a: &Args) -> Result<Settings, CliError> {
             .ok_or_else(|| CliError::input(format!("{flag} {x}: expected milliseconds ≥ 0")))
     };
     if a.pairs < 2 {
-        return Err(CliError::input(format!("--pairs {}: expected 2 or more", a.pairs)));
+        return Err(CliError::input(format!(
+            "--pairs {}: expected 2 or more",
+            a.pairs
+        )));
     }
     if a.rounds < 2 {
-        return Err(CliError::input(format!("--rounds {}: expected 2 or more", a.rounds)));
+        return Err(CliError::input(format!(
+            "--rounds {}: expected 2 or more",
+            a.rounds
+        )));
     }
     let budget = match a.budget {
         Some(b) if b > 0.0 && b.is_finite() => Some(Duration::from_secs_f64(b)),

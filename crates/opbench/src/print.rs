@@ -792,10 +792,22 @@ fn families_md(cmp: &Comparison) {
 
 pub fn comparison_md(base: &Run, cand: &Run, cmp: &Comparison) {
     let s = cmp.settings;
+    // which design made each side: a paired run's side (opbench ab) or separate executions
+    let design = |r: &Run| match r
+        .env
+        .as_ref()
+        .and_then(|e| e.settings.get("design"))
+        .map(String::as_str)
+    {
+        Some("paired") => "one side of a paired run (opbench ab)",
+        _ => "separate executions",
+    };
     println!(
-        "# opbench compare\n\nbase: `{}`  \ncandidate: `{}`\n",
+        "# opbench compare\n\nbase: `{}` ({})  \ncandidate: `{}` ({})\n",
         base.dir.display(),
-        cand.dir.display()
+        design(base),
+        cand.dir.display(),
+        design(cand)
     );
     families_md(cmp);
     let moved = |l: &&Line| l.verdict == Verdict::Slower || l.verdict == Verdict::Faster;
