@@ -255,3 +255,28 @@ pub fn run(a: &Args) -> Result<u8, CliError> {
     );
     Ok(verdicts.exit_code() as u8)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bench_binary_names_its_group_whatever_cargo_called_it() {
+        for (path, name) in [
+            ("devbin/bench-linear", "linear"),
+            ("target/release/deps/linear-c178e6e1e72cf1f1", "linear"),
+            ("target/release/deps/bench-kv-cache", "kv-cache"),
+            ("C:/x/rmsnorm-0123456789abcdef.exe", "rmsnorm"),
+        ] {
+            assert_eq!(group_name(std::path::Path::new(path)), name, "{path}");
+        }
+    }
+
+    #[test]
+    fn side_variables_are_name_value_pairs() {
+        let ok = pairs_of(&["A=1".into(), "B=x=y".into()], "--cand-env").expect("pairs");
+        assert_eq!(ok, vec![("A".into(), "1".into()), ("B".into(), "x=y".into())]);
+        let e = pairs_of(&["=1".into()], "--cand-env").expect_err("no name");
+        assert!(e.message.contains("--cand-env =1"), "{}", e.message);
+    }
+}
