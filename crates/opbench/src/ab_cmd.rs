@@ -275,7 +275,10 @@ mod tests {
     #[test]
     fn side_variables_are_name_value_pairs() {
         let ok = pairs_of(&["A=1".into(), "B=x=y".into()], "--cand-env").expect("pairs");
-        assert_eq!(ok, vec![("A".into(), "1".into()), ("B".into(), "x=y".into())]);
+        assert_eq!(
+            ok,
+            vec![("A".into(), "1".into()), ("B".into(), "x=y".into())]
+        );
         let e = pairs_of(&["=1".into()], "--cand-env").expect_err("no name");
         assert!(e.message.contains("--cand-env =1"), "{}", e.message);
     }
