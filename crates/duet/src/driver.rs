@@ -191,7 +191,7 @@ impl CaseRun {
 
 /// A finished comparison.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Session {
+pub struct Outcome {
     pub cases: Vec<CaseRun>,
     /// Each side's env.json, from its first worker's hello.
     pub base_env: Option<serde_json::Value>,
@@ -352,7 +352,7 @@ pub fn run(
     groups: &mut [Group<'_>],
     settings: &Settings,
     progress: &mut dyn FnMut(&Progress),
-) -> Result<Session, DriverError> {
+) -> Result<Outcome, DriverError> {
     if let Some(f) = &settings.filter {
         regex::Regex::new(f).map_err(|e| DriverError::Filter(e.to_string()))?;
     }
@@ -418,7 +418,7 @@ pub fn run(
             progress(&tally);
         }
     }
-    Ok(Session {
+    Ok(Outcome {
         cases: lists.into_iter().flatten().collect(),
         base_env: envs.0,
         cand_env: envs.1,

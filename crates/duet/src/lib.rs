@@ -7,7 +7,7 @@
 //! - [`worker`]: the driver's side of a worker ([`worker::Worker`]; [`worker::Process`], a
 //!   child process).
 //! - [`driver`]: which cases, the calibration of calls per sample, warm-up, the A B / B A
-//!   turns, the sequential stop, the budget ([`driver::run`] → [`driver::Session`]).
+//!   turns, the sequential stop, the budget ([`driver::run`] → [`driver::Outcome`]).
 //! - [`verdict`]: each case's, each family's and the global verdicts, and the exit code
 //!   with its reasons ([`verdict::judge`]).
 //! - [`write`]: the two run directories, `<RUN>-ab.csv` and `<RUN>-compare.md`.

@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use rundir::Status;
 use stats::paired::{Judgement, Pooled, Rounds, median_se, pooled, prior, process_sd};
 
-use crate::driver::{CaseRun, Session, Settings};
+use crate::driver::{CaseRun, Outcome, Settings};
 
 /// What a host-timed case's time is made of, for its family: host-bound (dispatch) cases
 /// move with every torch call, the others with the kernels or the CPU's compute.
@@ -186,13 +186,13 @@ pub fn decided(cases: &[&CaseRun], s: &Settings) -> BTreeSet<String> {
 }
 
 /// Judge a finished comparison.
-pub fn judge(session: &Session) -> Verdicts {
-    let s = &session.settings;
+pub fn judge(outcome: &Outcome) -> Verdicts {
+    let s = &outcome.settings;
     let level = s.looks.level();
     let looks = s.looks.schedule().len() as f64;
-    let all: Vec<&CaseRun> = session.cases.iter().collect();
+    let all: Vec<&CaseRun> = outcome.cases.iter().collect();
     let est = estimates(&all);
-    let mut cases: Vec<CaseLine> = session
+    let mut cases: Vec<CaseLine> = outcome
         .cases
         .iter()
         .map(|c| case_line(c, est.get(&c.name).copied(), level, s.tolerance))
@@ -222,7 +222,7 @@ pub fn judge(session: &Session) -> Verdicts {
             );
         }
     }
-    let families = families(session, &est);
+    let families = families(outcome, &est);
     let mut regressions = Vec::new();
     let slower: Vec<&CaseLine> = cases
         .iter()
@@ -308,11 +308,11 @@ fn case_line(c: &CaseRun, est: Option<(Kind, Rounds)>, level: f64, tol: f64) -> 
 type Member = (Kind, String, f64, Option<(f64, f64)>);
 
 /// The families: the global ones by kind, then each op in each mode.
-fn families(session: &Session, est: &BTreeMap<String, (Kind, Rounds)>) -> Vec<FamilyLine> {
-    let s = &session.settings;
+fn families(outcome: &Outcome, est: &BTreeMap<String, (Kind, Rounds)>) -> Vec<FamilyLine> {
+    let s = &outcome.settings;
     let level = 0.95;
     let mut members: Vec<Member> = Vec::new();
-    for c in &session.cases {
+    for c in &outcome.cases {
         let Some((kind, e)) = est.get(&c.name) else {
             continue;
         };

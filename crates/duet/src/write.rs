@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use rundir::{Env, ResultRow, RunWriter, Sample, Status};
 
-use crate::driver::{CaseRun, Session, Side};
+use crate::driver::{CaseRun, Outcome, Side};
 use crate::protocol::{Prepared, Sampled};
 use crate::verdict::{CaseLine, Verdict, Verdicts, pct};
 
@@ -31,7 +31,7 @@ pub fn default_run_id() -> String {
 pub fn write(
     runs: &Path,
     run: &str,
-    session: &Session,
+    outcome: &Outcome,
     verdicts: &Verdicts,
     sides: [&str; 2],
 ) -> Result<Written, rundir::RunError> {
@@ -41,7 +41,7 @@ pub fn write(
         (Side::Base, &base, &cand, sides[0]),
         (Side::Cand, &cand, &base, sides[1]),
     ] {
-        side_dir(session, side, dir, other, what)?;
+        side_dir(outcome, side, dir, other, what)?;
     }
     let csv = runs.join(format!("{run}-ab.csv"));
     let io = |p: &Path| {
@@ -50,7 +50,7 @@ pub fn write(
     };
     std::fs::write(&csv, ab_csv(verdicts)).map_err(io(&csv))?;
     let summary = runs.join(format!("{run}-compare.md"));
-    std::fs::write(&summary, summary_md(session, verdicts, sides)).map_err(io(&summary))?;
+    std::fs::write(&summary, summary_md(outcome, verdicts, sides)).map_err(io(&summary))?;
     Ok(Written {
         base,
         cand,
@@ -61,7 +61,7 @@ pub fn write(
 
 /// One side's run directory.
 fn side_dir(
-    session: &Session,
+    outcome: &Outcome,
     side: Side,
     dir: &Path,
     other: &Path,
@@ -72,8 +72,8 @@ fn side_dir(
         .map(|n| n.to_string_lossy().to_string())
         .unwrap_or_default();
     let raw = match side {
-        Side::Base => &session.base_env,
-        Side::Cand => &session.cand_env,
+        Side::Base => &outcome.base_env,
+        Side::Cand => &outcome.cand_env,
     };
     let mut env: Env = raw
         .clone()
@@ -83,7 +83,7 @@ fn side_dir(
     if env.started_at.is_empty() {
         env.started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     }
-    let s = &session.settings;
+    let s = &outcome.settings;
     for (k, v) in [
         ("design", "paired".to_string()),
         ("paired_with", other.display().to_string()),
@@ -98,7 +98,7 @@ fn side_dir(
         env.settings.insert(k.into(), v);
     }
     let mut w = RunWriter::at(dir, &run_id, &env)?;
-    for c in &session.cases {
+    for c in &outcome.cases {
         if w.contains(&c.key) {
             continue;
         }
@@ -219,8 +219,8 @@ fn ab_csv(v: &Verdicts) -> String {
 
 /// The summary: the answer and its reasons first, then the families, then the cases that
 /// moved, failed or stayed undecided.
-pub fn summary_md(session: &Session, v: &Verdicts, sides: [&str; 2]) -> String {
-    let s = &session.settings;
+pub fn summary_md(outcome: &Outcome, v: &Verdicts, sides: [&str; 2]) -> String {
+    let s = &outcome.settings;
     let mut o = String::new();
     let counts = v.counts();
     let n = |w: &str| counts.get(w).copied().unwrap_or(0);
@@ -231,9 +231,9 @@ pub fn summary_md(session: &Session, v: &Verdicts, sides: [&str; 2]) -> String {
          {} pairs a case in each round, each round in fresh processes; {} cases in {:.0} s \
          (budget {:.0} s).\n",
         s.pairs,
-        session.cases.len(),
-        session.took.as_secs_f64(),
-        session.budget.as_secs_f64(),
+        outcome.cases.len(),
+        outcome.took.as_secs_f64(),
+        outcome.budget.as_secs_f64(),
     );
     if v.regressions.is_empty() {
         let _ = writeln!(o, "**Verdict: no regression found (exit 0).**\n");

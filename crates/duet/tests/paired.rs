@@ -183,8 +183,8 @@ fn compare(factor: f64, n: usize, slow: f64, seed: u64) -> duet::Verdicts {
         base: Box::new(move || Ok(Box::new(Fake::new(&h1, 1.0, n, "base")) as Box<dyn Worker>)),
         cand: Box::new(move || Ok(Box::new(Fake::new(&h2, factor, n, "cand")) as Box<dyn Worker>)),
     }];
-    let session = duet::run(&mut groups, &settings(), &mut |_| {}).expect("runs");
-    duet::judge(&session)
+    let outcome = duet::run(&mut groups, &settings(), &mut |_| {}).expect("runs");
+    duet::judge(&outcome)
 }
 
 fn share(v: &duet::Verdicts, j: Judgement) -> f64 {
@@ -260,8 +260,8 @@ fn same_never_claims_more_than_its_interval_resolves() {
         },
         ..settings()
     };
-    let session = duet::run(&mut groups, &s, &mut |_| {}).expect("runs");
-    let v = duet::judge(&session);
+    let outcome = duet::run(&mut groups, &s, &mut |_| {}).expect("runs");
+    let v = duet::judge(&outcome);
     for c in &v.cases {
         let (_, lo, hi) = c.ratio.expect("judged");
         let inside = lo >= 1.0 / 1.03 && hi <= 1.03;
@@ -296,8 +296,8 @@ fn a_worker_that_dies_ends_its_case_as_error_and_the_run_goes_on() {
             Ok(Box::new(f) as Box<dyn Worker>)
         }),
     }];
-    let session = duet::run(&mut groups, &settings(), &mut |_| {}).expect("runs on");
-    let died: Vec<_> = session.cases.iter().filter(|c| c.ended.is_some()).collect();
+    let outcome = duet::run(&mut groups, &settings(), &mut |_| {}).expect("runs on");
+    let died: Vec<_> = outcome.cases.iter().filter(|c| c.ended.is_some()).collect();
     assert_eq!(died.len(), 1, "one case ends");
     let e = died[0].ended.as_ref().expect("ended");
     assert_eq!(e.status, rundir::Status::Error);
@@ -305,7 +305,7 @@ fn a_worker_that_dies_ends_its_case_as_error_and_the_run_goes_on() {
     assert!(e.reason.contains("SIGSEGV"), "{}", e.reason);
     // the pairs before the crash are kept
     assert!(!died[0].pairs.is_empty());
-    let v = duet::judge(&session);
+    let v = duet::judge(&outcome);
     let judged = v
         .cases
         .iter()
@@ -313,14 +313,14 @@ fn a_worker_that_dies_ends_its_case_as_error_and_the_run_goes_on() {
         .count();
     assert_eq!(
         judged,
-        session.cases.len() - 1,
+        outcome.cases.len() - 1,
         "every other case is judged"
     );
     assert!(*starts.borrow() >= 4, "the dead side was restarted");
 
     // both sides' samples are written; the case's rows say why
     let dir = tempfile::tempdir().expect("tmp");
-    let w = duet::write::write(dir.path(), "t", &session, &v, ["a", "b"]).expect("writes");
+    let w = duet::write::write(dir.path(), "t", &outcome, &v, ["a", "b"]).expect("writes");
     let base = rundir::Run::load(&w.base).expect("a valid run directory");
     let cand = rundir::Run::load(&w.cand).expect("a valid run directory");
     let row = cand.row(&died[0].key).expect("its row");
@@ -343,8 +343,8 @@ fn a_case_one_side_does_not_list_is_a_row_not_a_crash() {
             Ok(Box::new(f) as Box<dyn Worker>)
         }),
     }];
-    let session = duet::run(&mut groups, &settings(), &mut |_| {}).expect("runs");
-    let v = duet::judge(&session);
+    let outcome = duet::run(&mut groups, &settings(), &mut |_| {}).expect("runs");
+    let v = duet::judge(&outcome);
     let gone: Vec<_> = v
         .cases
         .iter()

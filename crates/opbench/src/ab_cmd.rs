@@ -231,20 +231,20 @@ pub fn run(a: &Args) -> Result<u8, CliError> {
             );
         }
     };
-    let session =
+    let outcome =
         duet::run(&mut groups, &s, &mut tell).map_err(|e| CliError::input(e.to_string()))?;
-    let verdicts = duet::judge(&session);
+    let verdicts = duet::judge(&outcome);
     let w = duet::write::write(
         &runs,
         &run_id,
-        &session,
+        &outcome,
         &verdicts,
         [a.base_name.as_str(), a.cand_name.as_str()],
     )
     .map_err(CliError::from)?;
     print!(
         "{}",
-        duet::write::summary_md(&session, &verdicts, [&a.base_name, &a.cand_name])
+        duet::write::summary_md(&outcome, &verdicts, [&a.base_name, &a.cand_name])
     );
     println!(
         "\nopbench: base {}\nopbench: candidate {}\nopbench: verdicts {}\nopbench: summary {}",
