@@ -8,7 +8,7 @@ use rundir::{ResultRow, Run, Sample};
 const ROW: &str = "r,linear,aten,q_proj,qwen3-0.6b,decode,1,1,,f16,cuda:0,pipelined,m=1 n=2 k=3,ok,10,1000,1001,990,1010,3,12,34,0.1,0.2,,0.0001,,800,5,0.05,a note,0";
 const ENV: &str = r#"{"schema_version": 2, "started_at": "2026-12-01T10:00:00Z", "backend": "cuda",
     "devices": ["cuda:0"], "device_name": "NVIDIA H200", "libtorch_version": "2.11.0"}"#;
-const SAMPLE: &str = "linear,aten,q_proj,qwen3-0.6b,decode,1,1,,f16,cuda:0,pipelined,1,10,10000,800,52000,9900,0,0,1980,23,41,0,52100,1040,805,1010";
+const SAMPLE: &str = "linear,aten,q_proj,qwen3-0.6b,decode,1,1,,f16,cuda:0,pipelined,1,10,10000,800,52000,9900,0,0,1980,23,41,0,52100,1040,805,1010,3";
 
 fn write(dir: &std::path::Path, env: &[u8], results: &[u8], samples: &[u8]) {
     std::fs::write(dir.join("env.json"), env).unwrap();
