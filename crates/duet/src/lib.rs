@@ -10,7 +10,7 @@
 //!   turns, the sequential stop, the budget ([`driver::run`] → [`driver::Outcome`]).
 //! - [`verdict`]: each case's, each family's and the global verdicts, and the exit code
 //!   with its reasons ([`verdict::judge`]).
-//! - [`write`]: the two run directories, `<RUN>-ab.csv` and `<RUN>-compare.md`.
+//! - [`mod@write`]: the two run directories, `<RUN>-ab.csv` and `<RUN>-compare.md`.
 //!
 //! Boundary: this crate never touches tch; a worker is any process that speaks the
 //! protocol. Statistics live in `stats::paired`.

@@ -62,7 +62,7 @@ pub struct Args {
     /// Where `runs/` goes (default: OPBENCH_OUT, else target/opbench).
     #[arg(long)]
     out: Option<PathBuf>,
-    /// The run id: runs/<RUN>-base, -cand, -ab.csv, -compare.md (default: the time).
+    /// The run id: runs/RUN-base, -cand, -ab.csv, -compare.md (default: the time).
     #[arg(long)]
     run: Option<String>,
     /// How the summary names the two sides.

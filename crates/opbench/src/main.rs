@@ -122,7 +122,7 @@ enum Verb {
     /// Compare two builds in pairs: both builds' bench binaries run at once as workers and
     /// take turns sample by sample, each case until its verdict is sure (same within ±3%,
     /// slower or faster beyond it) or its share of the budget is spent (ambiguous, ±X%).
-    /// Writes runs/<RUN>-base, -cand, -ab.csv and -compare.md. Exit 1 on a regression,
+    /// Writes runs/RUN-base, -cand, -ab.csv and -compare.md. Exit 1 on a regression,
     /// with its reasons; 2 on bad input.
     Ab(ab_cmd::Args),
     /// Write RUN/report.md with SVG plots: time vs batch with fits and the floor, bandwidth,
