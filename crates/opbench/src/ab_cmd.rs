@@ -43,7 +43,7 @@ pub struct Args {
     /// The same for a family of cases and the global verdicts.
     #[arg(long, default_value_t = 1.5)]
     family_tolerance: f64,
-    /// The time each sample aims at, in ms.
+    /// The wall-clock time each sample aims at, in ms.
     #[arg(long, default_value_t = 10.0)]
     sample_ms: f64,
     /// Warm-up per side per case, in ms.
@@ -65,9 +65,10 @@ pub struct Args {
     /// The run id: runs/RUN-base, -cand, -ab.csv, -compare.md (default: the time).
     #[arg(long)]
     run: Option<String>,
-    /// How the summary names the two sides.
+    /// How the summary names the base.
     #[arg(long, default_value = "base")]
     base_name: String,
+    /// How the summary names the candidate.
     #[arg(long, default_value = "candidate")]
     cand_name: String,
 }

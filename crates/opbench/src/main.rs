@@ -120,8 +120,9 @@ enum Verb {
     /// kernel or status. Exit 1 on a regression.
     Compare(CompareArgs),
     /// Compare two builds in pairs: both builds' bench binaries run at once as workers and
-    /// take turns sample by sample, each case until its verdict is sure (same within ±3%,
-    /// slower or faster beyond it) or its share of the budget is spent (ambiguous, ±X%).
+    /// take turns sample by sample, in rounds of fresh processes, until each case's verdict
+    /// is sure (same within ±3%, slower or faster beyond it) or the budget is spent
+    /// (ambiguous, ±X%).
     /// Writes runs/RUN-base, -cand, -ab.csv and -compare.md. Exit 1 on a regression,
     /// with its reasons; 2 on bad input.
     Ab(ab_cmd::Args),
