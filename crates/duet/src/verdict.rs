@@ -9,7 +9,7 @@
 //!   (false-discovery rate 5%), else it is `ambiguous`.
 //! - A family: the median over its cases of their estimates, an interval by bootstrap
 //!   over cases, widened by the process term (what one round's processes share among
-//!   their cases, measured between the first two rounds), judged against the family
+//!   their cases, measured from round to round), judged against the family
 //!   tolerance.
 //! - Exit 1 names every reason: a slower case, a slower family.
 
@@ -304,8 +304,8 @@ fn case_line(c: &CaseRun, est: Option<(Kind, Rounds)>, level: f64, tol: f64) -> 
     line
 }
 
-/// A judged case in its family: (kind, family name, its estimate, its first two rounds).
-type Member = (Kind, String, f64, Option<(f64, f64)>);
+/// A judged case in its family: (kind, family name, its estimate, its round estimates).
+type Member = (Kind, String, f64, Vec<f64>);
 
 /// The families: the global ones by kind, then each op in each mode.
 fn families(outcome: &Outcome, est: &BTreeMap<String, (Kind, Rounds)>) -> Vec<FamilyLine> {
@@ -316,23 +316,27 @@ fn families(outcome: &Outcome, est: &BTreeMap<String, (Kind, Rounds)>) -> Vec<Fa
         let Some((kind, e)) = est.get(&c.name) else {
             continue;
         };
-        let r = c.round_estimates();
-        let first_two = (r.len() >= 2).then(|| (r[0], r[1]));
         members.push((
             *kind,
             format!("{} {}", c.key.op, c.key.mode),
             e.mean,
-            first_two,
+            c.round_estimates(),
         ));
     }
     let fams: BTreeSet<(Kind, String)> = members.iter().map(|m| (m.0, m.1.clone())).collect();
     let sd = process_terms(&members, &fams);
     let mut out = Vec::new();
     let mut add = |name: String, kind: Kind, pick: &dyn Fn(&Member) -> bool| {
-        let xs: Vec<f64> = members.iter().filter(|m| pick(m)).map(|m| m.2).collect();
+        let chosen: Vec<&Member> = members.iter().filter(|m| pick(m)).collect();
+        if chosen.len() < 3 {
+            // a bootstrap over one or two cases has no width to judge by
+            return;
+        }
+        let xs: Vec<f64> = chosen.iter().map(|m| m.2).collect();
         let term = sd.get(&kind).copied();
-        // every case has its first two rounds: the shared term of a round, over 2
-        let per = term.unwrap_or(0.0) / 2f64.sqrt();
+        // the shared term of a round, over the rounds every case of the family has
+        let rounds = chosen.iter().map(|m| m.3.len()).min().unwrap_or(1).max(1);
+        let per = term.unwrap_or(0.0) / (rounds as f64).sqrt();
         if let Some(p) = pooled(&xs, level, per, 2000) {
             out.push(FamilyLine {
                 name,
@@ -355,31 +359,34 @@ fn families(outcome: &Outcome, est: &BTreeMap<String, (Kind, Rounds)>) -> Vec<Fa
     out
 }
 
-/// The spread of what one round's processes share among a family's cases, per kind:
-/// each op-and-mode family's median over its cases in round 1 against round 2, pooled
-/// over the kind's families (`None` for a kind with no family of 3 or more cases).
+/// The spread of what one round's processes share among a family's cases, per kind: each
+/// op-and-mode family's median over its cases, round by round (over the rounds all its
+/// cases have), pooled over the kind's families (`None` for a kind with no family of 3 or
+/// more cases).
 fn process_terms(members: &[Member], fams: &BTreeSet<(Kind, String)>) -> BTreeMap<Kind, f64> {
-    let mut halves: BTreeMap<Kind, Vec<(f64, f64, f64, f64)>> = BTreeMap::new();
+    // per kind, each family's (round estimates, their squared standard errors)
+    type Rounds2 = (Vec<f64>, Vec<f64>);
+    let mut groups: BTreeMap<Kind, Vec<Rounds2>> = BTreeMap::new();
     for (kind, fam) in fams {
-        let pairs: Vec<(f64, f64)> = members
+        let rounds: Vec<&Vec<f64>> = members
             .iter()
             .filter(|m| m.0 == *kind && &m.1 == fam)
-            .filter_map(|m| m.3)
+            .map(|m| &m.3)
             .collect();
-        if pairs.len() < 3 {
+        let r = rounds.iter().map(|x| x.len()).min().unwrap_or(0);
+        if rounds.len() < 3 || r < 2 {
             continue;
         }
-        let a: Vec<f64> = pairs.iter().map(|p| p.0).collect();
-        let b: Vec<f64> = pairs.iter().map(|p| p.1).collect();
-        halves.entry(*kind).or_default().push((
-            stats::median(&a),
-            stats::median(&b),
-            median_se(&a, 500).powi(2),
-            median_se(&b, 500).powi(2),
-        ));
+        let (mut est, mut se2) = (Vec::new(), Vec::new());
+        for i in 0..r {
+            let xs: Vec<f64> = rounds.iter().map(|x| x[i]).collect();
+            est.push(stats::median(&xs));
+            se2.push(median_se(&xs, 500).powi(2));
+        }
+        groups.entry(*kind).or_default().push((est, se2));
     }
-    halves
+    groups
         .into_iter()
-        .filter_map(|(k, h)| process_sd(&h).map(|sd| (k, sd)))
+        .filter_map(|(k, g)| process_sd(&g).map(|sd| (k, sd)))
         .collect()
 }

@@ -281,7 +281,7 @@ fn families_md(o: &mut String, v: &Verdicts, tol: f64) {
         o,
         "## Families\n\nThe median over a family's cases of their paired ratios; the interval \
          is over cases, widened by the process term (what one round's processes share among \
-         their cases, measured between the first two rounds). `same`: the interval lies \
+         their cases, measured from round to round). `same`: the interval lies \
          inside ±{:.1}%.\n",
         tol * 100.0
     );

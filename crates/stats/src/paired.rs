@@ -365,22 +365,24 @@ pub fn pooled(cases: &[f64], level: f64, process_sd: f64, resamples: usize) -> O
     })
 }
 
-/// The spread of the process term from replicate processes: `halves` holds, per group of
-/// cases timed by two successive process pairs, the two processes' median log ratios and
-/// the squared standard errors of those medians, `(m1, m2, se1², se2²)`. The difference
-/// m1 − m2 has variance 2σ² + se1² + se2²; σ² is estimated by moments over the groups
-/// (never below 0). `None` without a group.
-pub fn process_sd(halves: &[(f64, f64, f64, f64)]) -> Option<f64> {
-    if halves.is_empty() {
-        return None;
+/// The spread of the process term from rounds of fresh processes: `groups` holds, per group
+/// of cases (a family), each round's estimate over the group and the squared standard error
+/// of that estimate, `(estimates, se²)`. A group's estimates vary between rounds by σ² plus
+/// their own sampling; σ² is estimated by moments, each group weighted by its rounds − 1
+/// (never below 0). `None` without a group of 2 or more rounds.
+pub fn process_sd(groups: &[(Vec<f64>, Vec<f64>)]) -> Option<f64> {
+    let (mut num, mut den) = (0.0, 0.0);
+    for (est, se2) in groups {
+        let r = est.len();
+        if r < 2 || se2.len() != r {
+            continue;
+        }
+        let df = (r - 1) as f64;
+        let excess = sample_var(est) - se2.iter().sum::<f64>() / r as f64;
+        num += df * excess;
+        den += df;
     }
-    let k = halves.len() as f64;
-    let excess: f64 = halves
-        .iter()
-        .map(|(m1, m2, v1, v2)| (m1 - m2).powi(2) - v1 - v2)
-        .sum::<f64>()
-        / k;
-    Some((excess / 2.0).max(0.0).sqrt())
+    (den > 0.0).then(|| (num / den).max(0.0).sqrt())
 }
 
 /// The standard error of a median of `xs`, by bootstrap (0 for fewer than 2 values).
@@ -481,12 +483,14 @@ mod tests {
 
     #[test]
     fn process_sd_subtracts_the_sampling_part() {
-        // differences of exactly the sampling size: no process term
-        let h = vec![(0.01, -0.01, 0.0002, 0.0002); 5];
-        assert_eq!(process_sd(&h), Some(0.0));
-        // differences of 0.04 with no sampling error: σ² = 0.0016 / 2
-        let h = vec![(0.02, -0.02, 0.0, 0.0); 5];
-        assert!((process_sd(&h).unwrap_or(0.0) - (0.0008f64).sqrt()).abs() < 1e-12);
+        // rounds that differ by exactly their sampling size: no process term
+        let g = vec![(vec![0.01, -0.01], vec![0.0002, 0.0002]); 5];
+        assert_eq!(process_sd(&g), Some(0.0));
+        // rounds 0.04 apart with no sampling error: σ² = var = 0.0008
+        let g = vec![(vec![0.02, -0.02], vec![0.0, 0.0]); 5];
+        assert!((process_sd(&g).unwrap_or(0.0) - (0.0008f64).sqrt()).abs() < 1e-12);
+        // more rounds weigh more; one round says nothing
+        assert_eq!(process_sd(&[(vec![0.1], vec![0.0])]), None);
     }
 
     #[test]
