@@ -169,12 +169,6 @@ impl CaseRun {
         })
     }
 
-    /// Its pairs as a paired estimate (every round pooled).
-    pub fn paired(&self) -> PairedCase {
-        let per: Vec<(f64, f64)> = self.pairs.iter().map(Pair::per_call).collect();
-        PairedCase::from_pairs(&per)
-    }
-
     /// Each round's estimate: the median log ratio of its pairs, in round order.
     pub fn round_estimates(&self) -> Vec<f64> {
         let mut by: std::collections::BTreeMap<u32, Vec<(f64, f64)>> = Default::default();

@@ -235,6 +235,15 @@ impl PlantScope {
 }
 
 impl Plant {
+    /// The plant the `OPBENCH_PLANT_*` settings ask for.
+    pub fn from_config(c: &Config) -> Self {
+        Plant {
+            ns: c.plant_ns,
+            pct: c.plant_pct,
+            scope: c.plant_scope,
+        }
+    }
+
     /// Whether it spins at all.
     pub fn is_active(self) -> bool {
         self.ns > 0 || self.pct > 0.0
@@ -1070,11 +1079,7 @@ impl GridCase<'_> {
                 dt,
                 device,
                 mode,
-                plant: Plant {
-                    ns: config.plant_ns,
-                    pct: config.plant_pct,
-                    scope: config.plant_scope,
-                },
+                plant: Plant::from_config(config),
                 execution,
                 probe: self.probe,
             },
@@ -1255,8 +1260,8 @@ fn id_in_group(key: &CaseKey) -> String {
 /// host alone, [`crate::hostspeed`]).
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Controls {
-    torch: Option<f64>,
-    host: Option<f64>,
+    pub(crate) torch: Option<f64>,
+    pub(crate) host: Option<f64>,
     /// The host's and GPU's state over the sample.
     state: rundir::SampleState,
 }
@@ -1275,7 +1280,7 @@ struct Timed<'a> {
 }
 
 /// The sample's state: the host's counters since `before`, the GPU's now.
-pub(crate) fn sample_state(
+fn sample_state(
     before: &machine::state::HostCounters,
     probe: Option<&machine::state::GpuProbe>,
 ) -> rundir::SampleState {
@@ -1294,6 +1299,43 @@ pub(crate) fn sample_state(
         typical_ns: None,
         control_after_ns: None,
     }
+}
+
+impl Controls {
+    /// The controls right before a sample: the torch control where there is one (planted
+    /// with a `torch`-scope plant), and then the build-independent host control.
+    pub(crate) fn before(
+        control: Option<&mut (dyn Prepared + '_)>,
+        device: Device,
+        plant: Plant,
+    ) -> Self {
+        let has = control.is_some();
+        Controls {
+            torch: control.and_then(|c| control_ns(c, device, plant)),
+            host: has.then(|| crate::hostspeed::HostControl::shared().time_ns()),
+            state: rundir::SampleState::default(),
+        }
+    }
+}
+
+/// One sample of `iters` calls of `p` and the host's and GPU's state over it, its
+/// stretches per call (a graph replay's stretch is many calls): what the criterion front
+/// and the worker both record.
+pub(crate) fn sample_in_state(
+    p: &mut dyn Prepared,
+    (device, mode, iters): (Device, Mode, u64),
+    clock: Option<&mut DeviceClock>,
+    plant: Plant,
+    probe: Option<&machine::state::GpuProbe>,
+) -> Result<(SampleTime, rundir::SampleState), TchError> {
+    let calls = p.calls_per_run().max(1);
+    let before = machine::state::HostCounters::read();
+    let t = time_calls_planted(p, device, mode, iters, clock, plant)?;
+    let mut state = sample_state(&before, probe);
+    let stretches = t.stretches.map(|s| s.per(calls));
+    state.slowest_ns = stretches.map(|s| s.slowest_ns);
+    state.typical_ns = stretches.map(|s| s.typical_ns);
+    Ok((t, state))
 }
 
 /// The host-speed control: the dispatch floor's per-call time over ~200 µs of back-to-back
@@ -1408,13 +1450,7 @@ fn time_case(
                 if failed.borrow().is_some() {
                     return after_failure(iters);
                 }
-                let mut host = Controls {
-                    torch: control
-                        .as_deref_mut()
-                        .and_then(|c| control_ns(c, device, plant)),
-                    host: control.is_some().then(|| host_control.time_ns()),
-                    state: rundir::SampleState::default(),
-                };
+                let mut host = Controls::before(control.as_deref_mut(), device, plant);
                 if let Some(b) = beside.as_deref_mut() {
                     let other = plant.for_other_calls();
                     match time_calls_planted(b, device, Mode::Pipelined, 1, None, other) {
@@ -1428,20 +1464,20 @@ fn time_case(
                         }
                     }
                 }
-                let before = machine::state::HostCounters::read();
-                match time_calls_planted(prepared, device, mode, iters, clock.as_deref_mut(), plant)
-                {
-                    Ok(t) => {
-                        host.state = sample_state(&before, probe);
+                match sample_in_state(
+                    prepared,
+                    (device, mode, iters),
+                    clock.as_deref_mut(),
+                    plant,
+                    probe,
+                ) {
+                    Ok((t, state)) => {
+                        host.state = state;
                         // the controls again: a slow burst that began during the sample
                         host.state.host_after_ns = host.host.map(|_| host_control.time_ns());
                         host.state.control_after_ns = control
                             .as_deref_mut()
                             .and_then(|c| control_ns(c, device, plant));
-                        // a graph replay's stretch is many calls: per call, as the sample
-                        let stretches = t.stretches.map(|s| s.per(calls));
-                        host.state.slowest_ns = stretches.map(|s| s.slowest_ns);
-                        host.state.typical_ns = stretches.map(|s| s.typical_ns);
                         record
                             .borrow_mut()
                             .push((iters * calls, t.total.as_nanos() as f64, host));

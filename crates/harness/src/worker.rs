@@ -26,8 +26,8 @@ use shapes::Problem;
 use crate::devtime::DeviceClock;
 use crate::op::{Op, Prepared, Status, first_line};
 use crate::timing::{
-    Mode, Plant, case_bytes, control_ns, grid_cases, key_for, panic_message, preflight,
-    sample_state, time_calls_planted,
+    Controls, Mode, Plant, case_bytes, grid_cases, key_for, panic_message, preflight,
+    sample_in_state,
 };
 use crate::{BenchError, Config, DType, Device, select_devices};
 
@@ -331,35 +331,27 @@ impl<'a> Worker<'a> {
         let Some(Ok((p, _))) = self.prepared.get_mut(&case.identity()) else {
             return Err(format!("`{key}` is not prepared (or was refused)"));
         };
-        let c = &self.config;
-        let plant = Plant {
-            ns: c.plant_ns,
-            pct: c.plant_pct,
-            scope: c.plant_scope,
-        };
-        let control = self.controls[d].as_deref_mut();
-        let has_control = control.is_some();
-        let control_ns = control.and_then(|c| control_ns(c, device, plant));
-        let host = crate::hostspeed::HostControl::shared();
-        let host_ns = has_control.then(|| host.time_ns());
+        let plant = Plant::from_config(&self.config);
+        let controls = Controls::before(self.controls[d].as_deref_mut(), device, plant);
         let clock = match (&mut self.clocks[d], mode.is_device()) {
             (Some(Ok(clock)), true) => Some(clock),
             _ => None,
         };
-        let before = machine::state::HostCounters::read();
-        let t = time_calls_planted(p.as_mut(), device, mode, iters.max(1), clock, plant)
-            .map_err(|e| crate::classify(&e).reason)?;
-        let mut state = sample_state(&before, self.probes[d].as_ref());
         let calls = p.calls_per_run().max(1);
-        let stretches = t.stretches.map(|s| s.per(calls));
-        state.slowest_ns = stretches.map(|s| s.slowest_ns);
-        state.typical_ns = stretches.map(|s| s.typical_ns);
+        let (t, state) = sample_in_state(
+            p.as_mut(),
+            (device, mode, iters.max(1)),
+            clock,
+            plant,
+            self.probes[d].as_ref(),
+        )
+        .map_err(|e| crate::classify(&e).reason)?;
         Ok(Sampled {
             key: key.to_string(),
             calls: iters.max(1) * calls,
             total_ns: t.total.as_nanos() as f64,
-            control_ns,
-            host_ns,
+            control_ns: controls.torch,
+            host_ns: controls.host,
             state,
         })
     }

@@ -1,9 +1,7 @@
 //! Paired (duet) comparisons: two builds measured in turns, sample by sample, judged by
 //! the log ratios of their pairs.
 //!
-//! - [`PairedCase`]: one case's pairs — the median of their log ratios, a distribution-free
-//!   interval for that median (order statistics of the binomial), and the one-sided sign
-//!   tests a verdict needs.
+//! - [`PairedCase`]: one round's pairs of a case, and the median of their log ratios.
 //! - [`Rounds`]: a case's estimate from its rounds (each round a fresh pair of processes
 //!   and a fresh preparation of the case: what a process or an allocation shares among its
 //!   samples differs between rounds, and pairing cannot cancel it). The between-round
@@ -17,7 +15,6 @@
 //!   cases), its interval widened by the process term that pairing cannot cancel.
 
 use rand::{Rng, SeedableRng};
-use statrs::distribution::{Binomial, DiscreteCDF};
 
 /// A verdict against a tolerance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -139,72 +136,6 @@ impl PairedCase {
             crate::quantile_sorted(&self.sorted, 0.5)
         }
     }
-
-    /// A distribution-free interval for the median log ratio at confidence `level`: the
-    /// order statistics `[x(k), x(n+1-k)]` with k the largest such that
-    /// P(Bin(n, ½) < k) ≤ (1 − level)/2. Unbounded (±∞) when n is too small for `level`.
-    pub fn interval(&self, level: f64) -> (f64, f64) {
-        let n = self.n();
-        let k = order_rank(n, level);
-        if k == 0 {
-            return (f64::NEG_INFINITY, f64::INFINITY);
-        }
-        (self.sorted[k - 1], self.sorted[n - k])
-    }
-
-    /// Its judgement at `level` against `tol` ([`judge`]).
-    pub fn judge(&self, level: f64, tol: f64) -> Judgement {
-        judge(self.interval(level), tol)
-    }
-
-    /// The one-sided sign-test p-value that the median log ratio exceeds ln(1 + tol)
-    /// (`slower`), and that it lies below −ln(1 + tol) (`faster`).
-    pub fn p_beyond(&self, tol: f64) -> (f64, f64) {
-        let t = (1.0 + tol).ln();
-        let n = self.n() as u64;
-        if n == 0 {
-            return (1.0, 1.0);
-        }
-        let above = self.sorted.iter().filter(|&&x| x > t).count() as u64;
-        let below = self.sorted.iter().filter(|&&x| x < -t).count() as u64;
-        (upper_tail(n, above), upper_tail(n, below))
-    }
-
-    /// The interval's half-width as a fraction (`±X%` of an ambiguous case), from its log
-    /// bounds: the larger distance of a bound from the median.
-    pub fn resolution(&self, level: f64) -> f64 {
-        let (lo, hi) = self.interval(level);
-        let m = self.median();
-        ((hi - m).max(m - lo)).exp_m1()
-    }
-}
-
-/// P(Bin(n, ½) ≥ k).
-fn upper_tail(n: u64, k: u64) -> f64 {
-    if k == 0 {
-        return 1.0;
-    }
-    match Binomial::new(0.5, n) {
-        Ok(b) => 1.0 - b.cdf(k - 1),
-        Err(_) => 1.0,
-    }
-}
-
-/// The rank k of the lower bound of the median's order-statistic interval (0: none).
-fn order_rank(n: usize, level: f64) -> usize {
-    if n == 0 {
-        return 0;
-    }
-    let Ok(b) = Binomial::new(0.5, n as u64) else {
-        return 0;
-    };
-    let tail = (1.0 - level) / 2.0;
-    let mut k = 0;
-    // P(X ≤ k − 1) ≤ tail  ⇔  interval [x(k), x(n+1−k)] covers at ≥ level
-    while k < n / 2 && b.cdf(k as u64) <= tail {
-        k += 1;
-    }
-    k
 }
 
 /// The spread that a case's rounds share across cases (their between-round variance),
@@ -412,22 +343,6 @@ fn normal_quantile(p: f64) -> f64 {
 mod tests {
     use super::*;
 
-    fn case(ratios: &[f64]) -> PairedCase {
-        PairedCase::from_pairs(&ratios.iter().map(|r| (1.0, *r)).collect::<Vec<_>>())
-    }
-
-    #[test]
-    fn the_interval_covers_the_median_at_its_level() {
-        // 20 pairs: k with P(Bin(20, .5) ≤ k−1) ≤ .025 is 6 (P(X ≤ 5) = .0207)
-        let c = case(&(1..=20).map(|i| 1.0 + i as f64 / 100.0).collect::<Vec<_>>());
-        let (lo, hi) = c.interval(0.95);
-        assert!((lo.exp() - 1.06).abs() < 1e-12, "{lo}");
-        assert!((hi.exp() - 1.15).abs() < 1e-12, "{hi}");
-        // too few pairs for the level: unbounded
-        let (lo, hi) = case(&[1.0, 1.1, 1.2]).interval(0.99);
-        assert!(lo.is_infinite() && hi.is_infinite());
-    }
-
     #[test]
     fn judge_says_same_only_inside_the_tolerance() {
         let t = 0.03;
@@ -450,13 +365,6 @@ mod tests {
         };
         assert_eq!(l.schedule(), vec![10, 20, 40, 60]);
         assert!((l.level() - (1.0 - 0.05 / 4.0)).abs() < 1e-12);
-    }
-
-    #[test]
-    fn sign_tests_see_a_shift_beyond_the_tolerance() {
-        let slow = case(&[1.10; 30]);
-        let (p_slow, p_fast) = slow.p_beyond(0.03);
-        assert!(p_slow < 1e-6 && p_fast == 1.0);
     }
 
     #[test]
