@@ -235,7 +235,7 @@ impl PlantScope {
 }
 
 impl Plant {
-    /// The plant the `OPBENCH_PLANT_*` settings ask for.
+    /// The plant `OPBENCH_PLANT_NS`, `OPBENCH_PLANT_PCT` and `OPBENCH_PLANT_SCOPE` ask for.
     pub fn from_config(c: &Config) -> Self {
         Plant {
             ns: c.plant_ns,
