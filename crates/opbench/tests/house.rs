@@ -48,7 +48,7 @@ fn the_readme_stays_a_guide() {
     let text = std::fs::read_to_string(root().join("README.md")).unwrap();
     let n = text.lines().count();
     assert!(
-        n <= 170,
+        n <= 160,
         "README.md has {n} lines: it is a guide of at most 160"
     );
 }
@@ -156,4 +156,110 @@ fn every_reference_run_has_a_purpose_and_a_command_from_this_repository() {
         }
     }
     assert!(n >= 2, "results/ holds {n} runs");
+}
+
+/// The sentences of a Markdown text with more than `max` words: code blocks and table rows
+/// left out, paragraphs and list items taken apart, a sentence ended by `.`, `?` or `!`
+/// and a space.
+fn long_sentences(text: &str, max: usize) -> Vec<String> {
+    let mut prose = String::new();
+    let mut in_code = false;
+    for line in text.lines() {
+        let t = line.trim_start();
+        if t.starts_with("```") {
+            in_code = !in_code;
+            continue;
+        }
+        let item = t.starts_with("- ")
+            || t.starts_with("* ")
+            || t.split_once(". ")
+                .is_some_and(|(n, _)| n.parse::<u32>().is_ok());
+        if in_code || t.starts_with('|') || t.is_empty() || item || t.starts_with('#') {
+            prose.push('\n');
+        }
+        if !in_code && !t.starts_with('|') {
+            prose.push(' ');
+            prose.push_str(t);
+        }
+    }
+    let mut out = Vec::new();
+    for para in prose.split('\n') {
+        let mut words = Vec::new();
+        for w in para.split_whitespace() {
+            words.push(w);
+            if w.ends_with(['.', '?', '!']) {
+                if words.len() > max {
+                    out.push(words.join(" "));
+                }
+                words.clear();
+            }
+        }
+        if words.len() > max {
+            out.push(words.join(" "));
+        }
+    }
+    out
+}
+
+#[test]
+fn a_long_sentence_is_found_and_a_table_or_code_is_not() {
+    let long = vec!["word"; 61].join(" ") + ".";
+    let text = format!("# T\n\nShort one. {long}\n\n| {long} |\n\n```\n{long}\n```\n- a. b.\n");
+    let found = long_sentences(&text, 60);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(long_sentences("1. one.\n2. two.\n", 1).is_empty());
+}
+
+#[test]
+fn no_sentence_in_the_users_docs_runs_over_60_words() {
+    for f in ["README.md", "docs/findings.md"] {
+        let text = std::fs::read_to_string(root().join(f)).unwrap();
+        let long = long_sentences(&text, 60);
+        assert!(
+            long.is_empty(),
+            "{f}: {} sentences over 60 words, the first: {}",
+            long.len(),
+            long[0]
+        );
+    }
+}
+
+#[test]
+fn findings_say_what_holds_now_each_short() {
+    let text = std::fs::read_to_string(root().join("docs/findings.md")).unwrap();
+    let n = text.lines().count();
+    assert!(n <= 300, "docs/findings.md has {n} lines: at most 300");
+    let mut item = String::new();
+    let mut items = Vec::new();
+    for line in text.lines() {
+        let numbered = line
+            .split_once(". **")
+            .is_some_and(|(k, _)| k.parse::<u32>().is_ok());
+        if numbered || line.starts_with("## ") {
+            if !item.is_empty() {
+                items.push(std::mem::take(&mut item));
+            }
+            if line.starts_with("## ") {
+                continue;
+            }
+        }
+        if numbered || !item.is_empty() {
+            item.push_str(line);
+            item.push(' ');
+        }
+    }
+    assert!(items.len() >= 10, "{} findings read", items.len());
+    for it in &items {
+        let words = it.split_whitespace().count();
+        assert!(
+            words <= 120,
+            "a finding of {words} words (at most 120): {}",
+            it.chars().take(80).collect::<String>()
+        );
+        assert!(
+            it.contains("Evidence") || it.contains("fixture") || it.contains('`'),
+            "a finding names no evidence: {}",
+            it.chars().take(80).collect::<String>()
+        );
+    }
 }
