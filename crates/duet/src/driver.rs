@@ -151,6 +151,9 @@ pub struct CaseRun {
     /// Rounds that visited it.
     pub visits: u32,
     pub spent: Duration,
+    /// Why it runs unpaired: it does not fit in the device's memory twice, so each round
+    /// times one side alone and then the other, each in a process of its own.
+    pub unpaired: Option<String>,
 }
 
 impl CaseRun {
@@ -166,6 +169,7 @@ impl CaseRun {
             decided: false,
             visits: 0,
             spent: Duration::ZERO,
+            unpaired: None,
         })
     }
 
@@ -501,29 +505,28 @@ fn visit_inner(
     round: u32,
     settings: &Settings,
 ) -> Result<(), Trouble> {
+    if case.unpaired.is_some() {
+        return visit_unpaired(duo, case, round, settings);
+    }
     let key = case.name.clone();
     let b = prepare(&mut *duo.base, Side::Base, &key)?;
     let c = prepare(&mut *duo.cand, Side::Cand, &key)?;
-    let (bs, cs) = (b.status.clone(), c.status.clone());
+    if b.status == "ok" && c.status == "oom" {
+        // it fits once, not twice: each side alone from now on
+        case.unpaired = Some(format!(
+            "unpaired: does not fit in device memory twice (the candidate, with the base \
+             holding the case: {})",
+            c.reason.as_deref().unwrap_or("out of memory")
+        ));
+        let _ = duo.base.call(&Request::Release { key: key.clone() });
+        return visit_unpaired(duo, case, round, settings);
+    }
     case.base = Some(b);
     case.cand = Some(c);
-    if bs != "ok" || cs != "ok" {
-        // a status on either side ends the case; the verdict compares the statuses
-        let (side, p) = if bs != "ok" {
-            (Side::Base, case.base.as_ref())
-        } else {
-            (Side::Cand, case.cand.as_ref())
-        };
-        let p = p.cloned().unwrap_or_default();
-        let status: Status = p.status.parse().unwrap_or(Status::Error);
-        case.ended = Some(ended(
-            Some(side),
-            status,
-            p.reason.as_deref().unwrap_or("-"),
-        ));
+    if end_on_status(case) {
         return Ok(());
     }
-    let iters = calibrate(duo, &key, settings)?;
+    let iters = calibrate(duo, &key, settings, &[Side::Base, Side::Cand])?;
     for _ in 0..settings.pairs.max(1) {
         let index = case.pairs.len() as u32;
         let base_first = index % 2 == 0;
@@ -550,31 +553,128 @@ fn visit_inner(
     Ok(())
 }
 
+/// A status other than `ok` on either side ends the case (the verdict compares the
+/// statuses): whether it ended.
+fn end_on_status(case: &mut CaseRun) -> bool {
+    let ok = |p: &Option<Prepared>| p.as_ref().is_some_and(|p| p.status == "ok");
+    if ok(&case.base) && ok(&case.cand) {
+        return false;
+    }
+    let (side, p) = if !ok(&case.base) {
+        (Side::Base, case.base.as_ref())
+    } else {
+        (Side::Cand, case.cand.as_ref())
+    };
+    let p = p.cloned().unwrap_or_default();
+    let status: Status = p.status.parse().unwrap_or(Status::Error);
+    case.ended = Some(ended(
+        Some(side),
+        status,
+        p.reason.as_deref().unwrap_or("-"),
+    ));
+    true
+}
+
+/// A round of a case that does not fit twice: the other side's process is replaced (what
+/// it held on the device goes with it), then one side prepares, warms up and takes the
+/// round's samples alone; then the other. Sample i of each side makes pair i. The sides
+/// take turns going first from round to round.
+fn visit_unpaired(
+    duo: &mut Duo<'_, '_>,
+    case: &mut CaseRun,
+    round: u32,
+    settings: &Settings,
+) -> Result<(), Trouble> {
+    let key = case.name.clone();
+    let order = if round % 2 == 0 {
+        [Side::Base, Side::Cand]
+    } else {
+        [Side::Cand, Side::Base]
+    };
+    let mut taken: (Vec<Sampled>, Vec<Sampled>) = (Vec::new(), Vec::new());
+    let mut iters = None;
+    for side in order {
+        let other = other(side);
+        duo.restart(other).map_err(|e| Trouble::Lost(other, e))?;
+        let p = prepare(duo.side(side), side, &key)?;
+        match side {
+            Side::Base => case.base = Some(p.clone()),
+            Side::Cand => case.cand = Some(p.clone()),
+        }
+        if p.status != "ok" {
+            let status: Status = p.status.parse().unwrap_or(Status::Error);
+            let why = format!("alone: {}", p.reason.as_deref().unwrap_or("-"));
+            case.ended = Some(ended(Some(side), status, &why));
+            return Ok(());
+        }
+        let own = calibrate(duo, &key, settings, &[side])?;
+        let n = *iters.get_or_insert(own);
+        let into = match side {
+            Side::Base => &mut taken.0,
+            Side::Cand => &mut taken.1,
+        };
+        for _ in 0..settings.pairs.max(1) {
+            into.push(sample(duo.side(side), side, &key, n)?);
+        }
+        let _ = duo.side(side).call(&Request::Release { key: key.clone() });
+    }
+    // neither process holds the case for the next one
+    duo.restart(order[1])
+        .map_err(|e| Trouble::Lost(order[1], e))?;
+    for (base, cand) in taken.0.into_iter().zip(taken.1) {
+        let index = case.pairs.len() as u32;
+        case.pairs.push(Pair {
+            round,
+            index,
+            base,
+            cand,
+            base_first: order[0] == Side::Base,
+        });
+    }
+    Ok(())
+}
+
+fn other(side: Side) -> Side {
+    match side {
+        Side::Base => Side::Cand,
+        Side::Cand => Side::Base,
+    }
+}
+
 /// The calls a sample holds: one call on each side (twice: a first call may pay setup),
 /// then warm-up samples in turns. The slower side's wall-clock time per call, as the driver
 /// sees it around each request, sets the count, so that a sample's wall time (not only the
 /// time it reports: a device-timed sample's GPU time can be a fraction of its enqueue)
 /// stays near its aim.
-fn calibrate(duo: &mut Duo<'_, '_>, key: &str, settings: &Settings) -> Result<u64, Trouble> {
+fn calibrate(
+    duo: &mut Duo<'_, '_>,
+    key: &str,
+    settings: &Settings,
+    sides: &[Side],
+) -> Result<u64, Trouble> {
     let timed = |side: Side, duo: &mut Duo<'_, '_>, iters: u64| -> Result<f64, Trouble> {
         let t0 = Instant::now();
         let s = sample(duo.side(side), side, key, iters)?;
         let wall = t0.elapsed().as_nanos() as f64;
         Ok(wall.max(s.total_ns) / iters as f64)
     };
-    let mut per = (0.0f64, 0.0f64);
+    let slowest = |duo: &mut Duo<'_, '_>, iters: u64| -> Result<f64, Trouble> {
+        let mut slow = 0.0f64;
+        for &side in sides {
+            slow = slow.max(timed(side, duo, iters)?);
+        }
+        Ok(slow)
+    };
+    let mut per = 0.0;
     for _ in 0..2 {
-        per = (timed(Side::Base, duo, 1)?, timed(Side::Cand, duo, 1)?);
+        per = slowest(duo, 1)?;
     }
-    let mut iters = iters_for(Some(per), settings.sample, 1);
+    let mut iters = iters_for(per, settings.sample, 1);
     let t0 = Instant::now();
     let mut rounds = 0;
     while rounds < 2 || t0.elapsed() < settings.warmup {
-        per = (
-            timed(Side::Base, duo, iters)?,
-            timed(Side::Cand, duo, iters)?,
-        );
-        iters = iters_for(Some(per), settings.sample, iters);
+        per = slowest(duo, iters)?;
+        iters = iters_for(per, settings.sample, iters);
         rounds += 1;
         if rounds >= 50 {
             break;
@@ -583,10 +683,8 @@ fn calibrate(duo: &mut Duo<'_, '_>, key: &str, settings: &Settings) -> Result<u6
     Ok(iters)
 }
 
-/// Calls per sample for the slower side's per-call time `per` to fill `aim`.
-fn iters_for(per: Option<(f64, f64)>, aim: Duration, fallback: u64) -> u64 {
-    let Some((b, c)) = per else { return fallback };
-    let slow = b.max(c);
+/// Calls per sample for the slowest side's per-call time `slow` to fill `aim`.
+fn iters_for(slow: f64, aim: Duration, fallback: u64) -> u64 {
     if slow.is_nan() || slow <= 0.0 {
         return fallback;
     }
@@ -600,9 +698,9 @@ mod tests {
     #[test]
     fn a_sample_aims_at_its_time_from_the_slower_side() {
         let aim = Duration::from_millis(10);
-        assert_eq!(iters_for(Some((1_000.0, 2_000.0)), aim, 7), 5_000);
-        assert_eq!(iters_for(Some((0.0, 0.0)), aim, 7), 7);
-        assert_eq!(iters_for(Some((1e9, 1e9)), aim, 7), 1);
-        assert_eq!(iters_for(None, aim, 7), 7);
+        assert_eq!(iters_for(2_000.0, aim, 7), 5_000);
+        assert_eq!(iters_for(0.0, aim, 7), 7);
+        assert_eq!(iters_for(1e9, aim, 7), 1);
+        assert_eq!(iters_for(f64::NAN, aim, 7), 7);
     }
 }

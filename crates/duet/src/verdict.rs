@@ -75,6 +75,8 @@ pub struct CaseLine {
     pub pairs: usize,
     /// ± the interval's half-width (a fraction): what an `ambiguous` case could resolve.
     pub resolution: Option<f64>,
+    /// Timed one side alone and then the other (it does not fit twice).
+    pub unpaired: bool,
     pub note: String,
 }
 
@@ -261,6 +263,18 @@ pub fn pct(ratio: f64) -> String {
 }
 
 fn case_line(c: &CaseRun, est: Option<(Kind, Rounds)>, level: f64, tol: f64) -> CaseLine {
+    let mut line = case_line_inner(c, est, level, tol);
+    if let Some(why) = &c.unpaired {
+        line.note = if line.note.is_empty() {
+            why.clone()
+        } else {
+            format!("{why}; {}", line.note)
+        };
+    }
+    line
+}
+
+fn case_line_inner(c: &CaseRun, est: Option<(Kind, Rounds)>, level: f64, tol: f64) -> CaseLine {
     let mut line = CaseLine {
         name: c.name.clone(),
         group: c.group.clone(),
@@ -269,6 +283,7 @@ fn case_line(c: &CaseRun, est: Option<(Kind, Rounds)>, level: f64, tol: f64) -> 
         ratio: None,
         pairs: c.pairs.len(),
         resolution: None,
+        unpaired: c.unpaired.is_some(),
         note: String::new(),
     };
     if let Some(e) = &c.ended {

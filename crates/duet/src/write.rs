@@ -320,7 +320,7 @@ fn cases_md(o: &mut String, cases: &[CaseLine]) {
     );
     let mut listed: Vec<&CaseLine> = cases
         .iter()
-        .filter(|c| c.verdict != Verdict::Judged(stats::paired::Judgement::Same))
+        .filter(|c| c.verdict != Verdict::Judged(stats::paired::Judgement::Same) || c.unpaired)
         .collect();
     listed.sort_by(|a, b| {
         let r = |c: &CaseLine| c.ratio.map_or(0.0, |r| -(r.0 - 1.0).abs());

@@ -79,6 +79,19 @@ struct Fake {
     samples: usize,
     die_at: Option<usize>,
     label: &'static str,
+    /// Device memory both sides share (units in use, capacity) and the keys that need a
+    /// unit of it; what this worker holds.
+    memory: Option<(Rc<RefCell<usize>>, usize, String)>,
+    held: BTreeSet<String>,
+}
+
+impl Drop for Fake {
+    fn drop(&mut self) {
+        // a process that ends gives back what it held
+        if let Some((used, _, _)) = &self.memory {
+            *used.borrow_mut() -= self.held.len();
+        }
+    }
 }
 
 impl Fake {
@@ -97,6 +110,8 @@ impl Fake {
             samples: 0,
             die_at: None,
             label,
+            memory: None,
+            held: BTreeSet::new(),
         }
     }
 }
@@ -130,6 +145,21 @@ impl Worker for Fake {
                         message: format!("unknown case {key}"),
                     });
                 }
+                if let Some((used, cap, big)) = &self.memory
+                    && key == big
+                    && !self.held.contains(key)
+                {
+                    if *used.borrow() >= *cap {
+                        return Ok(Reply::Prepared(Prepared {
+                            key: key.clone(),
+                            status: "oom".into(),
+                            reason: Some("CUDA out of memory (planted)".into()),
+                            ..Prepared::default()
+                        }));
+                    }
+                    *used.borrow_mut() += 1;
+                    self.held.insert(key.clone());
+                }
                 Reply::Prepared(Prepared {
                     key: key.clone(),
                     status: "ok".into(),
@@ -156,7 +186,14 @@ impl Worker for Fake {
                     ..Sampled::default()
                 })
             }
-            Request::Release { key } => Reply::Released { key: key.clone() },
+            Request::Release { key } => {
+                if let Some((used, _, _)) = &self.memory
+                    && self.held.remove(key)
+                {
+                    *used.borrow_mut() -= 1;
+                }
+                Reply::Released { key: key.clone() }
+            }
             Request::Quit => Reply::Bye,
         })
     }
@@ -387,5 +424,73 @@ mod process {
             Err(WorkerError::Died { why, .. }) => assert!(why.contains('3'), "{why}"),
             other => panic!("{other:?}"),
         }
+    }
+}
+
+/// Workers whose device holds one case of a kind at a time: `big`, while the other cases
+/// fit twice.
+fn with_one_device(factor: f64, seed: u64) -> (duet::driver::Outcome, String) {
+    let host = Host::shared(1.0, 0.0, seed);
+    let used = Rc::new(RefCell::new(0usize));
+    let big = key(&fields(0, "device"));
+    let make = |h: Rc<RefCell<Host>>, f: f64, label: &'static str| {
+        let (used, big) = (used.clone(), big.clone());
+        Box::new(move || {
+            let mut w = Fake::new(&h, f, 4, label);
+            w.memory = Some((used.clone(), 1, big.clone()));
+            Ok(Box::new(w) as Box<dyn Worker>)
+        }) as Box<dyn FnMut() -> Result<Box<dyn Worker>, WorkerError>>
+    };
+    let mut groups = vec![Group {
+        name: "linear".into(),
+        base: make(host.clone(), 1.0, "base"),
+        cand: make(host.clone(), factor, "cand"),
+    }];
+    let outcome = duet::run(&mut groups, &settings(), &mut |_| {}).expect("runs");
+    assert_eq!(*used.borrow(), 0, "every unit given back");
+    (outcome, big)
+}
+
+#[test]
+fn a_case_that_does_not_fit_twice_runs_unpaired_and_says_so() {
+    for (factor, want) in [(1.05, Judgement::Slower), (1.0, Judgement::Same)] {
+        let (outcome, big) = with_one_device(factor, 11);
+        let run = outcome
+            .cases
+            .iter()
+            .find(|c| c.name == big)
+            .expect("the big case");
+        assert!(run.ended.is_none(), "{:?}", run.ended);
+        assert!(
+            run.unpaired
+                .as_deref()
+                .is_some_and(|u| u.contains("does not fit"))
+        );
+        assert!(run.pairs.len() >= 16, "{} pairs", run.pairs.len());
+        let others = outcome.cases.iter().filter(|c| c.name != big);
+        assert!(
+            others
+                .clone()
+                .all(|c| c.unpaired.is_none() && c.ended.is_none())
+        );
+        let v = duet::judge(&outcome);
+        let line = v.cases.iter().find(|c| c.name == big).expect("its line");
+        assert!(
+            line.unpaired && line.note.starts_with("unpaired"),
+            "{line:?}"
+        );
+        assert_eq!(
+            line.verdict,
+            Verdict::Judged(want),
+            "factor {factor}: {line:?}"
+        );
+        let (r, _, _) = line.ratio.expect("judged");
+        assert!((r - factor).abs() < 0.02, "factor {factor}: read {r}");
+        // it is listed with why, even when `same`
+        let mut md = String::new();
+        let dir = tempfile::tempdir().expect("tmp");
+        let w = duet::write::write(dir.path(), "u", &outcome, &v, ["a", "b"]).expect("writes");
+        md.push_str(&std::fs::read_to_string(&w.summary).expect("summary"));
+        assert!(md.contains("does not fit in device memory twice"), "{md}");
     }
 }
