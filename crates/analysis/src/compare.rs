@@ -110,8 +110,8 @@ pub struct Line {
     pub ratio_ci: Option<(f64, f64)>,
     /// p-value of "no change" (before Benjamini–Hochberg).
     pub p: Option<f64>,
-    /// The smallest change this case's noise resolves (fraction, 80% power): a `same`
-    /// verdict means "within ± max(threshold, mde)".
+    /// The smallest change this case's noise resolves (fraction, 80% power). `same` means
+    /// within ± threshold; a case whose noise cannot resolve that is `ambiguous (± mde)`.
     pub mde: Option<f64>,
     pub verdict: Verdict,
     pub flags: Vec<Flag>,
@@ -497,7 +497,9 @@ fn case_verdict(
     // show between processes
     let floor = if single { DEVICE_PROCESS_SPREAD } else { 0.0 };
     let large = s.threshold.max(floor);
-    let margin = s.threshold.max(t.mde(s.alpha));
+    // `same` only where the interval lies inside ± threshold: noise that cannot resolve
+    // the threshold makes a case ambiguous, never `same within ± its noise`
+    let margin = s.threshold;
     if discovery && t.ratio > 1.0 + large {
         Verdict::Slower
     } else if discovery && t.ratio < 1.0 - large {
@@ -511,7 +513,7 @@ fn case_verdict(
 
 /// The verdict of a family's shift: `discovery` from Benjamini–Hochberg over the families.
 fn family_verdict(t: &stats::decide::CaseTest, discovery: bool, s: Settings) -> Verdict {
-    let margin = s.family_threshold.max(t.mde(s.alpha));
+    let margin = s.family_threshold;
     if discovery && t.ratio > 1.0 + s.family_threshold {
         Verdict::Slower
     } else if discovery && t.ratio < 1.0 - s.family_threshold {
@@ -562,6 +564,60 @@ impl Comparison {
                 .iter()
                 .filter(|f| f.verdict == Verdict::Slower)
                 .count()
+    }
+    /// Why the exit code is 1, one line a reason (empty: exit 0): each slower family with
+    /// its shift, then the failing cases by why they fail, naming the first.
+    pub fn reasons(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .families
+            .iter()
+            .filter(|f| f.verdict == Verdict::Slower)
+            .map(|f| {
+                format!(
+                    "{}: {:+.1}% [{:+.1}%, {:+.1}%], wholly above +{:.1}%",
+                    f.scope,
+                    100.0 * (f.shift.ratio - 1.0),
+                    100.0 * (f.ci.0 - 1.0),
+                    100.0 * (f.ci.1 - 1.0),
+                    100.0 * self.settings.family_threshold
+                )
+            })
+            .collect();
+        let failing = |why: &dyn Fn(&Line) -> bool| -> Vec<&Line> {
+            self.lines.iter().filter(|l| l.fails && why(l)).collect()
+        };
+        let slower = failing(&|l| l.verdict == Verdict::Slower);
+        let status = failing(&|l| {
+            l.flags
+                .iter()
+                .any(|f| matches!(f, Flag::StatusChanged(Status::Ok, _)))
+        });
+        let math = failing(&|l| {
+            l.flags
+                .iter()
+                .any(|f| matches!(f, Flag::KernelChanged(_, k) if k == "math"))
+        });
+        for (lines, what) in [
+            (
+                slower,
+                format!("slower beyond {:.1}%", 100.0 * self.settings.threshold),
+            ),
+            (status, "ran ok and now fail (status-changed)".to_string()),
+            (
+                math,
+                "fell back to the math kernel (kernel-changed)".to_string(),
+            ),
+        ] {
+            if let Some(first) = lines.first() {
+                let n = lines.len();
+                out.push(format!(
+                    "{n} case{} {what} (first: {})",
+                    if n == 1 { "" } else { "s" },
+                    first.key
+                ));
+            }
+        }
+        out
     }
     /// The family of `scope`, if the comparison has one.
     pub fn family(&self, scope: &FamilyScope) -> Option<&FamilyLine> {

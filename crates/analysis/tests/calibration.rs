@@ -122,12 +122,30 @@ fn a_same_lease_a_a_pair_flags_at_most_one_percent_and_calls_most_cases_the_same
             f.scope
         );
     }
-    // issue 30 asks for 90%; this pair gives 88 of 98 (kernels that moved 1.5–3% between
-    // the two runs' processes cannot be shown within 3% by three executions)
-    let (same, n) = share(&c, Verdict::Same, device_5us);
-    assert!(same * 100 >= 85 * n, "device >= 5 us: {same} of {n} same");
-    let (same, n) = share(&c, Verdict::Same, |l| l.key.mode == rundir::Mode::Pipelined);
-    assert!(same * 100 >= 70 * n, "pipelined: {same} of {n} same");
+    same_claims_no_more_than_the_threshold(&c);
+}
+
+/// `same` means within ± the threshold, never within ± a wider noise: a case whose noise
+/// cannot resolve the threshold is `ambiguous` (until 2026-12-03 this pair read 88 of 98
+/// device cases `same` "within ± max(threshold, mde)").
+fn same_claims_no_more_than_the_threshold(c: &analysis::compare::Comparison) {
+    let t = c.settings.threshold;
+    let mut same = 0;
+    for l in c.lines.iter().filter(|l| l.verdict == Verdict::Same) {
+        let r = l.ratio.unwrap();
+        assert!((r - 1.0).abs() < t, "{}: same at {r}", l.key);
+        same += 1;
+    }
+    let wide = c
+        .lines
+        .iter()
+        .filter(|l| l.mde.is_some_and(|m| m > 3.0 * t))
+        .filter(|l| l.verdict == Verdict::Same)
+        .count();
+    assert!(
+        same > 0 && wide * 10 <= same,
+        "{wide} of {same} `same` cases resolve only ±3× the threshold"
+    );
 }
 
 #[test]
@@ -233,14 +251,14 @@ fn across_leases_the_same_build_is_not_called_changed() {
         for scope in [FamilyScope::AllDevice, FamilyScope::AllHostBound] {
             let f = global(&c, scope);
             assert!(
-                f.verdict == Verdict::Same
-                    || (f.shift.ratio - 1.0).abs() < c.settings.family_threshold,
+                !matches!(f.verdict, Verdict::Slower | Verdict::Faster),
                 "{base}: {} {} {:?}",
                 f.scope,
                 f.shift.ratio,
                 f.verdict
             );
         }
+        same_claims_no_more_than_the_threshold(&c);
     }
 }
 
@@ -264,14 +282,12 @@ fn on_the_two_core_cpu_ten_executions_find_a_build_wide_plus_ten_percent_globall
 }
 
 #[test]
-fn five_executions_a_side_call_nine_in_ten_device_cases_the_same_and_miss_only_what_the_plant_missed()
- {
+fn five_executions_a_side_flag_at_most_one_percent_and_miss_only_what_the_plant_missed() {
     // lease 3 (a4, a5, d5c: five interleaved executions each, one boot)
     let c = cmp("a4", "a5");
     assert!(c.same_boot);
     assert_eq!(c.executions, (5, 5));
-    let (same, n) = share(&c, Verdict::Same, device_5us);
-    assert!(same * 100 >= 90 * n, "device >= 5 us: {same} of {n} same");
+    same_claims_no_more_than_the_threshold(&c);
     for pick in [device as fn(&_) -> bool, |l: &analysis::compare::Line| {
         !device(l)
     }] {

@@ -163,7 +163,8 @@ fn compare_gives_the_published_verdicts() {
         Verdict::Same,
         Verdict::Ambiguous,
     ];
-    assert_eq!(counts.map(|v| c.count(v)), [0, 0, 114, 606]);
+    // `same` only within ±5% (one case `same` within its mde before 2026-12-03 is ambiguous)
+    assert_eq!(counts.map(|v| c.count(v)), [0, 0, 113, 607]);
     for l in c
         .lines
         .iter()

@@ -116,8 +116,10 @@ enum Verb {
         /// The run directory.
         run: PathBuf,
     },
-    /// Compare two runs case by case: faster, slower, same or ambiguous, and what changed
-    /// kernel or status. Exit 1 on a regression.
+    /// Compare two stored runs: the verdict and its reasons first, then the families, then
+    /// each case: slower or faster (a discovery beyond the threshold), same (inside ± the
+    /// threshold) or ambiguous (±mde), and what changed kernel or status. Exit 1 on a
+    /// regression, with why.
     Compare(CompareArgs),
     /// Compare two builds in pairs: both builds' bench binaries run at once as workers and
     /// take turns sample by sample, in rounds of fresh processes, until each case's verdict

@@ -765,26 +765,67 @@ fn families_md(cmp: &Comparison) {
     let mut fams: Vec<_> = cmp.families.iter().collect();
     fams.sort_by_key(|f| !f.scope.is_global());
     for f in fams {
-        // `same` is shown within ± max(threshold, mde): say how wide when the noise set it
-        let within = if f.verdict == Verdict::Same && f.mde > cmp.settings.family_threshold {
-            format!(" within ±{:.1}%", 100.0 * f.mde)
-        } else {
-            String::new()
-        };
         println!(
-            "| {} | {} | {} [{}, {}] | ±{:.1}% | {}{within}{} |",
+            "| {} | {} | {} [{}, {}] | ±{:.1}% | {} |",
             f.scope,
             f.shift.cases,
             pct(f.shift.ratio),
             pct(f.ci.0),
             pct(f.ci.1),
             100.0 * f.mde,
-            f.verdict.as_str(),
-            if f.verdict == Verdict::Slower {
-                " ✗"
-            } else {
-                ""
-            }
+            verdict_word(f.verdict, Some(f.mde), f.verdict == Verdict::Slower),
+        );
+    }
+    println!(
+        "\n`mde`: the smallest change the noise lets this comparison see (80% power). `same`: the \
+         interval lies inside ±{:.1}% (a family) or ±{:.1}% (a case). `ambiguous (±X%)`: neither \
+         `same` nor a discovery; a change smaller than X% could not be told from none.",
+        100.0 * cmp.settings.family_threshold,
+        100.0 * cmp.settings.threshold
+    );
+    println!();
+}
+
+/// A verdict in words: `ambiguous (±X%)` with its resolution, ✗ where it fails.
+fn verdict_word(v: Verdict, mde: Option<f64>, fails: bool) -> String {
+    let word = match (v, mde) {
+        (Verdict::Ambiguous, Some(m)) => format!("ambiguous (±{:.1}%)", 100.0 * m),
+        _ => v.as_str().to_string(),
+    };
+    if fails { format!("{word} ✗") } else { word }
+}
+
+/// The answer first: the exit code and why, or what the comparison could resolve.
+fn verdict_md(cmp: &Comparison) {
+    let reasons = cmp.reasons();
+    if !reasons.is_empty() {
+        println!("**Verdict: REGRESSION (exit 1)**, because:\n");
+        for r in &reasons {
+            println!("- {r}");
+        }
+        println!();
+        return;
+    }
+    let mdes: Vec<f64> = cmp.lines.iter().filter_map(|l| l.mde).collect();
+    let resolves = if mdes.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " This comparison resolves a case to ±{:.1}% (median mde).",
+            100.0 * stats::median(&mdes)
+        )
+    };
+    println!(
+        "**Verdict: no regression found (exit 0).** No case slower beyond {:.1}% and no family \
+         beyond {:.1}%.{resolves}",
+        100.0 * cmp.settings.threshold,
+        100.0 * cmp.settings.family_threshold
+    );
+    let (nb, nc) = cmp.executions;
+    if nb.min(nc) < 5 {
+        println!(
+            "Separate executions ({nb} and {nc}) carry the host's state between processes: \
+             `opbench ab` (scripts/bench --against) pairs two builds sample by sample."
         );
     }
     println!();
@@ -809,31 +850,48 @@ pub fn comparison_md(base: &Run, cand: &Run, cmp: &Comparison) {
         cand.dir.display(),
         design(cand)
     );
+    verdict_md(cmp);
     families_md(cmp);
     let moved = |l: &&Line| l.verdict == Verdict::Slower || l.verdict == Verdict::Faster;
     println!(
-        "## Cases\n\n{} cases: {} slower, {} faster, {} same, {} ambiguous; {} kernel-changed, {} status-changed, {} new, {} gone \
-         (threshold {}%, false-discovery rate {}; `same` means within ± max(threshold, the case's mde))\n",
+        "## Cases\n\n{} cases: {} slower, {} faster, {} same (within ±{}%), {} ambiguous; {} kernel-changed, \
+         {} status-changed, {} new, {} gone (false-discovery rate {})\n",
         cmp.lines.len(),
         cmp.count(Verdict::Slower),
         cmp.count(Verdict::Faster),
         cmp.count(Verdict::Same),
+        100.0 * s.threshold,
         cmp.count(Verdict::Ambiguous),
         cmp.flagged(|f| matches!(f, Flag::KernelChanged(..))),
         cmp.flagged(|f| matches!(f, Flag::StatusChanged(..))),
         cmp.flagged(|f| *f == Flag::New),
         cmp.flagged(|f| *f == Flag::Gone),
-        100.0 * s.threshold,
         s.alpha
     );
     println!("| case | base µs | cand µs | ratio [CI] | mde | verdict | flags |");
     println!("|---|---|---|---|---|---|---|");
-    for l in sorted(cmp)
+    let listed: Vec<&Line> = sorted(cmp)
         .into_iter()
         .filter(|l| moved(l) || l.fails || !l.flags.is_empty())
+        .collect();
+    // the ambiguous cases that moved most, after them
+    let mut ambiguous: Vec<&Line> = cmp
+        .lines
+        .iter()
+        .filter(|l| l.verdict == Verdict::Ambiguous && l.flags.is_empty() && !l.fails)
+        .collect();
+    ambiguous.sort_by(|a, b| {
+        let m = |l: &Line| -(l.ratio.unwrap_or(1.0).ln().abs());
+        m(a).total_cmp(&m(b))
+    });
+    const AMBIGUOUS_SHOWN: usize = 15;
+    for l in listed
+        .iter()
+        .copied()
+        .chain(ambiguous.iter().copied().take(AMBIGUOUS_SHOWN))
     {
         println!(
-            "| {} | {} | {} | {} | {} | {}{} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} |",
             l.key,
             num(l.base.map(|x| x / 1e3), 2),
             num(l.cand.map(|x| x / 1e3), 2),
@@ -844,14 +902,24 @@ pub fn comparison_md(base: &Run, cand: &Run, cmp: &Comparison) {
             },
             l.mde
                 .map_or(String::new(), |m| format!("±{:.1}%", 100.0 * m)),
-            l.verdict.as_str(),
-            if l.fails { " ✗" } else { "" },
+            verdict_word(l.verdict, l.mde, l.fails),
             flags(l)
         );
     }
     println!(
-        "\n(Only cases that moved, failed or carry a flag are listed; `--format csv` has every case.)\n"
+        "\nListed: the cases that moved, failed or carry a flag, then the {} of {} ambiguous cases \
+         that moved most; `--format csv` has every case.",
+        ambiguous.len().min(AMBIGUOUS_SHOWN),
+        ambiguous.len()
     );
+    if listed.iter().any(|l| l.flags.contains(&Flag::UpperBound)) {
+        println!(
+            "`upper-bound`: on a side the host's enqueue outlasted the lead the device clock \
+             needs (`uncovered_chunks` > 0): its device time is only an upper bound and is not \
+             compared."
+        );
+    }
+    println!();
     setting_md(cmp);
 }
 

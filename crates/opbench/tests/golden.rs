@@ -17,7 +17,11 @@
 //! ratio is the same median ratio; intervals and p are now Wald intervals on the log ratio
 //! (one execution a side: from the samples' bootstrap standard error), the CSV gained the
 //! `mde` and `divided_by` columns, the Markdown leads with the families; on the crosscheck
-//! pair 22 device lines moved from same to ambiguous. Tables whose
+//! pair 22 device lines moved from same to ambiguous. compare's outputs were re-recorded
+//! when `same` came to mean within ± the threshold alone (issue 46, 2026-12-03): on the
+//! crosscheck pair one device line moved from same to ambiguous, on 3-4 one; the Markdown
+//! opens with its verdict and reasons and explains its terms; no ratio or interval moved.
+//! Tables whose
 //! row order follows the case key (fit, compare) are compared as sorted lines, since the
 //! key's order is now the schema's rather than alphabetical.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
