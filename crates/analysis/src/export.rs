@@ -33,6 +33,29 @@ pub fn bmf(run: &Run) -> Value {
     Value::Object(out)
 }
 
+/// What an export leaves out of `run`: the rows with no time (a status other than `ok`,
+/// or no median), counted by status, as one line (`None` when it leaves out nothing).
+pub fn left_out(run: &Run) -> Option<String> {
+    let mut by: std::collections::BTreeMap<String, usize> = Default::default();
+    for r in &run.results {
+        if !r.is_ok() || r.median_ns.is_none() {
+            *by.entry(r.status.to_string()).or_default() += 1;
+        }
+    }
+    let n: usize = by.values().sum();
+    (n > 0).then(|| {
+        let parts: Vec<String> = by.iter().map(|(s, k)| format!("{k} {s}")).collect();
+        format!(
+            "{}: {} of {} cases left out, with no time to export ({}); `opbench compare` \
+             and results.csv keep them with their reasons",
+            run.dir.display(),
+            n,
+            run.results.len(),
+            parts.join(", ")
+        )
+    })
+}
+
 /// An Apache Otava CSV of `runs`, sorted by start time. Every run needs env.json with a
 /// start time: Otava orders points by it.
 pub fn otava_csv(runs: &[Run]) -> Result<String, AnalysisError> {

@@ -186,6 +186,11 @@ fn export_verb(args: &ExportArgs) -> Result<u8, CliError> {
         }
         ExportFormat::Otava => print!("{}", analysis::export::otava_csv(&runs)?),
     }
+    for run in &runs {
+        if let Some(line) = analysis::export::left_out(run) {
+            eprintln!("opbench export: {line}");
+        }
+    }
     Ok(0)
 }
 
@@ -225,7 +230,7 @@ pub struct PredictArgs {
     /// Batch size B.
     #[arg(long)]
     batch: usize,
-    /// Cache length L before the step (a decode step).
+    /// Cache length L before the step: required for a decode step (a prefill takes --prompt).
     #[arg(long, required_unless_present = "prompt", conflicts_with = "prompt")]
     ctx: Option<usize>,
     /// decode: one new token per sequence on a cache of --ctx; prefill: a prompt of

@@ -822,10 +822,18 @@ fn verdict_md(cmp: &Comparison) {
         100.0 * cmp.settings.family_threshold
     );
     let (nb, nc) = cmp.executions;
-    if nb.min(nc) < 5 {
+    let n = nb.min(nc).max(1);
+    // an mde falls with √executions: how many a side the median case needs for ± threshold
+    let needed = (!mdes.is_empty()).then(|| {
+        let m = stats::median(&mdes) / cmp.settings.threshold;
+        (n as f64 * m * m).ceil() as usize
+    });
+    if let Some(k) = needed.filter(|&k| k > n) {
         println!(
-            "Separate executions ({nb} and {nc}) carry the host's state between processes: \
-             `opbench ab` (scripts/bench --against) pairs two builds sample by sample."
+            "About {k} executions a side (OPBENCH_EXECUTIONS; {nb} and {nc} here) would \
+             resolve ±{:.0}%; or `opbench ab` (scripts/bench --against) pairs the two builds \
+             sample by sample, which the host's state between processes does not move.",
+            100.0 * cmp.settings.threshold
         );
     }
     println!();

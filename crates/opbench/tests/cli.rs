@@ -2204,3 +2204,42 @@ fn state_tells_how_far_the_flags_explain_a_runs_slow_samples() {
     let (code, _, err) = opbench(&["state", run, "--mode", "fast"]);
     assert_eq!(code, 2, "{err}");
 }
+
+#[test]
+fn export_says_which_cases_it_left_out_and_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = StdRng::seed_from_u64(5);
+    let mut lost = case("rmsnorm", "fused", "q_norm", 1, vec![]);
+    lost.status = "unsupported";
+    let mut broke = case("rope", "hf", "cache", 1, vec![]);
+    broke.status = "error";
+    let kept = case(
+        "linear",
+        "aten",
+        "q_proj",
+        1,
+        noisy(&mut rng, 10_000.0, 0.01, 20),
+    );
+    write_run(&dir.path().join("a"), &[kept, lost, broke]);
+    let run = dir.path().join("a");
+    let (code, out, err) = opbench(&["export", "--format", "bmf", run.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let json: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(json.as_object().unwrap().len(), 1, "{out}");
+    assert!(
+        err.contains("2 of 3 cases left out") && err.contains("1 error, 1 unsupported"),
+        "{err}"
+    );
+    // nothing left out: nothing said
+    let full = dir.path().join("b");
+    let only = case(
+        "linear",
+        "aten",
+        "q_proj",
+        1,
+        noisy(&mut rng, 10_000.0, 0.01, 20),
+    );
+    write_run(&full, &[only]);
+    let (_, _, err) = opbench(&["export", "--format", "bmf", full.to_str().unwrap()]);
+    assert!(!err.contains("left out"), "{err}");
+}
