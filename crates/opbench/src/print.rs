@@ -186,8 +186,13 @@ pub fn prediction(run: &Run, q: &Query, pred: &Prediction, state: HostState) {
         } else {
             "device-bound: the kernels set the pace"
         };
+        let host = if q.profile == shapes::StepProfile::Transformers {
+            "host (libtorch dispatch and launch, and Python + framework: split below)"
+        } else {
+            "host dispatch+launch"
+        };
         println!(
-            "  host dispatch+launch {:.3} ms, kernels {:.3} ms per step ({bound}); the GPU is busy ~{:.0}% of the step",
+            "  {host} {:.3} ms, kernels {:.3} ms per step ({bound}); the GPU is busy ~{:.0}% of the step",
             pred.host_ns / 1e6,
             pred.device_ns / 1e6,
             100.0 * pred.device_ns / pred.step_ns
@@ -210,6 +215,7 @@ pub fn prediction(run: &Run, q: &Query, pred: &Prediction, state: HostState) {
             );
         }
     }
+    costliest(pred);
     println!(
         "{:<10} {:<13} {:<15} {:>6} {:>9} {:>9} {:>9} {:>8} {:>6}  {:<8} {:<9}",
         "op",
@@ -224,7 +230,13 @@ pub fn prediction(run: &Run, q: &Query, pred: &Prediction, state: HostState) {
         "source",
         "device"
     );
-    for c in &pred.components {
+    // by cost: the question is where the time goes
+    let mut by_cost: Vec<_> = pred.components.iter().collect();
+    by_cost.sort_by(|a, b| {
+        let t = |c: &&analysis::predict::Component| c.per_call_ns * c.calls as f64;
+        t(b).total_cmp(&t(a))
+    });
+    for c in by_cost {
         let total = c.per_call_ns * c.calls as f64;
         println!(
             "{:<10} {:<13} {:<15} {:>6} {:>9.2} {:>9.2} {:>9.2} {:>8.3} {:>5.1}%  {:<8} {:<9}",
@@ -243,6 +255,33 @@ pub fn prediction(run: &Run, q: &Query, pred: &Prediction, state: HostState) {
     }
     sources(q, pred);
     measured_step(q, pred);
+}
+
+/// The three costliest ops, each op's sites together, against the calls' sum alone.
+fn costliest(pred: &Prediction) {
+    let mut by: std::collections::BTreeMap<&str, f64> = Default::default();
+    for c in &pred.components {
+        *by.entry(c.op.map_or("unmeasured", |o| o.as_str()))
+            .or_default() += c.per_call_ns * c.calls as f64;
+    }
+    let mut ops: Vec<(&str, f64)> = by.into_iter().collect();
+    ops.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let top: Vec<String> = ops
+        .iter()
+        .take(3)
+        .map(|(op, ns)| {
+            format!(
+                "{op} {:.3} ms ({:.0}%)",
+                ns / 1e6,
+                100.0 * ns / pred.serial_ns
+            )
+        })
+        .collect();
+    println!(
+        "costliest ops (each op's sites together; `share`: of the calls' {:.3} ms alone): {}",
+        pred.serial_ns / 1e6,
+        top.join(", ")
+    );
 }
 
 /// Where the components' prices came from, and what the unmeasured calls are.
@@ -322,6 +361,15 @@ fn measured_step(q: &Query, pred: &Prediction) {
             rate(q, m),
             ratio(pred.step_ns, m)
         );
+        if let (Some(lo), Some(hi)) = (row.ci_low_ns, row.ci_high_ns) {
+            let half = (hi - lo) / 2.0 / m;
+            if half > 0.1 {
+                println!(
+                    "  the measured step's interval is ±{:.0}% of it: predicted / measured is no finer than that",
+                    100.0 * half
+                );
+            }
+        }
         if let (Some(n), Some(cv)) = (row.executions.filter(|n| *n > 1), row.exec_cv) {
             println!(
                 "  over {n} executions (processes): their medians' CV {:.1}%, the step's own drift between processes",
@@ -441,15 +489,21 @@ pub fn host_state(state: HostState, p: &Prediction, measured: Option<f64>) {
 /// where the run has both steps, measured.
 pub fn python_split(run: &Run, q: &Query, pred: &Prediction, s: &analysis::predict::Split) {
     let pct = |v: f64| 100.0 * v / pred.step_ns;
+    let host = s.dispatch_ns + s.python_ns;
     let kernels = s.kernels_ns.map_or(String::new(), |k| {
         format!(
-            "kernels {:.3} ms ({:.0}% of the step, overlapped with the host), ",
+            "; kernels {:.3} ms ({:.0}% of the step) {}",
             k / 1e6,
-            pct(k)
+            pct(k),
+            if pred.host_bound() {
+                "run under the host's time, hidden"
+            } else {
+                "set the step's pace"
+            }
         )
     });
     println!(
-        "split of the predicted step: {kernels}{} {:.3} ms ({:.0}%), Python + framework {:.3} ms ({:.0}%)",
+        "split of the predicted step: {} {:.3} ms ({:.0}%) + Python + framework {:.3} ms ({:.0}%) = the host's {:.3} ms ({:.0}%){kernels}",
         if pred.gpu {
             "libtorch dispatch and launch"
         } else {
@@ -458,7 +512,9 @@ pub fn python_split(run: &Run, q: &Query, pred: &Prediction, s: &analysis::predi
         s.dispatch_ns / 1e6,
         pct(s.dispatch_ns),
         s.python_ns / 1e6,
-        pct(s.python_ns)
+        pct(s.python_ns),
+        host / 1e6,
+        pct(host)
     );
     let tq = Query {
         profile: shapes::StepProfile::HfEager,
@@ -546,9 +602,14 @@ pub fn generate(
 ) {
     let extra = match g.extra {
         analysis::generate::Extra::Measured { sync_ns, inputs_ns } => format!(
-            " + the per-token sync {:.3} ms + generate()'s inputs to the forward {:.3} ms (scripts/peer.py: step_synced − step, step_as_generate − step_synced)",
+            " + the per-token sync {:.3} ms + generate()'s inputs to the forward {:.3} ms (scripts/peer.py: step_synced − step, step_as_generate − step_synced{})",
             sync_ns / 1e6,
-            inputs_ns / 1e6
+            inputs_ns / 1e6,
+            if sync_ns < 0.0 || inputs_ns < 0.0 {
+                "; a negative part is a difference of two measured rows inside their noise, not a saving"
+            } else {
+                ""
+            }
         ),
         analysis::generate::Extra::Tail { ns } if ns > 0.0 => format!(
             " + the last kernel's time the per-token sync waits out {:.3} ms (the run lacks the peer's step_synced rows)",

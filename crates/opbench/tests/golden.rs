@@ -21,7 +21,9 @@
 //! when `same` came to mean within ± the threshold alone (issue 46, 2026-12-03): on the
 //! crosscheck pair one device line moved from same to ambiguous, on 3-4 one; the Markdown
 //! opens with its verdict and reasons and explains its terms; no ratio or interval moved.
-//! Tables whose
+//! predict's outputs were re-recorded on 2026-12-03 (issue 49): the table sorted by cost,
+//! a line naming the three costliest ops, and a note where the measured step's interval is
+//! wider than ±10%; sorted line by line, nothing else changed. Tables whose
 //! row order follows the case key (fit, compare) are compared as sorted lines, since the
 //! key's order is now the schema's rather than alphabetical.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
