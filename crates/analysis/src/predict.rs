@@ -960,7 +960,22 @@ impl<'a> Pricer<'a> {
     fn set_floors(&mut self) -> Result<(), AnalysisError> {
         let q = self.q;
         let (add, view) = q.profile.floors();
+        let has_mode = self.rows.iter().any(|r| r.mode == q.mode);
         self.floor_kernel = self.floor(add, q.mode).ok_or_else(|| {
+            if !has_mode {
+                // the fix is the mode, not the floor
+                return AnalysisError::Input(format!(
+                    "{}: the run has no {} rows: time that mode into the same run \
+                     (`OPBENCH_MODES={} OPBENCH_RUN=<its run id> scripts/bench`)",
+                    self.run.dir.display(),
+                    q.mode,
+                    if q.mode == Mode::Graph {
+                        "graph,graph_cold".to_string()
+                    } else {
+                        q.mode.to_string()
+                    }
+                ));
+            }
             AnalysisError::Input(format!(
                 "{}: no dispatch floor `{add}` for {} {} {} (run `cargo bench -p harness`{} into the same run)",
                 self.run.dir.display(),

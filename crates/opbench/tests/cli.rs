@@ -717,6 +717,30 @@ fn bad_input_is_one_line_and_exit_2() {
             "{err}"
         );
     }
+    // a run without a mode's rows names the mode to time, not a floor
+    let eager = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../analysis/tests/fixtures/state-2026-12-02/gen20/1"
+    );
+    let (code, _, err) = opbench(&[
+        "predict",
+        eager,
+        "--model",
+        "qwen3-0.6b",
+        "--batch",
+        "1",
+        "--ctx",
+        "1024",
+        "--mode",
+        "graph",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("has no graph rows")
+            && err.contains("OPBENCH_MODES=graph,graph_cold")
+            && err.lines().count() == 1,
+        "{err}"
+    );
 }
 
 #[test]
