@@ -1052,6 +1052,33 @@ pub fn history_md(h: &History) {
         }
     }
     println!("\n{}", analysis::history_report::changes_md(h));
+    // what it could see: the newest build's own test needs two builds before it; a change
+    // inside the history needs `min_size` builds on each side
+    let cp = &h.settings.cp;
+    let short: Vec<String> = h
+        .series
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.points.len() < 3)
+        .map(|(i, s)| match s.points.len() {
+            1 => format!("series {i} (1 build)"),
+            n => format!("series {i} ({n} builds)"),
+        })
+        .collect();
+    println!(
+        "What it can detect: a step of at least {:.0}% with p < {} (t-test over builds), at the \
+         newest build once two builds precede it, inside the history with {} builds on each side.",
+        100.0 * cp.min_magnitude,
+        cp.max_p,
+        cp.min_size
+    );
+    if !short.is_empty() {
+        println!(
+            "{} cannot show a change yet: run each build into results/ (scripts/bench, \
+             `opbench publish`) until a series has 3 builds.",
+            short.join(", ")
+        );
+    }
     let n = h.newest_regressions();
     if n > 0 {
         println!("{n} regressions begin at the newest build of their series (exit code 1).");

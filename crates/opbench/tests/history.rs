@@ -403,3 +403,24 @@ fn history_bad_input_is_one_line_and_exit_2() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("no readable run"), "{err}");
 }
+
+#[test]
+fn history_says_what_it_cannot_detect() {
+    // the repository's reference runs: one build per machine, too few for any change
+    let results = concat!(env!("CARGO_MANIFEST_DIR"), "/../../results");
+    let (code, md, err) = opbench(&["history", results]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        md.contains("What it can detect: a step of at least 5%"),
+        "{md}"
+    );
+    assert!(
+        md.contains("(1 build)") && md.contains("cannot show a change yet"),
+        "{md}"
+    );
+    // a history long enough says nothing of the kind
+    let dir = tempfile::tempdir().unwrap();
+    let long = history_dir(dir.path());
+    let (_, md, _) = opbench(&["history", long.to_str().unwrap()]);
+    assert!(!md.contains("cannot show a change yet"), "{md}");
+}
