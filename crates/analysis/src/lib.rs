@@ -21,6 +21,7 @@ pub mod compare;
 pub mod export;
 pub mod fit;
 pub mod generate;
+pub mod help;
 pub mod history;
 pub mod history_report;
 pub mod ingest;

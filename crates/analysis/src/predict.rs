@@ -960,20 +960,26 @@ impl<'a> Pricer<'a> {
     fn set_floors(&mut self) -> Result<(), AnalysisError> {
         let q = self.q;
         let (add, view) = q.profile.floors();
-        let has_mode = self.rows.iter().any(|r| r.mode == q.mode);
+        let has_mode = self
+            .rows
+            .iter()
+            .any(|r| r.mode == q.mode && r.dtype == q.dtype && r.device == q.device);
         self.floor_kernel = self.floor(add, q.mode).ok_or_else(|| {
             if !has_mode {
                 // the fix is the mode, not the floor
                 return AnalysisError::Input(format!(
-                    "{}: the run has no {} rows: time that mode into the same run \
-                     (`OPBENCH_MODES={} OPBENCH_RUN=<its run id> scripts/bench`)",
+                    "{}: the run has no {} {} rows on {}: time them into the same run \
+                     (`OPBENCH_MODES={} OPBENCH_DTYPE={} OPBENCH_RUN=<its run id> scripts/bench`)",
                     self.run.dir.display(),
+                    q.dtype,
                     q.mode,
+                    q.device,
                     if q.mode == Mode::Graph {
                         "graph,graph_cold".to_string()
                     } else {
                         q.mode.to_string()
-                    }
+                    },
+                    q.dtype
                 ));
             }
             AnalysisError::Input(format!(

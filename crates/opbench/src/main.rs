@@ -573,6 +573,13 @@ fn predict_verb(args: &PredictArgs) -> Result<u8, CliError> {
     if let Some(check) = analysis::traced::step_check(&traces, &q) {
         print::step_check(&pred, &check);
     }
+    // the user's answer: what would make it faster, ranked
+    if q.phase == rundir::Phase::Decode {
+        print::what_would_help(
+            &analysis::help::levers(&run, &fits, &q, &pred),
+            &analysis::help::bandwidth_bound(&run, &q, &pred),
+        );
+    }
     Ok(0)
 }
 

@@ -1139,3 +1139,73 @@ fn ratio(predicted: f64, measured: f64) -> String {
     let r = predicted / measured;
     format!("{r:.3} ({:+.1}%)", 100.0 * (r - 1.0))
 }
+
+/// What would help, ranked: each change's predicted step and tokens/s, its gain over the
+/// step as it is, and its measured counterpart; the unpriced ones say what to run.
+pub fn what_would_help(levers: &[analysis::help::Lever], bound: &analysis::help::Lever) {
+    let base = levers
+        .iter()
+        .find(|l| l.name == "the step as it is")
+        .and_then(|l| l.tokens_per_s());
+    println!("\nwhat would help (ranked by tokens/s; gain against the step as it is):");
+    println!(
+        "  {:<42} {:>9} {:>10} {:>10} {:>6} {:>10}  what to do",
+        "change", "ms/step", "tokens/s", "per stream", "gain", "measured"
+    );
+    for l in levers {
+        let gain = match (l.tokens_per_s(), base) {
+            (Some(t), Some(b)) => format!("{:.2}×", t / b),
+            _ => "-".into(),
+        };
+        let measured = l
+            .measured_ns
+            .map_or("-".into(), |m| format!("{:.3}", m / 1e6));
+        match l.step_ns() {
+            Some(ns) if l.predicted_ns.is_some() || l.unpriced.is_none() => println!(
+                "  {:<42} {:>9.3} {:>10.1} {:>10.1} {:>6} {:>10}  {}",
+                l.name,
+                ns / 1e6,
+                l.tokens_per_s().unwrap_or_default(),
+                l.per_stream().unwrap_or_default(),
+                gain,
+                measured,
+                l.action
+            ),
+            _ => println!(
+                "  {:<42} {:>9} {:>10} {:>10} {:>6} {:>10}  {}; not priced: {}",
+                l.name,
+                "-",
+                l.measured_ns
+                    .map_or("-".into(), |m| format!("{:.1}", l.batch as f64 * 1e9 / m)),
+                "-",
+                gain,
+                measured,
+                l.action,
+                l.unpriced.as_deref().unwrap_or("-")
+            ),
+        }
+    }
+    let checked: Vec<String> = levers
+        .iter()
+        .filter_map(|l| Some(format!("{} {:.2}", l.name, l.check()?)))
+        .collect();
+    if !checked.is_empty() {
+        println!(
+            "  predicted / measured where the run measured the change: {}",
+            checked.join(", ")
+        );
+    }
+    match (bound.step_ns(), bound.tokens_per_s()) {
+        (Some(ns), Some(t)) => println!(
+            "  the physical limit, estimated, {}: {:.3} ms/step, {:.0} tokens/s ({:.0} per stream): the step's bytes at the measured copy rate; a step near it has little left to gain",
+            bound.name,
+            ns / 1e6,
+            t,
+            1e9 / ns
+        ),
+        _ => println!(
+            "  the physical limit is not priced: {}",
+            bound.unpriced.as_deref().unwrap_or("-")
+        ),
+    }
+}

@@ -736,7 +736,7 @@ fn bad_input_is_one_line_and_exit_2() {
     ]);
     assert_eq!(code, 2, "{err}");
     assert!(
-        err.contains("has no graph rows")
+        err.contains("has no f16 graph rows")
             && err.contains("OPBENCH_MODES=graph,graph_cold")
             && err.lines().count() == 1,
         "{err}"

@@ -23,7 +23,9 @@
 //! opens with its verdict and reasons and explains its terms; no ratio or interval moved.
 //! predict's outputs were re-recorded on 2026-12-03 (issue 49): the table sorted by cost,
 //! a line naming the three costliest ops, and a note where the measured step's interval is
-//! wider than ±10%; sorted line by line, nothing else changed. Tables whose
+//! wider than ±10%; sorted line by line, nothing else changed. Then once more the same day
+//! (issue 48): each output gained its closing "what would help" table; no line above it
+//! changed. Tables whose
 //! row order follows the case key (fit, compare) are compared as sorted lines, since the
 //! key's order is now the schema's rather than alphabetical.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns

@@ -1,0 +1,346 @@
+//! What would make the step faster: the changes a user can make, each priced from the run
+//! where it can be, beside its measured counterpart where the run has one, ranked by
+//! tokens/s. A change the run cannot price says what to run to price it.
+//!
+//! Each row is one [`Lever`]. The step's price comes from [`predict_with`] with one thing
+//! of the query changed (the profile, the mode, the dtype, the batch), or from arithmetic on
+//! the prediction itself (a faster host, the best SDPA backend, the bandwidth bound).
+
+use rundir::{DType, Mode, OpKind, Run};
+use shapes::StepProfile;
+
+use crate::fit::Fits;
+use crate::predict::{Prediction, Query, predict_with, step_row};
+
+/// How much faster the host of the "faster host" row is.
+pub const HOST_SPEEDUP: f64 = 1.5;
+
+/// One change the user could make.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Lever {
+    /// What it is, in a few words.
+    pub name: String,
+    /// What the user does, in one line.
+    pub action: String,
+    /// Sequences a step serves.
+    pub batch: usize,
+    /// The predicted step (ns), where the run can price it.
+    pub predicted_ns: Option<f64>,
+    /// The measured counterpart (ns a step or a token), where the run has one.
+    pub measured_ns: Option<f64>,
+    /// Why it is not priced, and what to run to price it.
+    pub unpriced: Option<String>,
+}
+
+impl Lever {
+    /// The step the row stands for: predicted, else measured.
+    pub fn step_ns(&self) -> Option<f64> {
+        self.predicted_ns.or(self.measured_ns)
+    }
+
+    /// Tokens per second, all sequences together.
+    pub fn tokens_per_s(&self) -> Option<f64> {
+        self.step_ns().map(|ns| self.batch as f64 * 1e9 / ns)
+    }
+
+    /// Tokens per second of one sequence.
+    pub fn per_stream(&self) -> Option<f64> {
+        self.step_ns().map(|ns| 1e9 / ns)
+    }
+
+    /// predicted / measured, where the row has both.
+    pub fn check(&self) -> Option<f64> {
+        Some(self.predicted_ns? / self.measured_ns?)
+    }
+}
+
+/// The levers for `q`, ranked by tokens/s (the step as it is among them); those the run
+/// cannot price last. The physical limit is apart: [`bandwidth_bound`].
+pub fn levers(run: &Run, fits: &Fits, q: &Query, pred: &Prediction) -> Vec<Lever> {
+    let measured = |q: &Query| step_row(run, q, q.mode).and_then(|r| r.median_ns);
+    let mut out = vec![Lever {
+        name: "the step as it is".into(),
+        action: format!("{} profile, {} mode, {}", q.profile, q.mode, q.dtype),
+        batch: q.batch,
+        predicted_ns: Some(pred.step_ns),
+        measured_ns: measured(q),
+        unpriced: None,
+    }];
+    // one thing of the query changed, priced by the same composition
+    let mut variant = |name: &str, action: &str, changed: Query, fix: &str| {
+        let lever = match predict_with(run, fits, &changed) {
+            Ok(p) => Lever {
+                name: name.into(),
+                action: action.into(),
+                batch: changed.batch,
+                predicted_ns: Some(p.step_ns),
+                measured_ns: measured(&changed),
+                unpriced: None,
+            },
+            Err(e) => Lever {
+                name: name.into(),
+                action: action.into(),
+                batch: changed.batch,
+                predicted_ns: None,
+                measured_ns: measured(&changed),
+                unpriced: Some(why_unpriced(fix, &e.to_string())),
+            },
+        };
+        out.push(lever);
+    };
+    if q.profile != StepProfile::Fused {
+        variant(
+            "fused kernels",
+            "fused QKV and gate-up projections, fused RMSNorm and RoPE, called without Python \
+             (opbench's fused profile, as an inference engine runs the step)",
+            Query {
+                profile: StepProfile::Fused,
+                ..q.clone()
+            },
+            "time the fused variants: scripts/bench -p linear -p rmsnorm -p rope",
+        );
+    }
+    if pred.gpu && q.mode != Mode::Graph {
+        variant(
+            "CUDA/HIP graphs",
+            "model.generate(..., cache_implementation=\"static\") with \
+             torch.compile(mode=\"reduce-overhead\")",
+            Query {
+                mode: Mode::Graph,
+                ..q.clone()
+            },
+            "time the graph modes: OPBENCH_MODES=graph,graph_cold scripts/bench",
+        );
+    }
+    if pred.gpu && q.dtype != DType::BF16 {
+        variant(
+            "bf16 weights",
+            "model.to(torch.bfloat16)",
+            Query {
+                dtype: DType::BF16,
+                ..q.clone()
+            },
+            "time bf16: OPBENCH_DTYPE=bf16 scripts/bench",
+        );
+    }
+    for b in [8, 64].into_iter().filter(|&b| b > q.batch) {
+        variant(
+            &format!("batch {b}"),
+            &format!("serve {b} sequences a step (tokens/s in all; each stream gets fewer)"),
+            Query {
+                batch: b,
+                ..q.clone()
+            },
+            &format!(
+                "time batch {b}: the default profile's grid has it (OPBENCH_PROFILE=default scripts/bench)"
+            ),
+        );
+    }
+    if q.profile == StepProfile::Transformers {
+        out.push(peer_lever(
+            run,
+            q,
+            "static cache alone",
+            "model.generate(..., cache_implementation=\"static\"), no compile",
+            "generate_static",
+        ));
+        if let Some(l) = out.iter_mut().find(|l| l.name == "CUDA/HIP graphs") {
+            // the user's own graphed generate(), where the peer measured it
+            l.measured_ns = l.measured_ns.or(peer_token(run, q, "generate_graph"));
+        }
+    }
+    out.push(sdpa_lever(run, q, pred));
+    out.push(faster_host(
+        q,
+        pred,
+        bandwidth_bound(run, q, pred).predicted_ns,
+    ));
+    out.sort_by(|a, b| match (a.tokens_per_s(), b.tokens_per_s()) {
+        (Some(x), Some(y)) => y.total_cmp(&x),
+        (Some(_), None) => std::cmp::Ordering::Less,
+        (None, Some(_)) => std::cmp::Ordering::Greater,
+        (None, None) => std::cmp::Ordering::Equal,
+    });
+    out
+}
+
+/// What to run: the fix, and the error where it names missing cases rather than rows.
+fn why_unpriced(fix: &str, e: &str) -> String {
+    let line = e.lines().next().unwrap_or_default();
+    let text = line.split_once(": ").map_or(line, |(_, rest)| rest);
+    if text.contains("has no") {
+        fix.to_string()
+    } else {
+        format!("{fix} ({})", text.chars().take(100).collect::<String>())
+    }
+}
+
+/// A token of the peer's `site` (generate() as the user calls it), at the query's batch.
+fn peer_token(run: &Run, q: &Query, site: &str) -> Option<f64> {
+    run.ok_rows()
+        .find(|r| {
+            r.op == OpKind::Decode
+                && r.variant == q.profile.as_str()
+                && r.site == site
+                && r.batch == q.batch
+                && r.device == q.device
+        })?
+        .median_ns
+}
+
+/// A change scripts/peer.py measures and opbench does not compose.
+fn peer_lever(run: &Run, q: &Query, name: &str, action: &str, site: &str) -> Lever {
+    let m = peer_token(run, q, site);
+    Lever {
+        name: name.into(),
+        action: action.into(),
+        batch: q.batch,
+        predicted_ns: None,
+        measured_ns: m,
+        unpriced: Some(format!(
+            "opbench does not compose it; scripts/peer.py measures it as `{site}`{}",
+            if m.is_none() {
+                " (not in this run)"
+            } else {
+                ""
+            }
+        )),
+    }
+}
+
+/// The step with the attention call at the fastest SDPA backend the run measured at its
+/// shape, where that is faster than the one priced.
+fn sdpa_lever(run: &Run, q: &Query, pred: &Prediction) -> Lever {
+    let name = "the fastest SDPA backend".to_string();
+    let action = "torch.nn.attention.sdpa_kernel(<the backend>) around generate()".to_string();
+    let Some(c) = pred.components.iter().find(|c| c.op == Some(OpKind::Sdpa)) else {
+        return Lever {
+            name,
+            action,
+            batch: q.batch,
+            predicted_ns: None,
+            measured_ns: None,
+            unpriced: Some("the step has no priced SDPA call".into()),
+        };
+    };
+    let call = pred
+        .plan
+        .measured
+        .iter()
+        .find(|p| p.problem.op == OpKind::Sdpa)
+        .map(|p| &p.problem);
+    // tch's own calls at this shape: what SDPA picks (`auto`) and each backend forced
+    let at_shape: Vec<(String, f64)> = call.map_or(Vec::new(), |p| {
+        run.ok_rows()
+            .filter(|r| {
+                r.op == OpKind::Sdpa
+                    && !r.variant.starts_with("py-")
+                    && r.batch == p.batch
+                    && r.kv_len == p.kv_len
+                    && r.dtype == q.dtype
+                    && r.device == q.device
+                    && r.mode == q.mode
+            })
+            .filter_map(|r| Some((r.variant.clone(), r.median_ns?)))
+            .collect()
+    });
+    let picked = at_shape
+        .iter()
+        .find(|(v, _)| v == "auto")
+        .map_or(c.per_call_ns, |(_, ns)| *ns);
+    let best = at_shape
+        .iter()
+        .filter(|(v, _)| v != "auto")
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .cloned();
+    match best {
+        Some((variant, ns)) => {
+            // what the picked backend costs over the fastest, at every call of the step
+            let saved = ((picked - ns) * c.calls as f64).max(0.0);
+            Lever {
+                name: format!("{name} ({variant})"),
+                action: action.replace("<the backend>", sdp_backend(&variant)),
+                batch: q.batch,
+                predicted_ns: Some(pred.step_ns - saved),
+                measured_ns: None,
+                unpriced: None,
+            }
+        }
+        None => Lever {
+            name,
+            action,
+            batch: q.batch,
+            predicted_ns: None,
+            measured_ns: None,
+            unpriced: Some("time the backends at this shape: scripts/bench -p sdpa".into()),
+        },
+    }
+}
+
+/// The step on a host [`HOST_SPEEDUP`]× faster: the host's share scaled; on a GPU the
+/// kernels still bound it, and no step goes below the bandwidth bound `floor_ns` (on the
+/// CPU the host's time includes reading the weights).
+fn faster_host(q: &Query, pred: &Prediction, floor_ns: Option<f64>) -> Lever {
+    let step = if pred.gpu {
+        (pred.host_ns / HOST_SPEEDUP).max(pred.device_ns)
+    } else {
+        pred.step_ns / HOST_SPEEDUP
+    };
+    Lever {
+        name: format!("a host {HOST_SPEEDUP}× faster"),
+        action: "a faster CPU core for the Python thread (or nothing else running beside it)"
+            .into(),
+        batch: q.batch,
+        predicted_ns: Some(step.max(floor_ns.unwrap_or(0.0))),
+        measured_ns: None,
+        unpriced: None,
+    }
+}
+
+/// PyTorch's name of a backend variant, as `torch.nn.attention.SDPBackend` spells it.
+fn sdp_backend(variant: &str) -> &str {
+    match variant {
+        "flash" | "cpu_flash" => "SDPBackend.FLASH_ATTENTION",
+        "efficient" => "SDPBackend.EFFICIENT_ATTENTION",
+        "cudnn" => "SDPBackend.CUDNN_ATTENTION",
+        "math" => "SDPBackend.MATH",
+        other => other,
+    }
+}
+
+/// The physical limit: the bytes the step's calls move (weights and the KV cache above
+/// all) over the device's measured copy bandwidth.
+pub fn bandwidth_bound(run: &Run, q: &Query, pred: &Prediction) -> Lever {
+    let name = "the bandwidth bound".to_string();
+    let action =
+        "none: every weight and the KV cache read once a step at the copy ceiling".to_string();
+    let bytes: f64 = pred
+        .plan
+        .measured
+        .iter()
+        .map(|c| c.problem.bytes(q.dtype.size()) as f64 * c.problem.calls_per_step as f64)
+        .sum();
+    let gbps = run
+        .ok_rows()
+        .filter(|r| r.op == OpKind::Ceiling && r.site == "copy" && r.device == q.device)
+        .filter_map(|r| r.gbps)
+        .fold(None::<f64>, |m, g| Some(m.map_or(g, |m| m.max(g))));
+    match gbps.filter(|g| *g > 0.0) {
+        Some(g) => Lever {
+            name: format!("{name} ({:.0} MB at {g:.0} GB/s)", bytes / 1e6),
+            action,
+            batch: q.batch,
+            predicted_ns: Some(bytes / g),
+            measured_ns: None,
+            unpriced: None,
+        },
+        None => Lever {
+            name,
+            action,
+            batch: q.batch,
+            predicted_ns: None,
+            measured_ns: None,
+            unpriced: Some("time the copy ceiling: cargo bench -p harness".into()),
+        },
+    }
+}
