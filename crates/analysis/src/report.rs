@@ -290,13 +290,16 @@ pub fn write_report(dir: &Path) -> Result<PathBuf, AnalysisError> {
                 "Dispatch floor (one-element add, pipelined): {f:.2} µs per call.\n"
             );
         }
+        // the answer first (the step, where it goes, what graphs would give, the batch),
+        // then the evidence (each op, the bandwidth, host against device, the kernels)
+        md += &predicted_steps(&ctx, on);
+        md += &breakdown(&ctx, on)?;
+        md += &graph_replay(&ctx, on)?;
+        md += &batch_curve(&ctx, on)?;
+        let _ = writeln!(md, "### The evidence: each op\n");
         md += &op_plots(&ctx, on, floor)?;
         md += &bandwidth(&ctx, on)?;
         md += &host_vs_device(&ctx, on);
-        md += &predicted_steps(&ctx, on);
-        md += &batch_curve(&ctx, on)?;
-        md += &breakdown(&ctx, on)?;
-        md += &graph_replay(&ctx, on)?;
         md += &traced_kernels(&ctx, on);
     }
     md += &gpu_over_cpu(&ctx, &devices);
@@ -429,10 +432,14 @@ fn op_plots(ctx: &Ctx, on: On, floor: Option<f64>) -> Result<String, AnalysisErr
                 .map(|f| (f, "dispatch floor")),
             SeriesLabelPosition::UpperLeft,
         )?;
+        let fitted = if kinds.is_empty() {
+            "no model was fitted (too few batches)".to_string()
+        } else {
+            format!("dashed: the fitted model ({})", kinds.join(", "))
+        };
         let _ = writeln!(
             md,
-            "### {op}\n\n![{op}]({file})\n\nSolid: measured, pipelined (and, where the run has them, GPU events: device time, kernels and the gaps between them, no host time); dashed: the fitted model ({}).\n",
-            kinds.join(", ")
+            "### {op}\n\n![{op}]({file})\n\nSolid: measured, pipelined (and, where the run has them, GPU events: device time, kernels and the gaps between them, no host time); {fitted}.\n"
         );
     }
     Ok(md)
@@ -723,7 +730,7 @@ fn predicted_steps(ctx: &Ctx, on: On) -> String {
         }
         let _ = writeln!(
             md,
-            "\nKernels ms: the predicted device time of the step (Σ GPU-event times of its parts); measured device ms: the decode crate's own `device` row (≤: an upper bound, see its `uncovered_chunks`). {}\n\n`opbench predict {} --model {model} --batch B --ctx {ctx_len}` prints the per-op breakdown.\n",
+            "\nKernels ms: the predicted device time of the step (Σ GPU-event times of its parts); measured device ms: the decode crate's own `device` row (≤: an upper bound, see its `uncovered_chunks`). {}\n\n`opbench predict {} --model {model} --batch B --ctx {ctx_len}` prints the per-op breakdown and what would help; add `--profile transformers` for your HF transformers `generate()`.\n",
             host_models(on, &chosen),
             ctx.dir.display()
         );
