@@ -92,12 +92,6 @@ fn golden(name: &str) -> String {
     .unwrap()
 }
 
-fn sorted(s: &str) -> Vec<&str> {
-    let mut v: Vec<&str> = s.lines().collect();
-    v.sort_unstable();
-    v
-}
-
 #[test]
 fn predict_prints_what_it_printed() {
     let mut checked = 0;
@@ -137,7 +131,7 @@ fn fit_prints_what_it_printed() {
         }
         let got = output(tmp.path(), &["fit", "run"]);
         let want = golden(&format!("fit-{i}.txt"));
-        assert_eq!(sorted(&got), sorted(&want), "fit {run}");
+        assert_eq!(got, want, "fit {run}");
     }
 }
 
@@ -157,6 +151,6 @@ fn compare_prints_what_it_printed() {
         }
         let got = output(&root(), &args);
         let want = golden(name);
-        assert_eq!(sorted(&got), sorted(&want), "{name}");
+        assert_eq!(got, want, "{name}");
     }
 }
