@@ -25,9 +25,9 @@
 //! a line naming the three costliest ops, and a note where the measured step's interval is
 //! wider than ±10%; sorted line by line, nothing else changed. Then once more the same day
 //! (issue 48): each output gained its closing "what would help" table; no line above it
-//! changed. Tables whose
-//! row order follows the case key (fit, compare) are compared as sorted lines, since the
-//! key's order is now the schema's rather than alphabetical.
+//! changed. Every output is compared line by line in its order (fit and compare were
+//! compared as sorted lines until 2026-12-03, when they were re-recorded in the schema's
+//! key order with the same lines).
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
 use std::path::{Path, PathBuf};
