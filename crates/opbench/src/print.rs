@@ -900,6 +900,25 @@ fn verdict_md(cmp: &Comparison) {
     println!();
 }
 
+/// An execution of `run` that ran its cases slow throughout: over 1.2× its fastest
+/// execution's time per call (the median over at least 3 cases of a timer at a batch), as
+/// `opbench state` reads it; the slowest such, one line.
+fn slow_execution(run: &Run) -> Option<String> {
+    const SLOW: f64 = 1.2;
+    let levels = analysis::state::levels(run, Mode::Pipelined).ok()?;
+    let ((timer, batch, e), level) = levels
+        .into_iter()
+        .filter(|(_, l)| l.cases >= 3 && l.per_call > SLOW)
+        .max_by(|a, b| a.1.per_call.total_cmp(&b.1.per_call))?;
+    Some(format!(
+        "execution {e} ran {:.2}× its fastest execution's time per call ({}, B = {batch}, {} cases; `opbench state {}`)",
+        level.per_call,
+        timer.as_str(),
+        level.cases,
+        run.dir.display()
+    ))
+}
+
 pub fn comparison_md(base: &Run, cand: &Run, cmp: &Comparison) {
     let s = cmp.settings;
     // which design made each side: a paired run's side (opbench ab) or separate executions
@@ -920,6 +939,11 @@ pub fn comparison_md(base: &Run, cand: &Run, cmp: &Comparison) {
         design(cand)
     );
     verdict_md(cmp);
+    for (side, run) in [("base", base), ("candidate", cand)] {
+        if let Some(line) = slow_execution(run) {
+            println!("Host state: the {side}'s {line}.\n");
+        }
+    }
     families_md(cmp);
     let moved = |l: &&Line| l.verdict == Verdict::Slower || l.verdict == Verdict::Faster;
     println!(

@@ -2269,3 +2269,29 @@ fn export_says_which_cases_it_left_out_and_why() {
     let (_, _, err) = opbench(&["export", "--format", "bmf", full.to_str().unwrap()]);
     assert!(!err.contains("left out"), "{err}");
 }
+
+#[test]
+fn compare_opens_with_its_verdict_and_names_an_execution_that_ran_slow() {
+    let d = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../analysis/tests/fixtures/calibration-2026-12-01"
+    );
+    let (a4, a5) = (format!("{d}/a4"), format!("{d}/a5"));
+    let (code, out, err) = opbench(&["compare", &a4, &a5]);
+    assert_eq!(code, 0, "{err}");
+    let first: Vec<&str> = out.lines().filter(|l| !l.is_empty()).take(6).collect();
+    assert!(
+        first
+            .iter()
+            .any(|l| l.starts_with("**Verdict: no regression found (exit 0).**")),
+        "{first:?}"
+    );
+    // both sides' fifth execution ran slow throughout (opbench state reads 1.48×)
+    assert!(
+        out.contains("Host state: the base's execution 5 ran 1.4")
+            && out.contains("`opbench state "),
+        "{out}"
+    );
+    // the terms are explained where they first appear
+    assert!(out.contains("`mde`: the smallest change") && out.contains("`ambiguous (±X%)`"));
+}

@@ -212,7 +212,13 @@ fn a_long_sentence_is_found_and_a_table_or_code_is_not() {
 
 #[test]
 fn no_sentence_in_the_users_docs_runs_over_60_words() {
-    for f in ["README.md", "docs/findings.md", "docs/schema.md", "docs/guide.md", "docs/method.md"] {
+    for f in [
+        "README.md",
+        "docs/findings.md",
+        "docs/schema.md",
+        "docs/guide.md",
+        "docs/method.md",
+    ] {
         let text = std::fs::read_to_string(root().join(f)).unwrap();
         let long = long_sentences(&text, 60);
         assert!(
