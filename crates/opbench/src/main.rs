@@ -109,6 +109,7 @@ enum Verb {
     /// Compose a decode step from a run's measurements and fits: ms/step, tokens/s, breakdown;
     /// with --profile transformers and the peer's generate() rows, one new token of the
     /// user's `model.generate()` too (tokens/s, split four ways, against the measured one).
+    /// A decode step ends with what would help: each change priced, ranked by tokens/s.
     Predict(PredictArgs),
     /// Merge a run's executions (RUN/executions/N/, one per process) into RUN's
     /// results.csv and samples.csv: one row per case with the between-execution spread.
