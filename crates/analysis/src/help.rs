@@ -12,6 +12,9 @@ use shapes::StepProfile;
 use crate::fit::Fits;
 use crate::predict::{Prediction, Query, predict_with, step_row};
 
+/// The name of the row every gain is read against.
+pub const AS_IS: &str = "the step as it is";
+
 /// How much faster the host of the "faster host" row is.
 pub const HOST_SPEEDUP: f64 = 1.5;
 
@@ -33,6 +36,42 @@ pub struct Lever {
 }
 
 impl Lever {
+    /// A row the run prices at `ns` a step.
+    fn priced(
+        name: impl Into<String>,
+        action: impl Into<String>,
+        batch: usize,
+        ns: f64,
+        measured_ns: Option<f64>,
+    ) -> Self {
+        Lever {
+            name: name.into(),
+            action: action.into(),
+            batch,
+            predicted_ns: Some(ns),
+            measured_ns,
+            unpriced: None,
+        }
+    }
+
+    /// A row the run cannot price, and why.
+    fn unpriced(
+        name: impl Into<String>,
+        action: impl Into<String>,
+        batch: usize,
+        measured_ns: Option<f64>,
+        why: impl Into<String>,
+    ) -> Self {
+        Lever {
+            name: name.into(),
+            action: action.into(),
+            batch,
+            predicted_ns: None,
+            measured_ns,
+            unpriced: Some(why.into()),
+        }
+    }
+
     /// The step the row stands for: predicted, else measured.
     pub fn step_ns(&self) -> Option<f64> {
         self.predicted_ns.or(self.measured_ns)
@@ -55,38 +94,30 @@ impl Lever {
 }
 
 /// The levers for `q`, ranked by tokens/s (the step as it is among them); those the run
-/// cannot price last. The physical limit is apart: [`bandwidth_bound`].
-pub fn levers(run: &Run, fits: &Fits, q: &Query, pred: &Prediction) -> Vec<Lever> {
+/// cannot price last. The physical limit, `bound` ([`bandwidth_bound`]), stands apart; the
+/// faster host's row is floored at it.
+pub fn levers(run: &Run, fits: &Fits, q: &Query, pred: &Prediction, bound: &Lever) -> Vec<Lever> {
     let measured = |q: &Query| step_row(run, q, q.mode).and_then(|r| r.median_ns);
-    let mut out = vec![Lever {
-        name: "the step as it is".into(),
-        action: format!("{} profile, {} mode, {}", q.profile, q.mode, q.dtype),
-        batch: q.batch,
-        predicted_ns: Some(pred.step_ns),
-        measured_ns: measured(q),
-        unpriced: None,
-    }];
+    let mut out = vec![Lever::priced(
+        AS_IS,
+        format!("{} profile, {} mode, {}", q.profile, q.mode, q.dtype),
+        q.batch,
+        pred.step_ns,
+        measured(q),
+    )];
     // one thing of the query changed, priced by the same composition
     let mut variant = |name: &str, action: &str, changed: Query, fix: &str| {
-        let lever = match predict_with(run, fits, &changed) {
-            Ok(p) => Lever {
-                name: name.into(),
-                action: action.into(),
-                batch: changed.batch,
-                predicted_ns: Some(p.step_ns),
-                measured_ns: measured(&changed),
-                unpriced: None,
-            },
-            Err(e) => Lever {
-                name: name.into(),
-                action: action.into(),
-                batch: changed.batch,
-                predicted_ns: None,
-                measured_ns: measured(&changed),
-                unpriced: Some(why_unpriced(fix, &e.to_string())),
-            },
-        };
-        out.push(lever);
+        let m = measured(&changed);
+        out.push(match predict_with(run, fits, &changed) {
+            Ok(p) => Lever::priced(name, action, changed.batch, p.step_ns, m),
+            Err(e) => Lever::unpriced(
+                name,
+                action,
+                changed.batch,
+                m,
+                why_unpriced(fix, &e.to_string()),
+            ),
+        });
     };
     if q.profile != StepProfile::Fused {
         variant(
@@ -150,11 +181,7 @@ pub fn levers(run: &Run, fits: &Fits, q: &Query, pred: &Prediction) -> Vec<Lever
         }
     }
     out.push(sdpa_lever(run, q, pred));
-    out.push(faster_host(
-        q,
-        pred,
-        bandwidth_bound(run, q, pred).predicted_ns,
-    ));
+    out.push(faster_host(q, pred, bound.predicted_ns));
     out.sort_by(|a, b| match (a.tokens_per_s(), b.tokens_per_s()) {
         (Some(x), Some(y)) => y.total_cmp(&x),
         (Some(_), None) => std::cmp::Ordering::Less,
@@ -176,7 +203,7 @@ fn why_unpriced(fix: &str, e: &str) -> String {
 }
 
 /// A token of the peer's `site` (generate() as the user calls it), at the query's batch.
-fn peer_token(run: &Run, q: &Query, site: &str) -> Option<f64> {
+pub fn peer_token(run: &Run, q: &Query, site: &str) -> Option<f64> {
     run.ok_rows()
         .find(|r| {
             r.op == OpKind::Decode
@@ -191,21 +218,15 @@ fn peer_token(run: &Run, q: &Query, site: &str) -> Option<f64> {
 /// A change scripts/peer.py measures and opbench does not compose.
 fn peer_lever(run: &Run, q: &Query, name: &str, action: &str, site: &str) -> Lever {
     let m = peer_token(run, q, site);
-    Lever {
-        name: name.into(),
-        action: action.into(),
-        batch: q.batch,
-        predicted_ns: None,
-        measured_ns: m,
-        unpriced: Some(format!(
-            "opbench does not compose it; scripts/peer.py measures it as `{site}`{}",
-            if m.is_none() {
-                " (not in this run)"
-            } else {
-                ""
-            }
-        )),
-    }
+    let why = format!(
+        "opbench does not compose it; scripts/peer.py measures it as `{site}`{}",
+        if m.is_none() {
+            " (not in this run)"
+        } else {
+            ""
+        }
+    );
+    Lever::unpriced(name, action, q.batch, m, why)
 }
 
 /// The step with the attention call at the fastest SDPA backend the run measured at its
@@ -214,14 +235,13 @@ fn sdpa_lever(run: &Run, q: &Query, pred: &Prediction) -> Lever {
     let name = "the fastest SDPA backend".to_string();
     let action = "torch.nn.attention.sdpa_kernel(<the backend>) around generate()".to_string();
     let Some(c) = pred.components.iter().find(|c| c.op == Some(OpKind::Sdpa)) else {
-        return Lever {
+        return Lever::unpriced(
             name,
             action,
-            batch: q.batch,
-            predicted_ns: None,
-            measured_ns: None,
-            unpriced: Some("the step has no priced SDPA call".into()),
-        };
+            q.batch,
+            None,
+            "the step has no priced SDPA call",
+        );
     };
     let call = pred
         .plan
@@ -257,23 +277,21 @@ fn sdpa_lever(run: &Run, q: &Query, pred: &Prediction) -> Lever {
         Some((variant, ns)) => {
             // what the picked backend costs over the fastest, at every call of the step
             let saved = ((picked - ns) * c.calls as f64).max(0.0);
-            Lever {
-                name: format!("{name} ({variant})"),
-                action: action.replace("<the backend>", sdp_backend(&variant)),
-                batch: q.batch,
-                predicted_ns: Some(pred.step_ns - saved),
-                measured_ns: None,
-                unpriced: None,
-            }
+            Lever::priced(
+                format!("{name} ({variant})"),
+                action.replace("<the backend>", sdp_backend(&variant)),
+                q.batch,
+                pred.step_ns - saved,
+                None,
+            )
         }
-        None => Lever {
+        None => Lever::unpriced(
             name,
             action,
-            batch: q.batch,
-            predicted_ns: None,
-            measured_ns: None,
-            unpriced: Some("time the backends at this shape: scripts/bench -p sdpa".into()),
-        },
+            q.batch,
+            None,
+            "time the backends at this shape: scripts/bench -p sdpa",
+        ),
     }
 }
 
@@ -286,15 +304,13 @@ fn faster_host(q: &Query, pred: &Prediction, floor_ns: Option<f64>) -> Lever {
     } else {
         pred.step_ns / HOST_SPEEDUP
     };
-    Lever {
-        name: format!("a host {HOST_SPEEDUP}× faster"),
-        action: "a faster CPU core for the Python thread (or nothing else running beside it)"
-            .into(),
-        batch: q.batch,
-        predicted_ns: Some(step.max(floor_ns.unwrap_or(0.0))),
-        measured_ns: None,
-        unpriced: None,
-    }
+    Lever::priced(
+        format!("a host {HOST_SPEEDUP}× faster"),
+        "a faster CPU core for the Python thread (or nothing else running beside it)",
+        q.batch,
+        step.max(floor_ns.unwrap_or(0.0)),
+        None,
+    )
 }
 
 /// PyTorch's name of a backend variant, as `torch.nn.attention.SDPBackend` spells it.
@@ -326,21 +342,19 @@ pub fn bandwidth_bound(run: &Run, q: &Query, pred: &Prediction) -> Lever {
         .filter_map(|r| r.gbps)
         .fold(None::<f64>, |m, g| Some(m.map_or(g, |m| m.max(g))));
     match gbps.filter(|g| *g > 0.0) {
-        Some(g) => Lever {
-            name: format!("{name} ({:.0} MB at {g:.0} GB/s)", bytes / 1e6),
+        Some(g) => Lever::priced(
+            format!("{name} ({:.0} MB at {g:.0} GB/s)", bytes / 1e6),
             action,
-            batch: q.batch,
-            predicted_ns: Some(bytes / g),
-            measured_ns: None,
-            unpriced: None,
-        },
-        None => Lever {
+            q.batch,
+            bytes / g,
+            None,
+        ),
+        None => Lever::unpriced(
             name,
             action,
-            batch: q.batch,
-            predicted_ns: None,
-            measured_ns: None,
-            unpriced: Some("time the copy ceiling: cargo bench -p harness".into()),
-        },
+            q.batch,
+            None,
+            "time the copy ceiling: cargo bench -p harness",
+        ),
     }
 }

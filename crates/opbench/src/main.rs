@@ -576,9 +576,10 @@ fn predict_verb(args: &PredictArgs) -> Result<u8, CliError> {
     }
     // the user's answer: what would make it faster, ranked
     if q.phase == rundir::Phase::Decode {
+        let bound = analysis::help::bandwidth_bound(&run, &q, &pred);
         print::what_would_help(
-            &analysis::help::levers(&run, &fits, &q, &pred),
-            &analysis::help::bandwidth_bound(&run, &q, &pred),
+            &analysis::help::levers(&run, &fits, &q, &pred, &bound),
+            &bound,
         );
     }
     Ok(0)

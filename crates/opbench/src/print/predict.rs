@@ -521,17 +521,8 @@ pub fn generate(
     ]
     .iter()
     .filter_map(|(site, how)| {
-        let r = run.ok_rows().find(|r| {
-            r.op == rundir::OpKind::Decode
-                && r.variant == q.profile.as_str()
-                && r.site == *site
-                && r.batch == q.batch
-                && r.device == q.device
-        })?;
-        Some(format!(
-            "{how} {:.1} tokens/s",
-            q.batch as f64 * 1e9 / r.median_ns?
-        ))
+        let ns = analysis::help::peer_token(run, q, site)?;
+        Some(format!("{how} {:.1} tokens/s", q.batch as f64 * 1e9 / ns))
     })
     .collect();
     if !user.is_empty() {
@@ -588,7 +579,7 @@ pub fn step_check(pred: &Prediction, c: &analysis::traced::StepCheck) {
 pub fn what_would_help(levers: &[analysis::help::Lever], bound: &analysis::help::Lever) {
     let base = levers
         .iter()
-        .find(|l| l.name == "the step as it is")
+        .find(|l| l.name == analysis::help::AS_IS)
         .and_then(|l| l.tokens_per_s());
     println!("\nwhat would help (ranked by tokens/s; gain against the step as it is):");
     println!(
