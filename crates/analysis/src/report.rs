@@ -293,6 +293,7 @@ pub fn write_report(dir: &Path) -> Result<PathBuf, AnalysisError> {
         // the answer first (the step, where it goes, what graphs would give, the batch),
         // then the evidence (each op, the bandwidth, host against device, the kernels)
         md += &predicted_steps(&ctx, on);
+        md += &what_would_help(&ctx, on)?;
         md += &breakdown(&ctx, on)?;
         md += &graph_replay(&ctx, on)?;
         md += &batch_curve(&ctx, on)?;
@@ -736,6 +737,36 @@ fn predicted_steps(ctx: &Ctx, on: On) -> String {
         );
     }
     md
+}
+
+/// What would help each measured batch ([`crate::help_report`]), for each model the run
+/// prices a step of.
+fn what_would_help(ctx: &Ctx, on: On) -> Result<String, AnalysisError> {
+    let mut md = String::new();
+    let models: BTreeSet<&str> = ctx
+        .ok
+        .iter()
+        .filter(|r| r.device == on.device && r.op == OpKind::Sdpa && r.phase == Phase::Decode)
+        .map(|r| r.model.as_str())
+        .collect();
+    let ctx_len = plotted_kv(&ctx.ok, OpKind::Sdpa).map_or(1024, |k| k - 1);
+    for model in models {
+        let Ok(cfg) = ModelConfig::by_name(model) else {
+            continue;
+        };
+        let file = format!("{}-{}-help.svg", slug(&on.device.to_string()), slug(model));
+        md += &crate::help_report::section(
+            ctx.run,
+            &ctx.fits,
+            ctx.dir,
+            &file,
+            &cfg,
+            (on.device, on.dtype),
+            ctx_len,
+            &batches(ctx, on),
+        )?;
+    }
+    Ok(md)
 }
 
 /// The whole-step rows (the decode crate's and the peer's, site `step`) of a device and

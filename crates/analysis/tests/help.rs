@@ -105,6 +105,27 @@ fn each_row_is_the_prediction_with_one_thing_changed_and_they_rank_by_tokens_per
 }
 
 #[test]
+fn on_the_cpu_the_transformers_table_prices_what_it_can_and_names_the_rest() {
+    let run = common::fixture(RUN);
+    let fits = fit_run(&run);
+    let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
+    let q = common::cpu_query(&cfg, Phase::Decode, 1, 128, StepProfile::Transformers);
+    let pred = predict_with(&run, &fits, &q).unwrap();
+    let rows = levers(&run, &fits, &q, &pred, &bandwidth_bound(&run, &q, &pred));
+    let row = |name: &str| rows.iter().find(|l| l.name.starts_with(name)).unwrap();
+    // the peer's step and the decode crate's fused step measured beside their prices
+    for name in ["the step as it is", "fused kernels", "batch 8"] {
+        let c = row(name).check().unwrap();
+        assert!((0.8..=1.2).contains(&c), "{name}: {c}");
+    }
+    let b64 = row("batch 64").unpriced.clone().unwrap();
+    assert!(b64.contains("OPBENCH_PROFILE=default"), "{b64}");
+    let stat = row("static cache alone").unpriced.clone().unwrap();
+    assert!(stat.contains("not in this run"), "{stat}");
+    assert!(rows.iter().all(|l| !l.name.contains("graphs")));
+}
+
+#[test]
 fn on_the_h200_the_transformers_rows_say_what_to_run_and_the_batches_check_within_20_percent() {
     // gen20 (2026-12-02, H200): the peer's rows and the op crates', no graph rows
     let (_dir, run) = common::merged("gen20");
@@ -133,7 +154,7 @@ fn on_the_h200_the_transformers_rows_say_what_to_run_and_the_batches_check_withi
             .unpriced
             .as_deref()
             .unwrap()
-            .contains("OPBENCH_MODES=graph")
+            .contains("OPBENCH_MODES=pipelined,graph,graph_cold")
     );
     let stat = row("static cache alone");
     assert!(
@@ -142,4 +163,128 @@ fn on_the_h200_the_transformers_rows_say_what_to_run_and_the_batches_check_withi
             .unwrap()
             .contains("generate_static")
     );
+}
+
+/// The H200 run made for these rows (`help-2026-12-03/`: qwen3-0.6b at B = 1, 8, 64,
+/// L = 1024; every op crate and the decode crate in the pipelined, device and graph modes
+/// at f16, the op crates at bf16, the peer with generate() as it is, with a static cache
+/// and graphed).
+fn h200_levers(batch: usize) -> (analysis::help::Lever, Vec<analysis::help::Lever>) {
+    let run = common::fixture("help-2026-12-03");
+    let fits = fit_run(&run);
+    let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
+    let q = Query {
+        device: "cuda:0".parse().unwrap(),
+        dtype: rundir::DType::F16,
+        ..common::cpu_query(&cfg, Phase::Decode, batch, 1024, StepProfile::Transformers)
+    };
+    let q = Query {
+        host: analysis::predict::HostModel::default_for(&run, &q),
+        ..q
+    };
+    let pred = predict_with(&run, &fits, &q).unwrap();
+    let bound = bandwidth_bound(&run, &q, &pred);
+    let rows = levers(&run, &fits, &q, &pred, &bound);
+    (bound, rows)
+}
+
+#[test]
+fn on_the_h200_every_row_is_present_and_each_measured_change_checks_within_20_percent() {
+    for batch in [1, 8, 64] {
+        let (bound, rows) = h200_levers(batch);
+        assert!(bound.predicted_ns.is_some());
+        let names: Vec<&str> = rows.iter().map(|l| l.name.as_str()).collect();
+        let mut want = vec![
+            "the step as it is",
+            "CUDA/HIP graphs",
+            "static cache alone",
+            "fused kernels",
+            "the fastest SDPA backend",
+            "bf16 weights",
+            "a host 1.5× faster",
+        ];
+        want.extend([8, 64].iter().filter(|&&b| b > batch).map(|b| match b {
+            8 => "batch 8",
+            _ => "batch 64",
+        }));
+        for w in &want {
+            assert!(
+                names.iter().any(|n| n.starts_with(w)),
+                "B={batch}: no {w} in {names:?}"
+            );
+        }
+        // each priced change with a measured counterpart: within ±20% of it
+        let mut checked = 0;
+        for l in &rows {
+            if let Some(c) = l.check() {
+                assert!((0.8..=1.2).contains(&c), "B={batch} {}: {c}", l.name);
+                checked += 1;
+            }
+        }
+        // graphs, fused, bf16, the step itself, and the larger batches
+        assert!(
+            checked >= 4 + want.len() - 7,
+            "B={batch}: {checked} checked"
+        );
+        // ranked by tokens/s, the unpriced last
+        let priced: Vec<f64> = rows.iter().filter_map(|l| l.tokens_per_s()).collect();
+        assert!(priced.windows(2).all(|w| w[0] >= w[1]), "{priced:?}");
+        // the static cache is measured, not composed, and says so
+        let stat = rows
+            .iter()
+            .find(|l| l.name == "static cache alone")
+            .unwrap();
+        assert!(stat.predicted_ns.is_none() && stat.measured_ns.is_some());
+        assert!(
+            stat.unpriced
+                .as_deref()
+                .unwrap()
+                .contains("does not compose")
+        );
+    }
+}
+
+#[test]
+fn graphs_are_the_calls_replayed_with_a_static_cache_plus_generates_own_loop() {
+    let run = common::fixture("help-2026-12-03");
+    let fits = fit_run(&run);
+    let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
+    let base = Query {
+        device: "cuda:0".parse().unwrap(),
+        dtype: rundir::DType::F16,
+        ..common::cpu_query(&cfg, Phase::Decode, 64, 1024, StepProfile::Transformers)
+    };
+    let (_, rows) = h200_levers(64);
+    let graphs = rows.iter().find(|l| l.name == "CUDA/HIP graphs").unwrap();
+    let at = |profile| {
+        predict_with(
+            &run,
+            &fits,
+            &Query {
+                profile,
+                mode: rundir::Mode::Graph,
+                ..base.clone()
+            },
+        )
+        .unwrap()
+    };
+    let (hf, fused) = (at(StepProfile::HfEager), at(StepProfile::Fused));
+    let cache = |p: &analysis::predict::Prediction| -> f64 {
+        p.components
+            .iter()
+            .filter(|c| c.op == Some(OpKind::KvCache))
+            .map(|c| c.calls as f64 * c.per_call_ns)
+            .sum()
+    };
+    // at B = 64 the DynamicCache's cats are a large part of the replayed step
+    assert!(
+        cache(&hf) > 0.2 * hf.step_ns,
+        "{} of {}",
+        cache(&hf),
+        hf.step_ns
+    );
+    let lp = analysis::help::peer_token(&run, &base, "generate_loop").unwrap();
+    let want = hf.step_ns - cache(&hf) + cache(&fused) + lp;
+    assert!((graphs.predicted_ns.unwrap() - want).abs() < 1e-6);
+    assert!(graphs.measured_ns.is_some());
 }

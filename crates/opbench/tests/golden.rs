@@ -154,3 +154,70 @@ fn compare_prints_what_it_printed() {
         assert_eq!(got, want, "{name}");
     }
 }
+
+/// The transformers profile's first screen, on the GPU (the H200 run of what would help)
+/// and the CPU (the published CPU run): recorded 2026-12-03 (issue 49), and its split adds
+/// up to its total.
+#[test]
+fn predict_transformers_prints_what_it_printed_and_its_parts_add_up() {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../analysis/tests/fixtures");
+    let cases = [
+        ("help-2026-12-03", "1024", "1", "gpu-1"),
+        ("help-2026-12-03", "1024", "64", "gpu-64"),
+        (
+            "published/results/2026-12-01-intel-r-xeon-r-processor-cpu-torch2.11.0-stack-x1",
+            "128",
+            "1",
+            "cpu-1",
+        ),
+    ];
+    for (run, ctx, b, name) in cases {
+        let args = [
+            "predict",
+            run,
+            "--model",
+            "qwen3-0.6b",
+            "--batch",
+            b,
+            "--ctx",
+            ctx,
+            "--profile",
+            "transformers",
+        ];
+        let got = output(&fixtures, &args);
+        assert_eq!(
+            got,
+            golden(&format!("predict-transformers-{name}.txt")),
+            "{args:?}"
+        );
+        let ms = |line: &str| -> Vec<f64> {
+            line.split(" ms")
+                .filter_map(|s| s.rsplit(' ').next()?.parse().ok())
+                .collect()
+        };
+        let split = got
+            .lines()
+            .find(|l| l.starts_with("split of the predicted step"))
+            .unwrap();
+        let v = ms(split);
+        assert!(v.len() >= 3, "{split}");
+        assert!(
+            (v[0] + v[1] - v[2]).abs() <= 0.005 * v[2],
+            "{name}: {split}"
+        );
+        if let Some(token) = got
+            .lines()
+            .find(|l| l.contains("where a token's time goes"))
+        {
+            let parts: f64 = ms(token).iter().sum();
+            let total = ms(got
+                .lines()
+                .find(|l| l.starts_with("generate() per new token"))
+                .unwrap())[0];
+            assert!(
+                (parts - total).abs() <= 0.005 * total,
+                "{name}: {parts} vs {total}"
+            );
+        }
+    }
+}

@@ -611,7 +611,8 @@ pub fn what_would_help(levers: &[analysis::help::Lever], bound: &analysis::help:
                 "-",
                 l.measured_ns
                     .map_or("-".into(), |m| format!("{:.1}", l.batch as f64 * 1e9 / m)),
-                "-",
+                l.measured_ns
+                    .map_or("-".into(), |m| format!("{:.1}", 1e9 / m)),
                 gain,
                 measured,
                 l.action,

@@ -1,0 +1,178 @@
+//! report.md's **What would help** section: [`crate::help::levers`] for each measured
+//! batch, as a table, and a chart of tokens/s per stream at the smallest batch (each
+//! change predicted, beside its measured counterpart where the run has one).
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use plotters::prelude::*;
+use rundir::{DType, DeviceId, Mode, OpKind, Phase, Run};
+use shapes::{ModelConfig, StepProfile};
+
+use crate::AnalysisError;
+use crate::fit::Fits;
+use crate::help::{AS_IS, Lever, bandwidth_bound, levers};
+use crate::predict::{HostModel, Query, predict_with};
+
+/// The section for `model` on one device and dtype at cache length `ctx_len`, one table per
+/// batch; the chart is written beside report.md as `file`. Empty where the run prices no
+/// step at any batch.
+#[allow(clippy::too_many_arguments)]
+pub fn section(
+    run: &Run,
+    fits: &Fits,
+    dir: &Path,
+    file: &str,
+    cfg: &ModelConfig,
+    (device, dtype): (DeviceId, DType),
+    ctx_len: usize,
+    batches: &[usize],
+) -> Result<String, AnalysisError> {
+    let peer = run
+        .ok_rows()
+        .any(|r| r.op == OpKind::Decode && r.variant == StepProfile::Transformers.as_str());
+    let profile = if peer {
+        StepProfile::Transformers
+    } else {
+        StepProfile::HfEager
+    };
+    let mut md = String::new();
+    let mut chart: Option<(usize, Vec<Lever>)> = None;
+    for &b in batches {
+        let q = Query {
+            model: cfg,
+            batch: b,
+            ctx: ctx_len,
+            phase: Phase::Decode,
+            profile,
+            device,
+            dtype,
+            mode: Mode::Pipelined,
+            host: HostModel::AsMeasured,
+        };
+        let q = Query {
+            host: HostModel::default_for(run, &q),
+            ..q
+        };
+        let Ok(pred) = predict_with(run, fits, &q) else {
+            continue;
+        };
+        let rows = levers(run, fits, &q, &pred, &bandwidth_bound(run, &q, &pred));
+        md += &table(b, &rows);
+        chart.get_or_insert((b, rows));
+    }
+    let Some((b, rows)) = chart else {
+        return Ok(String::new());
+    };
+    draw(
+        &dir.join(file),
+        &format!("{} B={b}: tokens/s per stream", cfg.name),
+        &rows,
+    )?;
+    Ok(format!(
+        "### What would help: {}, L = {ctx_len}, {profile} profile\n\n\
+         Each change priced by the same composition as the step, ranked by tokens/s; \
+         `measured`: its counterpart in this run, `check`: predicted / measured. \
+         `opbench predict` prints the same table with what to do.\n\n\
+         ![what would help]({file})\n\n{md}",
+        cfg.name
+    ))
+}
+
+fn table(b: usize, rows: &[Lever]) -> String {
+    let base = rows
+        .iter()
+        .find(|l| l.name == AS_IS)
+        .and_then(Lever::tokens_per_s);
+    let mut md = format!(
+        "B = {b}:\n\n| change | ms/step | tokens/s | per stream | gain | measured ms | check |\n|---|---|---|---|---|---|---|\n"
+    );
+    let ms = |v: Option<f64>| v.map_or("-".into(), |ns| format!("{:.2}", ns / 1e6));
+    for l in rows {
+        let gain = match (l.tokens_per_s(), base) {
+            (Some(t), Some(b)) => format!("{:.2}×", t / b),
+            _ => "-".into(),
+        };
+        let how = l
+            .unpriced
+            .as_deref()
+            .map_or(String::new(), |w| format!(" (not priced: {w})"));
+        let _ = writeln!(
+            md,
+            "| {}{} | {} | {} | {} | {gain} | {} | {} |",
+            l.name,
+            how.replace('|', "/"),
+            ms(l.predicted_ns),
+            l.tokens_per_s().map_or("-".into(), |t| format!("{t:.0}")),
+            l.per_stream().map_or("-".into(), |t| format!("{t:.1}")),
+            ms(l.measured_ns),
+            l.check().map_or("-".into(), |c| format!("{c:.2}"))
+        );
+    }
+    md.push('\n');
+    md
+}
+
+/// Horizontal bars: each change's tokens/s per stream, predicted and measured.
+fn draw(path: &Path, title: &str, rows: &[Lever]) -> Result<(), AnalysisError> {
+    let err = |e: &dyn std::fmt::Display| AnalysisError::output(path, e);
+    let rate = |ns: Option<f64>| ns.map(|ns| 1e9 / ns);
+    let top = rows
+        .iter()
+        .flat_map(|l| [rate(l.predicted_ns), rate(l.measured_ns)])
+        .flatten()
+        .fold(1.0, f64::max)
+        * 1.15;
+    let n = rows.len();
+    let root = SVGBackend::new(path, (860, 60 + 34 * n as u32)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(&e))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 16))
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(250)
+        .build_cartesian_2d(0.0..top, 0.0..n as f64)
+        .map_err(|e| err(&e))?;
+    let names: Vec<String> = rows.iter().map(|l| l.name.clone()).collect();
+    chart
+        .configure_mesh()
+        .disable_y_mesh()
+        .y_labels(2 * n + 1)
+        .y_label_formatter(&|y| {
+            let i = y.floor() as usize;
+            if (y - y.floor() - 0.5).abs() < 0.01 && i < n {
+                names[n - 1 - i].clone()
+            } else {
+                String::new()
+            }
+        })
+        .x_desc("tokens/s per stream")
+        .label_style(("sans-serif", 11))
+        .draw()
+        .map_err(|e| err(&e))?;
+    let bar = |i: usize, lo: f64, hi: f64, v: f64| {
+        let y = (n - 1 - i) as f64;
+        [(0.0, y + lo), (v, y + hi)]
+    };
+    for (label, color, lo, hi, pick) in [
+        ("predicted", BLUE.mix(0.7), 0.5, 0.85, true),
+        ("measured", BLACK.mix(0.35), 0.15, 0.5, false),
+    ] {
+        chart
+            .draw_series(rows.iter().enumerate().filter_map(|(i, l)| {
+                let v = rate(if pick { l.predicted_ns } else { l.measured_ns })?;
+                Some(Rectangle::new(bar(i, lo, hi, v), color.filled()))
+            }))
+            .map_err(|e| err(&e))?
+            .label(label)
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.4))
+        .draw()
+        .map_err(|e| err(&e))?;
+    root.present().map_err(|e| err(&e))
+}
