@@ -10,6 +10,7 @@
 //!   turns, the sequential stop, the budget ([`driver::run`] → [`driver::Outcome`]).
 //! - [`verdict`]: each case's, each family's and the global verdicts, and the exit code
 //!   with its reasons ([`verdict::judge`]).
+//! - [`replay`]: a stored comparison read back, to judge it again.
 //! - [`mod@write`]: the two run directories, `<RUN>-ab.csv` and `<RUN>-compare.md`.
 //!
 //! Boundary: this crate never touches tch; a worker is any process that speaks the
@@ -17,6 +18,7 @@
 
 pub mod driver;
 pub mod protocol;
+pub mod replay;
 pub mod verdict;
 pub mod worker;
 pub mod write;

@@ -182,7 +182,8 @@ fn side_row(c: &CaseRun, side: Side, run_id: &str) -> (ResultRow, Vec<Sample>) {
     (row, samples)
 }
 
-fn ab_csv(v: &Verdicts) -> String {
+/// `<RUN>-ab.csv`: one line per family and per case.
+pub fn ab_csv(v: &Verdicts) -> String {
     let mut out = String::from(
         "level,name,kind,verdict,ratio,ratio_low,ratio_high,pairs,resolution_pct,note\n",
     );
@@ -225,15 +226,22 @@ pub fn summary_md(outcome: &Outcome, v: &Verdicts, sides: [&str; 2]) -> String {
     let counts = v.counts();
     let n = |w: &str| counts.get(w).copied().unwrap_or(0);
     let _ = writeln!(o, "# opbench ab: {} → {}\n", sides[0], sides[1]);
+    // a comparison read back from its run directories (`opbench ab --judge`) has no time
+    let took = if outcome.took.is_zero() {
+        "judged again from its stored runs".to_string()
+    } else {
+        format!(
+            "in {:.0} s (budget {:.0} s)",
+            outcome.took.as_secs_f64(),
+            outcome.budget.as_secs_f64()
+        )
+    };
     let _ = writeln!(
         o,
         "Paired: both builds alive at once, taking turns sample by sample (A B, B A, …), \
-         {} pairs a case in each round, each round in fresh processes; {} cases in {:.0} s \
-         (budget {:.0} s).\n",
+         {} pairs a case in each round, each round in fresh processes; {} cases {took}.\n",
         s.pairs,
         outcome.cases.len(),
-        outcome.took.as_secs_f64(),
-        outcome.budget.as_secs_f64(),
     );
     if v.regressions.is_empty() {
         let _ = writeln!(o, "**Verdict: no regression found (exit 0).**\n");

@@ -494,3 +494,57 @@ fn a_case_that_does_not_fit_twice_runs_unpaired_and_says_so() {
         assert!(md.contains("does not fit in device memory twice"), "{md}");
     }
 }
+
+#[test]
+fn a_stored_comparison_judged_again_gives_the_same_verdicts() {
+    // a comparison with a planted +5%, written as `opbench ab` writes it, read back
+    let host = Host::shared(1.4, 0.15, 9);
+    let (h1, h2) = (host.clone(), host.clone());
+    let mut groups = vec![Group {
+        name: "linear".into(),
+        base: Box::new(move || Ok(Box::new(Fake::new(&h1, 1.0, 12, "base")) as Box<dyn Worker>)),
+        cand: Box::new(move || Ok(Box::new(Fake::new(&h2, 1.05, 12, "cand")) as Box<dyn Worker>)),
+    }];
+    let outcome = duet::run(&mut groups, &settings(), &mut |_| {}).expect("runs");
+    let v = duet::judge(&outcome);
+    assert!(share(&v, Judgement::Slower) > 0.5, "{:?}", v.counts());
+    let dir = tempfile::tempdir().expect("tmp");
+    let w = duet::write::write(dir.path(), "t", &outcome, &v, ["a", "b"]).expect("writes");
+    let base = rundir::Run::load(&w.base).expect("base");
+    let cand = rundir::Run::load(&w.cand).expect("cand");
+    let again = duet::replay::outcome(&base, &cand).expect("read back");
+    assert_eq!(again.settings.pairs, outcome.settings.pairs);
+    let v2 = duet::judge(&again);
+    assert_eq!(v2.exit_code(), v.exit_code());
+    assert_eq!(v2.counts(), v.counts());
+    for c in &v.cases {
+        let d = v2
+            .cases
+            .iter()
+            .find(|d| d.name == c.name)
+            .expect("the case");
+        assert_eq!(d.verdict, c.verdict, "{}", c.name);
+        assert_eq!(d.pairs, c.pairs, "{}", c.name);
+        let (r, r2) = (c.ratio.expect("ratio").0, d.ratio.expect("ratio").0);
+        assert!((r / r2 - 1.0).abs() < 1e-6, "{}: {r} {r2}", c.name);
+    }
+    let fam = |v: &duet::Verdicts| -> Vec<(String, Judgement)> {
+        v.families
+            .iter()
+            .map(|f| (f.name.clone(), f.judgement))
+            .collect()
+    };
+    assert_eq!(fam(&v2), fam(&v));
+    // a run of separate executions is not a paired comparison
+    let e = duet::replay::outcome(&base, &base).map(|_| ());
+    assert!(e.is_ok(), "the same side twice reads as an A/A");
+    let mut plain = base.clone();
+    plain
+        .env
+        .as_mut()
+        .expect("env")
+        .settings
+        .remove("pairs_per_round");
+    let err = duet::replay::outcome(&plain, &cand).expect_err("not paired");
+    assert!(err.to_string().contains("pairs_per_round"), "{err}");
+}

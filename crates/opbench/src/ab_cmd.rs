@@ -14,11 +14,16 @@ use crate::CliError;
 pub struct Args {
     /// The base (old) build's bench binaries (`bench-linear`, `target/release/deps/linear-…`),
     /// each started as a worker; repeat the option for each.
-    #[arg(long, required = true, num_args = 1..)]
+    #[arg(long, required_unless_present = "judge", num_args = 1..)]
     base: Vec<PathBuf>,
     /// The candidate (new) build's bench binaries, in the same order as --base.
-    #[arg(long, required = true, num_args = 1..)]
+    #[arg(long, required_unless_present = "judge", num_args = 1..)]
     cand: Vec<PathBuf>,
+    /// Judge a stored comparison again instead of running one: RUNS/RUN names the
+    /// `RUN-base` and `RUN-cand` run directories an earlier `opbench ab` wrote. Prints its
+    /// summary by this opbench's estimator and writes its verdicts to `RUN-judged-ab.csv`.
+    #[arg(long, value_name = "RUNS/RUN", conflicts_with_all = ["base", "cand"])]
+    judge: Option<PathBuf>,
     /// A variable set for the base's workers only, NAME=VALUE (its torch's library folder,
     /// say); repeatable. Without OPBENCH_THREADS set, each side's workers get half the
     /// cores: both sides are alive at once.
@@ -159,6 +164,9 @@ fn settings(a: &Args) -> Result<Settings, CliError> {
 }
 
 pub fn run(a: &Args) -> Result<u8, CliError> {
+    if let Some(prefix) = &a.judge {
+        return judge_stored(a, prefix);
+    }
     if a.base.len() != a.cand.len() {
         return Err(CliError::input(format!(
             "--base names {} bench binaries and --cand {}: they pair in order",
@@ -254,6 +262,32 @@ pub fn run(a: &Args) -> Result<u8, CliError> {
         w.csv.display(),
         w.summary.display()
     );
+    Ok(verdicts.exit_code() as u8)
+}
+
+/// `--judge RUNS/RUN`: the stored comparison's summary, judged again.
+fn judge_stored(a: &Args, prefix: &std::path::Path) -> Result<u8, CliError> {
+    let side = |s: &str| {
+        let mut p = prefix.as_os_str().to_owned();
+        p.push(format!("-{s}"));
+        let dir = PathBuf::from(p);
+        rundir::Run::load(&dir)
+            .map_err(|e| CliError::input(format!("--judge {}: {e}", prefix.display())))
+    };
+    let (base, cand) = (side("base")?, side("cand")?);
+    let outcome = duet::replay::outcome(&base, &cand)
+        .map_err(|e| CliError::input(format!("--judge: {e}")))?;
+    let verdicts = duet::judge(&outcome);
+    print!(
+        "{}",
+        duet::write::summary_md(&outcome, &verdicts, [&a.base_name, &a.cand_name])
+    );
+    let mut csv = prefix.as_os_str().to_owned();
+    csv.push("-judged-ab.csv");
+    let csv = PathBuf::from(csv);
+    std::fs::write(&csv, duet::write::ab_csv(&verdicts))
+        .map_err(|e| CliError::input(format!("{}: {e}", csv.display())))?;
+    println!("\nopbench: verdicts {}", csv.display());
     Ok(verdicts.exit_code() as u8)
 }
 

@@ -1,0 +1,139 @@
+//! A stored paired comparison read back (`opbench ab --judge RUNS/RUN`): the two run
+//! directories `opbench ab` wrote, `<RUN>-base` and `<RUN>-cand`, turned back into the
+//! [`Outcome`] the verdicts are judged from. Its pairs are the samples with the same pair
+//! index; a pair's round is its index over the pairs a round took (`pairs_per_round` in
+//! env.json's settings), as the driver numbered them.
+
+use std::time::Duration;
+
+use rundir::{ResultRow, Run, Sample, Status};
+
+use crate::driver::{CaseRun, Ended, Outcome, Pair, Settings, Side};
+use crate::protocol::{Prepared, Sampled};
+
+/// Why a stored comparison cannot be read back.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    #[error(transparent)]
+    Run(#[from] rundir::RunError),
+    #[error("{0}: not a run `opbench ab` wrote (env.json's settings lack `{1}`)")]
+    NotPaired(String, &'static str),
+}
+
+/// The comparison stored in `base` and `cand` (the two sides' run directories).
+pub fn outcome(base: &Run, cand: &Run) -> Result<Outcome, ReplayError> {
+    let setting = |run: &Run, name: &'static str| -> Result<String, ReplayError> {
+        run.env
+            .as_ref()
+            .and_then(|e| e.settings.get(name).cloned())
+            .ok_or_else(|| ReplayError::NotPaired(run.dir.display().to_string(), name))
+    };
+    let pairs: u32 = setting(base, "pairs_per_round")?.parse().unwrap_or(8);
+    let mut settings = Settings {
+        pairs: pairs as usize,
+        ..Settings::default()
+    };
+    if let Ok(t) = setting(base, "tolerance_pct")?.parse::<f64>() {
+        settings.tolerance = t / 100.0;
+    }
+    let (bs, cs) = (base.samples()?, cand.samples()?);
+    let none = Vec::new();
+    let mut cases = Vec::new();
+    for b in &base.results {
+        let c = cand.row(&b.key);
+        let by_pair = |s: &[Sample]| -> std::collections::BTreeMap<u32, Sampled> {
+            s.iter()
+                .filter_map(|s| Some((s.pair?, sampled(s))))
+                .collect()
+        };
+        let bp = by_pair(bs.get(&b.key).unwrap_or(&none));
+        let cp = by_pair(cs.get(&b.key).unwrap_or(&none));
+        let timed: Vec<Pair> = bp
+            .iter()
+            .filter_map(|(i, s)| {
+                Some(Pair {
+                    round: i / pairs.max(1),
+                    index: *i,
+                    base: s.clone(),
+                    cand: cp.get(i)?.clone(),
+                    base_first: i % 2 == 0,
+                })
+            })
+            .collect();
+        let rounds = timed.iter().map(|p| p.round + 1).max().unwrap_or(0);
+        cases.push(CaseRun {
+            key: b.key.clone(),
+            name: b.key.to_string(),
+            group: b.key.op.to_string(),
+            base: Some(prepared(b)),
+            cand: c.map(prepared),
+            ended: ended(b, c),
+            pairs: timed,
+            decided: false,
+            visits: rounds,
+            spent: Duration::ZERO,
+            unpaired: b
+                .note
+                .as_deref()
+                .filter(|n| n.contains("unpaired"))
+                .map(str::to_string),
+        });
+    }
+    let env = |r: &Run| r.env.as_ref().and_then(|e| serde_json::to_value(e).ok());
+    Ok(Outcome {
+        cases,
+        base_env: env(base),
+        cand_env: env(cand),
+        took: Duration::ZERO,
+        budget: Duration::ZERO,
+        settings,
+    })
+}
+
+fn sampled(s: &Sample) -> Sampled {
+    Sampled {
+        key: s.key.to_string(),
+        calls: s.iters,
+        total_ns: s.total_ns,
+        control_ns: s.control_ns,
+        host_ns: s.host_ns,
+        state: s.state,
+    }
+}
+
+fn prepared(r: &ResultRow) -> Prepared {
+    Prepared {
+        key: r.key.to_string(),
+        status: r.status.to_string(),
+        reason: (r.status != Status::Ok).then(|| r.note.clone().unwrap_or_default()),
+        rel_err: r.max_rel_err,
+        dims: r.dims.clone(),
+        flops: r.flops,
+        bytes: r.bytes,
+        kernel: r.kernel.clone(),
+        note: r.note.clone(),
+        state_bytes: 0,
+    }
+}
+
+/// Why a case was not timed in pairs: the side whose row is not `ok` (a `skipped` row is the
+/// side that was fine while the other ended).
+fn ended(b: &ResultRow, c: Option<&ResultRow>) -> Option<Ended> {
+    let Some(c) = c else {
+        return Some(Ended {
+            side: Some(Side::Cand),
+            status: Status::Unsupported,
+            reason: "the candidate has no row of this case".into(),
+        });
+    };
+    let end = |side, r: &ResultRow| Ended {
+        side: Some(side),
+        status: r.status,
+        reason: r.note.clone().unwrap_or_default(),
+    };
+    match (b.status, c.status) {
+        (Status::Ok, Status::Ok) => None,
+        (Status::Ok | Status::Skipped, s) if s != Status::Skipped => Some(end(Side::Cand, c)),
+        _ => Some(end(Side::Base, b)),
+    }
+}
