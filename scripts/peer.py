@@ -504,7 +504,17 @@ def setup(argv):
     if samples < 3:
         fail("--samples: at least 3")
     c.model_name = (settings.get("models") or "qwen3-0.6b").split(",")[0]
-    c.cfg = cfg = load_toml(shapes_dir() / f"{c.model_name}.toml")
+    path = shapes_dir() / f"{c.model_name}.toml"
+    if not path.is_file():
+        say(f"{c.model_name} is not a model of shapes/ (a config.json?): scripts/peer.py builds the "
+            "shipped Qwen3 models only; no HF rows")
+        sys.exit(0)
+    c.cfg = cfg = load_toml(path)
+    family = cfg.get("family", "qwen3")
+    if family not in ("qwen3", "qwen3_moe"):
+        say(f"{c.model_name} is a {family} model: scripts/peer.py builds Qwen3 only (its own layer "
+            "and the step rows follow Qwen3's layout); no HF rows")
+        sys.exit(0)
     c.moe = "num_experts" in cfg
     if c.moe:
         # the op, layer and generate rows are written for the dense MLP

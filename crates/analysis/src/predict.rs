@@ -792,6 +792,12 @@ pub fn predict(run: &Run, q: &Query) -> Result<Prediction, AnalysisError> {
 
 /// [`predict`] with the run's fits already made.
 pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, AnalysisError> {
+    if let Some(why) = q.model.family.not_composed() {
+        return Err(AnalysisError::Input(format!(
+            "{} ({} family): opbench cannot compose its step: {why}",
+            q.model.name, q.model.family
+        )));
+    }
     let pricer = Pricer::new(run, fits, q)?;
     let plan = StepPlan::new(q.model, q.profile, q.step());
     let mut components = Vec::new();

@@ -288,3 +288,13 @@ fn graphs_are_the_calls_replayed_with_a_static_cache_plus_generates_own_loop() {
     assert!((graphs.predicted_ns.unwrap() - want).abs() < 1e-6);
     assert!(graphs.measured_ns.is_some());
 }
+
+#[test]
+fn a_family_opbench_cannot_compose_is_refused_with_its_reason() {
+    let run = common::fixture(RUN);
+    let fits = fit_run(&run);
+    let cfg = ModelConfig::builtin("gemma-3-1b").unwrap();
+    let q = common::cpu_query(&cfg, Phase::Decode, 1, 128, StepProfile::HfEager);
+    let e = predict_with(&run, &fits, &q).unwrap_err().to_string();
+    assert!(e.contains("gemma family") && e.contains("GeGLU"), "{e}");
+}

@@ -395,6 +395,12 @@ impl Op for Decode {
             .map_err(|e| Failure::error(format!("decode profile: {e}")))?;
         let flavor = Flavor::from(profile);
         let cfg = ModelConfig::by_name(&problem.model)?;
+        if let Some(why) = cfg.family.not_composed() {
+            return Err(Failure::unsupported(format!(
+                "{} ({} family): {why}",
+                cfg.name, cfg.family
+            )));
+        }
         let weights = self.weights_for(&cfg, dt, device)?;
         if flavor == Flavor::Fused {
             for l in weights.borrow_mut().layers.iter_mut() {

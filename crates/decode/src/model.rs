@@ -538,11 +538,21 @@ pub fn layer_forward(
             rep(ctx, || x.f_linear::<Tensor>(&layer.v, None))?,
         ),
     };
+    // qk-norm where the family has it (Qwen3); Llama's layout goes straight to RoPE
+    let qk_norm = cfg.family.qk_norm();
     let qs = rep(ctx, || qs.f_view([b, q, h, d]))?;
-    let qs = rep(ctx, || rms_norm(&qs, &layer.q_norm, eps, flavor))?;
+    let qs = if qk_norm {
+        rep(ctx, || rms_norm(&qs, &layer.q_norm, eps, flavor))?
+    } else {
+        qs
+    };
     let qs = rep(ctx, || qs.f_transpose(1, 2))?;
     let ks = rep(ctx, || ks.f_view([b, q, hkv, d]))?;
-    let ks = rep(ctx, || rms_norm(&ks, &layer.k_norm, eps, flavor))?;
+    let ks = if qk_norm {
+        rep(ctx, || rms_norm(&ks, &layer.k_norm, eps, flavor))?
+    } else {
+        ks
+    };
     let ks = rep(ctx, || ks.f_transpose(1, 2))?;
     let vs = rep(ctx, || vs.f_view([b, q, hkv, d]))?;
     let vs = rep(ctx, || vs.f_transpose(1, 2))?;

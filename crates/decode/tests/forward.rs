@@ -319,3 +319,47 @@ fn the_layer_cases_check_and_repeat_calls_without_changing_them() {
         }
     }
 }
+
+#[test]
+fn a_llama_layout_skips_qk_norm_and_still_matches_float64() {
+    let llama = ModelConfig::parse(
+        &format!("name = \"tiny-llama\"\nfamily = \"llama\"{TINY}"),
+        Path::new("tiny-llama.toml"),
+    )
+    .unwrap();
+    assert!(!llama.family.qk_norm());
+    let ids = Tensor::from_slice(&[3i64, 17, 250, 9, 0]).view([1, 5]);
+    let logits = |cfg: &ModelConfig, flavor: Flavor| {
+        // the same seed gives the same weights to both layouts
+        tch::manual_seed(5);
+        let w = random_weights(cfg, Kind::Float, tch::Device::Cpu, false).unwrap();
+        let w = if flavor == Flavor::Reference {
+            w.to_reference(3).unwrap()
+        } else {
+            w
+        };
+        let mut c = caches(3, flavor, None, 6);
+        forward(&w, &ids, 0, &mut c, flavor, true)
+            .unwrap()
+            .to_kind(Kind::Double)
+    };
+    let err = |a: &Tensor, b: &Tensor| {
+        rel_err(&harness::Check {
+            output: a.shallow_clone(),
+            reference: b.shallow_clone(),
+        })
+        .unwrap()
+    };
+    let (eager, reference) = (
+        logits(&llama, Flavor::HfEager),
+        logits(&llama, Flavor::Reference),
+    );
+    assert!(
+        err(&eager, &reference) < 1e-5,
+        "{}",
+        err(&eager, &reference)
+    );
+    // Qwen3's layout on the same weights normalizes q and k: other logits
+    let qwen = logits(&tiny(), Flavor::HfEager);
+    assert!(err(&eager, &qwen) > 1e-3, "{}", err(&eager, &qwen));
+}

@@ -225,7 +225,7 @@ pub struct HistoryArgs {
 pub struct PredictArgs {
     /// The run directory (target/opbench/runs/RUN_ID).
     run: PathBuf,
-    /// Model name.
+    /// Model: a shapes/ name or a path to a Hugging Face config.json.
     #[arg(long)]
     model: String,
     /// Batch size B.

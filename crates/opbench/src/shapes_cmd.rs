@@ -6,7 +6,8 @@ use crate::CliError as Failure;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Model name (`qwen3-0.6b`, ...; see shapes/).
+    /// Model: a shapes/ name (`qwen3-0.6b`, `llama-3.2-1b`, ...) or a path to a Hugging Face
+    /// config.json.
     #[arg(long)]
     model: String,
     /// decode, prefill or all.

@@ -36,7 +36,7 @@ pub enum ShapesError {
 /// The largest size a model file may give (hidden size, heads, vocabulary, …).
 pub const MAX_DIM: usize = 1 << 24;
 
-/// One Qwen3 model, as its `config.json` says. Unknown keys are an error, so a typo in a
+/// One model, as its `config.json` says. Unknown keys are an error, so a typo in a
 /// shapes file never silently falls back to a default.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -45,6 +45,12 @@ pub struct ModelConfig {
     pub name: String,
     /// Where the values were copied from.
     pub source: String,
+    /// The layout's family (`model_type`); a shapes file without it is Qwen3.
+    #[serde(default)]
+    pub family: crate::Family,
+    /// A bias on the q, k and v projections (Qwen2).
+    #[serde(default)]
+    pub attention_bias: bool,
     pub hidden_size: usize,
     pub intermediate_size: usize,
     pub num_hidden_layers: usize,
@@ -86,6 +92,34 @@ const BUILTIN: &[(&str, &str)] = &[
     (
         "qwen3-235b-a22b",
         include_str!("../../../shapes/qwen3-235b-a22b.toml"),
+    ),
+    (
+        "llama-3.2-1b",
+        include_str!("../../../shapes/llama-3.2-1b.toml"),
+    ),
+    (
+        "llama-3.2-3b",
+        include_str!("../../../shapes/llama-3.2-3b.toml"),
+    ),
+    (
+        "llama-3.1-8b",
+        include_str!("../../../shapes/llama-3.1-8b.toml"),
+    ),
+    (
+        "qwen2.5-0.5b",
+        include_str!("../../../shapes/qwen2.5-0.5b.toml"),
+    ),
+    (
+        "qwen2.5-7b",
+        include_str!("../../../shapes/qwen2.5-7b.toml"),
+    ),
+    (
+        "gemma-3-1b",
+        include_str!("../../../shapes/gemma-3-1b.toml"),
+    ),
+    (
+        "phi-3-mini",
+        include_str!("../../../shapes/phi-3-mini.toml"),
     ),
 ];
 pub(crate) const BUILTIN_GRID: &str = include_str!("../../../shapes/grid.toml");
@@ -162,7 +196,17 @@ impl ModelConfig {
     /// A model by name: from [`shapes_dir`] when there is one, else the embedded copy. A
     /// file whose `name` differs from its file name is an error (its rows would carry the
     /// wrong model).
+    ///
+    /// A path to a Hugging Face `config.json` reads that file
+    /// ([`ModelConfig::from_hf_json`]); the name it gives is known from then on in this
+    /// process.
     pub fn by_name(name: &str) -> Result<Self, ShapesError> {
+        if name.ends_with(".json") {
+            return Self::from_hf_json(Path::new(name));
+        }
+        if let Some(cfg) = crate::family::read_before(name) {
+            return Ok(cfg);
+        }
         if let Some(dir) = shapes_dir() {
             let path = dir.join(format!("{name}.toml"));
             if path.is_file() && name != "grid" {
@@ -191,11 +235,14 @@ impl ModelConfig {
         }
     }
 
-    /// Names given on the command line: `all` means every dense model.
+    /// Names given on the command line: `all` means every dense Qwen3 model.
     pub fn resolve_list(spec: &str) -> Result<Vec<Self>, ShapesError> {
         if spec == "all" {
             let all: Result<Vec<_>, _> = builtin_models().into_iter().map(Self::by_name).collect();
-            return Ok(all?.into_iter().filter(|m| !m.is_moe()).collect());
+            return Ok(all?
+                .into_iter()
+                .filter(|m| m.family == crate::Family::Qwen3 && !m.is_moe())
+                .collect());
         }
         let names: Vec<&str> = spec.split(',').map(str::trim).collect();
         if let Some(dup) = names
@@ -216,7 +263,7 @@ impl ModelConfig {
         self.num_experts.is_some()
     }
 
-    fn validate(&self, path: &Path) -> Result<(), ShapesError> {
+    pub(crate) fn validate(&self, path: &Path) -> Result<(), ShapesError> {
         let invalid = |key, message: &str| ShapesError::Invalid {
             path: path.to_path_buf(),
             key,

@@ -1,4 +1,5 @@
-//! Qwen3 model configurations and the per-op problems of one decoder step.
+//! Model configurations (Qwen3's shipped, any supported Hugging Face decoder's from its
+//! `config.json`) and the per-op problems of one decoder step.
 //!
 //! This crate never touches tch: it is pure data and arithmetic, so every other crate (and
 //! the tests) can reason about shapes, FLOPs and bytes without libtorch.
@@ -23,12 +24,14 @@
 //! ```
 
 mod config;
+mod family;
 mod grid;
 pub mod moe;
 mod plan;
 mod problem;
 
 pub use config::{ModelConfig, ShapesError, builtin_models, check_shapes_env, shapes_dir};
+pub use family::Family;
 pub use grid::{Check, DTypeName, Grid, MAX_BATCH, MAX_LEN, Profile};
 pub use plan::{
     CallKind, GENERATE_LOOP, GenerateLoop, OtherCall, PairedSite, Pairing, PlannedCall, StepPlan,

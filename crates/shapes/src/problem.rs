@@ -624,7 +624,8 @@ pub fn step_work(cfg: &ModelConfig, step: Step) -> StepWork {
         }
         _ => (3 * e * i, 3 * e * i),
     };
-    let norms = 2 * e + 2 * d;
+    // the input and post-attention norms' weights, and qk-norm's where the family has it
+    let norms = 2 * e + u(if cfg.family.qk_norm() { 2 } else { 0 }) * d;
     let pairs = attended_pairs(step.q_len, step.kv_len(), step.phase == Phase::Prefill);
     StepWork {
         flops: sat(layers * (2 * t * (attn + mlp_token) + 4 * b * h * d * pairs) + 2 * b * v * e),
@@ -744,8 +745,10 @@ pub fn derive(cfg: &ModelConfig, step: Step) -> Vec<Problem> {
     out.push(norm("input_norm", t, e, layers));
     out.push(norm("post_norm", t, e, layers));
     out.push(norm("final_norm", t, e, 1));
-    out.push(norm("q_norm", t.saturating_mul(h), d, layers));
-    out.push(norm("k_norm", t.saturating_mul(hkv), d, layers));
+    if cfg.family.qk_norm() {
+        out.push(norm("q_norm", t.saturating_mul(h), d, layers));
+        out.push(norm("k_norm", t.saturating_mul(hkv), d, layers));
+    }
 
     out.push(rope("q", h, layers));
     out.push(rope("k", hkv, layers));

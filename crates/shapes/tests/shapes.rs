@@ -18,9 +18,25 @@ fn every_shipped_model_parses_from_disk_and_embedded() {
         let embedded = ModelConfig::builtin(name).unwrap();
         assert_eq!(disk, embedded);
         assert_eq!(disk.name, name);
-        assert!(disk.source.contains("huggingface.co/Qwen/"));
+        assert!(
+            disk.source.contains("huggingface.co/"),
+            "{name}: {}",
+            disk.source
+        );
+        assert!(
+            disk.source.ends_with("/config.json"),
+            "{name}: {}",
+            disk.source
+        );
     }
-    assert_eq!(builtin_models().len(), 8);
+    assert_eq!(builtin_models().len(), 15);
+    // `all` is every dense Qwen3 model
+    let all = ModelConfig::resolve_list("all").unwrap();
+    assert_eq!(all.len(), 6);
+    assert!(
+        all.iter()
+            .all(|m| m.family == shapes::Family::Qwen3 && !m.is_moe())
+    );
 }
 
 #[test]
