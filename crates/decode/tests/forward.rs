@@ -329,17 +329,13 @@ fn a_llama_layout_skips_qk_norm_and_still_matches_float64() {
     .unwrap();
     assert!(!llama.family.qk_norm());
     let ids = Tensor::from_slice(&[3i64, 17, 250, 9, 0]).view([1, 5]);
-    let logits = |cfg: &ModelConfig, flavor: Flavor| {
-        // the same seed gives the same weights to both layouts
-        tch::manual_seed(5);
-        let w = random_weights(cfg, Kind::Float, tch::Device::Cpu, false).unwrap();
-        let w = if flavor == Flavor::Reference {
-            w.to_reference(3).unwrap()
-        } else {
-            w
-        };
+    // one set of weights, read through each layout (the tests run in parallel threads:
+    // two draws from a seed need not agree)
+    let mut w = random_weights(&llama, Kind::Float, tch::Device::Cpu, false).unwrap();
+    let r = w.to_reference(3).unwrap();
+    let run = |w: &decode::model::Weights, flavor: Flavor| {
         let mut c = caches(3, flavor, None, 6);
-        forward(&w, &ids, 0, &mut c, flavor, true)
+        forward(w, &ids, 0, &mut c, flavor, true)
             .unwrap()
             .to_kind(Kind::Double)
     };
@@ -350,16 +346,11 @@ fn a_llama_layout_skips_qk_norm_and_still_matches_float64() {
         })
         .unwrap()
     };
-    let (eager, reference) = (
-        logits(&llama, Flavor::HfEager),
-        logits(&llama, Flavor::Reference),
-    );
-    assert!(
-        err(&eager, &reference) < 1e-5,
-        "{}",
-        err(&eager, &reference)
-    );
+    let (eager, reference) = (run(&w, Flavor::HfEager), run(&r, Flavor::Reference));
+    let e = err(&eager, &reference);
+    assert!(e < 1e-5, "{e}");
     // Qwen3's layout on the same weights normalizes q and k: other logits
-    let qwen = logits(&tiny(), Flavor::HfEager);
+    w.cfg = tiny();
+    let qwen = run(&w, Flavor::HfEager);
     assert!(err(&eager, &qwen) > 1e-3, "{}", err(&eager, &qwen));
 }

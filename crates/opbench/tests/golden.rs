@@ -221,3 +221,28 @@ fn predict_transformers_prints_what_it_printed_and_its_parts_add_up() {
         }
     }
 }
+
+/// compare's first screen gives its exit code and, for exit 1, every reason, within its
+/// first 10 lines (issue 49), on each recorded comparison.
+#[test]
+fn compare_says_its_exit_and_why_in_its_first_ten_lines() {
+    for name in ["compare-0-0.txt", "compare-1-2.txt", "compare-3-4.txt"] {
+        let text = golden(name);
+        let exit = text.lines().last().unwrap();
+        let head: Vec<&str> = text.lines().take(10).collect();
+        let verdict = head.iter().find(|l| l.starts_with("**Verdict")).unwrap();
+        if exit == "exit 1" {
+            assert!(
+                verdict.contains("exit 1") && verdict.contains("because"),
+                "{name}"
+            );
+            assert!(
+                head.iter().any(|l| l.starts_with("- ")),
+                "{name}: no reason"
+            );
+        } else {
+            assert_eq!(exit, "exit 0", "{name}");
+            assert!(verdict.contains("exit 0"), "{name}");
+        }
+    }
+}
