@@ -22,7 +22,6 @@ pub mod export;
 pub mod fit;
 pub mod generate;
 pub mod help;
-pub mod help_report;
 pub mod history;
 pub mod history_report;
 pub mod ingest;

@@ -20,6 +20,24 @@ pub struct Written {
     pub summary: PathBuf,
 }
 
+impl Written {
+    /// Where a comparison `run` under `runs` (the `runs/` folder) lives: `<run>-base`,
+    /// `-cand`, `-ab.csv`, `-compare.md`.
+    pub fn at(runs: &Path, run: &str) -> Self {
+        Written {
+            base: runs.join(format!("{run}-base")),
+            cand: runs.join(format!("{run}-cand")),
+            csv: runs.join(format!("{run}-ab.csv")),
+            summary: runs.join(format!("{run}-compare.md")),
+        }
+    }
+
+    /// The verdicts of the comparison judged again (`opbench ab --judge`).
+    pub fn judged_csv(runs: &Path, run: &str) -> PathBuf {
+        runs.join(format!("{run}-judged-ab.csv"))
+    }
+}
+
 /// A run id from the clock, in the run directory's format (`YYYYMMDDTHHMMSSZ`).
 pub fn default_run_id() -> String {
     chrono::Utc::now()
@@ -35,28 +53,20 @@ pub fn write(
     verdicts: &Verdicts,
     sides: [&str; 2],
 ) -> Result<Written, rundir::RunError> {
-    let base = runs.join(format!("{run}-base"));
-    let cand = runs.join(format!("{run}-cand"));
+    let w = Written::at(runs, run);
     for (side, dir, other, what) in [
-        (Side::Base, &base, &cand, sides[0]),
-        (Side::Cand, &cand, &base, sides[1]),
+        (Side::Base, &w.base, &w.cand, sides[0]),
+        (Side::Cand, &w.cand, &w.base, sides[1]),
     ] {
         side_dir(outcome, side, dir, other, what)?;
     }
-    let csv = runs.join(format!("{run}-ab.csv"));
     let io = |p: &Path| {
         let p = p.to_path_buf();
         move |e: std::io::Error| rundir::RunError::Io { path: p, source: e }
     };
-    std::fs::write(&csv, ab_csv(verdicts)).map_err(io(&csv))?;
-    let summary = runs.join(format!("{run}-compare.md"));
-    std::fs::write(&summary, summary_md(outcome, verdicts, sides)).map_err(io(&summary))?;
-    Ok(Written {
-        base,
-        cand,
-        csv,
-        summary,
-    })
+    std::fs::write(&w.csv, ab_csv(verdicts)).map_err(io(&w.csv))?;
+    std::fs::write(&w.summary, summary_md(outcome, verdicts, sides)).map_err(io(&w.summary))?;
+    Ok(w)
 }
 
 /// One side's run directory.

@@ -267,24 +267,23 @@ pub fn run(a: &Args) -> Result<u8, CliError> {
 
 /// `--judge RUNS/RUN`: the stored comparison's summary, judged again.
 fn judge_stored(a: &Args, prefix: &std::path::Path) -> Result<u8, CliError> {
-    let side = |s: &str| {
-        let mut p = prefix.as_os_str().to_owned();
-        p.push(format!("-{s}"));
-        let dir = PathBuf::from(p);
-        rundir::Run::load(&dir)
-            .map_err(|e| CliError::input(format!("--judge {}: {e}", prefix.display())))
-    };
-    let (base, cand) = (side("base")?, side("cand")?);
-    let outcome = duet::replay::outcome(&base, &cand)
-        .map_err(|e| CliError::input(format!("--judge: {e}")))?;
+    let bad =
+        |e: &dyn std::fmt::Display| CliError::input(format!("--judge {}: {e}", prefix.display()));
+    let run = prefix
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .ok_or_else(|| bad(&"names no run"))?;
+    let runs = prefix.parent().unwrap_or(std::path::Path::new(""));
+    let w = duet::write::Written::at(runs, &run);
+    let load = |dir: &PathBuf| rundir::Run::load(dir).map_err(|e| bad(&e));
+    let (base, cand) = (load(&w.base)?, load(&w.cand)?);
+    let outcome = duet::replay::outcome(&base, &cand).map_err(|e| bad(&e))?;
     let verdicts = duet::judge(&outcome);
     print!(
         "{}",
         duet::write::summary_md(&outcome, &verdicts, [&a.base_name, &a.cand_name])
     );
-    let mut csv = prefix.as_os_str().to_owned();
-    csv.push("-judged-ab.csv");
-    let csv = PathBuf::from(csv);
+    let csv = duet::write::Written::judged_csv(runs, &run);
     std::fs::write(&csv, duet::write::ab_csv(&verdicts))
         .map_err(|e| CliError::input(format!("{}: {e}", csv.display())))?;
     println!("\nopbench: verdicts {}", csv.display());

@@ -19,10 +19,12 @@ use crate::fit::{Fits, fit_run};
 use crate::predict::{HostModel, Query, predict_with};
 use crate::{AnalysisError, slug};
 
+mod help;
 mod ops;
 mod step;
 mod traced;
 
+use help::*;
 use ops::*;
 use step::*;
 use traced::*;
@@ -300,13 +302,7 @@ fn batches(ctx: &Ctx, on: On) -> Vec<usize> {
 /// The predicted step per profile and measured batch, beside the decode crate's rows.
 fn predicted_steps(ctx: &Ctx, on: On) -> String {
     let mut md = String::new();
-    let models: BTreeSet<&str> = ctx
-        .ok
-        .iter()
-        .filter(|r| r.device == on.device && r.op == OpKind::Sdpa)
-        .map(|r| r.model.as_str())
-        .collect();
-    for model in models {
+    for model in models(ctx, on) {
         let Ok(cfg) = ModelConfig::by_name(model) else {
             continue;
         };
@@ -317,10 +313,7 @@ fn predicted_steps(ctx: &Ctx, on: On) -> String {
             "| profile | B | ms/step | tokens/s | host ms | kernels ms | bound | measured ms/step | measured device ms |"
         );
         let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|");
-        let peer = ctx
-            .ok
-            .iter()
-            .any(|r| r.op == OpKind::Decode && r.variant == "transformers");
+        let peer = has_peer(ctx);
         let mut chosen = BTreeMap::new();
         for profile in StepProfile::EVERY {
             if profile == StepProfile::Transformers && !peer {
@@ -383,34 +376,29 @@ fn predicted_steps(ctx: &Ctx, on: On) -> String {
     md
 }
 
-/// What would help each measured batch ([`crate::help_report`]), for each model the run
-/// prices a step of.
-fn what_would_help(ctx: &Ctx, on: On) -> Result<String, AnalysisError> {
-    let mut md = String::new();
-    let models: BTreeSet<&str> = ctx
-        .ok
+/// The models whose decode step the report prices on `on`: those with SDPA rows there.
+fn models<'a>(ctx: &Ctx<'a>, on: On) -> BTreeSet<&'a str> {
+    ctx.ok
         .iter()
-        .filter(|r| r.device == on.device && r.op == OpKind::Sdpa && r.phase == Phase::Decode)
+        .filter(|r| r.device == on.device && r.op == OpKind::Sdpa)
         .map(|r| r.model.as_str())
-        .collect();
-    let ctx_len = plotted_kv(&ctx.ok, OpKind::Sdpa).map_or(1024, |k| k - 1);
-    for model in models {
-        let Ok(cfg) = ModelConfig::by_name(model) else {
-            continue;
-        };
-        let file = format!("{}-{}-help.svg", slug(&on.device.to_string()), slug(model));
-        md += &crate::help_report::section(
-            ctx.run,
-            &ctx.fits,
-            ctx.dir,
-            &file,
-            &cfg,
-            (on.device, on.dtype),
-            ctx_len,
-            &batches(ctx, on),
-        )?;
-    }
-    Ok(md)
+        .collect()
+}
+
+/// The run has scripts/peer.py's rows (the transformers profile).
+fn has_peer(ctx: &Ctx) -> bool {
+    ctx.ok
+        .iter()
+        .any(|r| r.op == OpKind::Decode && r.variant == StepProfile::Transformers.as_str())
+}
+
+/// A chart's file name beside report.md: `<device>-<model>-<what>.svg`.
+fn chart_name(on: On, model: &str, what: &str) -> String {
+    format!(
+        "{}-{}-{what}.svg",
+        slug(&on.device.to_string()),
+        slug(model)
+    )
 }
 
 /// The whole-step rows (the decode crate's and the peer's, site `step`) of a device and

@@ -38,11 +38,7 @@ pub(super) fn batch_curve(ctx: &Ctx, on: On) -> Result<String, AnalysisError> {
         if series.values().all(|v| v.len() < 2) {
             continue;
         }
-        let file = format!(
-            "{}-{}-batch-curve.svg",
-            slug(&on.device.to_string()),
-            slug(model)
-        );
+        let file = chart_name(on, model, "batch-curve");
         plot(
             &ctx.dir.join(&file),
             &format!("{model} decode, L = {ctx_len}, {} {}", on.device, on.dtype),
@@ -197,11 +193,7 @@ pub(super) fn breakdown(ctx: &Ctx, on: On) -> Result<String, AnalysisError> {
         if bars.is_empty() {
             continue;
         }
-        let file = format!(
-            "{}-{}-breakdown.svg",
-            slug(&on.device.to_string()),
-            slug(&model)
-        );
+        let file = chart_name(on, &model, "breakdown");
         let path = ctx.dir.join(&file);
         draw_breakdown(
             &path,
@@ -393,11 +385,7 @@ pub(super) fn graph_replay(ctx: &Ctx, on: On) -> Result<String, AnalysisError> {
                 ))
             );
         }
-        let file = format!(
-            "{}-{}-graphs.svg",
-            slug(&on.device.to_string()),
-            slug(model)
-        );
+        let file = chart_name(on, model, "graphs");
         plot(
             &ctx.dir.join(&file),
             &format!(

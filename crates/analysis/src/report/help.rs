@@ -2,81 +2,61 @@
 //! batch, as a table, and a chart of tokens/s per stream at the smallest batch (each
 //! change predicted, beside its measured counterpart where the run has one).
 
-use std::fmt::Write as _;
-use std::path::Path;
-
-use plotters::prelude::*;
-use rundir::{DType, DeviceId, Mode, OpKind, Phase, Run};
-use shapes::{ModelConfig, StepProfile};
-
-use crate::AnalysisError;
-use crate::fit::Fits;
+use super::*;
 use crate::help::{AS_IS, Lever, bandwidth_bound, levers};
-use crate::predict::{HostModel, Query, predict_with};
 
-/// The section for `model` on one device and dtype at cache length `ctx_len`, one table per
-/// batch; the chart is written beside report.md as `file`. Empty where the run prices no
-/// step at any batch.
-#[allow(clippy::too_many_arguments)]
-pub fn section(
-    run: &Run,
-    fits: &Fits,
-    dir: &Path,
-    file: &str,
-    cfg: &ModelConfig,
-    (device, dtype): (DeviceId, DType),
-    ctx_len: usize,
-    batches: &[usize],
-) -> Result<String, AnalysisError> {
-    let peer = run
-        .ok_rows()
-        .any(|r| r.op == OpKind::Decode && r.variant == StepProfile::Transformers.as_str());
-    let profile = if peer {
+/// The section for each model the run prices a step of on `on`, at the report's cache
+/// length, one table per measured batch and a chart of the smallest batch priced. Empty
+/// where no batch is priced.
+pub(super) fn what_would_help(ctx: &Ctx, on: On) -> Result<String, AnalysisError> {
+    let mut md = String::new();
+    let ctx_len = plotted_kv(&ctx.ok, OpKind::Sdpa).map_or(1024, |k| k - 1);
+    let profile = if has_peer(ctx) {
         StepProfile::Transformers
     } else {
         StepProfile::HfEager
     };
-    let mut md = String::new();
-    let mut chart: Option<(usize, Vec<Lever>)> = None;
-    for &b in batches {
-        let q = Query {
-            model: cfg,
-            batch: b,
-            ctx: ctx_len,
-            phase: Phase::Decode,
-            profile,
-            device,
-            dtype,
-            mode: Mode::Pipelined,
-            host: HostModel::AsMeasured,
-        };
-        let q = Query {
-            host: HostModel::default_for(run, &q),
-            ..q
-        };
-        let Ok(pred) = predict_with(run, fits, &q) else {
+    for model in models(ctx, on) {
+        let Ok(cfg) = ModelConfig::by_name(model) else {
             continue;
         };
-        let rows = levers(run, fits, &q, &pred, &bandwidth_bound(run, &q, &pred));
-        md += &table(b, &rows);
-        chart.get_or_insert((b, rows));
+        let mut tables = String::new();
+        let mut chart: Option<(usize, Vec<Lever>)> = None;
+        for b in batches(ctx, on) {
+            let q = report_query(ctx.run, &cfg, on, profile, b, ctx_len, Mode::Pipelined);
+            let Ok(pred) = predict_with(ctx.run, &ctx.fits, &q) else {
+                continue;
+            };
+            let rows = levers(
+                ctx.run,
+                &ctx.fits,
+                &q,
+                &pred,
+                &bandwidth_bound(ctx.run, &q, &pred),
+            );
+            tables += &table(b, &rows);
+            chart.get_or_insert((b, rows));
+        }
+        let Some((b, rows)) = chart else {
+            continue;
+        };
+        let file = chart_name(on, model, "help");
+        draw(
+            &ctx.dir.join(&file),
+            &format!("{} B={b}: tokens/s per stream", cfg.name),
+            &rows,
+        )?;
+        let _ = write!(
+            md,
+            "### What would help: {}, L = {ctx_len}, {profile} profile\n\n\
+             Each change priced by the same composition as the step, ranked by tokens/s; \
+             `measured`: its counterpart in this run, `check`: predicted / measured. \
+             `opbench predict` prints the same table with what to do.\n\n\
+             ![what would help]({file})\n\n{tables}",
+            cfg.name
+        );
     }
-    let Some((b, rows)) = chart else {
-        return Ok(String::new());
-    };
-    draw(
-        &dir.join(file),
-        &format!("{} B={b}: tokens/s per stream", cfg.name),
-        &rows,
-    )?;
-    Ok(format!(
-        "### What would help: {}, L = {ctx_len}, {profile} profile\n\n\
-         Each change priced by the same composition as the step, ranked by tokens/s; \
-         `measured`: its counterpart in this run, `check`: predicted / measured. \
-         `opbench predict` prints the same table with what to do.\n\n\
-         ![what would help]({file})\n\n{md}",
-        cfg.name
-    ))
+    Ok(md)
 }
 
 fn table(b: usize, rows: &[Lever]) -> String {
@@ -115,7 +95,7 @@ fn table(b: usize, rows: &[Lever]) -> String {
 
 /// Horizontal bars: each change's tokens/s per stream, predicted and measured.
 fn draw(path: &Path, title: &str, rows: &[Lever]) -> Result<(), AnalysisError> {
-    let err = |e: &dyn std::fmt::Display| AnalysisError::output(path, e);
+    let err = |e: &dyn std::fmt::Display| draw_err(path, e);
     let rate = |ns: Option<f64>| ns.map(|ns| 1e9 / ns);
     let top = rows
         .iter()
