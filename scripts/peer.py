@@ -510,11 +510,12 @@ def setup(argv):
             "shipped Qwen3 models only; no HF rows")
         sys.exit(0)
     c.cfg = cfg = load_toml(path)
-    family = cfg.get("family", "qwen3")
-    if family not in ("qwen3", "qwen3_moe"):
-        say(f"{c.model_name} is a {family} model: scripts/peer.py builds Qwen3 only (its own layer "
-            "and the step rows follow Qwen3's layout); no HF rows")
+    c.family = family = cfg.get("family", "qwen3_moe" if "num_experts" in cfg else "qwen3")
+    if family not in FAMILIES:
+        say(f"{c.model_name} is a {family} model: scripts/peer.py builds {', '.join(FAMILIES)} models "
+            "(whose layer it writes out flat); no HF rows")
         sys.exit(0)
+    c.qk_norm = family in ("qwen3", "qwen3_moe")
     c.moe = "num_experts" in cfg
     if c.moe:
         # the op, layer and generate rows are written for the dense MLP
@@ -548,58 +549,68 @@ def setup(argv):
     return c
 
 
+# the families whose decoder layer layer_program writes out (model_type: transformers' module)
+FAMILIES = ("qwen3", "qwen3_moe", "llama", "mistral", "qwen2")
+
+
 def load_model(c):
-    """transformers' helpers and the model with random weights; (None, None) without it."""
+    """transformers' helpers and the model with random weights; (None, None) without it.
+    The model is built from the model file's fields by `AutoModelForCausalLM.from_config`
+    with the family's `model_type`, as from_pretrained would build it from its config.json
+    (rope scaling, which changes only the rotary frequencies, is left at the default)."""
     torch.manual_seed(0)
     torch.set_grad_enabled(False)
     try:
+        import importlib
         import transformers
-        from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM, DynamicCache
+        from transformers import AutoConfig, AutoModelForCausalLM, DynamicCache, StaticCache
         from transformers.masking_utils import create_causal_mask
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
-        from transformers.models.qwen3.modeling_qwen3 import rotate_half, apply_rotary_pos_emb
         from transformers.modeling_outputs import CausalLMOutputWithPast
+        modeling = importlib.import_module(f"transformers.models.{c.family}.modeling_{c.family}")
     except ImportError as e:
         say(f"transformers is not importable ({e}): no transformers step, generate or framework rows; "
             "the Python op rows only (pip install transformers to measure the user's stack)")
         return None, None
     tf = transformers
-    tf.DynamicCache, tf.create_causal_mask, tf.sdpa_attention_forward = (DynamicCache, create_causal_mask,
-                                                                           sdpa_attention_forward)
-    tf.rotate_half, tf.apply_rotary_pos_emb = rotate_half, apply_rotary_pos_emb
+    tf.DynamicCache, tf.StaticCache, tf.create_causal_mask = DynamicCache, StaticCache, create_causal_mask
+    tf.sdpa_attention_forward = sdpa_attention_forward
+    tf.rotate_half, tf.apply_rotary_pos_emb = modeling.rotate_half, modeling.apply_rotary_pos_emb
     tf.CausalLMOutputWithPast = CausalLMOutputWithPast
-    tf.Qwen3MoeConfig, tf.Qwen3MoeForCausalLM = Qwen3MoeConfig, Qwen3MoeForCausalLM
-    cfg = c.cfg
+    tf.AutoConfig, tf.AutoModelForCausalLM = AutoConfig, AutoModelForCausalLM
     if c.moe:
         return tf, load_moe_model(c, transformers)
-    hf_cfg = Qwen3Config(
+    say(f"building {c.model_name} ({c.family}) with random weights (transformers {transformers.__version__})")
+    # as from_pretrained(torch_dtype=...) builds it: parameters in the dtype, the rotary
+    # embedding's inv_freq buffer in float32 (a .to(dtype) would cast it and lose the
+    # precision of cos/sin at long positions)
+    model = AutoModelForCausalLM.from_config(hf_config(c, tf), torch_dtype=c.dtype).to(c.device).eval()
+    return tf, model
+
+
+def hf_config(c, tf, **extra):
+    """transformers' config of the model file for its family (`model_type`), `extra` over it."""
+    cfg = c.cfg
+    fields = dict(
         vocab_size=c.vocab, hidden_size=c.hidden, intermediate_size=c.inter,
         num_hidden_layers=cfg["num_hidden_layers"], num_attention_heads=c.H,
         num_key_value_heads=c.Hkv, head_dim=c.D, rope_theta=cfg["rope_theta"],
         rms_norm_eps=cfg["rms_norm_eps"], max_position_embeddings=cfg["max_position_embeddings"],
         tie_word_embeddings=cfg.get("tie_word_embeddings", False), attn_implementation="sdpa",
     )
-    say(f"building {c.model_name} with random weights (transformers {transformers.__version__})")
-    # as from_pretrained(torch_dtype=...) builds it: parameters in the dtype, the rotary
-    # embedding's inv_freq buffer in float32 (a .to(dtype) would cast it and lose the
-    # precision of cos/sin at long positions)
-    model = Qwen3ForCausalLM._from_config(hf_cfg, torch_dtype=c.dtype).to(c.device).eval()
-    return tf, model
+    if c.family in ("llama", "mistral"):
+        fields["attention_bias"] = cfg.get("attention_bias", False)
+    fields.update(extra)
+    return tf.AutoConfig.for_model(c.family, **fields)
 
 
 def moe_config(c, tf, layers):
     """transformers' Qwen3MoeConfig of the model file, with `layers` decoder layers, every one
     an MoE block (Qwen3-MoE's decoder_sparse_step 1, no mlp_only_layers)."""
     cfg = c.cfg
-    return tf.Qwen3MoeConfig(
-        vocab_size=c.vocab, hidden_size=c.hidden, intermediate_size=c.inter,
-        moe_intermediate_size=cfg["moe_intermediate_size"], num_experts=cfg["num_experts"],
-        num_experts_per_tok=cfg["num_experts_per_tok"], norm_topk_prob=True, decoder_sparse_step=1,
-        mlp_only_layers=[], num_hidden_layers=layers, num_attention_heads=c.H,
-        num_key_value_heads=c.Hkv, head_dim=c.D, rope_theta=cfg["rope_theta"],
-        rms_norm_eps=cfg["rms_norm_eps"], max_position_embeddings=cfg["max_position_embeddings"],
-        tie_word_embeddings=cfg.get("tie_word_embeddings", False), attn_implementation="sdpa",
-    )
+    return hf_config(c, tf, num_hidden_layers=layers, moe_intermediate_size=cfg["moe_intermediate_size"],
+                     num_experts=cfg["num_experts"], num_experts_per_tok=cfg["num_experts_per_tok"],
+                     norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[])
 
 
 def load_moe_model(c, tf):
@@ -607,7 +618,7 @@ def load_moe_model(c, tf):
     bf16); transformers picks its default experts implementation (5.17: grouped_mm)."""
     say(f"building {c.model_name} (MoE) with random weights on {c.device} (transformers {tf.__version__})")
     with torch.device(c.device):
-        model = tf.Qwen3MoeForCausalLM._from_config(moe_config(c, tf, c.cfg["num_hidden_layers"]),
+        model = tf.AutoModelForCausalLM.from_config(moe_config(c, tf, c.cfg["num_hidden_layers"]),
                                                     torch_dtype=c.dtype)
     return model.eval()
 
@@ -616,17 +627,20 @@ def load_moe_model(c, tf):
 
 
 def layer_program(c, lay, b):
-    """One decoder layer's calls as modeling_qwen3 makes them, written out flat (no module
-    wrappers, kwargs or cache object): (name, call) pairs, each reading its inputs from the
-    environment `e` and leaving its output under its name."""
+    """One decoder layer's calls as the family's modeling file makes them (modeling_qwen3;
+    modeling_llama, modeling_mistral and modeling_qwen2 the same without qk-norm), written
+    out flat (no module wrappers, kwargs or cache object): (name, call) pairs, each reading
+    its inputs from the environment `e` and leaving its output under its name."""
     at, mlp, tf = lay.self_attn, lay.mlp, c.tf
     hs = (b, 1, -1, c.D)
     return [
         ("h", lambda e: lay.input_layernorm(e["x"])),
-        ("q1", lambda e: at.q_proj(e["h"])), ("q2", lambda e: e["q1"].view(hs)),
-        ("q3", lambda e: at.q_norm(e["q2"])), ("q", lambda e: e["q3"].transpose(1, 2)),
-        ("k1", lambda e: at.k_proj(e["h"])), ("k2", lambda e: e["k1"].view(hs)),
-        ("k3", lambda e: at.k_norm(e["k2"])), ("k", lambda e: e["k3"].transpose(1, 2)),
+        ("q1", lambda e: at.q_proj(e["h"])), ("q3", lambda e: e["q1"].view(hs)),
+        *([("q3", lambda e: at.q_norm(e["q3"]))] if c.qk_norm else []),
+        ("q", lambda e: e["q3"].transpose(1, 2)),
+        ("k1", lambda e: at.k_proj(e["h"])), ("k3", lambda e: e["k1"].view(hs)),
+        *([("k3", lambda e: at.k_norm(e["k3"]))] if c.qk_norm else []),
+        ("k", lambda e: e["k3"].transpose(1, 2)),
         ("v1", lambda e: at.v_proj(e["h"])), ("v2", lambda e: e["v1"].view(hs)),
         ("v", lambda e: e["v2"].transpose(1, 2)),
         ("qk", lambda e: tf.apply_rotary_pos_emb(e["q"], e["k"], *e["pe"])),
@@ -766,12 +780,12 @@ def layer_rows(c, b, kc, vc, x, pos):
             res[which].append(samplers[which]())
     nl = len(layers)
     what = {
-        "layer": "one Qwen3DecoderLayer called as the model calls it (kwargs, DynamicCache of L, reset after "
+        "layer": f"one {type(lay).__name__} called as the model calls it (kwargs, DynamicCache of L, reset after "
                  "each call)",
         "layer_flat": f"the same layer's {len(prog)} calls written out flat from Python (leaf modules and "
                       "functions, no wrappers, kwargs or cache object)",
         "layer_calls": f"the same {len(prog)} calls each timed alone, back to back, summed per round",
-        "stack": f"the model's {nl} Qwen3DecoderLayers called in turn as the model calls them (each from its own "
+        "stack": f"the model's {nl} {type(lay).__name__}s called in turn as the model calls them (each from its own "
                  f"cache layer of L, reset after its call; layer 0's check covers their code; {passes} pass(es) "
                  "per sample)",
         "stack_flat": f"the same {nl} layers' calls written out flat, in turn ({passes} pass(es) per sample)",
@@ -836,7 +850,7 @@ def moe_step_check(c):
         model.config.num_hidden_layers = full
         for h in hooks:
             h.remove()
-    ref = c.tf.Qwen3MoeForCausalLM._from_config(moe_config(c, c.tf, n), torch_dtype=torch.float64).eval()
+    ref = c.tf.AutoModelForCausalLM.from_config(moe_config(c, c.tf, n), torch_dtype=torch.float64).eval()
     keep = {k: v.detach().to("cpu", torch.float64) for k, v in model.state_dict().items()
             if not k.startswith("model.layers.") or int(k.split(".")[2]) < n}
     ref.load_state_dict(keep, strict=True)
@@ -1271,11 +1285,12 @@ def norm_module(c, width):
 
 
 def rmsnorm_rows(c, b, work):
-    """`rmsnorm/py-hf`: Qwen3RMSNorm at each norm site."""
+    """`rmsnorm/py-hf`: the model's RMSNorm (Qwen3RMSNorm, LlamaRMSNorm, ...) at each norm
+    site (q_norm and k_norm where the family has qk-norm)."""
     eps = c.cfg["rms_norm_eps"]
+    heads = [("q_norm", (b, 1, c.H, c.D)), ("k_norm", (b, 1, c.Hkv, c.D))] if c.qk_norm else []
     for site, shape in [("input_norm", (b, 1, c.hidden)), ("post_norm", (b, 1, c.hidden)),
-                        ("final_norm", (b, 1, c.hidden)), ("q_norm", (b, 1, c.H, c.D)),
-                        ("k_norm", (b, 1, c.Hkv, c.D))]:
+                        ("final_norm", (b, 1, c.hidden)), *heads]:
         kk = c.key("rmsnorm", "py-hf", site, b)
         if c.run.has(kk):
             continue
@@ -1453,6 +1468,145 @@ def framework_rows(c, b, t, x, pos):
         layer_rows(c, b, kc, vc, x, pos)
 
 
+STATIC_PARTS = ("cache_update_static", "mask_static", "sdpa_static")
+STATIC_WHOLE = ("step_static", "generate_static_from_l")
+
+
+def static_cache(c, b, ctx):
+    """A StaticCache of max_cache_len L + 2·new holding `ctx` tokens of a prompt, and its
+    reset: every layer's length set back to `ctx` (the tokens past it are masked)."""
+    cache = c.tf.StaticCache(config=c.model.config, max_cache_len=c.ctx + 2 * new_tokens(c))
+    ids = torch.randint(1, c.vocab, (b, ctx + 1), device=c.device)
+    c.model(ids[:, :ctx], past_key_values=cache, use_cache=True)
+
+    def reset():
+        for layer_ in cache.layers:
+            layer_.cumulative_length.fill_(ctx)
+    return cache, ids, reset
+
+
+def static_rows(c, b, t, step_err):
+    """A static cache without compile (`cache_implementation="static"`), its parts and its
+    whole, from a cache of L (max_cache_len L + 2·new):
+    - `cache_update_static`: StaticCache.update per layer (its position arithmetic and two
+      index_copy_ writes), in place of DynamicCache's two cats;
+    - `mask_static`: create_causal_mask per step with the static cache (a mask over
+      max_cache_len: SDPA must skip the empty slots);
+    - `sdpa_static`: transformers' sdpa_attention_forward per layer over the static
+      cache's keys with that mask, checked against float64 attention over the L + 1 filled;
+    - `step_static`: the HF step from the static cache, pipelined, reset to L before each
+      sample; `generate_static_from_l`: generate() continuing from it (disable_compile),
+      per new token, in interleaved rounds. predict's "static cache alone" swaps the parts
+      into the step and is checked against generate_static_from_l."""
+    if all(c.run.has(c.key("decode", "transformers", s_, b, c.ctx + 1)) for s_ in STATIC_PARTS + STATIC_WHOLE):
+        return
+    try:
+        static_parts(c, b, t)
+        static_whole(c, b, step_err)
+    except (AttributeError, TypeError) as e:  # a transformers without StaticCache's layers as 5.x has them
+        for s_ in STATIC_PARTS + STATIC_WHOLE:
+            kk = c.key("decode", "transformers", s_, b, c.ctx + 1)
+            if not c.run.has(kk):
+                c.run.write(kk, f"batch={b} L={c.ctx}", [], f"the static cache's layers are not as transformers "
+                            f"5.17 has them ({type(e).__name__}: {str(e)[:120]}); {c.version}", status="unsupported")
+
+
+def static_parts(c, b, t):
+    """static_rows' three parts, each pipelined."""
+    dims, ctx, new = f"batch={b} L={c.ctx}", c.ctx, new_tokens(c)
+    note = f"max_cache_len L + {2 * new}; {c.version}{c.note_base}"
+    cache, _, reset = static_cache(c, b, ctx)
+    lay0 = cache.layers[0]
+    kk = c.key("decode", "transformers", "cache_update_static", b, ctx + 1)
+    if not c.run.has(kk):
+        # layer 0 advances one position a call from L, set back every `new` calls (warm-up included)
+        calls = [0]
+
+        def upd():
+            calls[0] += 1
+            if calls[0] % new == 0:
+                lay0.cumulative_length.fill_(ctx)
+            return cache.update(t["kn"], t["vn"], 0)
+        times, _ = c.timer.pipelined(upd)
+        c.run.write(kk, dims, times, f"StaticCache.update(k, v, layer) per layer (position arithmetic and two "
+                    f"index_copy_; one fill_ every {new} calls sets it back to L); {note}")
+    reset()  # L filled: the mask is made before the layers write the new token
+    emb = torch.randn(b, 1, c.hidden, device=c.device, dtype=c.dtype)
+    mpos = torch.full((1, 1), ctx, device=c.device, dtype=torch.long)
+
+    def mask():
+        return c.tf.create_causal_mask(config=c.model.config, inputs_embeds=emb, attention_mask=None,
+                                       past_key_values=cache, position_ids=mpos)
+    got = mask()
+    kk = c.key("decode", "transformers", "mask_static", b, ctx + 1)
+    if not c.run.has(kk):
+        times, _ = c.timer.pipelined(mask)
+        shape = "None" if got is None else tuple(got.shape)
+        c.run.write(kk, dims, times, f"create_causal_mask per step with the static cache (returned {shape}); {note}")
+    cache.update(t["kn"], t["vn"], 0)  # L + 1 filled, as the attention of the step at L sees them
+    kk = c.key("decode", "transformers", "sdpa_static", b, ctx + 1)
+    if not c.run.has(kk):
+        attn_mod, q = c.model.model.layers[0].self_attn, t["q"]
+
+        def call():
+            return c.tf.sdpa_attention_forward(attn_mod, q, lay0.keys, lay0.values, got, dropout=0.0,
+                                               scaling=c.D ** -0.5)[0]
+        g = c.H // c.Hkv
+        k0 = lay0.keys[:1, :, :ctx + 1].double().cpu().repeat_interleave(g, 1)
+        v0 = lay0.values[:1, :, :ctx + 1].double().cpu().repeat_interleave(g, 1)
+        ref = torch.softmax(q[:1].double().cpu() @ k0.transpose(-1, -2) / math.sqrt(c.D), -1) @ v0
+        out = call()
+        err = rel_err(out[:1] if out.shape[1] == c.H else out[:1].transpose(1, 2), ref)
+        c.case(kk, dims, call, err, f"transformers' sdpa_attention_forward over the static cache's keys with its "
+               f"mask, per layer ({note})")
+
+
+def static_whole(c, b, step_err):
+    """static_rows' step and generate() from the static cache, in interleaved rounds."""
+    dims, ctx, new = f"batch={b} L={c.ctx}", c.ctx, new_tokens(c)
+    cache, ids, reset = static_cache(c, b, ctx)
+    model, tok = c.model, {"t": ids[:, ctx:]}
+
+    def step():
+        out = model(input_ids=tok["t"], past_key_values=cache, use_cache=True)
+        tok["t"] = out.logits[:, -1:].argmax(-1)
+    eos = QWEN3_EOS if QWEN3_EOS < c.vocab else c.vocab - 1
+    gen = dict(max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=0, eos_token_id=eos,
+               past_key_values=cache, disable_compile=True)
+    reset()
+    want = model(input_ids=ids[:, ctx:], past_key_values=cache, use_cache=True).logits[:, -1]
+    reset()
+    got = model.generate(ids, output_logits=True, return_dict_in_generate=True, **gen).logits[0]
+    err = max(step_err or 0.0, rel_err(got, want))
+    keys = {s_: c.key("decode", "transformers", s_, b, ctx + 1) for s_ in STATIC_WHOLE}
+    if not err <= c.tol_step:
+        for kk in keys.values():
+            c.run.write(kk, dims, [], f"the static cache's logits are {err:.3e} off the dynamic step's", rel_err=err,
+                        check="step", status="mismatch")
+        return
+    n = 4
+    samplers = {"step_static": lambda: (reset(), c.timer.sample(step, n))[1],
+                "generate_static_from_l": lambda: (reset(), c.timer.sample(lambda: model.generate(ids, **gen),
+                                                                           1).scaled(1 / new))[1]}
+    for f in samplers.values():
+        f()
+    res = {s_: [] for s_ in samplers}
+    order, rng = list(samplers), random.Random(b)
+    for _ in range(max(3, c.timer.samples // 2)):
+        rng.shuffle(order)
+        for which in order:
+            res[which].append(samplers[which]())
+    reset()
+    what = {"step_static": f"the HF step from a StaticCache of L (eager), {n} steps per sample, reset to L before "
+                           "each", "generate_static_from_l": f"model.generate() continuing from the StaticCache of L "
+                           f"(disable_compile), greedy, {new} new tokens per call, per new token"}
+    for s_, kk in keys.items():
+        c.run.write(kk, dims if s_ == "step_static" else f"{dims} new={new}", res[s_],
+                    f"{what[s_]}; max_cache_len L + {2 * new}; its logits checked against the dynamic step's; "
+                    f"{len(res[s_])} rounds of the two interleaved; {c.version}{c.note_base}", rel_err=err,
+                    check="step", iters=n if s_ == "step_static" else new)
+
+
 def module_call_row(c, b, x):
     """`module_call`: one nn.Module call whose forward returns its input."""
     kk = c.key("decode", "transformers" if c.model is not None else "python", "module_call", b)
@@ -1549,6 +1703,8 @@ def batch_rows(c, b, step_err):
     eltwise_rows(c, b, work)
     if c.model is not None:
         framework_rows(c, b, t, x, pos)
+        if c.user_generate:
+            static_rows(c, b, t, step_err)
     module_call_row(c, b, x)
 
 

@@ -145,10 +145,19 @@ class OpPass(unittest.TestCase):
             got = {r["site"]: r for r in rows_of(run / "results.csv") if r["variant"] == "transformers"}
             layer_sites = ["layer", "layer_flat", "layer_calls", "stack", "stack_flat"]
             generate_sites = ["step", "step_synced", "step_as_generate", "generate_from_l", "generate_loop"]
+            static_sites = ["cache_update_static", "mask_static", "sdpa_static", "step_static",
+                            "generate_static_from_l"]
             for site in ["layers1", "layers4", "generate", "generate_static", "mask", "module_call",
-                         "cache_update"] + layer_sites + generate_sites:
+                         "cache_update"] + layer_sites + generate_sites + static_sites:
                 self.assertIn(site, got)
                 self.assertEqual(got[site]["status"], "ok", got[site])
+            # the static cache: its attention checked against float64 over the L + 1 filled
+            # slots (the mask hides the rest), its step and generate() against the dynamic step
+            self.assertLess(float(got["sdpa_static"]["max_rel_err"]), 1e-4, got["sdpa_static"])
+            self.assertIn("returned (1, 1, 1, 32)", got["mask_static"]["note"])
+            for site in ["step_static", "generate_static_from_l"]:
+                self.assertLess(float(got[site]["max_rel_err"]), 1e-4, got[site])
+                self.assertEqual(got[site]["kv_len"], "17")
             # generate() taken apart: the five sites in the same rounds, at the step's shape;
             # generate() from the cache checked against the step (its first token's logits),
             # its loop (the forward stubbed) not checked, and a fraction of a token
@@ -212,6 +221,37 @@ class OpPass(unittest.TestCase):
             self.assertTrue(0.33 < ratio < 3.0, ratio)
             beside = [x for x in rows_of(run / "samples.csv") if x["site"] == "layer_beside"]
             self.assertEqual({x["iters"] for x in beside}, {"8"})
+
+    @unittest.skipIf(importlib.util.find_spec("transformers") is None, "transformers is not importable")
+    def test_a_llama_is_built_from_its_family_without_qk_norm(self):
+        # the model file's family picks transformers' class (AutoModelForCausalLM.from_config):
+        # a two-layer Llama, checked against float64, whose layer written out flat has no
+        # q/k norms (24 calls, not Qwen3's 26) and whose norm rows have no q_norm or k_norm
+        with tempfile.TemporaryDirectory() as t:
+            shapes = Path(t) / "shapes"
+            shapes.mkdir()
+            (shapes / "grid.toml").write_text((ROOT / "shapes" / "grid.toml").read_text())
+            (shapes / "llama-tiny.toml").write_text(
+                'name = "llama-tiny"\nsource = "test"\nfamily = "llama"\nhidden_size = 64\n'
+                "intermediate_size = 128\nnum_hidden_layers = 2\nnum_attention_heads = 4\n"
+                "num_key_value_heads = 2\nhead_dim = 16\nvocab_size = 512\nrope_theta = 500000.0\n"
+                "rms_norm_eps = 1e-5\nmax_position_embeddings = 4096\ntie_word_embeddings = true\n")
+            run = Path(t) / "r"
+            make_run(run, models="llama-tiny", samples="3", measure_ms="20", warmup_ms="5")
+            out = subprocess.run([sys.executable, str(ROOT / "scripts" / "peer.py"), str(run), "--batches", "1",
+                                  "--ctx", "16", "--device", "cpu", "--no-user-generate"], capture_output=True,
+                                 text=True, env=dict(os.environ, OPBENCH_SHAPES=str(shapes)))
+            self.assertEqual(out.returncode, 0, out.stderr)
+            self.assertIn("(llama)", out.stderr)
+            rows = rows_of(run / "results.csv")
+            got = {r["site"]: r for r in rows if r["variant"] == "transformers"}
+            for site in ["step", "layer", "layer_flat", "stack", "stack_flat"]:
+                self.assertEqual(got[site]["status"], "ok", got[site])
+                self.assertLess(float(got[site]["max_rel_err"]), 1e-4, got[site])
+            self.assertIn("LlamaDecoderLayer", got["stack"]["note"])
+            self.assertIn("24 calls", got["layer_flat"]["note"])
+            norms = {r["site"] for r in rows if (r["op"], r["variant"]) == ("rmsnorm", "py-hf")}
+            self.assertEqual(norms, {"input_norm", "post_norm", "final_norm"})
 
     def test_bad_input_is_one_line_and_exit_2(self):
         with tempfile.TemporaryDirectory() as t:
