@@ -507,7 +507,7 @@ def setup(argv):
     path = shapes_dir() / f"{c.model_name}.toml"
     if not path.is_file():
         say(f"{c.model_name} is not a model of shapes/ (a config.json?): scripts/peer.py builds the "
-            "shipped Qwen3 models only; no HF rows")
+            "models of shapes/ only; no HF rows")
         sys.exit(0)
     c.cfg = cfg = load_toml(path)
     c.family = family = cfg.get("family", "qwen3_moe" if "num_experts" in cfg else "qwen3")

@@ -172,13 +172,7 @@ pub fn levers(run: &Run, fits: &Fits, q: &Query, pred: &Prediction, bound: &Leve
         out.push(graphed_generate(run, fits, q));
     }
     if python {
-        out.push(peer_lever(
-            run,
-            q,
-            "static cache alone",
-            "model.generate(..., cache_implementation=\"static\"), no compile",
-            "generate_static",
-        ));
+        out.push(static_cache(run, q, pred));
     }
     out.push(sdpa_lever(run, q, pred));
     out.push(faster_host(q, pred, bound.predicted_ns));
@@ -261,23 +255,53 @@ pub fn peer_token(run: &Run, q: &Query, site: &str) -> Option<f64> {
                 && r.variant == q.profile.as_str()
                 && r.site == site
                 && r.batch == q.batch
+                && r.dtype == q.dtype
                 && r.device == q.device
         })?
         .median_ns
 }
 
-/// A change scripts/peer.py measures and opbench does not compose.
-fn peer_lever(run: &Run, q: &Query, name: &str, action: &str, site: &str) -> Lever {
-    let m = peer_token(run, q, site);
-    let why = format!(
-        "opbench does not compose it; scripts/peer.py measures it as `{site}`{}",
-        if m.is_none() {
-            " (not in this run)"
-        } else {
-            ""
-        }
-    );
-    Lever::unpriced(name, action, q.batch, m, why)
+/// A static cache without compile (`cache_implementation="static"`, eager): the step with
+/// DynamicCache's parts swapped for the static cache's, as scripts/peer.py measures them
+/// from Python at the query's batch and L: the two `cat`s a layer for
+/// `StaticCache.update` (`cache_update_static`), SDPA for SDPA over the whole static cache
+/// with its mask (`sdpa_static`, a backend that takes a mask), and the step's
+/// `create_causal_mask` for the static one (`mask_static`); plus generate()'s own loop.
+/// Checked against generate() continuing from a static cache of L
+/// (`generate_static_from_l`). Each part's time is its pipelined time per call, added to
+/// the step as the graphs row adds its cache writes.
+fn static_cache(run: &Run, q: &Query, pred: &Prediction) -> Lever {
+    let name = "static cache alone";
+    let action = "model.generate(..., cache_implementation=\"static\"), no compile";
+    let measured = peer_token(run, q, "generate_static_from_l");
+    let part = |site: &str| peer_token(run, q, site);
+    let (Some(update), Some(mask), Some(sdpa), Some(lp)) = (
+        part("cache_update_static"),
+        part("mask_static"),
+        part("sdpa_static"),
+        part("generate_loop"),
+    ) else {
+        return Lever::unpriced(
+            name,
+            action,
+            q.batch,
+            measured.or_else(|| peer_token(run, q, "generate_static")),
+            "scripts/peer.py measures its parts (`cache_update_static`, `mask_static`, \
+             `sdpa_static`) and generate()'s loop where generate() is on (its default)",
+        );
+    };
+    let replaced: f64 = pred
+        .components
+        .iter()
+        .filter(|c| {
+            matches!(c.op, Some(OpKind::KvCache | OpKind::Sdpa))
+                || (c.op.is_none() && c.site == "mask")
+        })
+        .map(|c| c.calls as f64 * c.per_call_ns)
+        .sum();
+    let layers = q.model.num_hidden_layers as f64;
+    let step = pred.step_ns - replaced + layers * (update + sdpa) + mask;
+    Lever::priced(name, action, q.batch, step + lp, measured)
 }
 
 /// The step with the attention call at the fastest SDPA backend the run measured at its

@@ -40,13 +40,18 @@ impl From<shapes::StepProfile> for Flavor {
     }
 }
 
-/// One decoder layer's weights (PyTorch's `[out, in]` layout, no biases).
+/// One decoder layer's weights (PyTorch's `[out, in]` layout; biases on q, k and v only
+/// where the family has them, Qwen2's).
 #[derive(Debug)]
 pub struct Layer {
     pub input_norm: Tensor,
     pub q: Tensor,
     pub k: Tensor,
     pub v: Tensor,
+    /// q, k and v's biases (`attention_bias`); views of `qkv_bias` once fused.
+    pub bias: Option<[Tensor; 3]>,
+    /// `cat` of the three biases, for the fused flavor.
+    pub qkv_bias: Option<Tensor>,
     pub o: Tensor,
     pub q_norm: Tensor,
     pub k_norm: Tensor,
@@ -157,11 +162,22 @@ pub fn random_weights(
                 gate_up: None,
             },
         };
+        let bias = |n: i64| -> Result<Tensor, TchError> {
+            Tensor::f_randn([n], (Kind::Float, device))?
+                .f_mul_scalar(0.1)?
+                .f_to_kind(kind)
+        };
         let mut l = Layer {
             input_norm: norm(e)?,
             q: lin(h * d, e)?,
             k: lin(hkv * d, e)?,
             v: lin(hkv * d, e)?,
+            bias: if cfg.attention_bias {
+                Some([bias(h * d)?, bias(hkv * d)?, bias(hkv * d)?])
+            } else {
+                None
+            },
+            qkv_bias: None,
             o: lin(e, h * d)?,
             q_norm: norm(d)?,
             k_norm: norm(d)?,
@@ -207,6 +223,15 @@ pub fn fuse(l: &mut Layer) -> Result<(), TchError> {
         l.k = qkv.f_narrow(0, nq, nk)?;
         l.v = qkv.f_narrow(0, nq + nk, nv)?;
         l.qkv = Some(qkv);
+        if let Some([bq, bk, bv]) = &l.bias {
+            let all = Tensor::f_cat(&[bq, bk, bv], 0)?;
+            l.bias = Some([
+                all.f_narrow(0, 0, nq)?,
+                all.f_narrow(0, nq, nk)?,
+                all.f_narrow(0, nq + nk, nv)?,
+            ]);
+            l.qkv_bias = Some(all);
+        }
         if let Mlp::Dense {
             gate, up, gate_up, ..
         } = &mut l.mlp
@@ -237,6 +262,11 @@ impl Weights {
                     q: c(&l.q)?,
                     k: c(&l.k)?,
                     v: c(&l.v)?,
+                    bias: match &l.bias {
+                        Some([q, k, v]) => Some([c(q)?, c(k)?, c(v)?]),
+                        None => None,
+                    },
+                    qkv_bias: None,
                     o: c(&l.o)?,
                     q_norm: c(&l.q_norm)?,
                     k_norm: c(&l.k_norm)?,
@@ -310,6 +340,7 @@ impl Weights {
                 &l.post_norm,
             ]
             .into_iter()
+            .chain(l.bias.iter().flatten())
             .chain(l.mlp.tensors())
             {
                 total += size(t);
@@ -524,7 +555,7 @@ pub fn layer_forward(
     let x = rep(ctx, || rms_norm(hs, &layer.input_norm, eps, flavor))?;
     let (qs, ks, vs) = match (&layer.qkv, flavor) {
         (Some(qkv), Flavor::Fused) => {
-            let all = rep(ctx, || x.f_linear::<Tensor>(qkv, None))?;
+            let all = rep(ctx, || x.f_linear(qkv, layer.qkv_bias.as_ref()))?;
             let parts = rep(ctx, || all.f_split_with_sizes(ctx.qkv_widths, -1))?;
             (
                 parts[0].shallow_clone(),
@@ -532,11 +563,14 @@ pub fn layer_forward(
                 parts[2].shallow_clone(),
             )
         }
-        _ => (
-            rep(ctx, || x.f_linear::<Tensor>(&layer.q, None))?,
-            rep(ctx, || x.f_linear::<Tensor>(&layer.k, None))?,
-            rep(ctx, || x.f_linear::<Tensor>(&layer.v, None))?,
-        ),
+        _ => {
+            let bias_of = |i: usize| layer.bias.as_ref().map(|b| &b[i]);
+            (
+                rep(ctx, || x.f_linear(&layer.q, bias_of(0)))?,
+                rep(ctx, || x.f_linear(&layer.k, bias_of(1)))?,
+                rep(ctx, || x.f_linear(&layer.v, bias_of(2)))?,
+            )
+        }
     };
     // qk-norm where the family has it (Qwen3); Llama's layout goes straight to RoPE
     let qk_norm = cfg.family.qk_norm();

@@ -354,3 +354,54 @@ fn a_llama_layout_skips_qk_norm_and_still_matches_float64() {
     let qwen = run(&w, Flavor::HfEager);
     assert!(err(&eager, &qwen) > 1e-3, "{}", err(&eager, &qwen));
 }
+
+#[test]
+fn a_qwen2_layout_adds_its_bias_in_both_flavors_and_matches_float64() {
+    let qwen2 = ModelConfig::parse(
+        &format!("name = \"tiny-qwen2\"\nfamily = \"qwen2\"\nattention_bias = true{TINY}"),
+        Path::new("tiny-qwen2.toml"),
+    )
+    .unwrap();
+    // two sequences: the fused flavor's static cache helper holds two
+    let ids = Tensor::from_slice(&[3i64, 17, 250, 9, 0, 1, 2, 3, 4, 5]).view([2, 5]);
+    let mut w = random_weights(&qwen2, Kind::Float, tch::Device::Cpu, false).unwrap();
+    assert!(w.layers.iter().all(|l| l.bias.is_some()));
+    let r = w.to_reference(3).unwrap();
+    let run = |w: &decode::model::Weights, flavor: Flavor| {
+        let mut c = caches(3, flavor, None, 6);
+        forward(w, &ids, 0, &mut c, flavor, true)
+            .unwrap()
+            .to_kind(Kind::Double)
+    };
+    let err = |a: &Tensor, b: &Tensor| {
+        rel_err(&harness::Check {
+            output: a.shallow_clone(),
+            reference: b.shallow_clone(),
+        })
+        .unwrap()
+    };
+    let (eager, reference) = (run(&w, Flavor::HfEager), run(&r, Flavor::Reference));
+    assert!(
+        err(&eager, &reference) < 1e-5,
+        "{}",
+        err(&eager, &reference)
+    );
+    // the fused QKV carries the three biases as one
+    for l in w.layers.iter_mut() {
+        fuse(l).unwrap();
+    }
+    assert!(w.layers.iter().all(|l| l.qkv_bias.is_some()));
+    let fused = run(&w, Flavor::Fused);
+    assert!(
+        err(&fused, &reference) < 1e-5,
+        "{}",
+        err(&fused, &reference)
+    );
+    // the bias counts: without it the logits differ
+    for l in w.layers.iter_mut() {
+        l.bias = None;
+        l.qkv_bias = None;
+    }
+    let none = run(&w, Flavor::HfEager);
+    assert!(err(&none, &reference) > 1e-3, "{}", err(&none, &reference));
+}

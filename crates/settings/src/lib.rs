@@ -93,7 +93,7 @@ pub const ALL: &[Setting] = &[
         "`qwen3-0.6b`",
         &[Bench],
         User,
-        "model(s), comma-separated: a shapes/ name, a path to a Hugging Face config.json (Llama, Mistral, Qwen3; Qwen2, Gemma and Phi-3 are read but not composed), or `all` (every dense Qwen3 size); `qwen3-30b-a3b` adds `cargo bench -p moe` and the MoE step",
+        "model(s), comma-separated: a shapes/ name, a path to a Hugging Face config.json (Llama, Mistral, Qwen2, Qwen3; Gemma and Phi-3 are read but not composed), or `all` (every dense Qwen3 size); `qwen3-30b-a3b` adds `cargo bench -p moe` and the MoE step",
     ),
     s(
         "OPBENCH_DEVICE",

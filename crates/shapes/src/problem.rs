@@ -626,10 +626,15 @@ pub fn step_work(cfg: &ModelConfig, step: Step) -> StepWork {
     };
     // the input and post-attention norms' weights, and qk-norm's where the family has it
     let norms = 2 * e + u(if cfg.family.qk_norm() { 2 } else { 0 }) * d;
+    // q, k and v's biases where the family has them (Qwen2): read once, one add per output
+    let bias = u(if cfg.attention_bias { 1 } else { 0 }) * (h + 2 * hkv) * d;
     let pairs = attended_pairs(step.q_len, step.kv_len(), step.phase == Phase::Prefill);
     StepWork {
-        flops: sat(layers * (2 * t * (attn + mlp_token) + 4 * b * h * d * pairs) + 2 * b * v * e),
-        weight_elems: sat(layers * (attn + mlp_read + norms) + e + v * e + b * e),
+        flops: sat(
+            layers * (2 * t * (attn + mlp_token) + t * bias + 4 * b * h * d * pairs)
+                + 2 * b * v * e,
+        ),
+        weight_elems: sat(layers * (attn + mlp_read + norms + bias) + e + v * e + b * e),
         kv_elems: sat(2 * layers * b * hkv * u(step.kv_len()) * d),
     }
 }

@@ -127,6 +127,46 @@ fn mistral_derives_head_dim_and_keeps_its_own_lm_head() {
 }
 
 #[test]
+fn qwen2_carries_a_bias_on_q_k_and_v_and_derives_head_dim() {
+    // no `attention_bias` field: Qwen2 has the bias in its code; (14 + 2·2)·64 bias
+    // elements a layer among its weights; the projections' own problems count no bias
+    let cfg = ModelConfig::from_hf_json(&config("Qwen2.5-0.5B")).unwrap();
+    assert_eq!(cfg.family, Family::Qwen2);
+    assert!(cfg.attention_bias && cfg.tie_word_embeddings);
+    assert_eq!((cfg.head_dim, cfg.family.not_composed()), (896 / 14, None));
+    // a layer: attention 1,835,008 + MLP 13,074,432 + norms 1,792 + bias 1,152 elements
+    let layer = 1_835_008 + 13_074_432 + 1_792 + 1_152;
+    check(
+        &cfg,
+        1,
+        (
+            [
+                ("q_proj", 1_605_632, 1_609_216),
+                ("k_proj", 229_376, 231_424),
+                ("down_proj", 8_716_288, 8_727_808),
+                ("lm_head", 272_269_312, 272_574_976),
+            ],
+            24 * layer + 896 + 151_936 * 896 + 896,
+            2 * 24 * 2 * 1025 * 64,
+        ),
+    );
+    check(
+        &cfg,
+        64,
+        (
+            [
+                ("q_proj", 102_760_448, 1_835_008),
+                ("k_proj", 14_680_064, 360_448),
+                ("down_proj", 557_842_432, 9_453_568),
+                ("lm_head", 17_425_235_968, 291_831_808),
+            ],
+            24 * layer + 896 + 151_936 * 896 + 64 * 896,
+            64 * 2 * 24 * 2 * 1025 * 64,
+        ),
+    );
+}
+
+#[test]
 fn qwen3s_config_json_reads_as_its_shapes_file() {
     let cfg = ModelConfig::from_hf_json(&config("Qwen3-0.6B")).unwrap();
     let shipped = ModelConfig::builtin("qwen3-0.6b").unwrap();
