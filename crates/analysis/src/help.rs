@@ -263,23 +263,38 @@ pub fn peer_token(run: &Run, q: &Query, site: &str) -> Option<f64> {
 
 /// A static cache without compile (`cache_implementation="static"`, eager): the step with
 /// DynamicCache's parts swapped for the static cache's, as scripts/peer.py measures them
-/// from Python at the query's batch and L: the two `cat`s a layer for
-/// `StaticCache.update` (`cache_update_static`), SDPA for SDPA over the whole static cache
-/// with its mask (`sdpa_static`, a backend that takes a mask), and the step's
-/// `create_causal_mask` for the static one (`mask_static`); plus generate()'s own loop.
-/// Checked against generate() continuing from a static cache of L
-/// (`generate_static_from_l`). Each part's time is its pipelined time per call, added to
-/// the step as the graphs row adds its cache writes.
+/// from Python at the query's L: the two `cat`s a layer for `StaticCache.update`
+/// (`cache_update_static`), SDPA for SDPA over the whole static cache with its mask
+/// (`sdpa_static`, a backend that takes a mask), and the step's `create_causal_mask` for
+/// the static one (`mask_static`); plus generate()'s own loop. Checked against generate()
+/// continuing from a static cache of L (`generate_static_from_l`).
+///
+/// A part is timed pipelined, max(host, device) a call. On a GPU its host cost is its time
+/// at the run's smallest batch (where the host bounds it, as every row's host cost is
+/// read), scaled to the step's host state ([`Prediction::host_scale`]); its device cost
+/// its time at the query's batch (an upper bound). The step is max(host, device) again.
+/// On the CPU the parts' times are added as they are.
 fn static_cache(run: &Run, q: &Query, pred: &Prediction) -> Lever {
     let name = "static cache alone";
     let action = "model.generate(..., cache_implementation=\"static\"), no compile";
     let measured = peer_token(run, q, "generate_static_from_l");
-    let part = |site: &str| peer_token(run, q, site);
+    let smallest = |site: &str| {
+        let b = peer_batches(run, q, site).into_iter().min()?;
+        peer_token(
+            run,
+            &Query {
+                batch: b,
+                ..q.clone()
+            },
+            site,
+        )
+    };
+    let part = |site: &str| Some((smallest(site)?, peer_token(run, q, site)?));
     let (Some(update), Some(mask), Some(sdpa), Some(lp)) = (
         part("cache_update_static"),
         part("mask_static"),
         part("sdpa_static"),
-        part("generate_loop"),
+        peer_token(run, q, "generate_loop"),
     ) else {
         return Lever::unpriced(
             name,
@@ -290,18 +305,37 @@ fn static_cache(run: &Run, q: &Query, pred: &Prediction) -> Lever {
              `sdpa_static`) and generate()'s loop where generate() is on (its default)",
         );
     };
-    let replaced: f64 = pred
-        .components
-        .iter()
-        .filter(|c| {
-            matches!(c.op, Some(OpKind::KvCache | OpKind::Sdpa))
-                || (c.op.is_none() && c.site == "mask")
-        })
-        .map(|c| c.calls as f64 * c.per_call_ns)
-        .sum();
+    let replaced = pred.components.iter().filter(|c| {
+        matches!(c.op, Some(OpKind::KvCache | OpKind::Sdpa)) || (c.op.is_none() && c.site == "mask")
+    });
+    let (mut host, mut device, mut serial) = (pred.host_ns, pred.device_ns, pred.serial_ns);
+    for c in replaced {
+        let n = c.calls as f64;
+        host -= n * c.host_ns;
+        device -= n * c.device_ns;
+        serial -= n * c.per_call_ns;
+    }
     let layers = q.model.num_hidden_layers as f64;
-    let step = pred.step_ns - replaced + layers * (update + sdpa) + mask;
+    let added = |pick: fn(&(f64, f64)) -> f64| layers * (pick(&update) + pick(&sdpa)) + pick(&mask);
+    host += added(|p| p.0) * pred.host_scale();
+    device += added(|p| p.1);
+    serial += added(|p| p.1);
+    let step = if pred.gpu { host.max(device) } else { serial };
     Lever::priced(name, action, q.batch, step + lp, measured)
+}
+
+/// The batches at which the run has the peer's `site` (the query's profile, dtype, device).
+fn peer_batches(run: &Run, q: &Query, site: &str) -> Vec<usize> {
+    run.ok_rows()
+        .filter(|r| {
+            r.op == OpKind::Decode
+                && r.variant == q.profile.as_str()
+                && r.site == site
+                && r.dtype == q.dtype
+                && r.device == q.device
+        })
+        .map(|r| r.batch)
+        .collect()
 }
 
 /// The step with the attention call at the fastest SDPA backend the run measured at its

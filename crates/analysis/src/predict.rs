@@ -183,6 +183,19 @@ impl Prediction {
         }
     }
 
+    /// What every host cost measured alone was multiplied by to price this step: the
+    /// `controlled` host model's scale (with the context factor where that applies on
+    /// top), else the context factor, else 1. A cost measured alone elsewhere (a part
+    /// scripts/peer.py times) is priced in this step's host state by it.
+    pub fn host_scale(&self) -> f64 {
+        let context = self.context.map_or(1.0, |c| c.factor);
+        match self.host_speed {
+            Some(HostSpeed::Layer { scale, .. }) => scale * context,
+            Some(HostSpeed::Beside { scale, .. }) => scale,
+            _ => context,
+        }
+    }
+
     /// The host's time per step in the framework's own work (the plan's framework calls:
     /// nn.Module calls, the causal mask, the cache's bookkeeping); 0 for a libtorch profile.
     pub fn framework_ns(&self) -> f64 {

@@ -165,7 +165,15 @@ fn on_the_h200_the_transformers_rows_say_what_to_run_and_the_batches_check_withi
 /// at f16, the op crates at bf16, the peer with generate() as it is, with a static cache
 /// and graphed).
 fn h200_levers(batch: usize) -> (analysis::help::Lever, Vec<analysis::help::Lever>) {
-    let run = common::fixture("help-2026-12-03");
+    levers_of(&common::fixture("help-2026-12-03"), batch)
+}
+
+/// The transformers profile's levers on an H200 run at `batch`, L = 1024.
+fn levers_of(
+    run: &rundir::Run,
+    batch: usize,
+) -> (analysis::help::Lever, Vec<analysis::help::Lever>) {
+    let run = run.clone();
     let fits = fit_run(&run);
     let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
     let q = Query {
@@ -288,4 +296,91 @@ fn a_family_opbench_cannot_compose_is_refused_with_its_reason() {
     let q = common::cpu_query(&cfg, Phase::Decode, 1, 128, StepProfile::HfEager);
     let e = predict_with(&run, &fits, &q).unwrap_err().to_string();
     assert!(e.contains("gemma family") && e.contains("GeGLU"), "{e}");
+}
+
+/// The second lease's help run (published in results/): the static cache's parts measured.
+fn help2() -> rundir::Run {
+    rundir::Run::load(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../results/2026-12-03-nvidia-h200-cuda-torch2.11.0-help2"),
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_static_cache_swaps_the_dynamic_caches_parts_host_and_device_apart() {
+    let run = help2();
+    let fits = fit_run(&run);
+    let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
+    for batch in [1, 8, 64] {
+        let q = Query {
+            device: "cuda:0".parse().unwrap(),
+            dtype: rundir::DType::F16,
+            ..common::cpu_query(&cfg, Phase::Decode, batch, 1024, StepProfile::Transformers)
+        };
+        let q = Query {
+            host: analysis::predict::HostModel::default_for(&run, &q),
+            ..q
+        };
+        let pred = predict_with(&run, &fits, &q).unwrap();
+        let (_, rows) = levers_of(&run, batch);
+        let stat = rows
+            .iter()
+            .find(|l| l.name == "static cache alone")
+            .unwrap();
+        // by hand: the cats, SDPA and the mask out; the static cache's update and SDPA per
+        // layer and its mask in, at the smallest batch's time (scaled) on the host and at
+        // this batch's on the device; generate()'s loop on top
+        let peer = |b: usize, site: &str| {
+            analysis::help::peer_token(
+                &run,
+                &Query {
+                    batch: b,
+                    ..q.clone()
+                },
+                site,
+            )
+            .unwrap()
+        };
+        let out = |f: fn(&analysis::predict::Component) -> f64| -> f64 {
+            pred.components
+                .iter()
+                .filter(|c| {
+                    matches!(c.op, Some(OpKind::KvCache | OpKind::Sdpa))
+                        || (c.op.is_none() && c.site == "mask")
+                })
+                .map(|c| c.calls as f64 * f(c))
+                .sum()
+        };
+        let parts = |b: usize| {
+            28.0 * (peer(b, "cache_update_static") + peer(b, "sdpa_static"))
+                + peer(b, "mask_static")
+        };
+        let host = pred.host_ns - out(|c| c.host_ns) + parts(1) * pred.host_scale();
+        let device = pred.device_ns - out(|c| c.device_ns) + parts(batch);
+        let want = host.max(device) + peer(batch, "generate_loop");
+        assert!(
+            (stat.predicted_ns.unwrap() - want).abs() < 1e-6,
+            "B={batch}"
+        );
+        // checked against generate() from a static cache of L, sampled in the same run
+        assert_eq!(
+            stat.measured_ns,
+            Some(peer(batch, "generate_static_from_l"))
+        );
+        assert!(stat.unpriced.is_none());
+        // every row of the first lease's table is here too, priced or measured
+        for name in [
+            "CUDA/HIP graphs",
+            "fused kernels",
+            "bf16 weights",
+            "the step as it is",
+        ] {
+            let l = rows.iter().find(|l| l.name == name).unwrap();
+            assert!(
+                l.predicted_ns.is_some() && l.measured_ns.is_some(),
+                "B={batch} {name}"
+            );
+        }
+    }
 }
