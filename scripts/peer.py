@@ -35,6 +35,9 @@ it, CPU time, involuntary switches, steal: `State`):
   right before every `step` sample of those rounds: the layer in the step's own host state
   (as the decode crate's `layer_beside`); predict's `controlled` host model prices the HF
   step at it, read pair by pair with the step samples;
+- sites `step_static`, `generate_static_from_l` (in the same rounds, a block of their own):
+  the step and generate() from a StaticCache of L, eager; and the static cache's parts,
+  `cache_update_static`, `mask_static`, `sdpa_static` (predict's "static cache alone");
 - sites `generate`, `generate_static`, `generate_graph`: `model.generate()` per new token as
   the user calls it from a prompt of 16 (32 new tokens on a GPU, 8 on the CPU, prefill
   included), as it is, with a static cache, and with its step compiled into CUDA/HIP
@@ -1085,21 +1088,29 @@ def step_and_generate(c, b, step_err):
                 "step_as_generate": lambda: (crop(), c.timer.sample(step_as_generate, n))[1],
                 "generate_from_l": clocked_generate,
                 "generate_loop": lambda: stubbed(timed_generate)}
+    # the step sites, the generate() sites, and a static cache's step and generate() (the
+    # user's other choice: its ratio to the step is read within these rounds)
+    blocks = [list(GENERATE_SITES[:3]), list(GENERATE_SITES[3:])]
+    static, write_static = static_samplers(c, b, step_err, n) if c.user_generate else ({}, None)
+    if static:
+        samplers.update(static)
+        blocks.append(list(static))
     for f in samplers.values():  # one of each first: allocations and caches warm
         f()
     beside.clear()
     res = {s_: [] for s_ in samplers}
-    blocks = [list(GENERATE_SITES[:3]), list(GENERATE_SITES[3:])]  # the step sites, the generate() sites
     rng = random.Random(b)
     rounds = max(8, c.timer.samples // 2)
     for _ in range(rounds):
         for block in blocks:
             rng.shuffle(block)
         rng.shuffle(blocks)
-        for which in blocks[0] + blocks[1]:
+        for which in [s_ for block in blocks for s_ in block]:
             res[which].append(samplers[which]())
     crop()
     write_generate_rows(c, b, res, err, (n, new, rounds), beside, beside_err)
+    if write_static:
+        write_static(res, rounds)
 
 
 def write_generate_rows(c, b, res, err, counts, beside, beside_err):
@@ -1485,26 +1496,24 @@ def static_cache(c, b, ctx):
     return cache, ids, reset
 
 
-def static_rows(c, b, t, step_err):
-    """A static cache without compile (`cache_implementation="static"`), its parts and its
-    whole, from a cache of L (max_cache_len L + 2·new):
+def static_rows(c, b, t):
+    """A static cache without compile (`cache_implementation="static"`), its parts, from a
+    cache of L (max_cache_len L + 2·new); its whole is sampled in the step's rounds
+    (static_samplers):
     - `cache_update_static`: StaticCache.update per layer (its position arithmetic and two
       index_copy_ writes), in place of DynamicCache's two cats;
     - `mask_static`: create_causal_mask per step with the static cache (a mask over
       max_cache_len: SDPA must skip the empty slots);
     - `sdpa_static`: transformers' sdpa_attention_forward per layer over the static
       cache's keys with that mask, checked against float64 attention over the L + 1 filled;
-    - `step_static`: the HF step from the static cache, pipelined, reset to L before each
-      sample; `generate_static_from_l`: generate() continuing from it (disable_compile),
-      per new token, in interleaved rounds. predict's "static cache alone" swaps the parts
-      into the step and is checked against generate_static_from_l."""
-    if all(c.run.has(c.key("decode", "transformers", s_, b, c.ctx + 1)) for s_ in STATIC_PARTS + STATIC_WHOLE):
+    predict's "static cache alone" swaps the parts into the step and is checked against
+    `generate_static_from_l`."""
+    if all(c.run.has(c.key("decode", "transformers", s_, b, c.ctx + 1)) for s_ in STATIC_PARTS):
         return
     try:
         static_parts(c, b, t)
-        static_whole(c, b, step_err)
     except (AttributeError, TypeError) as e:  # a transformers without StaticCache's layers as 5.x has them
-        for s_ in STATIC_PARTS + STATIC_WHOLE:
+        for s_ in STATIC_PARTS:
             kk = c.key("decode", "transformers", s_, b, c.ctx + 1)
             if not c.run.has(kk):
                 c.run.write(kk, f"batch={b} L={c.ctx}", [], f"the static cache's layers are not as transformers "
@@ -1561,10 +1570,24 @@ def static_parts(c, b, t):
                f"mask, per layer ({note})")
 
 
-def static_whole(c, b, step_err):
-    """static_rows' step and generate() from the static cache, in interleaved rounds."""
+def static_samplers(c, b, step_err, n):
+    """The static cache's whole, for step_and_generate's rounds: `step_static` (the HF step
+    from a StaticCache of L, eager, `n` steps a sample, reset to L before each) and
+    `generate_static_from_l` (generate() continuing from it, disable_compile, per new
+    token), checked against the dynamic step's logits. Returns the samplers and what writes
+    their rows from the rounds' samples; ({}, None) where their rows are there, where the
+    check failed (the rows say so) or where this transformers lacks the static cache."""
+    keys = {s_: c.key("decode", "transformers", s_, b, c.ctx + 1) for s_ in STATIC_WHOLE}
+    if all(c.run.has(kk) for kk in keys.values()):
+        return {}, None
     dims, ctx, new = f"batch={b} L={c.ctx}", c.ctx, new_tokens(c)
-    cache, ids, reset = static_cache(c, b, ctx)
+    try:
+        cache, ids, reset = static_cache(c, b, ctx)
+    except (AttributeError, TypeError) as e:
+        for kk in keys.values():
+            c.run.write(kk, dims, [], f"the static cache's layers are not as transformers 5.17 has them "
+                        f"({type(e).__name__}: {str(e)[:120]}); {c.version}", status="unsupported")
+        return {}, None
     model, tok = c.model, {"t": ids[:, ctx:]}
 
     def step():
@@ -1578,33 +1601,26 @@ def static_whole(c, b, step_err):
     reset()
     got = model.generate(ids, output_logits=True, return_dict_in_generate=True, **gen).logits[0]
     err = max(step_err or 0.0, rel_err(got, want))
-    keys = {s_: c.key("decode", "transformers", s_, b, ctx + 1) for s_ in STATIC_WHOLE}
     if not err <= c.tol_step:
         for kk in keys.values():
             c.run.write(kk, dims, [], f"the static cache's logits are {err:.3e} off the dynamic step's", rel_err=err,
                         check="step", status="mismatch")
-        return
-    n = 4
+        return {}, None
     samplers = {"step_static": lambda: (reset(), c.timer.sample(step, n))[1],
                 "generate_static_from_l": lambda: (reset(), c.timer.sample(lambda: model.generate(ids, **gen),
                                                                            1).scaled(1 / new))[1]}
-    for f in samplers.values():
-        f()
-    res = {s_: [] for s_ in samplers}
-    order, rng = list(samplers), random.Random(b)
-    for _ in range(max(3, c.timer.samples // 2)):
-        rng.shuffle(order)
-        for which in order:
-            res[which].append(samplers[which]())
-    reset()
     what = {"step_static": f"the HF step from a StaticCache of L (eager), {n} steps per sample, reset to L before "
                            "each", "generate_static_from_l": f"model.generate() continuing from the StaticCache of L "
                            f"(disable_compile), greedy, {new} new tokens per call, per new token"}
-    for s_, kk in keys.items():
-        c.run.write(kk, dims if s_ == "step_static" else f"{dims} new={new}", res[s_],
-                    f"{what[s_]}; max_cache_len L + {2 * new}; its logits checked against the dynamic step's; "
-                    f"{len(res[s_])} rounds of the two interleaved; {c.version}{c.note_base}", rel_err=err,
-                    check="step", iters=n if s_ == "step_static" else new)
+
+    def write(res, rounds):
+        reset()
+        for s_, kk in keys.items():
+            c.run.write(kk, dims if s_ == "step_static" else f"{dims} new={new}", res[s_],
+                        f"{what[s_]}; max_cache_len L + {2 * new}; its logits checked against the dynamic step's; "
+                        f"sampled in the {rounds} rounds of the step's sites, as a block of two; "
+                        f"{c.version}{c.note_base}", rel_err=err, check="step", iters=n if s_ == "step_static" else new)
+    return samplers, write
 
 
 def module_call_row(c, b, x):
@@ -1704,7 +1720,7 @@ def batch_rows(c, b, step_err):
     if c.model is not None:
         framework_rows(c, b, t, x, pos)
         if c.user_generate:
-            static_rows(c, b, t, step_err)
+            static_rows(c, b, t)
     module_call_row(c, b, x)
 
 

@@ -157,7 +157,8 @@ class OpPass(unittest.TestCase):
             self.assertIn("returned (1, 1, 1, 32)", got["mask_static"]["note"])
             for site in ["step_static", "generate_static_from_l"]:
                 self.assertLess(float(got[site]["max_rel_err"]), 1e-4, got[site])
-                self.assertEqual(got[site]["kv_len"], "17")
+                # sampled in the step's own rounds: one sample a round, as the step's
+                self.assertEqual((got[site]["kv_len"], got[site]["samples"]), ("17", "8"), got[site])
             # generate() taken apart: the five sites in the same rounds, at the step's shape;
             # generate() from the cache checked against the step (its first token's logits),
             # its loop (the forward stubbed) not checked, and a fraction of a token
