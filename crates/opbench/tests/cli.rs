@@ -2295,3 +2295,28 @@ fn compare_opens_with_its_verdict_and_names_an_execution_that_ran_slow() {
     // the terms are explained where they first appear
     assert!(out.contains("`mde`: the smallest change") && out.contains("`ambiguous (±X%)`"));
 }
+
+#[test]
+fn shapes_reads_a_hugging_face_config_json_by_its_family() {
+    // Qwen2.5 0.5B's config.json: its folder names it, head_dim derives from 896 / 14, and
+    // the per-site FLOPs and bytes are the hand-computed ones (crates/shapes/tests/families.rs)
+    let cfg = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shapes/tests/fixtures/Qwen2.5-0.5B/config.json"
+    );
+    let args = [
+        "shapes", "--model", cfg, "--batch", "64", "--ctx", "1024", "--format", "csv",
+    ];
+    let (code, out, err) = opbench(&args);
+    assert_eq!(code, 0, "{err}");
+    let line = |site: &str| {
+        out.lines()
+            .find(|l| l.starts_with(&format!("linear,{site},qwen2.5-0.5b,decode,64,")))
+            .unwrap_or_else(|| panic!("no {site} in {out}"))
+            .to_string()
+    };
+    assert!(line("q_proj").contains("m=64 n=896 k=896,102760448,1835008,24"));
+    assert!(line("lm_head").contains(",17425235968,291831808,1"));
+    // Qwen2 has no qk-norm
+    assert!(!out.contains("rmsnorm,q_norm"), "{out}");
+}
