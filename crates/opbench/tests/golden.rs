@@ -248,3 +248,22 @@ fn compare_says_its_exit_and_why_in_its_first_ten_lines() {
         }
     }
 }
+
+/// history's first screen on the fixture copy of the published runs (one to 25 runs a
+/// build; the CPU series has 2 builds): its verdict, exit code and why on its first lines,
+/// and what it cannot see (recorded 2026-12-03, issue 49).
+#[test]
+fn history_prints_what_it_printed_and_says_what_it_cannot_see() {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../analysis/tests/fixtures");
+    let got = output(&fixtures, &["history", "published/results"]);
+    assert_eq!(got, golden("history-published.txt"));
+    let head: Vec<&str> = got.lines().take(10).collect();
+    let verdict = head.iter().find(|l| l.starts_with("**Verdict")).unwrap();
+    assert!(
+        verdict.contains("exit 0") && got.ends_with("exit 0\n"),
+        "{got}"
+    );
+    // the term it decides by, and the series too short to decide, named up front
+    assert!(verdict.contains("change points") && verdict.contains("steps by"));
+    assert!(verdict.contains("cannot show a change yet"), "{verdict}");
+}

@@ -5,6 +5,7 @@ use super::*;
 /// `opbench history` as markdown: each series' points, then every change.
 pub fn history_md(h: &History) {
     println!("# opbench history\n");
+    println!("{}\n", verdict(h));
     for (i, s) in h.series.iter().enumerate() {
         let changes = h.changes.iter().filter(|c| c.series == i).count();
         println!(
@@ -49,6 +50,42 @@ pub fn history_md(h: &History) {
     let n = h.newest_regressions();
     if n > 0 {
         println!("{n} regressions begin at the newest build of their series (exit code 1).");
+    }
+}
+
+/// The first line: the exit code and why, what a change point is, and what the history
+/// could not see.
+fn verdict(h: &History) -> String {
+    let n = h.newest_regressions();
+    let short = h.series.iter().filter(|s| s.points.len() < 3).count();
+    let head = if n > 0 {
+        let mut cases: Vec<String> = h
+            .changes
+            .iter()
+            .filter(|c| c.newest && c.is_regression())
+            .map(|c| c.key.to_string())
+            .collect();
+        cases.truncate(3);
+        format!(
+            "**Verdict: {n} regressions begin at the newest build — exit 1**, e.g. {}.",
+            cases.join(", ")
+        )
+    } else {
+        format!(
+            "**Verdict: no regression at the newest build — exit 0**; {} change points in all \
+             (a case whose time steps by ≥ {:.0}% between builds and stays there).",
+            h.changes.len(),
+            100.0 * h.settings.cp.min_magnitude
+        )
+    };
+    if short > 0 {
+        format!(
+            "{head} {short} of {} series have under 3 builds and cannot show a change yet \
+             (see the end).",
+            h.series.len()
+        )
+    } else {
+        head
     }
 }
 
