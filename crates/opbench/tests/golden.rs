@@ -224,11 +224,35 @@ fn predict_transformers_prints_what_it_printed_and_its_parts_add_up() {
     }
 }
 
+/// An inconclusive pair: the CPU reference's torch 2.11.0 against 2.15.0, five executions
+/// a side (recorded 2026-12-03, issue 49): exit 0 with the resolution it reached and what
+/// would resolve ±3%.
+#[test]
+fn compare_of_an_inconclusive_pair_prints_what_it_printed() {
+    let fixtures =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../analysis/tests/fixtures/published");
+    let got = output(
+        &fixtures,
+        &[
+            "compare",
+            "results/2026-11-30-intel-r-xeon-r-processor-cpu-torch2.11.0-x5",
+            "results/2026-11-30-intel-r-xeon-r-processor-cpu-torch2.15.0-x5",
+        ],
+    );
+    assert_eq!(got, golden("compare-cpu-inconclusive.txt"));
+}
+
 /// compare's first screen gives its exit code and, for exit 1, every reason, within its
-/// first 10 lines (issue 49), on each recorded comparison.
+/// first 10 lines (issue 49), on each recorded comparison; an exit 0 that resolved less
+/// than ±3% says so, and what would.
 #[test]
 fn compare_says_its_exit_and_why_in_its_first_ten_lines() {
-    for name in ["compare-0-0.txt", "compare-1-2.txt", "compare-3-4.txt"] {
+    for name in [
+        "compare-0-0.txt",
+        "compare-1-2.txt",
+        "compare-3-4.txt",
+        "compare-cpu-inconclusive.txt",
+    ] {
         let text = golden(name);
         let exit = text.lines().last().unwrap();
         let head: Vec<&str> = text.lines().take(10).collect();
@@ -245,6 +269,12 @@ fn compare_says_its_exit_and_why_in_its_first_ten_lines() {
         } else {
             assert_eq!(exit, "exit 0", "{name}");
             assert!(verdict.contains("exit 0"), "{name}");
+            if verdict.contains("resolves a case to") {
+                assert!(
+                    head.iter().any(|l| l.contains("would resolve ±3%")),
+                    "{name}: no next step"
+                );
+            }
         }
     }
 }
