@@ -94,6 +94,35 @@ fn golden(name: &str) -> String {
     .unwrap()
 }
 
+/// The table's ms/step column adds up to the "each op alone … would add up to" total it
+/// shares are of, within 0.5% (a refusal has no table).
+fn table_adds_up(text: &str, name: &str) {
+    let Some(total) = text.lines().find_map(|l| {
+        let rest = l.split("would add up to ").nth(1)?;
+        rest.split(" ms").next()?.parse::<f64>().ok()
+    }) else {
+        return;
+    };
+    // each row ends "… ms/step share source device"
+    let sum: f64 = text
+        .lines()
+        .skip_while(|l| !l.starts_with("op "))
+        .skip(1)
+        .take_while(|l| !l.starts_with("sources:"))
+        .map(|l| {
+            l.split_whitespace()
+                .nth_back(3)
+                .unwrap()
+                .parse::<f64>()
+                .unwrap()
+        })
+        .sum();
+    assert!(
+        (sum - total).abs() <= 0.005 * total,
+        "{name}: the rows add up to {sum:.3} ms, the total is {total:.3} ms"
+    );
+}
+
 #[test]
 fn predict_prints_what_it_printed() {
     let mut checked = 0;
@@ -115,6 +144,7 @@ fn predict_prints_what_it_printed() {
                 ];
                 let want = golden(&format!("predict-{i}-{profile}-{b}.txt"));
                 assert_eq!(output(&root(), &args), want, "{args:?}");
+                table_adds_up(&want, &format!("predict-{i}-{profile}-{b}"));
                 checked += 1;
             }
         }
@@ -192,6 +222,7 @@ fn predict_transformers_prints_what_it_printed_and_its_parts_add_up() {
             golden(&format!("predict-transformers-{name}.txt")),
             "{args:?}"
         );
+        table_adds_up(&got, name);
         let ms = |line: &str| -> Vec<f64> {
             line.split(" ms")
                 .filter_map(|s| s.rsplit(' ').next()?.parse().ok())
