@@ -1229,8 +1229,10 @@ def generate_row(c, b, k, how, extra):
         # the first calls build (and, compiled, capture) what the timed ones reuse
         for _ in range(2 if extra else 1):
             c.model.generate(prompt, **gen)
-        times = [c.timer.sample(lambda: c.model.generate(prompt, **gen), 1).scaled(1 / new)
-                 for _ in range(max(3, c.timer.samples // 3))]
+        # a GPU's call takes ~0.2–1.5 s: half the run's samples (3 of the graphed one
+        # spread 5.4–7.0 ms a token at B = 8, H200 2026-12-03); a CPU's ~20 s: a third
+        n = max(3, c.timer.samples // 3) if c.device.type == "cpu" else max(5, c.timer.samples // 2)
+        times = [c.timer.sample(lambda: c.model.generate(prompt, **gen), 1).scaled(1 / new) for _ in range(n)]
     except Exception as e:  # a build without the feature: a row that says so, not a crash
         c.run.write(k, dims, [], f"{how}: {type(e).__name__}: {str(e).splitlines()[0][:200]}",
                     status="unsupported")

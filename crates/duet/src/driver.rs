@@ -49,7 +49,8 @@ pub struct Settings {
     pub budget: Budget,
     /// Rounds: judged after `first`, then twice as many, up to `max`.
     pub looks: Looks,
-    /// Pairs a case takes in each round.
+    /// Pairs a case takes in each of the first two rounds, and at most after them (then
+    /// [`Outcome::pairs`] for its kind of case).
     pub pairs: usize,
     pub seed: u64,
     /// A regular expression on the case keys.
@@ -198,6 +199,9 @@ pub struct Outcome {
     /// The budget the cases were given.
     pub budget: Duration,
     pub settings: Settings,
+    /// Pairs a visit took after the first two rounds, for host-timed and device-timed
+    /// cases ([`stats::paired::pairs_per_visit`] from what those rounds showed).
+    pub pairs: (usize, usize),
 }
 
 /// Progress, after each case visit.
@@ -371,6 +375,8 @@ pub fn run(
     };
     let looks = settings.looks;
     let mut last_round: Option<(Duration, usize)> = None;
+    // (host-timed, device-timed) pairs a visit: the settings' until two rounds show better
+    let mut pairs = (settings.pairs.max(1), settings.pairs.max(1));
     for round in 0..looks.max as u32 {
         let active = |c: &CaseRun| c.ended.is_none() && !c.decided;
         let n: usize = lists.iter().flatten().filter(|c| active(c)).count();
@@ -399,13 +405,25 @@ pub fn run(
             ));
             let mut duo = Duo::start(g)?;
             for i in order {
-                visit(&mut duo, &mut list[i], round, settings)?;
+                let k = if list[i].key.mode.is_device() {
+                    pairs.1
+                } else {
+                    pairs.0
+                };
+                visit(&mut duo, &mut list[i], round, settings, k)?;
                 tally.visited += 1;
                 tally.elapsed = t0.elapsed();
                 progress(&tally);
             }
         }
         last_round = Some((r0.elapsed(), n));
+        if round == 1 {
+            let all: Vec<&CaseRun> = lists.iter().flatten().collect();
+            pairs = (
+                planned_pairs(&all, false, settings.pairs),
+                planned_pairs(&all, true, settings.pairs),
+            );
+        }
         if looks.is_look(round as usize + 1) {
             let all: Vec<&CaseRun> = lists.iter().flatten().collect();
             let decided = crate::verdict::decided(&all, settings);
@@ -423,7 +441,68 @@ pub fn run(
         took: t0.elapsed(),
         budget,
         settings: settings.clone(),
+        pairs,
     })
+}
+
+/// Pairs a visit of a device-timed (`device`) or host-timed case should take from now on:
+/// [`stats::paired::pairs_per_visit`] on the medians over those cases that have two rounds
+/// of pairs: a pair's variance around its round's median (by the MAD), the variance of
+/// the round medians, a visit's time beyond its pairs and a pair's time (its two samples).
+/// `max` where no such case has run.
+fn planned_pairs(cases: &[&CaseRun], device: bool, max: usize) -> usize {
+    let mut within = Vec::new();
+    let mut between = Vec::new();
+    let mut per_round = Vec::new();
+    let mut visit = Vec::new();
+    let mut pair = Vec::new();
+    for c in cases.iter().filter(|c| c.key.mode.is_device() == device) {
+        let mut by: std::collections::BTreeMap<u32, Vec<f64>> = Default::default();
+        for p in &c.pairs {
+            let (b, a) = p.per_call();
+            if a > 0.0 && b > 0.0 {
+                by.entry(p.round).or_default().push((a / b).ln());
+            }
+        }
+        let rounds: Vec<&Vec<f64>> = by.values().filter(|v| v.len() >= 2).collect();
+        if rounds.len() < 2 || c.unpaired.is_some() {
+            continue;
+        }
+        let medians: Vec<f64> = rounds.iter().map(|v| stats::median(v)).collect();
+        let dev: Vec<f64> = rounds
+            .iter()
+            .zip(&medians)
+            .flat_map(|(v, m)| v.iter().map(move |x| (x - m).abs()))
+            .collect();
+        within.push((1.4826 * stats::median(&dev)).powi(2));
+        let mean = medians.iter().sum::<f64>() / medians.len() as f64;
+        between.push(
+            medians.iter().map(|m| (m - mean).powi(2)).sum::<f64>() / (medians.len() - 1) as f64,
+        );
+        per_round.push(c.pairs.len() as f64 / rounds.len() as f64);
+        let pair_ns = c
+            .pairs
+            .iter()
+            .map(|p| p.base.total_ns + p.cand.total_ns)
+            .sum::<f64>()
+            / c.pairs.len() as f64;
+        let visit_ns = c.spent.as_nanos() as f64 / f64::from(c.visits.max(1));
+        pair.push(pair_ns);
+        visit.push((visit_ns - per_round.last().copied().unwrap_or(0.0) * pair_ns).max(0.0));
+    }
+    if within.is_empty() {
+        return max.max(1);
+    }
+    stats::paired::pairs_per_visit(
+        stats::paired::Spread {
+            within_var: stats::median(&within),
+            round_var: stats::median(&between),
+            pairs: stats::median(&per_round).round() as usize,
+            visit_cost: stats::median(&visit),
+            pair_cost: stats::median(&pair),
+        },
+        max,
+    )
 }
 
 /// What went wrong on one side in the middle of a case.
@@ -470,10 +549,11 @@ fn visit(
     case: &mut CaseRun,
     round: u32,
     settings: &Settings,
+    pairs: usize,
 ) -> Result<(), DriverError> {
     let t0 = Instant::now();
     case.visits += 1;
-    let outcome = visit_inner(duo, case, round, settings);
+    let outcome = visit_inner(duo, case, round, settings, pairs);
     for s in [Side::Base, Side::Cand] {
         // best effort: a dead worker is restarted below
         let _ = duo.side(s).call(&Request::Release {
@@ -504,6 +584,7 @@ fn visit_inner(
     case: &mut CaseRun,
     round: u32,
     settings: &Settings,
+    pairs: usize,
 ) -> Result<(), Trouble> {
     if case.unpaired.is_some() {
         return visit_unpaired(duo, case, round, settings);
@@ -527,7 +608,7 @@ fn visit_inner(
         return Ok(());
     }
     let iters = calibrate(duo, &key, settings, &[Side::Base, Side::Cand])?;
-    for _ in 0..settings.pairs.max(1) {
+    for _ in 0..pairs.max(1) {
         let index = case.pairs.len() as u32;
         let base_first = index % 2 == 0;
         let order = if base_first {

@@ -29,6 +29,15 @@ pub fn outcome(base: &Run, cand: &Run) -> Result<Outcome, ReplayError> {
             .ok_or_else(|| ReplayError::NotPaired(run.dir.display().to_string(), name))
     };
     let pairs: u32 = setting(base, "pairs_per_round")?.parse().unwrap_or(8);
+    // after two rounds a visit took the pairs its kind of case was planned (host, device);
+    // a run from before that took `pairs` throughout
+    let after: (u32, u32) = setting(base, "pairs_after_round_2")
+        .ok()
+        .and_then(|v| {
+            let (h, d) = v.split_once(',')?;
+            Some((h.parse().ok()?, d.parse().ok()?))
+        })
+        .unwrap_or((pairs, pairs));
     let mut settings = Settings {
         pairs: pairs as usize,
         ..Settings::default()
@@ -51,8 +60,13 @@ pub fn outcome(base: &Run, cand: &Run) -> Result<Outcome, ReplayError> {
         let timed: Vec<Pair> = bp
             .iter()
             .filter_map(|(i, s)| {
+                let later = if b.key.mode.is_device() {
+                    after.1
+                } else {
+                    after.0
+                };
                 Some(Pair {
-                    round: i / pairs.max(1),
+                    round: round_of(*i, pairs, later),
                     index: *i,
                     base: s.clone(),
                     cand: cp.get(i)?.clone(),
@@ -87,7 +101,19 @@ pub fn outcome(base: &Run, cand: &Run) -> Result<Outcome, ReplayError> {
         took: Duration::ZERO,
         budget: Duration::ZERO,
         settings,
+        pairs: (after.0 as usize, after.1 as usize),
     })
+}
+
+/// The round (from 0) of a case's pair `index`: `first` pairs in each of the first two
+/// rounds, `later` in each after.
+fn round_of(index: u32, first: u32, later: u32) -> u32 {
+    let (first, later) = (first.max(1), later.max(1));
+    if index < 2 * first {
+        index / first
+    } else {
+        2 + (index - 2 * first) / later
+    }
 }
 
 fn sampled(s: &Sample) -> Sampled {

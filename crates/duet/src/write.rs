@@ -102,6 +102,10 @@ fn side_dir(
         ("sample_ms", format!("{}", s.sample.as_millis())),
         ("budget", format!("{:?}", s.budget)),
         ("pairs_per_round", s.pairs.to_string()),
+        (
+            "pairs_after_round_2",
+            format!("{},{}", outcome.pairs.0, outcome.pairs.1),
+        ),
         ("rounds", format!("{}..{}", s.looks.first, s.looks.max)),
         ("seed", s.seed.to_string()),
     ] {
@@ -249,8 +253,12 @@ pub fn summary_md(outcome: &Outcome, v: &Verdicts, sides: [&str; 2]) -> String {
     let _ = writeln!(
         o,
         "Paired: both builds alive at once, taking turns sample by sample (A B, B A, …), \
-         {} pairs a case in each round, each round in fresh processes; {} cases {took}.\n",
+         {} pairs a case in each of the first two rounds, then {} (host-timed) and {} \
+         (device-timed) as those rounds' spreads make best, each round in fresh processes; \
+         {} cases {took}.\n",
         s.pairs,
+        outcome.pairs.0,
+        outcome.pairs.1,
         outcome.cases.len(),
     );
     if v.regressions.is_empty() {

@@ -83,6 +83,10 @@ struct Fake {
     /// unit of it; what this worker holds.
     memory: Option<(Rc<RefCell<usize>>, usize, String)>,
     held: BTreeSet<String>,
+    /// This process's own level (what a fresh process and its allocations share), and
+    /// each sample's noise.
+    level: f64,
+    noise: f64,
 }
 
 impl Drop for Fake {
@@ -112,6 +116,8 @@ impl Fake {
             label,
             memory: None,
             held: BTreeSet::new(),
+            level: 1.0,
+            noise: 0.01,
         }
     }
 }
@@ -177,7 +183,7 @@ impl Worker for Fake {
                     });
                 }
                 let per = self.cases.iter().find(|c| &c.0 == key).map_or(1.0, |c| c.2);
-                let state = self.host.borrow_mut().next(0.01);
+                let state = self.host.borrow_mut().next(self.noise) * self.level;
                 Reply::Sample(Sampled {
                     key: key.clone(),
                     calls: *iters,
@@ -547,4 +553,56 @@ fn a_stored_comparison_judged_again_gives_the_same_verdicts() {
         .remove("pairs_per_round");
     let err = duet::replay::outcome(&plain, &cand).expect_err("not paired");
     assert!(err.to_string().contains("pairs_per_round"), "{err}");
+}
+
+#[test]
+fn where_rounds_differ_more_than_pairs_visits_take_fewer_pairs_and_replay_keeps_rounds() {
+    // each fresh process runs at its own level (±2%), its samples within 0.05% of it: the
+    // process term rules, so after two rounds a visit takes 2 pairs, not 8; a stored run
+    // read back numbers its pairs' rounds as they ran
+    let host = Host::shared(1.0, 0.0, 11);
+    let levels = Rc::new(RefCell::new(StdRng::seed_from_u64(5)));
+    let make = |factor: f64, label: &'static str| {
+        let (h, l) = (host.clone(), levels.clone());
+        move || {
+            let mut f = Fake::new(&h, factor, 8, label);
+            f.level = 1.0 + 0.02 * l.borrow_mut().random_range(-1.0..1.0);
+            f.noise = 0.0005;
+            Ok(Box::new(f) as Box<dyn Worker>)
+        }
+    };
+    let mut groups = vec![Group {
+        name: "linear".into(),
+        base: Box::new(make(1.0, "base")),
+        cand: Box::new(make(1.0, "cand")),
+    }];
+    let outcome = duet::run(&mut groups, &settings(), &mut |_| {}).expect("runs");
+    assert_eq!(outcome.pairs, (2, 2));
+    let undecided = outcome
+        .cases
+        .iter()
+        .find(|c| c.visits > 2)
+        .expect("a third round");
+    assert_eq!(
+        undecided.pairs.len(),
+        16 + 2 * (undecided.visits as usize - 2)
+    );
+    let v = duet::judge(&outcome);
+    let dir = tempfile::tempdir().expect("tmp");
+    let w = duet::write::write(dir.path(), "t", &outcome, &v, ["a", "b"]).expect("writes");
+    let base = rundir::Run::load(&w.base).expect("base");
+    let cand = rundir::Run::load(&w.cand).expect("cand");
+    let again = duet::replay::outcome(&base, &cand).expect("read back");
+    assert_eq!(again.pairs, outcome.pairs);
+    for c in &outcome.cases {
+        let d = again
+            .cases
+            .iter()
+            .find(|d| d.name == c.name)
+            .expect("the case");
+        let rounds =
+            |x: &duet::driver::CaseRun| x.pairs.iter().map(|p| p.round).collect::<Vec<_>>();
+        assert_eq!(rounds(d), rounds(c), "{}", c.name);
+    }
+    assert_eq!(duet::judge(&again).counts(), v.counts());
 }

@@ -54,7 +54,8 @@ pub struct Args {
     /// Warm-up per side per case, in ms.
     #[arg(long, default_value_t = 50.0)]
     warmup_ms: f64,
-    /// Pairs a case takes in each round.
+    /// Pairs a case takes in each of the first two rounds; after them, at most this many,
+    /// as those rounds' spreads make best (docs/method.md, "Pairs a visit").
     #[arg(long, default_value_t = 8)]
     pairs: usize,
     /// The most rounds (each in fresh worker processes, each case prepared afresh); cases

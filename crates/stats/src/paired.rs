@@ -138,6 +138,39 @@ impl PairedCase {
     }
 }
 
+/// What a kind of case showed in its first rounds, for [`pairs_per_visit`]: each a median
+/// over its cases.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Spread {
+    /// The variance of one pair's log ratio around its round's median (within a round).
+    pub within_var: f64,
+    /// The variance of the round medians (between rounds), each of `pairs` pairs.
+    pub round_var: f64,
+    pub pairs: usize,
+    /// What one visit costs beyond its pairs (fresh processes, preparation, warm-up), and
+    /// what one pair costs, in the same unit.
+    pub visit_cost: f64,
+    pub pair_cost: f64,
+}
+
+/// The pairs a visit (one round's look at a case) should take so that a budget buys the
+/// narrowest interval: Cochran's two-stage optimum, k = √(σ²_w / σ²_p · c₀ / c₁). σ²_w is
+/// a pair's variance within its round (a median of k pairs has π/2 · σ²_w / k), σ²_p the
+/// process term, what a round's fresh processes share (the round medians' variance less
+/// the pairs' part), c₀ a visit's own cost and c₁ a pair's. Even (each visit balances A B
+/// and B A), at least 2 and at most `max`; `max` where the process term is not seen.
+pub fn pairs_per_visit(s: Spread, max: usize) -> usize {
+    let within = std::f64::consts::FRAC_PI_2 * s.within_var;
+    let process = s.round_var - within / s.pairs.max(1) as f64;
+    let max = max.max(2);
+    if !(process > 0.0) || !(s.pair_cost > 0.0) || !(s.visit_cost >= 0.0) {
+        return max;
+    }
+    let k = (within / process * s.visit_cost / s.pair_cost).sqrt();
+    let even = 2 * ((k / 2.0).round() as usize).max(1);
+    even.min(max - max % 2).max(2)
+}
+
 /// The spread that a case's rounds share across cases (their between-round variance),
 /// the prior of each case's own: limma's moderated variance, on rounds.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -353,6 +386,39 @@ fn normal_quantile(p: f64) -> f64 {
 
 #[cfg(test)]
 mod tests {
+
+    fn spread(within_sd: f64, process_sd: f64, visit: f64, pair: f64) -> Spread {
+        let k = 8;
+        Spread {
+            within_var: within_sd * within_sd,
+            round_var: process_sd * process_sd
+                + std::f64::consts::FRAC_PI_2 * within_sd * within_sd / k as f64,
+            pairs: k,
+            visit_cost: visit,
+            pair_cost: pair,
+        }
+    }
+
+    #[test]
+    fn a_visit_takes_few_pairs_where_rounds_differ_more_than_pairs() {
+        // the H200's device cases (2026-12-03): pairs within a round agree to 0.07%, rounds
+        // differ by 1–2%: more rounds, not more pairs
+        assert_eq!(pairs_per_visit(spread(0.0007, 0.015, 100.0, 20.0), 8), 2);
+        // pairs as noisy as rounds, a visit dear: more pairs a visit
+        assert_eq!(pairs_per_visit(spread(0.024, 0.012, 100.0, 20.0), 8), 6);
+        // a visit as cheap as a pair: fewer
+        assert_eq!(pairs_per_visit(spread(0.024, 0.012, 20.0, 20.0), 8), 2);
+        // no process term seen (rounds agree as their pairs predict): as many as allowed
+        let none = Spread {
+            round_var: 0.0,
+            ..spread(0.02, 0.0, 100.0, 20.0)
+        };
+        assert_eq!(pairs_per_visit(none, 8), 8);
+        // never odd, never under 2, never over the maximum
+        assert_eq!(pairs_per_visit(spread(0.1, 0.001, 1e6, 1.0), 7), 6);
+        assert_eq!(pairs_per_visit(spread(0.0, 0.01, 100.0, 20.0), 8), 2);
+    }
+
     use super::*;
 
     #[test]
