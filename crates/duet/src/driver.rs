@@ -374,19 +374,34 @@ pub fn run(
         budget,
     };
     let looks = settings.looks;
-    let mut last_round: Option<(Duration, usize)> = None;
     // (host-timed, device-timed) pairs a visit: the settings' until two rounds show better
     let mut pairs = (settings.pairs.max(1), settings.pairs.max(1));
+    let mut plan: Option<(Visit, Visit)> = None;
+    // the last round's time, the (host-timed, device-timed) cases it visited and the pairs
+    // a visit of each took
+    let mut last_round: Option<(Duration, (usize, usize), (usize, usize))> = None;
     for round in 0..looks.max as u32 {
         let active = |c: &CaseRun| c.ended.is_none() && !c.decided;
-        let n: usize = lists.iter().flatten().filter(|c| active(c)).count();
+        let visiting = lists
+            .iter()
+            .flatten()
+            .filter(|c| active(c))
+            .fold((0, 0), |(h, d), c| {
+                if c.key.mode.is_device() {
+                    (h, d + 1)
+                } else {
+                    (h + 1, d)
+                }
+            });
+        let n = visiting.0 + visiting.1;
         if n == 0 {
             break;
         }
         if round as usize >= looks.first {
-            // the next round fits the budget, by the last round's time per case
-            let next = last_round.map_or(Duration::ZERO, |(t, k)| {
-                t.mul_f64(n as f64 / k.max(1) as f64)
+            // the next round fits the budget, by the last round's time scaled to this
+            // one's visits (a visit of fewer pairs is shorter)
+            let next = last_round.map_or(Duration::ZERO, |(t, was, took)| {
+                t.mul_f64(round_cost(plan, visiting, pairs) / round_cost(plan, was, took).max(1e-9))
             });
             if t0.elapsed() + next > budget {
                 break;
@@ -416,13 +431,15 @@ pub fn run(
                 progress(&tally);
             }
         }
-        last_round = Some((r0.elapsed(), n));
+        last_round = Some((r0.elapsed(), visiting, pairs));
         if round == 1 {
             let all: Vec<&CaseRun> = lists.iter().flatten().collect();
-            pairs = (
+            let (h, d) = (
                 planned_pairs(&all, false, settings.pairs),
                 planned_pairs(&all, true, settings.pairs),
             );
+            pairs = (h.pairs, d.pairs);
+            plan = Some((h, d));
         }
         if looks.is_look(round as usize + 1) {
             let all: Vec<&CaseRun> = lists.iter().flatten().collect();
@@ -445,12 +462,33 @@ pub fn run(
     })
 }
 
+/// What a visit of a kind of case costs, and the pairs it takes from the third round on.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Visit {
+    pairs: usize,
+    /// A visit's time beyond its pairs, and a pair's (ns; medians over the kind's cases).
+    visit_ns: f64,
+    pair_ns: f64,
+}
+
+/// A round's cost of `(host-timed, device-timed)` visits at `pairs` each: by the plan's
+/// times, or one unit a visit before there is a plan (every visit took the same pairs).
+fn round_cost(plan: Option<(Visit, Visit)>, cases: (usize, usize), pairs: (usize, usize)) -> f64 {
+    match plan {
+        None => (cases.0 + cases.1) as f64,
+        Some((h, d)) => {
+            let one = |v: Visit, k: usize| v.visit_ns + k as f64 * v.pair_ns;
+            cases.0 as f64 * one(h, pairs.0) + cases.1 as f64 * one(d, pairs.1)
+        }
+    }
+}
+
 /// Pairs a visit of a device-timed (`device`) or host-timed case should take from now on:
 /// [`stats::paired::pairs_per_visit`] on the medians over those cases that have two rounds
 /// of pairs: a pair's variance around its round's median (by the MAD), the variance of
 /// the round medians, a visit's time beyond its pairs and a pair's time (its two samples).
 /// `max` where no such case has run.
-fn planned_pairs(cases: &[&CaseRun], device: bool, max: usize) -> usize {
+fn planned_pairs(cases: &[&CaseRun], device: bool, max: usize) -> Visit {
     let mut within = Vec::new();
     let mut between = Vec::new();
     let mut per_round = Vec::new();
@@ -491,18 +529,28 @@ fn planned_pairs(cases: &[&CaseRun], device: bool, max: usize) -> usize {
         visit.push((visit_ns - per_round.last().copied().unwrap_or(0.0) * pair_ns).max(0.0));
     }
     if within.is_empty() {
-        return max.max(1);
+        return Visit {
+            pairs: max.max(1),
+            visit_ns: 1.0,
+            pair_ns: 0.0,
+        };
     }
-    stats::paired::pairs_per_visit(
+    let (visit_ns, pair_ns) = (stats::median(&visit), stats::median(&pair));
+    let pairs = stats::paired::pairs_per_visit(
         stats::paired::Spread {
             within_var: stats::median(&within),
             round_var: stats::median(&between),
             pairs: stats::median(&per_round).round() as usize,
-            visit_cost: stats::median(&visit),
-            pair_cost: stats::median(&pair),
+            visit_cost: visit_ns,
+            pair_cost: pair_ns,
         },
         max,
-    )
+    );
+    Visit {
+        pairs,
+        visit_ns,
+        pair_ns,
+    }
 }
 
 /// What went wrong on one side in the middle of a case.
