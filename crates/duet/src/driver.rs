@@ -379,7 +379,7 @@ pub fn run(
     let mut plan: Option<(Visit, Visit)> = None;
     // the last round's time, the (host-timed, device-timed) cases it visited and the pairs
     // a visit of each took
-    let mut last_round: Option<(Duration, (usize, usize), (usize, usize))> = None;
+    let mut last_round: Option<(Duration, Kinds, Kinds)> = None;
     for round in 0..looks.max as u32 {
         let active = |c: &CaseRun| c.ended.is_none() && !c.decided;
         let visiting = lists
@@ -462,6 +462,9 @@ pub fn run(
     })
 }
 
+/// A count for the (host-timed, device-timed) cases.
+type Kinds = (usize, usize);
+
 /// What a visit of a kind of case costs, and the pairs it takes from the third round on.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Visit {
@@ -473,7 +476,7 @@ struct Visit {
 
 /// A round's cost of `(host-timed, device-timed)` visits at `pairs` each: by the plan's
 /// times, or one unit a visit before there is a plan (every visit took the same pairs).
-fn round_cost(plan: Option<(Visit, Visit)>, cases: (usize, usize), pairs: (usize, usize)) -> f64 {
+fn round_cost(plan: Option<(Visit, Visit)>, cases: Kinds, pairs: Kinds) -> f64 {
     match plan {
         None => (cases.0 + cases.1) as f64,
         Some((h, d)) => {

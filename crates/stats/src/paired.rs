@@ -163,7 +163,9 @@ pub fn pairs_per_visit(s: Spread, max: usize) -> usize {
     let within = std::f64::consts::FRAC_PI_2 * s.within_var;
     let process = s.round_var - within / s.pairs.max(1) as f64;
     let max = max.max(2);
-    if !(process > 0.0) || !(s.pair_cost > 0.0) || !(s.visit_cost >= 0.0) {
+    // NaN anywhere counts as unseen
+    let seen = process > 0.0 && s.pair_cost > 0.0 && s.visit_cost >= 0.0;
+    if !seen {
         return max;
     }
     let k = (within / process * s.visit_cost / s.pair_cost).sqrt();
