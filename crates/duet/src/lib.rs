@@ -8,6 +8,8 @@
 //!   child process).
 //! - [`driver`]: which cases, the calibration of calls per sample, warm-up, the A B / B A
 //!   turns, the sequential stop, the budget ([`driver::run`] → [`driver::Outcome`]).
+//! - `plan`: the pairs a visit takes after two rounds (Cochran's optimum from the spreads
+//!   they showed) and a round's cost.
 //! - [`verdict`]: each case's, each family's and the global verdicts, and the exit code
 //!   with its reasons ([`verdict::judge`]).
 //! - [`replay`]: a stored comparison read back, to judge it again.
@@ -17,6 +19,7 @@
 //! protocol. Statistics live in `stats::paired`.
 
 pub mod driver;
+mod plan;
 pub mod protocol;
 pub mod replay;
 pub mod verdict;

@@ -1,0 +1,98 @@
+//! The pairs a visit takes after two rounds, per kind of case, and what a round costs:
+//! the driver's plan from what the first rounds showed.
+
+use crate::driver::CaseRun;
+
+/// A count for the (host-timed, device-timed) cases.
+pub(crate) type Kinds = (usize, usize);
+
+/// What a visit of a kind of case costs, and the pairs it takes from the third round on.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Visit {
+    pub(crate) pairs: usize,
+    /// A visit's time beyond its pairs, and a pair's (ns; medians over the kind's cases).
+    pub(crate) visit_ns: f64,
+    pub(crate) pair_ns: f64,
+}
+
+/// A round's cost of `(host-timed, device-timed)` visits at `pairs` each: by the plan's
+/// times, or one unit a visit before there is a plan (every visit took the same pairs).
+pub(crate) fn round_cost(plan: Option<(Visit, Visit)>, cases: Kinds, pairs: Kinds) -> f64 {
+    match plan {
+        None => (cases.0 + cases.1) as f64,
+        Some((h, d)) => {
+            let one = |v: Visit, k: usize| v.visit_ns + k as f64 * v.pair_ns;
+            cases.0 as f64 * one(h, pairs.0) + cases.1 as f64 * one(d, pairs.1)
+        }
+    }
+}
+
+/// Pairs a visit of a device-timed (`device`) or host-timed case should take from now on:
+/// [`stats::paired::pairs_per_visit`] on the medians over those cases that have two rounds
+/// of pairs: a pair's variance around its round's median (by the MAD), the variance of
+/// the round medians, a visit's time beyond its pairs and a pair's time (its two samples).
+/// `max` where no such case has run.
+pub(crate) fn planned_pairs(cases: &[&CaseRun], device: bool, max: usize) -> Visit {
+    let mut within = Vec::new();
+    let mut between = Vec::new();
+    let mut per_round = Vec::new();
+    let mut visit = Vec::new();
+    let mut pair = Vec::new();
+    for c in cases.iter().filter(|c| c.key.mode.is_device() == device) {
+        let mut by: std::collections::BTreeMap<u32, Vec<f64>> = Default::default();
+        for p in &c.pairs {
+            let (b, a) = p.per_call();
+            if a > 0.0 && b > 0.0 {
+                by.entry(p.round).or_default().push((a / b).ln());
+            }
+        }
+        let rounds: Vec<&Vec<f64>> = by.values().filter(|v| v.len() >= 2).collect();
+        if rounds.len() < 2 || c.unpaired.is_some() {
+            continue;
+        }
+        let medians: Vec<f64> = rounds.iter().map(|v| stats::median(v)).collect();
+        let dev: Vec<f64> = rounds
+            .iter()
+            .zip(&medians)
+            .flat_map(|(v, m)| v.iter().map(move |x| (x - m).abs()))
+            .collect();
+        within.push((1.4826 * stats::median(&dev)).powi(2));
+        let mean = medians.iter().sum::<f64>() / medians.len() as f64;
+        between.push(
+            medians.iter().map(|m| (m - mean).powi(2)).sum::<f64>() / (medians.len() - 1) as f64,
+        );
+        per_round.push(c.pairs.len() as f64 / rounds.len() as f64);
+        let pair_ns = c
+            .pairs
+            .iter()
+            .map(|p| p.base.total_ns + p.cand.total_ns)
+            .sum::<f64>()
+            / c.pairs.len() as f64;
+        let visit_ns = c.spent.as_nanos() as f64 / f64::from(c.visits.max(1));
+        pair.push(pair_ns);
+        visit.push((visit_ns - per_round.last().copied().unwrap_or(0.0) * pair_ns).max(0.0));
+    }
+    if within.is_empty() {
+        return Visit {
+            pairs: max.max(1),
+            visit_ns: 1.0,
+            pair_ns: 0.0,
+        };
+    }
+    let (visit_ns, pair_ns) = (stats::median(&visit), stats::median(&pair));
+    let pairs = stats::paired::pairs_per_visit(
+        stats::paired::Spread {
+            within_var: stats::median(&within),
+            round_var: stats::median(&between),
+            pairs: stats::median(&per_round).round() as usize,
+            visit_cost: visit_ns,
+            pair_cost: pair_ns,
+        },
+        max,
+    );
+    Visit {
+        pairs,
+        visit_ns,
+        pair_ns,
+    }
+}
