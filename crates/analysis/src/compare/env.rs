@@ -1,0 +1,166 @@
+//! What makes two runs comparable: the same cases, the same boot, the environment's
+//! differences.
+
+use super::*;
+
+/// Whether two runs were measured in one boot: the same boot of the same machine where
+/// both record a boot id, else started within [`SAME_BOOT_HOURS`] of each other. A run
+/// without env.json is of another boot.
+pub fn same_boot(base: Option<&Env>, cand: Option<&Env>) -> bool {
+    let (Some(b), Some(c)) = (base, cand) else {
+        return false;
+    };
+    if let (Some(x), Some(y)) = (b.host_state.get("boot_id"), c.host_state.get("boot_id")) {
+        return x == y;
+    }
+    let at = |e: &Env| chrono::DateTime::parse_from_rfc3339(&e.started_at).ok();
+    match (at(b), at(c)) {
+        (Some(x), Some(y)) => (x - y).num_minutes().abs() <= (SAME_BOOT_HOURS * 60.0) as i64,
+        _ => false,
+    }
+}
+
+/// How far apart two runs without boot ids may start and count as one boot.
+pub const SAME_BOOT_HOURS: f64 = 3.0;
+
+/// Refuse runs with nothing to compare.
+pub(super) fn check_comparable(base: &Run, cand: &Run) -> Result<(), AnalysisError> {
+    for run in [base, cand] {
+        if run.ok_rows().next().is_none() {
+            return Err(AnalysisError::Input(format!(
+                "{}: no ok row to compare",
+                run.dir.display()
+            )));
+        }
+    }
+    let base_keys: BTreeSet<&CaseKey> = base.results.iter().map(|r| &r.key).collect();
+    if !cand.results.iter().any(|r| base_keys.contains(&r.key)) {
+        let devices = |run: &Run| {
+            let d: BTreeSet<String> = run.results.iter().map(|r| r.device.to_string()).collect();
+            d.into_iter().collect::<Vec<_>>().join(", ")
+        };
+        return Err(AnalysisError::Input(format!(
+            "{} and {}: no case in common (devices {} against {}): nothing to compare",
+            base.dir.display(),
+            cand.dir.display(),
+            devices(base),
+            devices(cand)
+        )));
+    }
+    Ok(())
+}
+
+/// A line per case in either run, with its identity flags (new, gone, status and kernel
+/// changes, upper bounds) and no speed verdict yet.
+pub(super) fn identity_lines(base: &Run, cand: &Run) -> Result<Vec<Line>, AnalysisError> {
+    let index = |run: &Run| -> BTreeMap<CaseKey, ResultRow> {
+        run.results
+            .iter()
+            .map(|r| (r.key.clone(), r.clone()))
+            .collect()
+    };
+    let (bi, ci) = (index(base), index(cand));
+    // the trace pass's dominant kernel of each case (traces are keyed in pipelined mode)
+    let dominant = |run: &Run| -> Result<BTreeMap<CaseKey, String>, AnalysisError> {
+        Ok(run
+            .traces()?
+            .into_iter()
+            .filter_map(|t| Some((t.key, t.dominant_kernel?)))
+            .collect())
+    };
+    let (bd, cd) = (dominant(base)?, dominant(cand)?);
+    let keys: BTreeSet<&CaseKey> = bi.keys().chain(ci.keys()).collect();
+    let mut lines = Vec::new();
+    for key in keys {
+        let (b, c) = (bi.get(key), ci.get(key));
+        let mut line = Line {
+            key: key.clone(),
+            base: b.and_then(|r| r.median_ns),
+            cand: c.and_then(|r| r.median_ns),
+            ratio: None,
+            ratio_ci: None,
+            p: None,
+            mde: None,
+            verdict: Verdict::None,
+            flags: Vec::new(),
+            fails: false,
+            both_ok: false,
+            divided_by: None,
+        };
+        match (b, c) {
+            (Some(_), None) => line.flags.push(Flag::Gone),
+            (None, Some(_)) => line.flags.push(Flag::New),
+            (Some(b), Some(c)) => {
+                if b.status != c.status {
+                    line.flags.push(Flag::StatusChanged(b.status, c.status));
+                    line.fails |= b.status == Status::Ok;
+                }
+                if b.kernel != c.kernel {
+                    let (bk, ck) = (
+                        b.kernel.clone().unwrap_or_default(),
+                        c.kernel.clone().unwrap_or_default(),
+                    );
+                    // falling back to the composite kernel is the regression users must see
+                    line.fails |= ck == "math" && bk != "math";
+                    line.flags.push(Flag::KernelChanged(bk, ck));
+                } else {
+                    let traced = key.in_mode(rundir::Mode::Pipelined);
+                    if let (Some(bk), Some(ck)) = (bd.get(&traced), cd.get(&traced)) {
+                        if bk != ck {
+                            line.flags.push(Flag::KernelChanged(bk.clone(), ck.clone()));
+                        }
+                    }
+                }
+                let ok = b.status == Status::Ok && c.status == Status::Ok;
+                let bound = key.mode.is_device() && (b.is_upper_bound() || c.is_upper_bound());
+                if ok && bound {
+                    line.flags.push(Flag::UpperBound);
+                }
+                line.both_ok = ok && !bound;
+            }
+            (None, None) => {}
+        }
+        lines.push(line);
+    }
+    Ok(lines)
+}
+
+/// env.json fields whose difference can change kernels or timings, as `field: a -> b`.
+pub fn env_diff(base: Option<&Env>, cand: Option<&Env>) -> Vec<String> {
+    let (Some(b), Some(c)) = (base, cand) else {
+        return vec!["env.json missing in one run: environments not compared".into()];
+    };
+    let json = |e: &Env| serde_json::to_value(e).unwrap_or_default();
+    let (b, c) = (json(b), json(c));
+    let mut out = Vec::new();
+    for f in ENV_FIELDS {
+        let (x, y) = (&b[*f], &c[*f]);
+        if x != y {
+            out.push(format!("{f}: {x} -> {y}"));
+        }
+    }
+    if b["build_config"] != c["build_config"] {
+        out.push("build_config: differs (see env.json of each run)".into());
+    }
+    out
+}
+
+/// env.json fields whose difference can change kernels or timings.
+const ENV_FIELDS: &[&str] = &[
+    "libtorch_version",
+    "tch_version",
+    "backend",
+    "runtime_version",
+    "device_name",
+    "arch",
+    "driver_version",
+    "cudnn_version",
+    "miopen_version",
+    "hipblaslt_version",
+    "sdp_enabled",
+    "env",
+    "threads",
+    "cpu_model",
+    "os",
+    "git_revision",
+];
