@@ -21,6 +21,7 @@ pub mod layout;
 mod peer;
 mod rows;
 mod run;
+mod sample;
 mod trace;
 
 pub use env::Env;
@@ -28,12 +29,12 @@ pub use key::{
     Activity, Backend, CaseKey, DeviceId, Mode, SeriesKey, Status, Timer, TraceSource, TraceStatus,
 };
 pub use peer::{PEER_TAIL, PeerCase, STATE_COLUMNS, read_peer};
-pub use rows::{
-    CLOCK_DROP, CONTROL_SPAN, CaseMedians, FitRow, HOST_SLOW, ResultRow, SLOW, STALL, STRETCHES,
-    Sample, SampleFlag, SampleState, Work, bound_by_host, by_execution, case_medians, flag_each,
-    flagged,
-};
+pub use rows::{CONTROL_SPAN, FitRow, ResultRow, Work, bound_by_host};
 pub use run::{ExecSamples, Run, RunWriter, check_env, has_file, write_fits};
+pub use sample::{
+    CLOCK_DROP, CaseMedians, HOST_SLOW, SLOW, STALL, STRETCHES, Sample, SampleFlag, SampleState,
+    by_execution, case_medians, flag_each, flagged,
+};
 pub use shapes::{DTypeName as DType, OpKind, Phase, UnknownValue};
 pub use trace::{KernelRow, TraceRow};
 

@@ -10,7 +10,7 @@ use shapes::Check;
 
 use crate::csvio::Line;
 use crate::key::{CaseKey, Status};
-use crate::rows::{Sample, SampleState};
+use crate::sample::{Sample, SampleState};
 use crate::{RunError, run::read_records};
 
 /// The file's columns: the case key, then these.

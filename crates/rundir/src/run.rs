@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use crate::csvio::Header;
 use crate::key::CaseKey;
 use crate::layout;
-use crate::rows::{FitRow, ResultRow, Sample};
+use crate::rows::{FitRow, ResultRow};
+use crate::sample::Sample;
 use crate::trace::{KernelRow, TraceRow};
 use crate::{Env, OLDEST_READABLE, RunError, SCHEMA_VERSION};
 

@@ -7,7 +7,8 @@ use serde::Deserialize;
 
 use crate::ModelConfig;
 use crate::config::{BUILTIN_GRID, ShapesError, shapes_dir};
-use crate::problem::{OpKind, Problem, Step, derive};
+use crate::derive::derive;
+use crate::problem::{OpKind, Problem, Step};
 
 /// Element type names as written in grid files and CSV.
 #[derive(

@@ -24,6 +24,7 @@
 //! ```
 
 mod config;
+mod derive;
 mod family;
 mod grid;
 pub mod moe;
@@ -31,10 +32,11 @@ mod plan;
 mod problem;
 
 pub use config::{ModelConfig, ShapesError, builtin_models, check_shapes_env, shapes_dir};
+pub use derive::derive;
 pub use family::Family;
 pub use grid::{Check, DTypeName, Grid, MAX_BATCH, MAX_LEN, Profile};
 pub use plan::{
     CallKind, GENERATE_LOOP, GenerateLoop, OtherCall, PairedSite, Pairing, PlannedCall, StepPlan,
     StepProfile,
 };
-pub use problem::{Dims, OpKind, Phase, Problem, Step, StepWork, UnknownValue, derive, step_work};
+pub use problem::{Dims, OpKind, Phase, Problem, Step, StepWork, UnknownValue, step_work};

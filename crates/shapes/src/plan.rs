@@ -7,7 +7,8 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::ModelConfig;
-use crate::problem::{OpKind, Problem, Step, UnknownValue, derive};
+use crate::derive::derive;
+use crate::problem::{OpKind, Problem, Step, UnknownValue};
 
 /// How a step is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
