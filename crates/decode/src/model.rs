@@ -530,6 +530,30 @@ pub fn forward_routed(
     Ok((logits, ctx.routes.take()))
 }
 
+/// A layer's q, k and v of its normed input `x`: one fused GEMM split three ways, or three
+/// GEMMs; each with its bias where the family has one (Qwen2).
+fn project_qkv(
+    layer: &Layer,
+    x: &Tensor,
+    ctx: &StepCtx,
+) -> Result<(Tensor, Tensor, Tensor), TchError> {
+    if let (Some(qkv), Flavor::Fused) = (&layer.qkv, ctx.flavor) {
+        let all = rep(ctx, || x.f_linear(qkv, layer.qkv_bias.as_ref()))?;
+        let parts = rep(ctx, || all.f_split_with_sizes(ctx.qkv_widths, -1))?;
+        return Ok((
+            parts[0].shallow_clone(),
+            parts[1].shallow_clone(),
+            parts[2].shallow_clone(),
+        ));
+    }
+    let bias_of = |i: usize| layer.bias.as_ref().map(|b| &b[i]);
+    Ok((
+        rep(ctx, || x.f_linear(&layer.q, bias_of(0)))?,
+        rep(ctx, || x.f_linear(&layer.k, bias_of(1)))?,
+        rep(ctx, || x.f_linear(&layer.v, bias_of(2)))?,
+    ))
+}
+
 /// One decoder layer of a forward: `hs` `[B, q, hidden]` in, the layer's output out. Every
 /// call is made once, or several times in a row under [`StepCtx::blocked`].
 pub fn layer_forward(
@@ -553,41 +577,20 @@ pub fn layer_forward(
     };
     let residual = hs.shallow_clone();
     let x = rep(ctx, || rms_norm(hs, &layer.input_norm, eps, flavor))?;
-    let (qs, ks, vs) = match (&layer.qkv, flavor) {
-        (Some(qkv), Flavor::Fused) => {
-            let all = rep(ctx, || x.f_linear(qkv, layer.qkv_bias.as_ref()))?;
-            let parts = rep(ctx, || all.f_split_with_sizes(ctx.qkv_widths, -1))?;
-            (
-                parts[0].shallow_clone(),
-                parts[1].shallow_clone(),
-                parts[2].shallow_clone(),
-            )
-        }
-        _ => {
-            let bias_of = |i: usize| layer.bias.as_ref().map(|b| &b[i]);
-            (
-                rep(ctx, || x.f_linear(&layer.q, bias_of(0)))?,
-                rep(ctx, || x.f_linear(&layer.k, bias_of(1)))?,
-                rep(ctx, || x.f_linear(&layer.v, bias_of(2)))?,
-            )
-        }
-    };
+    let (qs, ks, vs) = project_qkv(layer, &x, ctx)?;
     // qk-norm where the family has it (Qwen3); Llama's layout goes straight to RoPE
     let qk_norm = cfg.family.qk_norm();
-    let qs = rep(ctx, || qs.f_view([b, q, h, d]))?;
-    let qs = if qk_norm {
-        rep(ctx, || rms_norm(&qs, &layer.q_norm, eps, flavor))?
-    } else {
-        qs
+    let heads = |t: &Tensor, n: i64, norm: &Tensor| -> Result<Tensor, TchError> {
+        let t = rep(ctx, || t.f_view([b, q, n, d]))?;
+        let t = if qk_norm {
+            rep(ctx, || rms_norm(&t, norm, eps, flavor))?
+        } else {
+            t
+        };
+        rep(ctx, || t.f_transpose(1, 2))
     };
-    let qs = rep(ctx, || qs.f_transpose(1, 2))?;
-    let ks = rep(ctx, || ks.f_view([b, q, hkv, d]))?;
-    let ks = if qk_norm {
-        rep(ctx, || rms_norm(&ks, &layer.k_norm, eps, flavor))?
-    } else {
-        ks
-    };
-    let ks = rep(ctx, || ks.f_transpose(1, 2))?;
+    let qs = heads(&qs, h, &layer.q_norm)?;
+    let ks = heads(&ks, hkv, &layer.k_norm)?;
     let vs = rep(ctx, || vs.f_view([b, q, hkv, d]))?;
     let vs = rep(ctx, || vs.f_transpose(1, 2))?;
     let qs = rep(ctx, || rope(&qs))?;
