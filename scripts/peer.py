@@ -945,6 +945,12 @@ def step_times(c, b, layers):
 QWEN3_EOS = 151645
 
 
+def eos_of(c):
+    """The eos token generate() masks and checks: Qwen3's, or the last id of a smaller
+    vocabulary (a test's, or another family's)."""
+    return QWEN3_EOS if QWEN3_EOS < c.vocab else c.vocab - 1
+
+
 def new_tokens(c):
     """New tokens per generate() call: 32 on a GPU, 8 on the CPU (whose step is ~100× slower)."""
     return 32 if c.device.type == "cuda" else 8
@@ -1009,7 +1015,7 @@ def step_and_generate(c, b, step_err):
                     position_ids=positions[:, n_:n_ + 1], logits_to_keep=1, return_dict=True)
         tok["t"] = out.logits[:, -1:].argmax(-1)
         c.timer.sync()
-    eos = QWEN3_EOS if QWEN3_EOS < c.vocab else c.vocab - 1  # a test's tiny vocabulary
+    eos = eos_of(c)
     gen = dict(max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=0, eos_token_id=eos,
                past_key_values=cache)
     logits = torch.zeros(b, 1, c.vocab, device=device, dtype=c.dtype)
@@ -1595,7 +1601,7 @@ def static_samplers(c, b, step_err, n):
     def step():
         out = model(input_ids=tok["t"], past_key_values=cache, use_cache=True)
         tok["t"] = out.logits[:, -1:].argmax(-1)
-    eos = QWEN3_EOS if QWEN3_EOS < c.vocab else c.vocab - 1
+    eos = eos_of(c)
     gen = dict(max_new_tokens=new, min_new_tokens=new, do_sample=False, pad_token_id=0, eos_token_id=eos,
                past_key_values=cache, disable_compile=True)
     reset()

@@ -168,26 +168,31 @@ fn h200_levers(batch: usize) -> (analysis::help::Lever, Vec<analysis::help::Leve
     levers_of(&common::fixture("help-2026-12-03"), batch)
 }
 
+/// The transformers profile's query on an H200 run at `batch`, L = 1024, f16, priced by
+/// the host model predict would pick.
+fn h200_query<'a>(run: &rundir::Run, cfg: &'a ModelConfig, batch: usize) -> Query<'a> {
+    let q = Query {
+        device: "cuda:0".parse().unwrap(),
+        dtype: rundir::DType::F16,
+        ..common::cpu_query(cfg, Phase::Decode, batch, 1024, StepProfile::Transformers)
+    };
+    Query {
+        host: analysis::predict::HostModel::default_for(run, &q),
+        ..q
+    }
+}
+
 /// The transformers profile's levers on an H200 run at `batch`, L = 1024.
 fn levers_of(
     run: &rundir::Run,
     batch: usize,
 ) -> (analysis::help::Lever, Vec<analysis::help::Lever>) {
-    let run = run.clone();
-    let fits = fit_run(&run);
+    let fits = fit_run(run);
     let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
-    let q = Query {
-        device: "cuda:0".parse().unwrap(),
-        dtype: rundir::DType::F16,
-        ..common::cpu_query(&cfg, Phase::Decode, batch, 1024, StepProfile::Transformers)
-    };
-    let q = Query {
-        host: analysis::predict::HostModel::default_for(&run, &q),
-        ..q
-    };
-    let pred = predict_with(&run, &fits, &q).unwrap();
-    let bound = bandwidth_bound(&run, &q, &pred);
-    let rows = levers(&run, &fits, &q, &pred, &bound);
+    let q = h200_query(run, &cfg, batch);
+    let pred = predict_with(run, &fits, &q).unwrap();
+    let bound = bandwidth_bound(run, &q, &pred);
+    let rows = levers(run, &fits, &q, &pred, &bound);
     (bound, rows)
 }
 
@@ -313,15 +318,7 @@ fn a_static_cache_swaps_the_dynamic_caches_parts_host_and_device_apart() {
     let fits = fit_run(&run);
     let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
     for batch in [1, 8, 64] {
-        let q = Query {
-            device: "cuda:0".parse().unwrap(),
-            dtype: rundir::DType::F16,
-            ..common::cpu_query(&cfg, Phase::Decode, batch, 1024, StepProfile::Transformers)
-        };
-        let q = Query {
-            host: analysis::predict::HostModel::default_for(&run, &q),
-            ..q
-        };
+        let q = h200_query(&run, &cfg, batch);
         let pred = predict_with(&run, &fits, &q).unwrap();
         let (_, rows) = levers_of(&run, batch);
         let stat = rows
