@@ -35,8 +35,10 @@ it, CPU time, involuntary switches, steal: `State`):
   right before every `step` sample of those rounds: the layer in the step's own host state
   (as the decode crate's `layer_beside`); predict's `controlled` host model prices the HF
   step at it, read pair by pair with the step samples;
-- sites `step_static`, `generate_static_from_l` (in the same rounds, a block of their own):
-  the step and generate() from a StaticCache of L, eager; and the static cache's parts,
+- sites `step_static`, `generate_static_from_l`, `generate_graph_from_l` (in the same
+  rounds, a block of their own): the step and generate() from a StaticCache of L, eager,
+  and that generate() compiled into CUDA/HIP graphs (a GPU's; predict's graphs lever is
+  checked against it); and the static cache's parts,
   `cache_update_static`, `mask_static`, `sdpa_static` (predict's "static cache alone");
 - sites `generate`, `generate_static`, `generate_graph`: `model.generate()` per new token as
   the user calls it from a prompt of 16 (32 new tokens on a GPU, 8 on the CPU, prefill
@@ -388,11 +390,12 @@ class Timer:
             k = min(per, n - done)
             for _ in range(k):
                 fn()
+            if done + k == n:
+                self.sync()  # the last stretch ends with the device: the stretches make up the whole
             now = time.perf_counter_ns()
             paces.append((now - at) / k)
             at, done = now, done + k
-        self.sync()
-        ns = (time.perf_counter_ns() - t0) / n
+        ns = (at - t0) / n
         return Timed(ns, state.close(paces))
 
 
@@ -1205,19 +1208,25 @@ def generate_variants(c):
     out = [("generate", "model.generate() (DynamicCache, eager)", {})]
     static = {"cache_implementation": "static", "disable_compile": True}
     out.append(("generate_static", "model.generate() with a static cache, eager", static))
-    if c.device.type != "cuda":
-        graph = "CUDA/HIP graphs need a GPU"
-    else:
-        try:
-            from transformers import CompileConfig
-            import triton  # noqa: F401  (torch.compile's GPU backend)
-            graph = {"cache_implementation": "static",
-                     "compile_config": CompileConfig(mode="reduce-overhead", fullgraph=True)}
-        except ImportError as e:
-            graph = f"torch.compile's reduce-overhead mode is not available here: {e}"
+    graph = graphed(c)
+    if not isinstance(graph, str):
+        graph = dict(graph, cache_implementation="static")
     out.append(("generate_graph", "model.generate() with a static cache and its step compiled "
                 "(torch.compile reduce-overhead: CUDA/HIP graphs)", graph))
     return out
+
+
+def graphed(c):
+    """generate()'s kwargs that compile its step with torch.compile(mode="reduce-overhead")
+    (CUDA/HIP graphs), or why this build cannot."""
+    if c.device.type != "cuda":
+        return "CUDA/HIP graphs need a GPU"
+    try:
+        from transformers import CompileConfig
+        import triton  # noqa: F401  (torch.compile's GPU backend)
+    except ImportError as e:
+        return f"torch.compile's reduce-overhead mode is not available here: {e}"
+    return {"compile_config": CompileConfig(mode="reduce-overhead", fullgraph=True)}
 
 
 def generate_row(c, b, k, how, extra):
@@ -1488,7 +1497,7 @@ def framework_rows(c, b, t, x, pos):
 
 
 STATIC_PARTS = ("cache_update_static", "mask_static", "sdpa_static")
-STATIC_WHOLE = ("step_static", "generate_static_from_l")
+STATIC_WHOLE = ("step_static", "generate_static_from_l", "generate_graph_from_l")
 
 
 def static_cache(c, b, ctx):
@@ -1582,7 +1591,9 @@ def static_samplers(c, b, step_err, n):
     """The static cache's whole, for step_and_generate's rounds: `step_static` (the HF step
     from a StaticCache of L, eager, `n` steps a sample, reset to L before each) and
     `generate_static_from_l` (generate() continuing from it, disable_compile, per new
-    token), checked against the dynamic step's logits. Returns the samplers and what writes
+    token), checked against the dynamic step's logits; on a GPU `generate_graph_from_l`
+    too (graph_sampler: the same generate() compiled into CUDA/HIP graphs, the
+    counterpart of predict's graphs lever at the step's L). Returns the samplers and what writes
     their rows from the rounds' samples; ({}, None) where their rows are there, where the
     check failed (the rows say so) or where this transformers lacks the static cache."""
     keys = {s_: c.key("decode", "transformers", s_, b, c.ctx + 1) for s_ in STATIC_WHOLE}
@@ -1619,16 +1630,52 @@ def static_samplers(c, b, step_err, n):
                                                                            1).scaled(1 / new))[1]}
     what = {"step_static": f"the HF step from a StaticCache of L (eager), {n} steps per sample, reset to L before "
                            "each", "generate_static_from_l": f"model.generate() continuing from the StaticCache of L "
-                           f"(disable_compile), greedy, {new} new tokens per call, per new token"}
+                           f"(disable_compile), greedy, {new} new tokens per call, per new token",
+            "generate_graph_from_l": f"model.generate() continuing from a StaticCache of L of its own, its step "
+                                     f"compiled (torch.compile reduce-overhead: CUDA/HIP graphs; compiled and "
+                                     f"captured before the rounds), greedy, {new} new tokens per call, per new token"}
+    graph = graph_sampler(c, b, gen, step_err)
+    if isinstance(graph, str):
+        if not c.run.has(keys["generate_graph_from_l"]):
+            c.run.write(keys.pop("generate_graph_from_l"), f"{dims} new={new}", [], graph, status="unsupported")
+        keys.pop("generate_graph_from_l", None)
+    else:
+        samplers["generate_graph_from_l"], graph_err = graph
+        err = max(err, graph_err)
 
     def write(res, rounds):
         reset()
         for s_, kk in keys.items():
             c.run.write(kk, dims if s_ == "step_static" else f"{dims} new={new}", res[s_],
                         f"{what[s_]}; max_cache_len L + {2 * new}; its logits checked against the dynamic step's; "
-                        f"sampled in the {rounds} rounds of the step's sites, as a block of two; "
+                        f"sampled in the {rounds} rounds of the step's sites, as one block; "
                         f"{c.version}{c.note_base}", rel_err=err, check="step", iters=n if s_ == "step_static" else new)
     return samplers, write
+
+
+def graph_sampler(c, b, gen, step_err):
+    """generate() continuing from a StaticCache of L of its own, its step compiled into
+    CUDA/HIP graphs: (its sampler, its first logits' error against the eager step's from
+    that cache), or why it cannot run (a row's reason). Compiled and captured here, before
+    the rounds: three calls."""
+    how = graphed(c)
+    if isinstance(how, str):
+        return how
+    new = new_tokens(c)
+    try:
+        cache, ids, reset = static_cache(c, b, c.ctx)
+        reset()
+        want = c.model(input_ids=ids[:, c.ctx:], past_key_values=cache, use_cache=True).logits[:, -1]
+        kw = dict(gen, past_key_values=cache, disable_compile=False, **how)
+        for _ in range(3):
+            reset()
+            got = c.model.generate(ids, output_logits=True, return_dict_in_generate=True, **kw).logits[0]
+        err = max(step_err or 0.0, rel_err(got, want))
+    except Exception as e:  # a build without the feature: a row that says so, not a crash
+        return f"torch.compile's graphs did not run: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
+    if not err <= c.tol_step:
+        return f"the graphed generate()'s logits are {err:.3e} off the eager step's"
+    return (lambda: (reset(), c.timer.sample(lambda: c.model.generate(ids, **kw), 1).scaled(1 / new))[1]), err
 
 
 def module_call_row(c, b, x):

@@ -192,13 +192,16 @@ pub fn levers(run: &Run, fits: &Fits, q: &Query, pred: &Prediction, bound: &Leve
 /// tch — in the graph mode) with its DynamicCache `cat`s priced as the static cache's
 /// writes (the fused profile's `index_copy`, in the same mode), plus generate()'s own loop
 /// (the peer's `generate_loop`), which stays outside the graph. Checked against the peer's
-/// graphed generate() per token. Inductor's own fusions are not priced (H200,
-/// `help-2026-12-03`: 0.87, 1.07 and 0.98 of the measured at B = 1, 8, 64).
+/// graphed generate() continuing from a static cache of the query's L
+/// (`generate_graph_from_l`), else, in runs before it, the graphed generate() from a
+/// prompt of 16 (`generate_graph`: another context, and its prefill in each token).
+/// Inductor's own fusions are not priced.
 fn graphed_generate(run: &Run, fits: &Fits, q: &Query) -> Lever {
     let name = "CUDA/HIP graphs";
     let action = "model.generate(..., cache_implementation=\"static\") with \
                   torch.compile(mode=\"reduce-overhead\")";
-    let measured = peer_token(run, q, "generate_graph");
+    let measured = peer_token(run, q, "generate_graph_from_l")
+        .or_else(|| peer_token(run, q, "generate_graph"));
     let graphed = |profile| Query {
         profile,
         mode: Mode::Graph,

@@ -381,3 +381,31 @@ fn a_static_cache_swaps_the_dynamic_caches_parts_host_and_device_apart() {
         }
     }
 }
+
+#[test]
+fn graphs_are_checked_against_the_graphed_generate_from_the_steps_l_where_the_run_has_it() {
+    let mut run = help2();
+    let graphs = |run: &rundir::Run| {
+        let (_, rows) = levers_of(run, 8);
+        rows.into_iter()
+            .find(|l| l.name == "CUDA/HIP graphs")
+            .unwrap()
+    };
+    // before 2026-12-04 only the graphed generate() from a prompt of 16
+    let old = graphs(&run);
+    let prompt16 = run
+        .ok_rows()
+        .find(|r| r.site == "generate_graph" && r.batch == 8 && r.dtype == rundir::DType::F16)
+        .unwrap()
+        .clone();
+    assert_eq!(old.measured_ns, prompt16.median_ns);
+    // a planted row at the step's L, 3.0 ms a token: the check reads it, the price stays
+    let mut from_l = prompt16;
+    from_l.key.series.site = "generate_graph_from_l".into();
+    from_l.key.series.kv_len = Some(1025);
+    from_l.median_ns = Some(3.0e6);
+    run.results.push(from_l);
+    let new = graphs(&run);
+    assert_eq!(new.measured_ns, Some(3.0e6));
+    assert_eq!(new.predicted_ns, old.predicted_ns);
+}
