@@ -252,93 +252,112 @@ fn why_unpriced(fix: &str, e: &str) -> String {
 
 /// A token of the peer's `site` (generate() as the user calls it), at the query's batch.
 pub fn peer_token(run: &Run, q: &Query, site: &str) -> Option<f64> {
+    peer_row(run, q, (OpKind::Decode, q.profile.as_str(), site), q.batch)
+}
+
+/// A row of the run at `batch` by its (op, variant, site), the query's dtype and device.
+fn peer_row(
+    run: &Run,
+    q: &Query,
+    (op, variant, site): (OpKind, &str, &str),
+    batch: usize,
+) -> Option<f64> {
     run.ok_rows()
         .find(|r| {
-            r.op == OpKind::Decode
-                && r.variant == q.profile.as_str()
+            r.op == op
+                && r.variant == variant
                 && r.site == site
-                && r.batch == q.batch
+                && r.batch == batch
                 && r.dtype == q.dtype
                 && r.device == q.device
         })?
         .median_ns
 }
 
+/// (op, variant, site): a part of the user's step as scripts/peer.py times it from Python.
+type Part = (OpKind, &'static str, &'static str);
+
+/// A layer's cache write and attention with a DynamicCache, and the step's mask.
+const DYNAMIC: ([Part; 4], Part) = (
+    [
+        (OpKind::Decode, "transformers", "cache_update"),
+        (OpKind::KvCache, "py-cat", "k"),
+        (OpKind::KvCache, "py-cat", "v"),
+        (OpKind::Sdpa, "py-auto", "attn"),
+    ],
+    (OpKind::Decode, "transformers", "mask"),
+);
+
+/// The same with a static cache.
+const STATIC: ([Part; 2], Part) = (
+    [
+        (OpKind::Decode, "transformers", "cache_update_static"),
+        (OpKind::Decode, "transformers", "sdpa_static"),
+    ],
+    (OpKind::Decode, "transformers", "mask_static"),
+);
+
 /// A static cache without compile (`cache_implementation="static"`, eager): the step with
-/// DynamicCache's parts swapped for the static cache's, as scripts/peer.py measures them
-/// from Python at the query's L: the two `cat`s a layer for `StaticCache.update`
-/// (`cache_update_static`), SDPA for SDPA over the whole static cache with its mask
-/// (`sdpa_static`, a backend that takes a mask), and the step's `create_causal_mask` for
-/// the static one (`mask_static`); plus generate()'s own loop. Checked against generate()
-/// continuing from a static cache of L (`generate_static_from_l`).
+/// what a static cache changes added to it, like for like: the static cache's parts less
+/// DynamicCache's, each as scripts/peer.py times it from Python. A layer's
+/// `StaticCache.update` (`cache_update_static`) and SDPA over the whole cache with its mask
+/// (`sdpa_static`) in place of DynamicCache.update (`cache_update` and its two `py-cat`s)
+/// and SDPA over the filled cache (`sdpa/py-auto`); the step's mask (`mask_static` for
+/// `mask`). Both sides carry the same Python call costs, which the step's price has already
+/// (transformers' own code is priced apart): only their difference is added. Plus
+/// generate()'s own loop. Checked against generate() continuing from a static cache of L
+/// (`generate_static_from_l`).
 ///
 /// A part is timed pipelined, max(host, device) a call. On a GPU its host cost is its time
 /// at the run's smallest batch (where the host bounds it, as every row's host cost is
 /// read), scaled to the step's host state ([`Prediction::host_scale`]); its device cost
 /// its time at the query's batch (an upper bound). The step is max(host, device) again.
-/// On the CPU the parts' times are added as they are.
+/// On the CPU the parts' times at the query's batch are added as they are.
 fn static_cache(run: &Run, q: &Query, pred: &Prediction) -> Lever {
     let name = "static cache alone";
     let action = "model.generate(..., cache_implementation=\"static\"), no compile";
     let measured = peer_token(run, q, "generate_static_from_l");
-    let smallest = |site: &str| {
-        let b = peer_batches(run, q, site).into_iter().min()?;
-        peer_token(
-            run,
-            &Query {
-                batch: b,
-                ..q.clone()
-            },
-            site,
-        )
+    let smallest = run
+        .ok_rows()
+        .filter(|r| r.op == OpKind::Decode && r.site == "cache_update_static")
+        .map(|r| r.batch)
+        .min()
+        .unwrap_or(q.batch);
+    // (host, device) of a layer's parts and the mask, static less dynamic
+    let sum = |parts: &[Part]| -> Option<(f64, f64)> {
+        parts.iter().try_fold((0.0, 0.0), |(h, d), &p| {
+            Some((
+                h + peer_row(run, q, p, smallest)?,
+                d + peer_row(run, q, p, q.batch)?,
+            ))
+        })
     };
-    let part = |site: &str| Some((smallest(site)?, peer_token(run, q, site)?));
-    let (Some(update), Some(mask), Some(sdpa), Some(lp)) = (
-        part("cache_update_static"),
-        part("mask_static"),
-        part("sdpa_static"),
-        peer_token(run, q, "generate_loop"),
-    ) else {
+    let less = |a: (f64, f64), b: (f64, f64)| (a.0 - b.0, a.1 - b.1);
+    let delta = (|| {
+        let layer = less(sum(&STATIC.0)?, sum(&DYNAMIC.0)?);
+        let mask = less(sum(&[STATIC.1])?, sum(&[DYNAMIC.1])?);
+        Some((layer, mask))
+    })();
+    let (Some((layer, mask)), Some(lp)) = (delta, peer_token(run, q, "generate_loop")) else {
         return Lever::unpriced(
             name,
             action,
             q.batch,
             measured.or_else(|| peer_token(run, q, "generate_static")),
             "scripts/peer.py measures its parts (`cache_update_static`, `mask_static`, \
-             `sdpa_static`) and generate()'s loop where generate() is on (its default)",
+             `sdpa_static`, with the dynamic cache's beside them) and generate()'s loop where \
+             generate() is on (its default)",
         );
     };
-    let replaced = pred.components.iter().filter(|c| {
-        matches!(c.op, Some(OpKind::KvCache | OpKind::Sdpa)) || (c.op.is_none() && c.site == "mask")
-    });
-    let (mut host, mut device, mut serial) = (pred.host_ns, pred.device_ns, pred.serial_ns);
-    for c in replaced {
-        let n = c.calls as f64;
-        host -= n * c.host_ns;
-        device -= n * c.device_ns;
-        serial -= n * c.per_call_ns;
-    }
     let layers = q.model.num_hidden_layers as f64;
-    let added = |pick: fn(&(f64, f64)) -> f64| layers * (pick(&update) + pick(&sdpa)) + pick(&mask);
-    host += added(|p| p.0) * pred.host_scale();
-    device += added(|p| p.1);
-    serial += added(|p| p.1);
-    let step = if pred.gpu { host.max(device) } else { serial };
+    let host = pred.host_ns + (layers * layer.0 + mask.0) * pred.host_scale();
+    let device = pred.device_ns + layers * layer.1 + mask.1;
+    let step = if pred.gpu {
+        host.max(device)
+    } else {
+        pred.serial_ns + layers * layer.1 + mask.1
+    };
     Lever::priced(name, action, q.batch, step + lp, measured)
-}
-
-/// The batches at which the run has the peer's `site` (the query's profile, dtype, device).
-fn peer_batches(run: &Run, q: &Query, site: &str) -> Vec<usize> {
-    run.ok_rows()
-        .filter(|r| {
-            r.op == OpKind::Decode
-                && r.variant == q.profile.as_str()
-                && r.site == site
-                && r.dtype == q.dtype
-                && r.device == q.device
-        })
-        .map(|r| r.batch)
-        .collect()
 }
 
 /// The step with the attention call at the fastest SDPA backend the run measured at its

@@ -325,9 +325,34 @@ fn a_static_cache_swaps_the_dynamic_caches_parts_host_and_device_apart() {
             .iter()
             .find(|l| l.name == "static cache alone")
             .unwrap();
-        // by hand: the cats, SDPA and the mask out; the static cache's update and SDPA per
-        // layer and its mask in, at the smallest batch's time (scaled) on the host and at
+        // by hand: what a static cache changes, like for like from Python: its update and
+        // SDPA per layer and its mask in, DynamicCache's update (beyond its cats), its two
+        // cats, SDPA and mask out; at the smallest batch's time (scaled) on the host and at
         // this batch's on the device; generate()'s loop on top
+        let row = |op: OpKind, variant: &str, site: &str, b: usize| {
+            run.ok_rows()
+                .find(|r| {
+                    r.op == op
+                        && r.variant == variant
+                        && r.site == site
+                        && r.batch == b
+                        && r.dtype == q.dtype
+                })
+                .and_then(|r| r.median_ns)
+                .unwrap()
+        };
+        let hf = |site: &str, b: usize| row(OpKind::Decode, "transformers", site, b);
+        let change = |b: usize| {
+            28.0 * (hf("cache_update_static", b) + hf("sdpa_static", b)
+                - hf("cache_update", b)
+                - row(OpKind::KvCache, "py-cat", "k", b)
+                - row(OpKind::KvCache, "py-cat", "v", b)
+                - row(OpKind::Sdpa, "py-auto", "attn", b))
+                + hf("mask_static", b)
+                - hf("mask", b)
+        };
+        let host = pred.host_ns + change(1) * pred.host_scale();
+        let device = pred.device_ns + change(batch);
         let peer = |b: usize, site: &str| {
             analysis::help::peer_token(
                 &run,
@@ -339,22 +364,6 @@ fn a_static_cache_swaps_the_dynamic_caches_parts_host_and_device_apart() {
             )
             .unwrap()
         };
-        let out = |f: fn(&analysis::predict::Component) -> f64| -> f64 {
-            pred.components
-                .iter()
-                .filter(|c| {
-                    matches!(c.op, Some(OpKind::KvCache | OpKind::Sdpa))
-                        || (c.op.is_none() && c.site == "mask")
-                })
-                .map(|c| c.calls as f64 * f(c))
-                .sum()
-        };
-        let parts = |b: usize| {
-            28.0 * (peer(b, "cache_update_static") + peer(b, "sdpa_static"))
-                + peer(b, "mask_static")
-        };
-        let host = pred.host_ns - out(|c| c.host_ns) + parts(1) * pred.host_scale();
-        let device = pred.device_ns - out(|c| c.device_ns) + parts(batch);
         let want = host.max(device) + peer(batch, "generate_loop");
         assert!(
             (stat.predicted_ns.unwrap() - want).abs() < 1e-6,
