@@ -469,11 +469,10 @@ def bench(args):
     def peer(into):
         # without transformers it writes the Python op rows and says what it skipped
         t1 = time.monotonic()
-        rc = subprocess.run([env["OPBENCH_TORCH_PYTHON"], str(ROOT / "scripts" / "peer.py"), str(into)],
-                            env=env).returncode
+        rc = subprocess.run([str(opbench_exe(env)), "peer", str(into)], env=env).returncode
         took = time.monotonic() - t1
         if rc != 0:
-            say(f"scripts/peer.py failed (exit {rc}); the timed rows are kept")
+            say(f"opbench peer failed (exit {rc}); the timed rows are kept")
         else:
             say(f"peer rows took {hms(took)}")
         return took

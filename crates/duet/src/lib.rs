@@ -22,6 +22,7 @@ pub mod driver;
 mod plan;
 pub mod protocol;
 pub mod replay;
+pub mod solo;
 pub mod verdict;
 pub mod worker;
 pub mod write;

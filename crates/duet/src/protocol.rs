@@ -50,12 +50,44 @@ pub enum Request {
 }
 
 /// A case as a worker names it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 pub struct CaseName {
     /// The key as text (`CaseKey`'s display form): the name requests use.
     pub key: String,
     /// The key's fields in `CaseKey::COLUMNS` order.
     pub fields: Vec<String>,
+    /// How a single run's driver ([`crate::solo`]) samples it; a bench binary's cases
+    /// leave it empty (each case alone).
+    #[serde(default, skip_serializing_if = "Sampling::is_alone")]
+    pub sampling: Sampling,
+}
+
+/// How the cases of one worker are sampled in a single run ([`crate::solo`]): alone (its
+/// samples back to back), or in interleaved rounds with the other cases of its group, so
+/// that all see the same host states and a reader can take their differences round by
+/// round. The worker says which cases belong together; the driver decides the rounds,
+/// the calls a sample holds and the order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(default)]
+pub struct Sampling {
+    /// The group sampled in interleaved rounds (`None`: alone). Its first word names the
+    /// driver's rule for the rounds ([`crate::solo::GroupKind`]).
+    pub group: Option<String>,
+    /// Within a group's round, the cases of one block run back to back (the blocks and
+    /// the cases in a block shuffled each round).
+    pub block: Option<String>,
+    /// A case (its key) sampled right before each sample of this one, outside its rounds:
+    /// a companion read pair by pair with it.
+    pub before: Option<String>,
+    /// At most this many calls a sample (a whole step or a generate() call is long).
+    pub max_iters: Option<u64>,
+}
+
+impl Sampling {
+    /// Sampled alone, as every bench binary's case.
+    pub fn is_alone(&self) -> bool {
+        *self == Sampling::default()
+    }
 }
 
 /// A case the worker lists but cannot time in this protocol, and why.
@@ -80,6 +112,10 @@ pub struct Prepared {
     pub bytes: u64,
     pub kernel: Option<String>,
     pub note: Option<String>,
+    /// How the output was checked against float64 (`op`, `step`; `None`: not checked):
+    /// a worker that reports its error for the driver to judge (scripts/peer.py) names
+    /// it, and the driver applies the one tolerance table.
+    pub check: Option<String>,
     /// Bytes of model state the prepared case holds on its device.
     pub state_bytes: u64,
 }

@@ -138,6 +138,7 @@ fn prepared(r: &ResultRow) -> Prepared {
         bytes: r.bytes,
         kernel: r.kernel.clone(),
         note: r.note.clone(),
+        check: None,
         state_bytes: 0,
     }
 }

@@ -141,6 +141,7 @@ impl Worker for Fake {
                     .map(|(k, f, _)| CaseName {
                         key: k.clone(),
                         fields: f.clone(),
+                        ..Default::default()
                     })
                     .collect(),
                 unsupported: vec![],

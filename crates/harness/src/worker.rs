@@ -107,6 +107,7 @@ impl<'a> Worker<'a> {
                     let name = CaseName {
                         key: key.to_string(),
                         fields: key.fields(),
+                        ..Default::default()
                     };
                     if !SERVED.contains(&mode) {
                         not_served.push(NotServed {
@@ -229,6 +230,7 @@ impl<'a> Worker<'a> {
                 .map(|c| CaseName {
                     key: c.key.to_string(),
                     fields: c.key.fields(),
+                    ..Default::default()
                 })
                 .collect(),
             unsupported: self

@@ -8,6 +8,7 @@
 //! range) is a one-line error naming what is wrong and exit code 2; nothing panics.
 
 mod ab_cmd;
+mod peer_cmd;
 mod print;
 mod shapes_cmd;
 
@@ -129,6 +130,11 @@ enum Verb {
     /// Writes runs/RUN-base, -cand, -ab.csv and -compare.md. Exit 1 on a regression,
     /// with its reasons; 2 on bad input.
     Ab(ab_cmd::Args),
+    /// The user's own stack measured into RUN: HF transformers' step, generate(), decoder
+    /// layer and op calls from Python (scripts/peer.py, run as a worker: it builds the sites
+    /// and times a sample when asked; this decides the cases, warm-up, calls, rounds and
+    /// tolerances, and writes RUN/peer.csv and the rows).
+    Peer(peer_cmd::Args),
     /// Write RUN/report.md with SVG plots: time vs batch with fits and the floor, bandwidth,
     /// host vs device, GPU over CPU, the predicted decode step.
     Report {
@@ -742,6 +748,7 @@ fn main() -> ExitCode {
         Verb::Merge { run } => merge_verb(&run),
         Verb::Compare(args) => compare_verb(&args),
         Verb::Ab(args) => ab_cmd::run(&args),
+        Verb::Peer(args) => peer_cmd::run(&args),
         Verb::Report { run } => analysis::report::write_report(&run)
             .map(|p| {
                 println!("opbench: wrote {}", p.display());

@@ -28,12 +28,12 @@ pub use env::Env;
 pub use key::{
     Activity, Backend, CaseKey, DeviceId, Mode, SeriesKey, Status, Timer, TraceSource, TraceStatus,
 };
-pub use peer::{PEER_TAIL, PeerCase, STATE_COLUMNS, read_peer};
+pub use peer::{PEER_TAIL, PeerCase, STATE_COLUMNS, append_peer, read_peer};
 pub use rows::{CONTROL_SPAN, FitRow, ResultRow, Work, bound_by_host};
 pub use run::{ExecSamples, Run, RunWriter, check_env, has_file, write_fits};
 pub use sample::{
     CLOCK_DROP, CaseMedians, HOST_SLOW, SLOW, STALL, STRETCHES, Sample, SampleFlag, SampleState,
-    by_execution, case_medians, flag_each, flagged,
+    TORCH_CONTROL_CHUNK, TORCH_CONTROL_SPAN, by_execution, case_medians, flag_each, flagged,
 };
 pub use shapes::{DTypeName as DType, OpKind, Phase, UnknownValue};
 pub use trace::{KernelRow, TraceRow};

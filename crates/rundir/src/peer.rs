@@ -111,6 +111,66 @@ fn read_line(l: &Line<'_>) -> Result<(PeerCase, Option<Sample>), RunError> {
     ))
 }
 
+/// Append one case to the peer's file (its header first where the file is new): one line
+/// per sample, or one line without a sample for a case not timed. `opbench peer` writes
+/// it; [`read_peer`] reads it back.
+pub fn append_peer(path: &Path, case: &PeerCase) -> Result<(), RunError> {
+    let io = |source: std::io::Error| RunError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let new = std::fs::metadata(path).map_or(true, |m| m.len() == 0);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(io)?;
+    let mut w = csv::Writer::from_writer(std::io::BufWriter::new(file));
+    let csv_err = |e: csv::Error| io(std::io::Error::other(e.to_string()));
+    if new {
+        let mut head: Vec<&str> = CaseKey::COLUMNS.to_vec();
+        head.extend(PEER_TAIL);
+        head.extend(STATE_COLUMNS);
+        w.write_record(&head).map_err(csv_err)?;
+    }
+    let opt = |v: Option<f64>| v.map_or(String::new(), |x| format!("{x:.1}"));
+    let int = |v: Option<u64>| v.map_or(String::new(), |x| x.to_string());
+    let mut head = case.key.fields();
+    head.extend([
+        case.dims.clone(),
+        case.flops.to_string(),
+        case.bytes.to_string(),
+        case.check.map_or(String::new(), |c| c.as_str().to_string()),
+        case.rel_err.map_or(String::new(), |e| format!("{e:.6e}")),
+        case.status.to_string(),
+        case.note.clone().unwrap_or_default(),
+        case.execution.to_string(),
+    ]);
+    if case.samples.is_empty() {
+        let mut line = head.clone();
+        line.resize(head.len() + 2 + STATE_COLUMNS.len(), String::new());
+        w.write_record(&line).map_err(csv_err)?;
+    }
+    for s in &case.samples {
+        let st = &s.state;
+        let mut line = head.clone();
+        line.extend([s.iters.to_string(), format!("{:.1}", s.total_ns)]);
+        line.extend([
+            opt(s.host_ns),
+            opt(st.host_after_ns),
+            opt(st.cpu_ns),
+            int(st.nivcsw),
+            int(st.steal),
+            opt(st.slowest_ns),
+            opt(s.control_ns),
+            opt(st.control_after_ns),
+            opt(st.typical_ns),
+        ]);
+        w.write_record(&line).map_err(csv_err)?;
+    }
+    w.flush().map_err(io)
+}
+
 /// Read the peer's file: its cases in first-seen order, each with its samples.
 pub fn read_peer(path: &Path) -> Result<Vec<PeerCase>, RunError> {
     let mut required: Vec<&'static str> = CaseKey::COLUMNS.to_vec();

@@ -70,6 +70,12 @@ pub struct SampleState {
 /// How many stretches a host-timed sample's calls are timed in ([`SampleState::slowest_ns`]).
 pub const STRETCHES: u64 = 32;
 
+/// The torch control (`control_ns`): the dispatch floor's call back to back for at least
+/// this long, right before a sample (the harness's, and scripts/peer.py's when asked)...
+pub const TORCH_CONTROL_SPAN: std::time::Duration = std::time::Duration::from_micros(200);
+/// ... in chunks of this many calls between clock reads.
+pub const TORCH_CONTROL_CHUNK: u64 = 16;
+
 /// Why a sample is not of the machine's usual state ([`Sample::flags`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SampleFlag {

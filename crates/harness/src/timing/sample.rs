@@ -201,8 +201,7 @@ pub(crate) fn sample_in_state(
 /// the host switches state between samples or processes (docs/method.md).
 /// With a `torch`-scope plant ([`PlantScope::Torch`]) its calls are planted too.
 pub(crate) fn control_ns(control: &mut dyn Prepared, device: Device, plant: Plant) -> Option<f64> {
-    const CHUNK: u64 = 16;
-    const SPAN: Duration = Duration::from_micros(200);
+    use rundir::{TORCH_CONTROL_CHUNK as CHUNK, TORCH_CONTROL_SPAN as SPAN};
     let plant = plant.for_other_calls();
     // unplanted, the control's calls are timed bare: the wrapper reads the clock twice a call
     let mut planted;

@@ -1,0 +1,420 @@
+//! A single run's driver: one worker's cases, each prepared, judged, warmed up and timed,
+//! alone or in interleaved rounds with its group ([`Sampling`]). `opbench peer` drives
+//! scripts/peer.py with it: Python builds the model's sites and times a sample when asked;
+//! this decides which cases, the warm-up, the calls a sample holds, the rounds and their
+//! order, and judges each case's error by the one tolerance table before timing it.
+//!
+//! A worker that answers `error` ends that case `error` with its reason; one that dies ends
+//! the cases it held `error`, is started again, and the run goes on.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use rand::SeedableRng;
+use rand::seq::SliceRandom;
+
+use crate::driver::Factory;
+use crate::protocol::{CaseName, PROTOCOL, Prepared, Reply, Request, Sampled};
+use crate::worker::{Worker, WorkerError};
+
+/// What the driver is told (a run's budget, from its env.json).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SoloSettings {
+    /// Samples a case alone takes; a group's rounds follow [`GroupKind::rounds`].
+    pub samples: usize,
+    /// Warm-up per case.
+    pub warmup: Duration,
+    /// Measurement per case: a sample aims at `measure / samples` of wall-clock time.
+    pub measure: Duration,
+    pub seed: u64,
+}
+
+/// A group's rule for its rounds, named by the group's first word (`layers-b8`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupKind {
+    /// A decoder layer five ways: predict reads differences of ~10% of each row, so twice
+    /// the run's samples.
+    Layers,
+    /// The step and generate() taken apart: each sample is a whole step or generate()
+    /// call, so half the run's samples, at least 8.
+    Step,
+    /// Any other group: the run's samples.
+    Other,
+}
+
+impl GroupKind {
+    pub fn of(group: &str) -> Self {
+        match group.split(['-', '/', ' ']).next() {
+            Some("layers") => GroupKind::Layers,
+            Some("step") => GroupKind::Step,
+            _ => GroupKind::Other,
+        }
+    }
+
+    pub fn rounds(self, samples: usize) -> usize {
+        match self {
+            GroupKind::Layers => 2 * samples,
+            GroupKind::Step => (samples / 2).max(8),
+            GroupKind::Other => samples,
+        }
+    }
+}
+
+/// Samples a case alone takes: the run's, or for a case of one call a sample (a whole
+/// generate() call) a third of them, at least 3.
+pub fn alone_samples(samples: usize, max_iters: Option<u64>) -> usize {
+    match max_iters {
+        Some(1) => (samples / 3).max(3),
+        _ => samples,
+    }
+}
+
+/// One case as it ended: its preparation (its `status` judged by the driver: `mismatch`
+/// where its error is over the tolerance, `error` where the worker failed it, with the
+/// reason), the calls a sample held and its samples in the order taken.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SoloCase {
+    pub name: CaseName,
+    pub prepared: Prepared,
+    pub iters: u64,
+    pub samples: Vec<Sampled>,
+}
+
+/// Whether a prepared case's error is within its tolerance: `Err(reason)` where it is not.
+pub type Judge<'a> = &'a dyn Fn(&CaseName, &Prepared) -> Result<(), String>;
+
+/// Why the run could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum SoloError {
+    #[error(transparent)]
+    Worker(#[from] WorkerError),
+    #[error("{0}")]
+    Protocol(String),
+}
+
+/// Lists the worker's cases (those `skip` does not pass over) and times them, unit by unit
+/// (a case alone, or a whole group), handing each case to `emit` as it ends.
+pub fn run(
+    factory: &mut Factory<'_>,
+    filter: Option<String>,
+    skip: &dyn Fn(&CaseName) -> bool,
+    judge: Judge<'_>,
+    settings: &SoloSettings,
+    emit: &mut dyn FnMut(SoloCase),
+) -> Result<(), SoloError> {
+    let mut w = start(factory)?;
+    let cases = match w.call(&Request::Cases { filter })? {
+        Reply::Cases { cases, .. } => cases,
+        other => {
+            return Err(SoloError::Protocol(format!(
+                "answered cases with {other:?}"
+            )));
+        }
+    };
+    let companions: BTreeSet<String> = cases
+        .iter()
+        .filter_map(|c| c.sampling.before.clone())
+        .collect();
+    let by_key: BTreeMap<String, CaseName> =
+        cases.iter().map(|c| (c.key.clone(), c.clone())).collect();
+    let mut done_groups = BTreeSet::new();
+    for case in cases.iter().filter(|c| !skip(c)) {
+        if companions.contains(&case.key) {
+            continue;
+        }
+        let unit: Vec<CaseName> = match &case.sampling.group {
+            None => vec![case.clone()],
+            Some(g) if done_groups.insert(g.clone()) => cases
+                .iter()
+                .filter(|c| c.sampling.group.as_ref() == Some(g) && !skip(c))
+                .cloned()
+                .collect(),
+            Some(_) => continue,
+        };
+        let unit = Unit::new(unit, &by_key);
+        let mut out = Vec::new();
+        if let Err(e) = unit.time(w.as_mut(), judge, settings, &mut out) {
+            // the worker died: what it held ends `error`, and a fresh one goes on
+            let reason = format!("the worker died: {e}");
+            for c in unit.all() {
+                if !out.iter().any(|o: &SoloCase| o.name.key == c.key) {
+                    out.push(ended(c, "error", &reason));
+                }
+            }
+            w = start(factory)?;
+        }
+        out.into_iter().for_each(&mut *emit);
+    }
+    Ok(())
+}
+
+fn start(factory: &mut Factory<'_>) -> Result<Box<dyn Worker>, SoloError> {
+    let mut w = factory()?;
+    match w.call(&Request::Hello)? {
+        Reply::Hello { protocol, .. } if protocol == PROTOCOL => Ok(w),
+        Reply::Hello { protocol, .. } => Err(SoloError::Protocol(format!(
+            "{} speaks protocol {protocol}, this driver {PROTOCOL}",
+            w.label()
+        ))),
+        other => Err(SoloError::Protocol(format!(
+            "answered hello with {other:?}"
+        ))),
+    }
+}
+
+/// A case that ended without samples.
+fn ended(name: &CaseName, status: &str, reason: &str) -> SoloCase {
+    SoloCase {
+        name: name.clone(),
+        prepared: Prepared {
+            key: name.key.clone(),
+            status: status.into(),
+            reason: Some(reason.into()),
+            ..Prepared::default()
+        },
+        iters: 0,
+        samples: Vec::new(),
+    }
+}
+
+/// A case alone or a group, with the companions its cases name.
+struct Unit {
+    members: Vec<CaseName>,
+    companions: BTreeMap<String, CaseName>,
+}
+
+/// A case being timed in its unit.
+struct Live {
+    case: SoloCase,
+    /// Its companion's key, where the companion is live too.
+    before: Option<String>,
+}
+
+/// What a worker did to a request: answered `error` (the case ends `error`), or died.
+enum Trouble {
+    Refused(String),
+    Lost(WorkerError),
+}
+
+impl Unit {
+    fn new(members: Vec<CaseName>, by_key: &BTreeMap<String, CaseName>) -> Self {
+        let companions = members
+            .iter()
+            .filter_map(|c| c.sampling.before.as_ref())
+            .filter_map(|k| Some((k.clone(), by_key.get(k)?.clone())))
+            .collect();
+        Unit {
+            members,
+            companions,
+        }
+    }
+
+    fn all(&self) -> impl Iterator<Item = &CaseName> {
+        self.members.iter().chain(self.companions.values())
+    }
+
+    /// Prepare, judge, calibrate and sample the unit's cases; those that end early go to
+    /// `out` at once, the rest when the unit is done. Err: the worker died.
+    fn time(
+        &self,
+        w: &mut dyn Worker,
+        judge: Judge<'_>,
+        settings: &SoloSettings,
+        out: &mut Vec<SoloCase>,
+    ) -> Result<(), WorkerError> {
+        let mut live: BTreeMap<String, Live> = BTreeMap::new();
+        for c in self.all() {
+            if let Some(case) = ready(w, c, judge, settings, out)? {
+                live.insert(c.key.clone(), Live { case, before: None });
+            }
+        }
+        for c in &self.members {
+            let before = c.sampling.before.clone().filter(|k| live.contains_key(k));
+            if let Some(l) = live.get_mut(&c.key) {
+                l.before = before;
+            }
+        }
+        let order: Vec<Vec<String>> = self.blocks(&live);
+        let rounds = match self.members.first().and_then(|c| c.sampling.group.as_ref()) {
+            Some(g) => GroupKind::of(g).rounds(settings.samples),
+            None => alone_samples(settings.samples, self.members[0].sampling.max_iters),
+        };
+        let mut rng = rand::rngs::StdRng::seed_from_u64(settings.seed);
+        let mut order = order;
+        for _ in 0..rounds {
+            if order.len() > 1 || order.first().is_some_and(|b| b.len() > 1) {
+                order.iter_mut().for_each(|b| b.shuffle(&mut rng));
+                order.shuffle(&mut rng);
+            }
+            for key in order.iter().flatten() {
+                let Some(l) = live.get(key) else { continue };
+                let mut keys = l.before.clone().into_iter().collect::<Vec<_>>();
+                keys.push(key.clone());
+                for k in keys {
+                    let Some(l) = live.get_mut(&k) else { continue };
+                    match sample(w, &k, l.case.iters) {
+                        Ok(s) => l.case.samples.push(s),
+                        Err(Trouble::Refused(why)) => {
+                            let l = live.remove(&k).map(|l| l.case);
+                            out.extend(l.map(|c| ended(&c.name, "error", &why)));
+                        }
+                        Err(Trouble::Lost(e)) => {
+                            let why = format!("the worker died: {e}");
+                            out.extend(live.values().map(|l| ended(&l.case.name, "error", &why)));
+                            return Err(e);
+                        }
+                    }
+                }
+            }
+        }
+        for (k, l) in live {
+            let _ = w.call(&Request::Release { key: k });
+            out.push(l.case);
+        }
+        Ok(())
+    }
+
+    /// The members' blocks in listing order: a block's cases together, a case without a
+    /// block alone.
+    fn blocks(&self, live: &BTreeMap<String, Live>) -> Vec<Vec<String>> {
+        let mut out: Vec<(Option<String>, Vec<String>)> = Vec::new();
+        for c in self.members.iter().filter(|c| live.contains_key(&c.key)) {
+            let block = c.sampling.block.clone();
+            match out.iter_mut().find(|(b, _)| block.is_some() && *b == block) {
+                Some((_, keys)) => keys.push(c.key.clone()),
+                None => out.push((block, vec![c.key.clone()])),
+            }
+        }
+        out.into_iter().map(|(_, keys)| keys).collect()
+    }
+}
+
+/// A case prepared, judged and calibrated (`Some`, ready to sample), or ended into `out`.
+fn ready(
+    w: &mut dyn Worker,
+    c: &CaseName,
+    judge: Judge<'_>,
+    settings: &SoloSettings,
+    out: &mut Vec<SoloCase>,
+) -> Result<Option<SoloCase>, WorkerError> {
+    let prepared = match w.call(&Request::Prepare { key: c.key.clone() })? {
+        Reply::Prepared(p) => p,
+        Reply::Error { message } => {
+            out.push(ended(c, "error", &message));
+            return Ok(None);
+        }
+        other => {
+            out.push(ended(
+                c,
+                "error",
+                &format!("answered prepare with {other:?}"),
+            ));
+            return Ok(None);
+        }
+    };
+    let mut case = SoloCase {
+        name: c.clone(),
+        prepared,
+        iters: 0,
+        samples: Vec::new(),
+    };
+    if case.prepared.status != "ok" {
+        out.push(case);
+        return Ok(None);
+    }
+    if let Err(why) = judge(c, &case.prepared) {
+        case.prepared.status = "mismatch".into();
+        case.prepared.reason = Some(why);
+        out.push(case);
+        return Ok(None);
+    }
+    let aim = settings.measure / settings.samples.max(1) as u32;
+    match calibrate(w, &c.key, aim, settings.warmup, c.sampling.max_iters) {
+        Ok(iters) => case.iters = iters,
+        Err(Trouble::Refused(why)) => {
+            out.push(ended(c, "error", &why));
+            return Ok(None);
+        }
+        Err(Trouble::Lost(e)) => return Err(e),
+    }
+    Ok(Some(case))
+}
+
+fn sample(w: &mut dyn Worker, key: &str, iters: u64) -> Result<Sampled, Trouble> {
+    match w.call(&Request::Sample {
+        key: key.into(),
+        iters,
+    }) {
+        Ok(Reply::Sample(s)) if s.calls > 0 && s.total_ns > 0.0 => Ok(s),
+        Ok(Reply::Sample(s)) => Err(Trouble::Refused(format!("an empty sample: {s:?}"))),
+        Ok(Reply::Error { message }) => Err(Trouble::Refused(message)),
+        Ok(other) => Err(Trouble::Refused(format!("answered sample with {other:?}"))),
+        Err(e) => Err(Trouble::Lost(e)),
+    }
+}
+
+/// The calls a sample holds: a first sample of one call (it may pay setup), then warm-up
+/// samples until `warmup` has passed (at least two), each sized from the last one's time
+/// per call (as the worker timed its calls) to fill `aim`, at most `max_iters`. A case of one call a
+/// sample takes one warm-up sample only (a whole generate() call).
+fn calibrate(
+    w: &mut dyn Worker,
+    key: &str,
+    aim: Duration,
+    warmup: Duration,
+    max_iters: Option<u64>,
+) -> Result<u64, Trouble> {
+    let cap = max_iters.unwrap_or(10_000_000).max(1);
+    // the unit's time as the worker's clock saw its calls (the controls and counters
+    // around a sample are not the sample's)
+    let mut timed =
+        |iters: u64| -> Result<f64, Trouble> { Ok(sample(w, key, iters)?.total_ns / iters as f64) };
+    let mut per = timed(1)?;
+    if cap == 1 {
+        return Ok(1);
+    }
+    let mut iters = iters_for(per, aim, cap);
+    let t0 = Instant::now();
+    let mut looks = 0;
+    while looks < 2 || (t0.elapsed() < warmup && looks < 50) {
+        per = timed(iters)?;
+        iters = iters_for(per, aim, cap);
+        looks += 1;
+    }
+    Ok(iters)
+}
+
+/// Calls for a per-call time `per` (ns) to fill `aim`, in 1..=cap.
+fn iters_for(per: f64, aim: Duration, cap: u64) -> u64 {
+    if per.is_nan() || per <= 0.0 {
+        return 1;
+    }
+    ((aim.as_nanos() as f64 / per).ceil() as u64).clamp(1, cap)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_groups_rounds_follow_its_kind() {
+        assert_eq!(GroupKind::of("layers-b8"), GroupKind::Layers);
+        assert_eq!(GroupKind::of("step-b1"), GroupKind::Step);
+        assert_eq!(GroupKind::of("whatever"), GroupKind::Other);
+        assert_eq!(GroupKind::Layers.rounds(20), 40);
+        assert_eq!(GroupKind::Step.rounds(20), 10);
+        assert_eq!(GroupKind::Step.rounds(4), 8);
+        assert_eq!(alone_samples(20, Some(1)), 6);
+        assert_eq!(alone_samples(4, Some(1)), 3);
+        assert_eq!(alone_samples(20, Some(16)), 20);
+    }
+
+    #[test]
+    fn a_sample_fills_its_aim_within_its_cap() {
+        let aim = Duration::from_millis(10);
+        assert_eq!(iters_for(2_000.0, aim, 1_000_000), 5_000);
+        assert_eq!(iters_for(2_000.0, aim, 16), 16);
+        assert_eq!(iters_for(1e9, aim, 16), 1);
+        assert_eq!(iters_for(f64::NAN, aim, 16), 1);
+    }
+}
