@@ -1,5 +1,5 @@
 //! A single run's driver: one worker's cases, each prepared, judged, warmed up and timed,
-//! alone or in interleaved rounds with its group ([`Sampling`]). `opbench peer` drives
+//! alone or in interleaved rounds with its group ([`crate::protocol::Sampling`]). `opbench peer` drives
 //! scripts/peer.py with it: Python builds the model's sites and times a sample when asked;
 //! this decides which cases, the warm-up, the calls a sample holds, the rounds and their
 //! order, and judges each case's error by the one tolerance table before timing it.

@@ -2,6 +2,7 @@
 //! with planted cases: a group sampled in interleaved rounds with its companion before each
 //! of its holder's samples, an error over its tolerance that is never timed, a refused
 //! sample, and a worker that dies mid-run.
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -109,9 +110,14 @@ fn drive(cases: Vec<(CaseName, f64, f64)>, die_at: Option<usize>) -> (Vec<SoloCa
         _ => Ok(()),
     };
     let mut out = Vec::new();
-    solo::run(&mut factory, None, &|_| false, &judge, &settings(), &mut |c| {
-        out.push(c)
-    })
+    solo::run(
+        &mut factory,
+        None,
+        &|_| false,
+        &judge,
+        &settings(),
+        &mut |c| out.push(c),
+    )
     .unwrap();
     let log = log.borrow().clone();
     (out, log)
@@ -149,11 +155,16 @@ fn a_group_takes_turns_round_by_round_with_its_companion_right_before_its_holder
         .collect();
     let steps = log.iter().filter(|k| *k == "step").count();
     assert!(steps >= 8);
-    let pairs = log.windows(2).filter(|w| w[0] == "beside" && w[1] == "step");
+    let pairs = log
+        .windows(2)
+        .filter(|w| w[0] == "beside" && w[1] == "step");
     assert_eq!(pairs.count(), 8, "{timed:?}");
     // calls a sample fill the aim (400 µs / 4 samples = 100 µs) within the cap of 16
     assert_eq!(by("step").iters, 16);
-    assert_eq!(by("generate").iters, 16.min((100_000.0f64 / 5000.0).ceil() as u64));
+    assert_eq!(
+        by("generate").iters,
+        16.min((100_000.0f64 / 5000.0).ceil() as u64)
+    );
     // a case alone takes the run's samples back to back
     assert_eq!(by("alone").samples.len(), 4);
     assert_eq!(by("alone").iters, 2000);
@@ -169,10 +180,24 @@ fn an_error_over_its_tolerance_is_never_timed_and_a_refusal_ends_its_case_only()
     let (out, log) = drive(cases, None);
     let by = |k: &str| out.iter().find(|c| c.name.key == k).unwrap();
     assert_eq!(by("off").prepared.status, "mismatch");
-    assert!(by("off").prepared.reason.as_ref().unwrap().contains("over 1e-3"));
+    assert!(
+        by("off")
+            .prepared
+            .reason
+            .as_ref()
+            .unwrap()
+            .contains("over 1e-3")
+    );
     assert!(!log.iter().any(|k| k == "off"), "a mismatch is not sampled");
     assert_eq!(by("refuses").prepared.status, "error");
-    assert!(by("refuses").prepared.reason.as_ref().unwrap().contains("planted"));
+    assert!(
+        by("refuses")
+            .prepared
+            .reason
+            .as_ref()
+            .unwrap()
+            .contains("planted")
+    );
     assert_eq!(by("fine").prepared.status, "ok");
     assert_eq!(by("fine").samples.len(), 4);
 }
@@ -188,7 +213,10 @@ fn a_worker_that_dies_ends_what_it_held_and_a_fresh_one_goes_on() {
     // "first" takes 3 calibration samples (one of a call, two warm-up looks) and its 4;
     // the group's two cases 3 each; the worker dies at its 15th sample, in the rounds
     let (out, log) = drive(cases, Some(15));
-    assert!(log[13..15].iter().all(|k| k == "dies" || k == "with"), "{log:?}");
+    assert!(
+        log[13..15].iter().all(|k| k == "dies" || k == "with"),
+        "{log:?}"
+    );
     let by = |k: &str| out.iter().find(|c| c.name.key == k).unwrap();
     assert_eq!(by("first").prepared.status, "ok");
     assert_eq!(by("first").samples.len(), 4);

@@ -226,7 +226,7 @@ fn peer_case(
         total_ns: s.total_ns,
         control_ns: s.control_ns,
         host_ns: s.host_ns,
-        state: s.state.clone(),
+        state: s.state,
         pair: None,
     };
     let note = match (&p.reason, &p.note) {
