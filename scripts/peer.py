@@ -508,8 +508,10 @@ def framework_cases(c, b):
         return torch.cat([kc, kn], dim=-2)
 
     def difference(n):
-        u = c.timer.sample(upd, n)
-        return Timed(max(u - 2 * c.timer.sample(cat, n), 1.0), {})
+        u, k = c.timer.sample(upd, n), c.timer.sample(cat, n)
+        t = Timed(max(u - 2 * k, 1.0), {})
+        t.spent = u + k  # per call: what sizes the next sample
+        return t
     masked = c.tf.DynamicCache(config=model.config)
     for i in range(c.cfg["num_hidden_layers"]):
         masked.update(kc, vc, i)
@@ -1382,42 +1384,51 @@ def static_part_cases(c, b):
 
 
 def families(c):
-    """Every family of cases, batch by batch, then the floors."""
-    out = []
+    """Every family of cases, in the order they are timed (a run cut short keeps the most
+    needed): the dispatch floors, then batch by batch the step and generate() taken apart,
+    the step by layer count, the framework's parts, one decoder layer five ways, the op
+    calls, and last generate() from a prompt (the graphed one compiles for a minute)."""
+    out = [Family(alone([c.floor_key(v) for v in FLOORS]), functools.partial(floor_cases, c))]
     hf = c.model is not None
     for b in c.batches:
         if hf and c.moe:
             out.append(Family(alone([c.step_key(s_, b) for s_ in ("step", "step_experts_eager")], STEPS),
                               functools.partial(moe_cases, c, b)))
             continue
-        if hf and c.only != "ops":
+        steps = hf and c.only != "ops"
+        if steps:
             out.append(Family(step_specs(c, b), functools.partial(step_cases, c, b)))
             for n in sorted({1, min(8, c.cfg["num_hidden_layers"])}):
                 out.append(Family(alone([c.step_key(f"layers{n}", b)], STEPS),
                                   lambda b=b, n=n: {c.step_key(f"layers{n}", b): layers_cases(c, b, n)}))
-            for site, how, extra in generate_variants(c) if c.user_generate else []:
-                k = c.key("decode", "transformers", site, b, 16 + new_tokens(c))
-                out.append(Family(alone([k], 1), lambda k=k, b=b, how=how, extra=extra:
-                                  {k: generate_case(c, b, how, extra)}))
-        if c.only == "step":
-            continue
-        ops = [(linear_cases, [c.key("linear", "py-aten", s_, b) for s_, _, _ in linear_sites(c)]),
-               (rmsnorm_cases, [c.key("rmsnorm", "py-hf", s_, b) for s_, _ in norm_sites(c, b)]),
-               (rope_cases, [c.key("rope", "py-rotate_half", s_, b) for s_ in ("q", "k")]
-                + ([c.key("rope", "py-hf", "cache", b)] if hf else [])),
-               (attention_cases, [c.key("sdpa", "py-auto", "attn", b, c.ctx + 1)]
-                + [c.key("kvcache", "py-cat", s_, b, c.ctx + 1) for s_ in ("k", "v")]),
-               (eltwise_cases, [c.key("eltwise", "py-aten", s_, b) for s_ in ELTWISE_SITES])]
-        if hf:
-            ops += [(framework_cases, [c.step_key(s_, b) for s_ in ("cache_update", "mask")])]
-            if c.user_generate:
-                ops += [(static_part_cases, [c.step_key(s_, b) for s_ in STATIC_PARTS])]
-        ops += [(module_call_cases, [module_call_key(c, b)])]
-        out += [Family(alone(keys), functools.partial(fn, c, b)) for fn, keys in ops]
-        if hf:
-            out.append(Family(layer_specs(c, b), functools.partial(layer_cases, c, b)))
-    out.append(Family(alone([c.floor_key(v) for v in FLOORS]), functools.partial(floor_cases, c)))
+        if c.only != "step":
+            out += op_families(c, b)
+        for site, how, extra in generate_variants(c) if steps and c.user_generate else []:
+            k = c.key("decode", "transformers", site, b, 16 + new_tokens(c))
+            out.append(Family(alone([k], 1), lambda k=k, b=b, how=how, extra=extra:
+                              {k: generate_case(c, b, how, extra)}))
     return out
+
+
+def op_families(c, b):
+    """The framework's parts, one decoder layer five ways, and the op calls from Python at
+    batch `b`."""
+    hf = c.model is not None
+    ops = []
+    if hf:
+        ops += [(framework_cases, [c.step_key(s_, b) for s_ in ("cache_update", "mask")])]
+    out = [Family(layer_specs(c, b), functools.partial(layer_cases, c, b))] if hf else []
+    ops += [(linear_cases, [c.key("linear", "py-aten", s_, b) for s_, _, _ in linear_sites(c)]),
+            (rmsnorm_cases, [c.key("rmsnorm", "py-hf", s_, b) for s_, _ in norm_sites(c, b)]),
+            (rope_cases, [c.key("rope", "py-rotate_half", s_, b) for s_ in ("q", "k")]
+             + ([c.key("rope", "py-hf", "cache", b)] if hf else [])),
+            (attention_cases, [c.key("sdpa", "py-auto", "attn", b, c.ctx + 1)]
+             + [c.key("kvcache", "py-cat", s_, b, c.ctx + 1) for s_ in ("k", "v")]),
+            (eltwise_cases, [c.key("eltwise", "py-aten", s_, b) for s_ in ELTWISE_SITES]),
+            (module_call_cases, [module_call_key(c, b)])]
+    if hf and c.user_generate:
+        ops += [(static_part_cases, [c.step_key(s_, b) for s_ in STATIC_PARTS])]
+    return out + [Family(alone(keys), functools.partial(fn, c, b)) for fn, keys in ops]
 
 
 def text(key):
@@ -1496,7 +1507,9 @@ def sampled(c, live, key, iters):
     st = t.state
     state = {k: st.get(k) for k in ("cpu_ns", "nivcsw", "steal", "host_after_ns", "slowest_ns", "control_after_ns",
                                     "typical_ns")}
+    spent = getattr(t, "spent", None)
     return {"reply": "sample", "key": key, "calls": calls, "total_ns": float(t) * calls,
+            "spent_ns": None if spent is None else spent * calls,
             "control_ns": st.get("control_ns"), "host_ns": st.get("host_ns"), "state": state}
 
 

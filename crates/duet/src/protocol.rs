@@ -128,6 +128,11 @@ pub struct Sampled {
     /// Calls the sample holds (iters × the calls one run makes).
     pub calls: u64,
     pub total_ns: f64,
+    /// Where `total_ns` is derived rather than timed (scripts/peer.py's `cache_update`: the
+    /// update's calls less twice as many cats), the time the sample's calls took: what the
+    /// driver sizes the next sample by.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spent_ns: Option<f64>,
     /// The dispatch floor's per-call time right before the sample (the torch control).
     pub control_ns: Option<f64>,
     /// The build-independent host control right before the sample.

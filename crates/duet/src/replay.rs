@@ -121,6 +121,7 @@ fn sampled(s: &Sample) -> Sampled {
         key: s.key.to_string(),
         calls: s.iters,
         total_ns: s.total_ns,
+        spent_ns: None,
         control_ns: s.control_ns,
         host_ns: s.host_ns,
         state: s.state,

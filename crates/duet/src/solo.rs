@@ -367,8 +367,10 @@ fn calibrate(
     let cap = max_iters.unwrap_or(10_000_000).max(1);
     // the unit's time as the worker's clock saw its calls (the controls and counters
     // around a sample are not the sample's)
-    let mut timed =
-        |iters: u64| -> Result<f64, Trouble> { Ok(sample(w, key, iters)?.total_ns / iters as f64) };
+    let mut timed = |iters: u64| -> Result<f64, Trouble> {
+        let s = sample(w, key, iters)?;
+        Ok(s.spent_ns.unwrap_or(s.total_ns) / iters as f64)
+    };
     let mut per = timed(1)?;
     if cap == 1 {
         return Ok(1);

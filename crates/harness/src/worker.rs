@@ -352,6 +352,7 @@ impl<'a> Worker<'a> {
             key: key.to_string(),
             calls: iters.max(1) * calls,
             total_ns: t.total.as_nanos() as f64,
+            spent_ns: None,
             control_ns: controls.torch,
             host_ns: controls.host,
             state,

@@ -276,11 +276,12 @@ pub fn run(args: &Args) -> Result<u8, CliError> {
     };
     let mut factory: Factory<'_> =
         Box::new(|| spawn.start().map(|p| Box::new(p) as Box<dyn Worker>));
-    let (mut n, mut failed) = (0usize, None);
+    let (mut n, mut failed, t0) = (0usize, None, std::time::Instant::now());
     let mut emit = |c: SoloCase| {
         n += 1;
         eprintln!(
-            "opbench peer: {} {}{}",
+            "opbench peer: [{:.0} s] {} {}{}",
+            t0.elapsed().as_secs_f64(),
             c.name.key,
             c.prepared.status,
             if c.samples.is_empty() {

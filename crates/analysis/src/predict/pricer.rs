@@ -128,7 +128,7 @@ impl<'a> Pricer<'a> {
                 q.device,
                 q.dtype,
                 q.mode,
-                if self.python() { " and scripts/peer.py" } else { "" }
+                if self.python() { " and `opbench peer`" } else { "" }
             ))
         })?;
         // a run without the view floor prices a view as a kernel's dispatch: an upper bound
@@ -601,8 +601,8 @@ impl<'a> Pricer<'a> {
             q.mode,
             missing.join(", "),
             if self.python() {
-                "; the transformers profile's rows come from scripts/peer.py, which needs \
-                 transformers for the framework rows"
+                "; the transformers profile's rows come from `opbench peer` (scripts/peer.py), \
+                 which needs transformers for the framework rows"
             } else {
                 ""
             }
