@@ -97,42 +97,14 @@ impl Config {
             Some(v) => DeviceChoice::parse(v.trim())
                 .ok_or_else(|| format!("OPBENCH_DEVICE={v}: expected cpu, gpu or all"))?,
         };
-        let dtypes = match var("OPBENCH_DTYPE") {
-            None => None,
-            Some(v) => Some(
-                v.split(',')
-                    .map(|d| {
-                        DType::parse(d.trim()).ok_or_else(|| {
-                            format!("OPBENCH_DTYPE: unknown dtype `{d}` (f32, f16, bf16)")
-                        })
-                    })
-                    .collect::<Result<Vec<_>, _>>()?,
-            ),
-        };
+        let dtypes = dtypes_from_env()?;
         let profile_name = var("OPBENCH_PROFILE").unwrap_or("default".into());
         let grid = Grid::load_default().map_err(|e| e.to_string())?;
         let profile = grid
             .profile(&profile_name)
             .map_err(|e| e.to_string())?
             .clone();
-        let modes = match var("OPBENCH_MODES") {
-            None => vec![Mode::Pipelined, Mode::Synced],
-            Some(v) => v
-                .split(',')
-                .map(|m| {
-                    m.trim()
-                        .parse::<Mode>()
-                        .map_err(|e| format!("OPBENCH_MODES: {e}"))
-                })
-                .collect::<Result<Vec<_>, _>>()?,
-        };
-        if let Some(m) = modes
-            .iter()
-            .enumerate()
-            .find_map(|(i, m)| modes[..i].contains(m).then_some(m))
-        {
-            return Err(format!("OPBENCH_MODES: `{m}` given twice"));
-        }
+        let modes = modes_from_env()?;
         let out = var("OPBENCH_OUT")
             .map(PathBuf::from)
             .unwrap_or_else(default_out);
@@ -142,32 +114,12 @@ impl Config {
                 "OPBENCH_SAMPLES={samples}: criterion needs at least 10"
             ));
         }
-        if let Some(d) = dtypes.as_ref().and_then(|ds| {
-            ds.iter()
-                .enumerate()
-                .find_map(|(i, d)| ds[..i].contains(d).then_some(d))
-        }) {
-            return Err(format!("OPBENCH_DTYPE: `{d}` given twice"));
-        }
         let warmup_ms: u64 = number("OPBENCH_WARMUP_MS", 100)?;
         let measure_ms: u64 = number("OPBENCH_MEASURE_MS", 400)?;
         if measure_ms == 0 {
             return Err("OPBENCH_MEASURE_MS=0: criterion needs a positive measurement time".into());
         }
-        let threads = match var("OPBENCH_THREADS") {
-            None => None,
-            Some(_) => {
-                let t: usize = number("OPBENCH_THREADS", 0)?;
-                let cores = std::thread::available_parallelism().map_or(1, usize::from);
-                if t == 0 || t > 4 * cores {
-                    return Err(format!(
-                        "OPBENCH_THREADS={t}: expected 1 to {} (4 × the {cores} cores here)",
-                        4 * cores
-                    ));
-                }
-                Some(t)
-            }
-        };
+        let threads = threads_from_env()?;
         Ok(Config {
             models,
             device,
@@ -192,25 +144,11 @@ impl Config {
             },
             seed: number("OPBENCH_SEED", clock_seed())?,
             plant_ns: number("OPBENCH_PLANT_NS", 0)?,
-            plant_pct: match number("OPBENCH_PLANT_PCT", 0.0f64)? {
-                p if (0.0..=1000.0).contains(&p) => p,
-                p => {
-                    return Err(format!(
-                        "OPBENCH_PLANT_PCT={p}: expected a percentage in [0, 1000]"
-                    ));
-                }
-            },
+            plant_pct: percentage("OPBENCH_PLANT_PCT")?,
             plant_scope: crate::timing::PlantScope::parse(
                 &var("OPBENCH_PLANT_SCOPE").unwrap_or_default(),
             )?,
-            plant_device_pct: match number("OPBENCH_PLANT_DEVICE_PCT", 0.0f64)? {
-                p if (0.0..=1000.0).contains(&p) => p,
-                p => {
-                    return Err(format!(
-                        "OPBENCH_PLANT_DEVICE_PCT={p}: expected a percentage in [0, 1000]"
-                    ));
-                }
-            },
+            plant_device_pct: percentage("OPBENCH_PLANT_DEVICE_PCT")?,
             control: number("OPBENCH_CONTROL", 1u8)? != 0,
             call_cap: match number("OPBENCH_CALL_CAP_MS", 1000u64)? {
                 0 => None,
@@ -289,4 +227,72 @@ pub fn workspace_root(start: &Path) -> Option<PathBuf> {
                 .unwrap_or(false)
         })
         .map(Path::to_path_buf)
+}
+
+/// The first value of `xs` given twice.
+fn repeated<T: PartialEq>(xs: &[T]) -> Option<&T> {
+    xs.iter()
+        .enumerate()
+        .find_map(|(i, x)| xs[..i].contains(x).then_some(x))
+}
+
+/// `OPBENCH_DTYPE`: the element types asked for, each once (unset: the device's default).
+fn dtypes_from_env() -> Result<Option<Vec<DType>>, String> {
+    let Some(v) = var("OPBENCH_DTYPE") else {
+        return Ok(None);
+    };
+    let ds = v
+        .split(',')
+        .map(|d| {
+            DType::parse(d.trim())
+                .ok_or_else(|| format!("OPBENCH_DTYPE: unknown dtype `{d}` (f32, f16, bf16)"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    match repeated(&ds) {
+        Some(d) => Err(format!("OPBENCH_DTYPE: `{d}` given twice")),
+        None => Ok(Some(ds)),
+    }
+}
+
+/// `OPBENCH_MODES`: the modes asked for, each once (unset: pipelined and synced).
+fn modes_from_env() -> Result<Vec<Mode>, String> {
+    let modes = match var("OPBENCH_MODES") {
+        None => vec![Mode::Pipelined, Mode::Synced],
+        Some(v) => v
+            .split(',')
+            .map(|m| {
+                m.trim()
+                    .parse::<Mode>()
+                    .map_err(|e| format!("OPBENCH_MODES: {e}"))
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+    };
+    match repeated(&modes) {
+        Some(m) => Err(format!("OPBENCH_MODES: `{m}` given twice")),
+        None => Ok(modes),
+    }
+}
+
+/// `OPBENCH_THREADS`: 1 to 4 × the cores (unset: torch's default).
+fn threads_from_env() -> Result<Option<usize>, String> {
+    if var("OPBENCH_THREADS").is_none() {
+        return Ok(None);
+    }
+    let t: usize = number("OPBENCH_THREADS", 0)?;
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    if t == 0 || t > 4 * cores {
+        return Err(format!(
+            "OPBENCH_THREADS={t}: expected 1 to {} (4 × the {cores} cores here)",
+            4 * cores
+        ));
+    }
+    Ok(Some(t))
+}
+
+/// A percentage in [0, 1000] (unset: 0).
+fn percentage(name: &str) -> Result<f64, String> {
+    match number(name, 0.0f64)? {
+        p if (0.0..=1000.0).contains(&p) => Ok(p),
+        p => Err(format!("{name}={p}: expected a percentage in [0, 1000]")),
+    }
 }

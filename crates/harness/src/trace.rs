@@ -109,48 +109,7 @@ pub fn summarize(
     own_syncs: u64,
 ) -> (TraceRow, Vec<KernelRow>) {
     let per = |n: f64| n / calls.max(1) as f64;
-    let launcher: BTreeMap<u64, &str> = events
-        .iter()
-        .filter(|e| matches!(e.activity, Kin::Runtime | Kin::Driver))
-        .map(|e| (e.correlation, e.name.as_str()))
-        .collect();
-    let cpu_op: BTreeMap<u64, &str> = events
-        .iter()
-        .filter(|e| e.activity == Kin::CpuOp)
-        .map(|e| (e.correlation, e.name.as_str()))
-        .collect();
-    // (kind, name) -> count, ns, launcher, stream, parent op
-    type Agg<'a> = (u64, u64, Option<&'a str>, Option<i64>, Option<&'a str>);
-    let mut agg: BTreeMap<(Activity, String), Agg<'_>> = BTreeMap::new();
-    let mut add = |kind: Activity, name: String, e: &TraceEvent, dev: bool| {
-        let a = agg.entry((kind, name)).or_insert((0, 0, None, None, None));
-        a.0 += 1;
-        a.1 += e.duration_ns;
-        if dev {
-            a.2 = a.2.or_else(|| launcher.get(&e.correlation).copied());
-            a.3 = a.3.or(Some(e.resource));
-            a.4 = a.4.or_else(|| cpu_op.get(&e.linked_correlation).copied());
-        }
-    };
-    for e in events {
-        match e.activity {
-            Kin::Kernel => add(Activity::Kernel, e.name.clone(), e, true),
-            Kin::Memcpy => add(Activity::Memcpy, e.name.clone(), e, true),
-            Kin::Memset => add(Activity::Memset, e.name.clone(), e, true),
-            Kin::Runtime => add(Activity::Runtime, e.name.clone(), e, false),
-            Kin::Driver => add(Activity::Driver, e.name.clone(), e, false),
-            Kin::Other(n) => add(
-                Activity::Other,
-                format!("activity {n}: {}", e.name),
-                e,
-                e.on_device,
-            ),
-            _ => {}
-        }
-    }
-    for e in top_level_ops(events) {
-        add(Activity::CpuOp, e.name.clone(), e, false);
-    }
+    let agg = aggregate(events);
     let count = |k: Activity| {
         agg.iter()
             .filter(|((kind, _), _)| *kind == k)
@@ -223,6 +182,55 @@ pub fn summarize(
         )
         .collect();
     (row, rows)
+}
+
+/// (kind, name) → count, ns, launcher, stream, parent op.
+type Agg<'a> = (u64, u64, Option<&'a str>, Option<i64>, Option<&'a str>);
+
+/// The traced events by (kind, name): counts and time, and for device work its launcher,
+/// stream and parent op; the top-level CPU ops too.
+fn aggregate(events: &[TraceEvent]) -> BTreeMap<(Activity, String), Agg<'_>> {
+    let launcher: BTreeMap<u64, &str> = events
+        .iter()
+        .filter(|e| matches!(e.activity, Kin::Runtime | Kin::Driver))
+        .map(|e| (e.correlation, e.name.as_str()))
+        .collect();
+    let cpu_op: BTreeMap<u64, &str> = events
+        .iter()
+        .filter(|e| e.activity == Kin::CpuOp)
+        .map(|e| (e.correlation, e.name.as_str()))
+        .collect();
+    let mut agg: BTreeMap<(Activity, String), Agg<'_>> = BTreeMap::new();
+    let mut add = |kind: Activity, name: String, e: &TraceEvent, dev: bool| {
+        let a = agg.entry((kind, name)).or_insert((0, 0, None, None, None));
+        a.0 += 1;
+        a.1 += e.duration_ns;
+        if dev {
+            a.2 = a.2.or_else(|| launcher.get(&e.correlation).copied());
+            a.3 = a.3.or(Some(e.resource));
+            a.4 = a.4.or_else(|| cpu_op.get(&e.linked_correlation).copied());
+        }
+    };
+    for e in events {
+        match e.activity {
+            Kin::Kernel => add(Activity::Kernel, e.name.clone(), e, true),
+            Kin::Memcpy => add(Activity::Memcpy, e.name.clone(), e, true),
+            Kin::Memset => add(Activity::Memset, e.name.clone(), e, true),
+            Kin::Runtime => add(Activity::Runtime, e.name.clone(), e, false),
+            Kin::Driver => add(Activity::Driver, e.name.clone(), e, false),
+            Kin::Other(n) => add(
+                Activity::Other,
+                format!("activity {n}: {}", e.name),
+                e,
+                e.on_device,
+            ),
+            _ => {}
+        }
+    }
+    for e in top_level_ops(events) {
+        add(Activity::CpuOp, e.name.clone(), e, false);
+    }
+    agg
 }
 
 /// Synchronizes [`trace_kineto`] itself issues inside the trace (not the case's).

@@ -479,28 +479,7 @@ fn predict_verb(args: &PredictArgs) -> Result<u8, CliError> {
             args.mode
         )));
     }
-    let device = args
-        .device
-        .unwrap_or_else(|| analysis::predict::default_device(&run));
-    let dtype = args.dtype.unwrap_or(if device.is_gpu() {
-        DType::F16
-    } else {
-        DType::F32
-    });
-    let ctx = match (args.phase, args.ctx, args.prompt) {
-        (Phase::Decode, Some(l), None) => l,
-        (Phase::Prefill, None, Some(s)) if s > 0 => s,
-        (Phase::Decode, _, _) => {
-            return Err(CliError::input(
-                "--phase decode: give the cache length with --ctx (not --prompt)",
-            ));
-        }
-        (Phase::Prefill, _, _) => {
-            return Err(CliError::input(
-                "--phase prefill: give the prompt's length with --prompt (at least 1; not --ctx)",
-            ));
-        }
-    };
+    let (device, dtype, ctx) = predict_target(args, &run)?;
     let mut q = analysis::predict::Query {
         model: &model,
         batch: args.batch,
@@ -589,6 +568,36 @@ fn predict_verb(args: &PredictArgs) -> Result<u8, CliError> {
         );
     }
     Ok(0)
+}
+
+/// The device, dtype and cache (or prompt) length a prediction is for.
+fn predict_target(
+    args: &PredictArgs,
+    run: &Run,
+) -> Result<(rundir::DeviceId, DType, usize), CliError> {
+    let device = args
+        .device
+        .unwrap_or_else(|| analysis::predict::default_device(run));
+    let dtype = args.dtype.unwrap_or(if device.is_gpu() {
+        DType::F16
+    } else {
+        DType::F32
+    });
+    let ctx = match (args.phase, args.ctx, args.prompt) {
+        (Phase::Decode, Some(l), None) => l,
+        (Phase::Prefill, None, Some(s)) if s > 0 => s,
+        (Phase::Decode, _, _) => {
+            return Err(CliError::input(
+                "--phase decode: give the cache length with --ctx (not --prompt)",
+            ));
+        }
+        (Phase::Prefill, _, _) => {
+            return Err(CliError::input(
+                "--phase prefill: give the prompt's length with --prompt (at least 1; not --ctx)",
+            ));
+        }
+    };
+    Ok((device, dtype, ctx))
 }
 
 fn merge_verb(dir: &std::path::Path) -> Result<u8, CliError> {

@@ -269,3 +269,73 @@ fn findings_say_what_holds_now_each_short() {
         );
     }
 }
+
+/// Each function of a Rust source as (its first line, its length in lines): from a line
+/// that starts `fn` (after visibility and qualifiers) to the `}` at its indentation.
+fn function_lengths(text: &str) -> Vec<(String, usize)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let l = lines[i];
+        let body = l.trim_start();
+        let ind = &l[..l.len() - body.len()];
+        let rest = [
+            "pub(crate) ",
+            "pub(super) ",
+            "pub ",
+            "const ",
+            "async ",
+            "unsafe ",
+        ]
+        .iter()
+        .fold(body, |b, q| b.strip_prefix(q).unwrap_or(b));
+        if !rest.starts_with("fn ") || l.trim_end().ends_with(';') {
+            i += 1;
+            continue;
+        }
+        let close = format!("{ind}}}");
+        let end = (i + 1..lines.len()).find(|&j| lines[j].trim_end() == close);
+        let Some(end) = end else { break };
+        out.push((body.to_string(), end - i + 1));
+        i = end + 1;
+    }
+    out
+}
+
+#[test]
+fn a_long_function_is_measured_to_its_closing_brace() {
+    let text = "fn a() {\n    x;\n}\n\nimpl T {\n    pub(crate) fn b(\n        y: u8,\n    ) {\n        if y {\n        }\n    }\n    fn c();\n}\n";
+    let got = function_lengths(text);
+    assert_eq!(
+        got,
+        vec![
+            ("fn a() {".to_string(), 3),
+            ("pub(crate) fn b(".to_string(), 6)
+        ]
+    );
+}
+
+/// No source file of a crate over 800 lines, and no function over 120 (a test's included).
+#[test]
+fn no_source_file_over_800_lines_and_no_function_over_120() {
+    let mut files = Vec::new();
+    sources(&root().join("crates"), &["rs"], &mut files);
+    let mut long = Vec::new();
+    for p in files
+        .iter()
+        .filter(|p| p.components().any(|c| c.as_os_str() == "src"))
+    {
+        let text = std::fs::read_to_string(p).unwrap();
+        let n = text.lines().count();
+        if n > 800 {
+            long.push(format!("{}: {n} lines", p.display()));
+        }
+        for (f, len) in function_lengths(&text) {
+            if len > 120 {
+                long.push(format!("{}: {f} {len} lines", p.display()));
+            }
+        }
+    }
+    assert!(long.is_empty(), "{}", long.join("\n"));
+}

@@ -85,6 +85,27 @@ pub fn derive(cfg: &ModelConfig, step: Step) -> Vec<Problem> {
     out.push(rope("k", hkv, layers));
     out.push(rope("cache", 0, 1));
 
+    out.extend(attention_sites(cfg, step, &mk));
+    out.extend(eltwise_sites(cfg, step, &mk));
+    out.extend(crate::moe::sites(cfg, step, |op, site, dims, calls| {
+        mk(op, site, None, dims, calls)
+    }));
+    out
+}
+
+/// A problem of `op` at `site` (its attention length, dims and calls per step).
+type Make<'a> = &'a dyn Fn(OpKind, &'static str, Option<usize>, Dims, usize) -> Problem;
+
+/// The attention over the cache, the cache's appends, and the whole step.
+fn attention_sites(cfg: &ModelConfig, step: Step, mk: Make<'_>) -> Vec<Problem> {
+    let (h, hkv, d) = (
+        cfg.num_attention_heads,
+        cfg.num_key_value_heads,
+        cfg.head_dim,
+    );
+    let layers = cfg.num_hidden_layers;
+    let (b, q, l) = (step.batch, step.q_len, step.cache_len);
+    let mut out = Vec::new();
     out.push(mk(
         OpKind::Sdpa,
         "attn",
@@ -131,6 +152,22 @@ pub fn derive(cfg: &ModelConfig, step: Step) -> Vec<Problem> {
             layers,
         ));
     }
+    out
+}
+
+/// The element-wise calls between the ops: the residual adds, the MLP's activation and
+/// product, the attention output's copy, the embedding and the greedy argmax.
+fn eltwise_sites(cfg: &ModelConfig, step: Step, mk: Make<'_>) -> Vec<Problem> {
+    let (e, h, d, i, v) = (
+        cfg.hidden_size,
+        cfg.num_attention_heads,
+        cfg.head_dim,
+        cfg.intermediate_size,
+        cfg.vocab_size,
+    );
+    let layers = cfg.num_hidden_layers;
+    let (b, q, t) = (step.batch, step.q_len, step.tokens());
+    let mut out = Vec::new();
     let elt = |site, dims, calls| mk(OpKind::Eltwise, site, None, dims, calls);
     // hidden + attention output, hidden + MLP output
     out.push(elt(
@@ -157,8 +194,5 @@ pub fn derive(cfg: &ModelConfig, step: Step) -> Vec<Problem> {
     // the next token from the last position's logits
     out.push(elt("embedding", Dims::Gather { rows: t, width: e }, 1));
     out.push(elt("argmax", Dims::Reduce { rows: b, width: v }, 1));
-    out.extend(crate::moe::sites(cfg, step, |op, site, dims, calls| {
-        mk(op, site, None, dims, calls)
-    }));
     out
 }

@@ -3,6 +3,24 @@
 
 use super::*;
 
+/// The points' extent (x0, x1, y0, y1), the reference line's height included; `None`
+/// where there is nothing positive to plot on log axes.
+fn extent(series: &Series, models: &Series, hline: Option<f64>) -> Option<(f64, f64, f64, f64)> {
+    let pts = series.values().flatten().chain(models.values().flatten());
+    let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
+    for &(x, y) in pts {
+        x0 = x0.min(x);
+        x1 = x1.max(x);
+        y0 = y0.min(y);
+        y1 = y1.max(y);
+    }
+    if let Some(h) = hline {
+        y0 = y0.min(h);
+        y1 = y1.max(h);
+    }
+    (x0.is_finite() && y0.is_finite() && x0 > 0.0 && y0 > 0.0).then_some((x0, x1, y0, y1))
+}
+
 /// A log-log plot of `series` (name -> points), with optional dashed model lines and a
 /// horizontal reference line.
 pub(super) fn plot(
@@ -14,21 +32,9 @@ pub(super) fn plot(
     hline: Option<(f64, &str)>,
     legend: SeriesLabelPosition,
 ) -> Result<(), AnalysisError> {
-    let pts = series.values().flatten().chain(models.values().flatten());
-    let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
-    for &(x, y) in pts {
-        x0 = x0.min(x);
-        x1 = x1.max(x);
-        y0 = y0.min(y);
-        y1 = y1.max(y);
-    }
-    if let Some((h, _)) = hline {
-        y0 = y0.min(h);
-        y1 = y1.max(h);
-    }
-    if !(x0.is_finite() && y0.is_finite() && x0 > 0.0 && y0 > 0.0) {
+    let Some((x0, x1, y0, y1)) = extent(series, models, hline.map(|h| h.0)) else {
         return Ok(());
-    }
+    };
     // a range under a decade keeps its intermediate tick labels; wider ones get headroom
     // above for the legend
     let y_range = if y1 / y0 < 5.0 {

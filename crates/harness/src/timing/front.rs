@@ -272,20 +272,7 @@ pub fn run_op(
         ) {
             Ok(x) => x,
             Err(refused) => {
-                for (_, key) in &keys {
-                    let row = failure_row(
-                        &run_id,
-                        key,
-                        problem,
-                        dt,
-                        refused.failure.clone(),
-                        refused.rel_err,
-                    );
-                    sink.write(&row, &[])?;
-                }
-                if selection.mode == RunMode::Bench {
-                    case.beside_not_timed(&keys, &mut sink, &refused.failure)?;
-                }
+                refuse(&case, &keys, &mut sink, selection.mode, &refused)?;
                 continue;
             }
         };
@@ -323,10 +310,41 @@ pub fn run_op(
             op.kind()
         );
     }
+    summary(&sink)
+}
+
+/// What the run wrote: its rows and where.
+fn summary(sink: &Sink) -> Result<RunSummary, BenchError> {
     Ok(RunSummary {
         rows: sink.written,
         path: sink.run.as_ref().map(|r| r.path.clone()),
     })
+}
+
+/// A case the preflight refused: a row of each of its modes saying why (and the layer
+/// beside it, where the run takes one, not timed either).
+fn refuse(
+    case: &GridCase<'_>,
+    keys: &[(Mode, CaseKey)],
+    sink: &mut Sink,
+    mode: RunMode,
+    refused: &Refused,
+) -> Result<(), BenchError> {
+    for (_, key) in keys {
+        let row = failure_row(
+            case.run_id,
+            key,
+            case.problem,
+            case.dt,
+            refused.failure.clone(),
+            refused.rel_err,
+        );
+        sink.write(&row, &[])?;
+    }
+    if mode == RunMode::Bench {
+        case.beside_not_timed(keys, sink, &refused.failure)?;
+    }
+    Ok(())
 }
 
 /// What each device of a run needs once: its clock (where a device mode is asked for),

@@ -246,6 +246,44 @@ impl GridCase<'_> {
         }
     }
 
+    /// Why this case cannot be timed in `mode` here, decided before any cold copy is made:
+    /// a cold mode of a case whose prepared case holds no state (an error: its op says it
+    /// has some), or a mode whose graph API, device clock or non-waiting call is missing.
+    fn refusal(
+        &self,
+        mode: Mode,
+        clock: &Result<DeviceClock, String>,
+        prepared: &dyn Prepared,
+    ) -> Option<Failure> {
+        if copies_state(mode, self.device) && prepared.state_bytes() == 0 {
+            return Some(Failure::error(format!(
+                "{} says its {} cases hold model state, but the prepared case holds none: \
+                 nothing to make cold",
+                self.op.kind(),
+                self.variant
+            )));
+        }
+        let graph_api = if mode.is_graph() {
+            crate::graph::available(self.device).err()
+        } else {
+            None
+        };
+        graph_api
+            .or_else(|| match clock {
+                Err(why) if mode.is_device() => Some(why.clone()),
+                _ => None,
+            })
+            .or_else(|| {
+                (mode.is_device() || mode.is_graph())
+                    .then(|| prepared.waits_for_device())
+                    .flatten()
+                    .map(|why| {
+                        format!("{why}: no {mode} time (its pipelined time holds its kernels)")
+                    })
+            })
+            .map(Failure::unsupported)
+    }
+
     /// Time the case in one mode and write its row (and, in `pipelined`, the row of the
     /// case timed beside it). A cold mode times a copy of its own, a graph mode replays a
     /// capture; what a mode cannot do here is an `unsupported` row.
@@ -262,42 +300,9 @@ impl GridCase<'_> {
         beside: Option<&mut Beside>,
     ) -> Result<(), BenchError> {
         let (problem, dt, device, run_id) = (self.problem, self.dt, self.device, self.run_id);
-        // a case without model state has no cold key ([`Op::holds_state`]); one whose op
-        // says it has state and whose prepared case holds none is an error row
         let cold_copy = copies_state(mode, device);
-        if cold_copy && prepared.state_bytes() == 0 {
-            let why = format!(
-                "{} says its {} cases hold model state, but the prepared case holds none: \
-                 nothing to make cold",
-                self.op.kind(),
-                self.variant
-            );
-            let row = failure_row(run_id, key, problem, dt, Failure::error(why), None);
-            return sink.write(&row, &[]);
-        }
-        // graphs need their capture API, device and graph modes the device's clock and a
-        // call that does not wait for the device: decided before any cold copy is made
-        let graph_api = if mode.is_graph() {
-            crate::graph::available(device).err()
-        } else {
-            None
-        };
-        let unavailable = graph_api
-            .or_else(|| match &*clock {
-                Err(why) if mode.is_device() => Some(why.clone()),
-                _ => None,
-            })
-            .or_else(|| {
-                (mode.is_device() || mode.is_graph())
-                    .then(|| prepared.waits_for_device())
-                    .flatten()
-                    .map(|why| {
-                        format!("{why}: no {mode} time (its pipelined time holds its kernels)")
-                    })
-            });
-        if let Some(why) = unavailable {
-            let row = failure_row(run_id, key, problem, dt, Failure::unsupported(why), None);
-            return sink.write(&row, &[]);
+        if let Some(failure) = self.refusal(mode, clock, prepared.as_ref()) {
+            return sink.write(&failure_row(run_id, key, problem, dt, failure, None), &[]);
         }
         let (mut fresh, spread) = if cold_copy {
             match self::cold_copy(
@@ -524,17 +529,8 @@ pub(super) fn time_case(
 
     let mut row = timed_row(run_id, key, problem, dt, prepared);
     // only the device modes use the clock, so only their rows get a coverage count
-    if let Some(coverage) = clock
-        .filter(|_| mode.is_device())
-        .map(|c| c.take_coverage())
-    {
-        row.uncovered_chunks = Some(coverage.uncovered);
-        if let Some(gaps) = coverage.note() {
-            row.note = Some(match row.note.take() {
-                Some(n) => format!("{n}; {gaps}"),
-                None => gaps,
-            });
-        }
+    if let Some(c) = clock.filter(|_| mode.is_device()) {
+        note_coverage(&mut row, c);
     }
     if let Err(panic) = outcome {
         row.status = Status::Error;
@@ -555,6 +551,34 @@ pub(super) fn time_case(
     // last `samples_per_case` calls (in test mode, the single call)
     let all = record.borrow();
     let tail = &all[all.len().saturating_sub(samples_per_case)..];
+    let samples = summarize_samples(&mut row, tail, key, execution);
+    // the case beside: its runs before the same samples
+    let beside = beside_record.borrow();
+    let beside_tail = beside[beside.len().saturating_sub(samples_per_case)..].to_vec();
+    (row, samples, beside_tail)
+}
+
+/// The device clock's coverage of a device-mode row's samples: its uncovered chunks, and
+/// a note where there were gaps.
+fn note_coverage(row: &mut ResultRow, clock: &mut DeviceClock) {
+    let coverage = clock.take_coverage();
+    row.uncovered_chunks = Some(coverage.uncovered);
+    if let Some(gaps) = coverage.note() {
+        row.note = Some(match row.note.take() {
+            Some(n) => format!("{n}; {gaps}"),
+            None => gaps,
+        });
+    }
+}
+
+/// The samples of a case's row (its last calls of criterion's, with their controls and
+/// state), and the row summarized from them: its flags, torch control and estimate.
+fn summarize_samples(
+    row: &mut ResultRow,
+    tail: &[(u64, f64, Controls)],
+    key: &CaseKey,
+    execution: u32,
+) -> Vec<Sample> {
     let samples: Vec<Sample> = tail
         .iter()
         .map(|&(iters, total_ns, c)| Sample {
@@ -575,10 +599,7 @@ pub(super) fn time_case(
     }
     let pairs: Vec<(u64, f64)> = tail.iter().map(|&(i, t, _)| (i, t)).collect();
     row.summarize(&pairs);
-    // the case beside: its runs before the same samples
-    let beside = beside_record.borrow();
-    let beside_tail = beside[beside.len().saturating_sub(samples_per_case)..].to_vec();
-    (row, samples, beside_tail)
+    samples
 }
 
 /// Bytes one call of a prepared case moves: its own count where the variant moves more

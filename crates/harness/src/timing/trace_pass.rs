@@ -68,49 +68,7 @@ pub(super) fn trace_op(
                             }
                             (row, Vec::new())
                         }
-                        Ok((mut p, _)) => match &kineto {
-                            Ok(()) => {
-                                let calls = trace::calls_for(p.graph_calls());
-                                match trace::trace_kineto(p.as_mut(), device, calls) {
-                                    Ok(events) => trace::summarize(
-                                        &key,
-                                        &events,
-                                        calls,
-                                        device.is_gpu(),
-                                        trace::TRACER_SYNCS,
-                                    ),
-                                    Err(why) => {
-                                        let mut row = TraceRow::unavailable(
-                                            key.clone(),
-                                            TraceSource::Kineto,
-                                            why,
-                                        );
-                                        row.status = TraceStatus::Error;
-                                        (row, Vec::new())
-                                    }
-                                }
-                            }
-                            Err(why) if device.is_gpu() => {
-                                drop(p);
-                                let (mut row, k) = trace::trace_logs(&key);
-                                if mode == TraceMode::Kineto {
-                                    let n = format!("no Kineto trace: {why}");
-                                    row.note = Some(match row.note.take() {
-                                        Some(x) => format!("{x}; {n}"),
-                                        None => n,
-                                    });
-                                }
-                                (row, k)
-                            }
-                            Err(why) => (
-                                TraceRow::unavailable(
-                                    key.clone(),
-                                    TraceSource::Kineto,
-                                    why.clone(),
-                                ),
-                                Vec::new(),
-                            ),
-                        },
+                        Ok((p, _)) => trace_one(p, &key, device, &kineto, mode),
                     };
                     if let Some(run) = sink.run.as_mut() {
                         run.write_trace(&row, &kernels)?;
@@ -131,6 +89,50 @@ pub(super) fn trace_op(
         rows: written,
         path: sink.run.as_ref().map(|r| r.path.clone()),
     })
+}
+
+/// One prepared case traced: by Kineto where it shows device activity, else (on a GPU) by
+/// the libraries' logs, else a row saying why not.
+fn trace_one(
+    mut p: Box<dyn Prepared>,
+    key: &CaseKey,
+    device: Device,
+    kineto: &Result<(), String>,
+    mode: crate::trace::TraceMode,
+) -> (rundir::TraceRow, Vec<rundir::KernelRow>) {
+    use crate::trace::{self, TraceMode};
+    use rundir::{TraceRow, TraceSource, TraceStatus};
+    match kineto {
+        Ok(()) => {
+            let calls = trace::calls_for(p.graph_calls());
+            match trace::trace_kineto(p.as_mut(), device, calls) {
+                Ok(events) => {
+                    trace::summarize(key, &events, calls, device.is_gpu(), trace::TRACER_SYNCS)
+                }
+                Err(why) => {
+                    let mut row = TraceRow::unavailable(key.clone(), TraceSource::Kineto, why);
+                    row.status = TraceStatus::Error;
+                    (row, Vec::new())
+                }
+            }
+        }
+        Err(why) if device.is_gpu() => {
+            drop(p);
+            let (mut row, k) = trace::trace_logs(key);
+            if mode == TraceMode::Kineto {
+                let n = format!("no Kineto trace: {why}");
+                row.note = Some(match row.note.take() {
+                    Some(x) => format!("{x}; {n}"),
+                    None => n,
+                });
+            }
+            (row, k)
+        }
+        Err(why) => (
+            TraceRow::unavailable(key.clone(), TraceSource::Kineto, why.clone()),
+            Vec::new(),
+        ),
+    }
 }
 
 /// The id inside the op's criterion group: the case key without its leading op name.
