@@ -414,37 +414,14 @@ impl Op for Decode {
         let dev = device.tch();
         tch::manual_seed(99);
         let ids = Tensor::f_randint(cfg.vocab_size as i64, [b, q], (Kind::Int64, dev))?;
-        let mut caches = Vec::with_capacity(cfg.num_hidden_layers);
-        let mut cache_init = Vec::with_capacity(cfg.num_hidden_layers);
         // a layer case needs its one layer's cache
         let layers = if problem.site == "step" {
             cfg.num_hidden_layers
         } else {
             1
         };
-        for _ in 0..layers {
-            let k = Tensor::f_randn([b, hkv, l, d], (Kind::Float, dev))?.f_to_kind(kind)?;
-            let v = Tensor::f_randn([b, hkv, l, d], (Kind::Float, dev))?.f_to_kind(kind)?;
-            caches.push(match flavor {
-                Flavor::Fused => {
-                    let buf = |t: &Tensor| -> Result<Tensor, TchError> {
-                        let out = Tensor::f_zeros([b, hkv, l + q, d], (kind, dev))?;
-                        out.f_narrow(2, 0, l)?.f_copy_(t)?;
-                        Ok(out)
-                    };
-                    Cache::Static {
-                        k: buf(&k)?,
-                        v: buf(&v)?,
-                    }
-                }
-                _ if l == 0 => Cache::Dynamic { k: None, v: None },
-                _ => Cache::Dynamic {
-                    k: Some(k.shallow_clone()),
-                    v: Some(v.shallow_clone()),
-                },
-            });
-            cache_init.push((k, v));
-        }
+        let (mut caches, mut cache_init) =
+            make_caches(layers, [b, hkv, l, q, d], (kind, dev), flavor)?;
         if problem.site != "step" {
             let (_, sequence, alone) = profile.layer_context();
             let (_, beside) = profile.layer_beside();
@@ -462,17 +439,7 @@ impl Op for Decode {
             } else {
                 ctx
             };
-            let how = if blocked {
-                format!(
-                    "each call made {LAYER_REPEATS} times in a row before the next (as its op case repeats it)"
-                )
-            } else if problem.site == beside {
-                "each call made once, in the model's order, timed once before every sample of \
-                 the step at this batch (the step's own host state)"
-                    .to_string()
-            } else {
-                "each call made once, in the model's order".to_string()
-            };
+            let how = layer_how(blocked, problem.site == beside);
             return Ok(Box::new(PreparedLayer {
                 weights,
                 reference,
@@ -526,4 +493,56 @@ impl Op for Decode {
             routes: Routes::Off,
         }))
     }
+}
+
+/// How a layer case makes its calls, for its note.
+fn layer_how(blocked: bool, beside: bool) -> String {
+    if blocked {
+        format!(
+            "each call made {LAYER_REPEATS} times in a row before the next (as its op case repeats it)"
+        )
+    } else if beside {
+        "each call made once, in the model's order, timed once before every sample of \
+         the step at this batch (the step's own host state)"
+            .to_string()
+    } else {
+        "each call made once, in the model's order".to_string()
+    }
+}
+
+/// Each of `layers` layers' cache of L random keys and values (`[b, hkv, l, q, d]`), as
+/// the flavor keeps it (a static buffer of L + q, or the tensors), and its initial tensors.
+#[allow(clippy::type_complexity)]
+fn make_caches(
+    layers: usize,
+    [b, hkv, l, q, d]: [i64; 5],
+    (kind, dev): (Kind, tch::Device),
+    flavor: Flavor,
+) -> Result<(Vec<Cache>, Vec<(Tensor, Tensor)>), TchError> {
+    let mut caches = Vec::with_capacity(layers);
+    let mut cache_init = Vec::with_capacity(layers);
+    for _ in 0..layers {
+        let k = Tensor::f_randn([b, hkv, l, d], (Kind::Float, dev))?.f_to_kind(kind)?;
+        let v = Tensor::f_randn([b, hkv, l, d], (Kind::Float, dev))?.f_to_kind(kind)?;
+        caches.push(match flavor {
+            Flavor::Fused => {
+                let buf = |t: &Tensor| -> Result<Tensor, TchError> {
+                    let out = Tensor::f_zeros([b, hkv, l + q, d], (kind, dev))?;
+                    out.f_narrow(2, 0, l)?.f_copy_(t)?;
+                    Ok(out)
+                };
+                Cache::Static {
+                    k: buf(&k)?,
+                    v: buf(&v)?,
+                }
+            }
+            _ if l == 0 => Cache::Dynamic { k: None, v: None },
+            _ => Cache::Dynamic {
+                k: Some(k.shallow_clone()),
+                v: Some(v.shallow_clone()),
+            },
+        });
+        cache_init.push((k, v));
+    }
+    Ok((caches, cache_init))
 }

@@ -644,7 +644,20 @@ pub fn layer_forward(
 
     let residual = hs.shallow_clone();
     let x = rep(ctx, || rms_norm(&hs, &layer.post_norm, eps, flavor))?;
-    let mlp = match &layer.mlp {
+    let mlp = mlp_forward(cfg, layer, &x, ctx)?;
+    rep(ctx, || residual.f_add(&mlp))
+}
+
+/// A layer's MLP on the post-attention norm's output `x`: dense (gate, up, SiLU, down; one
+/// gate-up matmul in the fused flavor) or mixture-of-experts (router, then the experts).
+fn mlp_forward(
+    cfg: &ModelConfig,
+    layer: &Layer,
+    x: &Tensor,
+    ctx: &StepCtx,
+) -> Result<Tensor, TchError> {
+    let (b, q, flavor) = (ctx.b, ctx.q, ctx.flavor);
+    match &layer.mlp {
         Mlp::Dense {
             gate,
             up,
@@ -665,7 +678,7 @@ pub fn layer_forward(
                     rep(ctx, || s.f_mul(&u))?
                 }
             };
-            rep(ctx, || act.f_linear::<Tensor>(down, None))?
+            rep(ctx, || act.f_linear::<Tensor>(down, None))
         }
         Mlp::Moe {
             router,
@@ -681,10 +694,9 @@ pub fn layer_forward(
             // the plan's variant: transformers' eager loop for hf-eager (and the float64
             // reference), its grouped_mm implementation for fused
             let out = rep(ctx, || (ctx.experts)(&flat, &ids, &weights, gate_up, down))?;
-            rep(ctx, || out.f_view([b, q, e]))?
+            rep(ctx, || out.f_view([b, q, e]))
         }
-    };
-    rep(ctx, || residual.f_add(&mlp))
+    }
 }
 
 /// The experts an MoE forward chose, per layer, for the first sequence: recorded by the

@@ -309,9 +309,8 @@ mod tests {
     use super::*;
 
     /// hipDeviceProp_tR0600's fields up to gcnArchName, in header order, as (name, size,
-    /// alignment): the offsets in `r0600` must follow from them.
-    #[test]
-    fn r0600_offsets_follow_from_the_header() {
+    /// alignment).
+    fn r0600_fields() -> Vec<(&'static str, usize, usize)> {
         let int = |n: &'static str| (n, 4usize, 4usize);
         let ints = |n: &'static str, k: usize| (n, 4 * k, 4usize);
         let size_t = |n: &'static str| (n, 8usize, 8usize);
@@ -370,6 +369,15 @@ mod tests {
             fields.push(ints(n, k));
         }
         fields.push(size_t("surfaceAlignment"));
+        r0600_fields_tail(&mut fields);
+        fields
+    }
+
+    /// r0600_fields from concurrentKernels on.
+    fn r0600_fields_tail(fields: &mut Vec<(&'static str, usize, usize)>) {
+        let int = |n: &'static str| (n, 4usize, 4usize);
+        let ints = |n: &'static str, k: usize| (n, 4 * k, 4usize);
+        let size_t = |n: &'static str| (n, 8usize, 8usize);
         for n in [
             "concurrentKernels",
             "ECCEnabled",
@@ -437,6 +445,12 @@ mod tests {
         fields.push(ints("reserved", 63));
         fields.push(ints("hipReserved", 32));
         fields.push(("gcnArchName", 256, 1));
+    }
+
+    /// The offsets in `r0600` follow from hipDeviceProp_tR0600's fields in header order.
+    #[test]
+    fn r0600_offsets_follow_from_the_header() {
+        let fields = r0600_fields();
         let mut off = 0usize;
         let mut at = std::collections::HashMap::new();
         for (n, size, align) in fields {
