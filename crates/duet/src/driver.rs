@@ -725,7 +725,7 @@ fn calibrate(
 }
 
 /// Calls per sample for the slowest side's per-call time `slow` to fill `aim`.
-fn iters_for(slow: f64, aim: Duration, fallback: u64) -> u64 {
+pub(crate) fn iters_for(slow: f64, aim: Duration, fallback: u64) -> u64 {
     if slow.is_nan() || slow <= 0.0 {
         return fallback;
     }

@@ -386,12 +386,9 @@ fn calibrate(
     Ok(iters)
 }
 
-/// Calls for a per-call time `per` (ns) to fill `aim`, in 1..=cap.
+/// Calls for a per-call time `per` (ns) to fill `aim`, in 1..=cap (the driver's rule).
 fn iters_for(per: f64, aim: Duration, cap: u64) -> u64 {
-    if per.is_nan() || per <= 0.0 {
-        return 1;
-    }
-    ((aim.as_nanos() as f64 / per).ceil() as u64).clamp(1, cap)
+    crate::driver::iters_for(per, aim, 1).min(cap)
 }
 
 #[cfg(test)]
