@@ -1452,7 +1452,7 @@ def serve(c, lines, reply):
             continue
         try:
             if what == "hello":
-                reply({"reply": "hello", "protocol": PROTOCOL, "ops": ["peer"], "env": {}})
+                reply({"reply": "hello", "protocol": PROTOCOL, "ops": ["peer"], "env": fingerprint()})
             elif what == "cases":
                 pat = re.compile(req["filter"]) if req.get("filter") else None
                 reply({"reply": "cases", "unsupported": [], "cases": [
@@ -1475,6 +1475,27 @@ def serve(c, lines, reply):
                 reply({"reply": "error", "message": f"unknown request {what!r}"})
         except Exception as e:  # one request's failure is its reply, not the worker's end
             reply({"reply": "error", "message": f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"})
+
+
+def fingerprint():
+    """This process's build and machine, as env.json names them (the run directories
+    `opbench ab` writes for each side)."""
+    import platform
+    gpu = torch.cuda.is_available()
+    hip = getattr(torch.version, "hip", None)
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((x.split(":", 1)[1].strip() for x in f if x.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return {"libtorch_version": torch.__version__.split("+")[0], "tch_version": "", "opbench_version": "",
+            "backend": ("hip" if hip else "cuda") if gpu else "cpu",
+            "devices": (["hip:0" if hip else "cuda:0"] if gpu else []) + ["cpu"],
+            "device_name": torch.cuda.get_device_name(0) if gpu else None,
+            "runtime_version": hip or torch.version.cuda, "visible_gpus": torch.cuda.device_count(),
+            "cpu_model": cpu, "threads": torch.get_num_threads(), "os": platform.system().lower(),
+            "torch_settings": {"python": sys.version.split()[0], "torch": torch.__version__}}
 
 
 def prepare(index, live, key):
@@ -1514,6 +1535,8 @@ def sampled(c, live, key, iters):
 
 
 def main(argv):
+    if os.environ.get("OPBENCH_THREADS"):  # both sides of `opbench ab` alive at once share the cores
+        torch.set_num_threads(int(os.environ["OPBENCH_THREADS"]))
     c = setup(argv)
     torch.manual_seed(0)
 

@@ -99,6 +99,23 @@ class Handover(unittest.TestCase):
         self.assertEqual(replies[3]["protocol"], 1)
 
 
+    def test_two_pythons_are_compared_in_pairs_by_opbench_ab(self):
+        # the same worker on both sides of `opbench ab` (an A/A): each side's run directory
+        # holds the Python rows, and the verdict finds no regression
+        with tempfile.TemporaryDirectory() as t:
+            py = without_transformers(Path(t))
+            out = subprocess.run([opbench(), "ab", "--base-python", str(py), "--cand-python", str(py),
+                                  "--filter", "^floor/py-(add|view)/", "--budget", "20", "--out", t, "--run", "aa"],
+                                 capture_output=True, text=True,
+                                 env=dict(os.environ, OPBENCH_PROFILE="quick", OPBENCH_DEVICE="cpu"))
+            self.assertEqual(out.returncode, 0, out.stderr)
+            self.assertIn("no regression found", out.stdout)
+            for side in ("base", "cand"):
+                rows = rows_of(Path(t) / "runs" / f"aa-{side}" / "results.csv")
+                self.assertEqual({r["variant"] for r in rows}, {"py-add", "py-view"}, side)
+                self.assertTrue(all(r["status"] == "ok" and int(r["samples"]) >= 16 for r in rows), rows)
+
+
 class OpPass(unittest.TestCase):
     def test_python_op_rows_without_transformers(self):
         with tempfile.TemporaryDirectory() as t:

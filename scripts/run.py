@@ -556,8 +556,10 @@ def bench_against(args, against):
     candidate is the Python found as usual (the new build); OLD_PYTHON the one to compare
     against. Each side's bench binaries are built with its own tch, then `opbench ab` runs
     them as workers that take turns sample by sample (docs/method.md) and writes
-    runs/<RUN>-base, -cand, -ab.csv and -compare.md. The exit code is opbench ab's (1 on
-    a regression). No peer and no trace pass."""
+    runs/<RUN>-base, -cand, -ab.csv and -compare.md. With OPBENCH_PEER unset or 1, each
+    side's Python runs scripts/peer.py as a worker too (your stack from Python: the HF step,
+    a decoder layer, the op calls), paired the same way. The exit code is opbench ab's (1
+    on a regression). No trace pass."""
     old = Path(against)
     if not torch_of(old):
         fail(f"--against {old}: that Python cannot import torch")
@@ -598,6 +600,8 @@ def bench_against(args, against):
         cmd += ["--cand-env", v]
     if filt:
         cmd += ["--filter", filt]
+    if cand.get("OPBENCH_PEER", "1") != "0":
+        cmd += ["--base-python", str(old), "--cand-python", cand["OPBENCH_TORCH_PYTHON"]]
     cmd += ours
     cmd += ["--base-name", f"torch {base['OPBENCH_TORCH']} ({old})",
             "--cand-name", f"torch {cand['OPBENCH_TORCH']} ({cand['OPBENCH_TORCH_PYTHON']})"]

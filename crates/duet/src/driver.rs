@@ -550,8 +550,10 @@ fn visit_inner(
         return visit_unpaired(duo, case, round, settings);
     }
     let key = case.name.clone();
-    let b = prepare(&mut *duo.base, Side::Base, &key)?;
-    let c = prepare(&mut *duo.cand, Side::Cand, &key)?;
+    let mut b = prepare(&mut *duo.base, Side::Base, &key)?;
+    let mut c = prepare(&mut *duo.cand, Side::Cand, &key)?;
+    b.judge(case.key.dtype);
+    c.judge(case.key.dtype);
     if b.status == "ok" && c.status == "oom" {
         // it fits once, not twice: each side alone from now on
         case.unpaired = Some(format!(

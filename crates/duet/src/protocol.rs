@@ -166,6 +166,31 @@ pub enum Reply {
     },
 }
 
+impl Prepared {
+    /// Judge the error a worker reported (`check` set: scripts/peer.py reports it for the
+    /// driver to judge) by the one tolerance table: an `ok` case over its tolerance becomes
+    /// `mismatch`, with the reason. A bench binary's cases, judged by the worker, pass.
+    pub fn judge(&mut self, dtype: rundir::DType) {
+        let (Some(check), "ok") = (self.check.as_deref(), self.status.as_str()) else {
+            return;
+        };
+        let why = match (check.parse::<rundir::Check>(), self.rel_err) {
+            (Err(e), _) => Some(format!("its check: {e}")),
+            (Ok(c), Some(e)) if e <= dtype.tolerance(c) => None,
+            (Ok(c), Some(e)) => Some(format!(
+                "relative error {e:.3e} against the float64 reference, over the {} tolerance {:e}",
+                c.as_str(),
+                dtype.tolerance(c)
+            )),
+            (Ok(_), None) => Some("checked, but no error reported".into()),
+        };
+        if let Some(why) = why {
+            self.status = "mismatch".into();
+            self.reason = Some(why);
+        }
+    }
+}
+
 impl Request {
     /// The request as one line of JSON, newline included.
     pub fn line(&self) -> String {

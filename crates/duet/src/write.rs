@@ -90,6 +90,10 @@ fn side_dir(
         .and_then(|v| serde_json::from_value(v).ok())
         .unwrap_or_default();
     env.run_id = run_id.clone();
+    // a worker that does not know the schema (scripts/peer.py): this opbench's
+    if env.schema_version < rundir::OLDEST_READABLE {
+        env.schema_version = rundir::SCHEMA_VERSION;
+    }
     if env.started_at.is_empty() {
         env.started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     }

@@ -14,11 +14,24 @@ use crate::CliError;
 pub struct Args {
     /// The base (old) build's bench binaries (`bench-linear`, `target/release/deps/linear-…`),
     /// each started as a worker; repeat the option for each.
-    #[arg(long, required_unless_present = "judge", num_args = 1..)]
+    #[arg(long, required_unless_present_any = ["judge", "base_python"], num_args = 1..)]
     base: Vec<PathBuf>,
     /// The candidate (new) build's bench binaries, in the same order as --base.
-    #[arg(long, required_unless_present = "judge", num_args = 1..)]
+    #[arg(long, required_unless_present_any = ["judge", "base_python"], num_args = 1..)]
     cand: Vec<PathBuf>,
+    /// The base build's Python (its torch, and transformers where installed): scripts/peer.py
+    /// runs in it as a worker too (group `peer`), so that the comparison covers your stack
+    /// from Python: HF transformers' step and generate() taken apart, a decoder layer, the op
+    /// calls. The model, batches and cache length are OPBENCH_MODEL's and OPBENCH_PROFILE's.
+    #[arg(long, requires = "cand_python", conflicts_with = "judge")]
+    base_python: Option<PathBuf>,
+    /// The candidate build's Python, as --base-python.
+    #[arg(long, requires = "base_python")]
+    cand_python: Option<PathBuf>,
+    /// With --base-python: only the Python op calls (`ops`) or only the HF step's sites
+    /// (`step`).
+    #[arg(long, requires = "base_python")]
+    peer_only: Option<String>,
     /// Judge a stored comparison again instead of running one: RUNS/RUN names the
     /// `RUN-base` and `RUN-cand` run directories an earlier `opbench ab` wrote. Prints its
     /// summary by this opbench's estimator and writes its verdicts to `RUN-judged-ab.csv`.
@@ -218,6 +231,22 @@ pub fn run(a: &Args) -> Result<u8, CliError> {
             cand: spawn(c, &cand_env, "cand"),
         });
     }
+    if let (Some(bp), Some(cp)) = (&a.base_python, &a.cand_python) {
+        let w = peer_worker_args(a)?;
+        let spawn = |py: &PathBuf, env: &Vec<(String, String)>, side: &str| {
+            let sp =
+                crate::peer_cmd::worker_spawn(py.clone(), &w, env.clone(), format!("{side} peer"));
+            sp.map(|sp| {
+                Box::new(move || sp.start().map(|p| Box::new(p) as Box<dyn Worker>))
+                    as duet::driver::Factory<'_>
+            })
+        };
+        groups.push(Group {
+            name: "peer".into(),
+            base: spawn(bp, &base_env, "base")?,
+            cand: spawn(cp, &cand_env, "cand")?,
+        });
+    }
     let out = a
         .out
         .clone()
@@ -264,6 +293,42 @@ pub fn run(a: &Args) -> Result<u8, CliError> {
         w.summary.display()
     );
     Ok(verdicts.exit_code() as u8)
+}
+
+/// The peer workers' model, batches and cache length: OPBENCH_MODEL's first model and
+/// OPBENCH_PROFILE's grid, as the bench binaries read them; OPBENCH_DEVICE and
+/// OPBENCH_DTYPE where set.
+fn peer_worker_args(a: &Args) -> Result<crate::peer_cmd::WorkerArgs, CliError> {
+    let model = settings::var("OPBENCH_MODEL")
+        .and_then(|m| m.split(',').next().map(str::to_string))
+        .unwrap_or_else(|| "qwen3-0.6b".into());
+    let grid = shapes::Grid::load_default().map_err(|e| CliError::input(e.to_string()))?;
+    let profile = grid
+        .profile(&settings::var("OPBENCH_PROFILE").unwrap_or_else(|| "default".into()))
+        .map_err(|e| CliError::input(e.to_string()))?;
+    let device = match settings::var("OPBENCH_DEVICE").as_deref() {
+        Some("cpu") => Some("cpu".to_string()),
+        Some("gpu") => Some("cuda".to_string()),
+        _ => None,
+    };
+    if let Some(o) = a
+        .peer_only
+        .as_deref()
+        .filter(|o| !matches!(*o, "ops" | "step"))
+    {
+        return Err(CliError::input(format!(
+            "--peer-only {o}: expected ops or step"
+        )));
+    }
+    Ok(crate::peer_cmd::WorkerArgs {
+        model,
+        batches: profile.batches.clone(),
+        ctx: profile.decode_ctx.first().copied().unwrap_or(1024),
+        device,
+        dtype: settings::var("OPBENCH_DTYPE").and_then(|d| d.split(',').next().map(str::to_string)),
+        only: a.peer_only.clone(),
+        user_generate: false,
+    })
 }
 
 /// `--judge RUNS/RUN`: the stored comparison's summary, judged again.

@@ -14,7 +14,7 @@ use duet::protocol::{CaseName, Prepared, Sampled};
 use duet::solo::{self, SoloCase, SoloSettings};
 use duet::worker::{Spawn, Worker};
 use rundir::{CaseKey, PeerCase, Run};
-use shapes::{Check, ModelConfig, Step, derive};
+use shapes::{ModelConfig, Step, derive};
 
 use crate::CliError;
 
@@ -140,20 +140,42 @@ fn script() -> Result<PathBuf, CliError> {
         })
 }
 
-fn spawn(args: &Args, plan: &Plan) -> Result<Spawn, CliError> {
-    let python = args.python.clone().unwrap_or_else(|| {
-        settings::var_os("OPBENCH_TORCH_PYTHON").map_or_else(|| "python3".into(), PathBuf::from)
-    });
-    let batches: Vec<String> = plan.batches.iter().map(usize::to_string).collect();
+/// What a peer worker is started with: its model, batches and cache length, and what it
+/// leaves to its defaults where `None` (the GPU when torch sees one; f16 there, f32 on the
+/// CPU; every site).
+#[derive(Debug, Clone, Default)]
+pub struct WorkerArgs {
+    pub model: String,
+    pub batches: Vec<usize>,
+    pub ctx: usize,
+    pub device: Option<String>,
+    pub dtype: Option<String>,
+    pub only: Option<String>,
+    pub user_generate: bool,
+}
+
+/// The Python of `$OPBENCH_TORCH_PYTHON`, else python3.
+pub fn default_python() -> PathBuf {
+    settings::var_os("OPBENCH_TORCH_PYTHON").map_or_else(|| "python3".into(), PathBuf::from)
+}
+
+/// scripts/peer.py started as a worker in `python`, with the variables of `env` set.
+pub fn worker_spawn(
+    python: PathBuf,
+    w: &WorkerArgs,
+    mut env: Vec<(String, String)>,
+    label: String,
+) -> Result<Spawn, CliError> {
+    let batches: Vec<String> = w.batches.iter().map(usize::to_string).collect();
     let mut a: Vec<String> = vec![
         script()?.display().to_string(),
         duet::protocol::WORKER_FLAG.into(),
         "--model".into(),
-        plan.model.clone(),
+        w.model.clone(),
         "--batches".into(),
         batches.join(","),
         "--ctx".into(),
-        plan.ctx.to_string(),
+        w.ctx.to_string(),
         "--stretches".into(),
         rundir::STRETCHES.to_string(),
         "--control-span-ns".into(),
@@ -162,40 +184,38 @@ fn spawn(args: &Args, plan: &Plan) -> Result<Spawn, CliError> {
         rundir::TORCH_CONTROL_CHUNK.to_string(),
     ];
     for (flag, v) in [
-        ("--device", &args.device),
-        ("--dtype", &args.dtype),
-        ("--only", &args.only),
+        ("--device", &w.device),
+        ("--dtype", &w.dtype),
+        ("--only", &w.only),
     ] {
         if let Some(v) = v {
             a.extend([flag.to_string(), v.clone()]);
         }
     }
-    if args.no_user_generate {
+    if !w.user_generate {
         a.push("--no-user-generate".into());
     }
+    env.push(("PYTHONUNBUFFERED".into(), "1".into()));
     Ok(Spawn {
         exe: python,
         args: a,
-        env: vec![("PYTHONUNBUFFERED".into(), "1".into())],
-        label: "scripts/peer.py".into(),
+        env,
+        label,
     })
 }
 
-/// Whether a prepared case's error is within the one tolerance table.
-fn judge(p: &Prepared, key: &CaseKey) -> Result<(), String> {
-    let Some(check) = p.check.as_deref() else {
-        return Ok(());
+fn spawn(args: &Args, plan: &Plan) -> Result<Spawn, CliError> {
+    let w = WorkerArgs {
+        model: plan.model.clone(),
+        batches: plan.batches.clone(),
+        ctx: plan.ctx,
+        device: args.device.clone(),
+        dtype: args.dtype.clone(),
+        only: args.only.clone(),
+        user_generate: !args.no_user_generate,
     };
-    let check: Check = check.parse()?;
-    let tol = key.dtype.tolerance(check);
-    match p.rel_err {
-        Some(e) if e <= tol => Ok(()),
-        Some(e) => Err(format!(
-            "relative error {e:.3e} against the float64 reference, over the {} tolerance {tol:e}",
-            check.as_str()
-        )),
-        None => Err("checked, but no error reported".into()),
-    }
+    let python = args.python.clone().unwrap_or_else(default_python);
+    worker_spawn(python, &w, Vec::new(), "scripts/peer.py".into())
 }
 
 /// The row's case: its key, counts (the model's FLOPs and bytes at its site where the
@@ -271,7 +291,14 @@ pub fn run(args: &Args) -> Result<u8, CliError> {
     }
     let skip = |c: &CaseName| CaseKey::from_fields(&c.fields).is_ok_and(|k| have.contains(&k));
     let judge = |c: &CaseName, p: &Prepared| match CaseKey::from_fields(&c.fields) {
-        Ok(key) => judge(p, &key),
+        Ok(key) => {
+            let mut judged = p.clone();
+            judged.judge(key.dtype);
+            judged
+                .reason
+                .filter(|_| judged.status == "mismatch")
+                .map_or(Ok(()), Err)
+        }
         Err(e) => Err(format!("its key: {e}")),
     };
     let mut factory: Factory<'_> =

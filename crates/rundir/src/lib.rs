@@ -35,7 +35,7 @@ pub use sample::{
     CLOCK_DROP, CaseMedians, HOST_SLOW, SLOW, STALL, STRETCHES, Sample, SampleFlag, SampleState,
     TORCH_CONTROL_CHUNK, TORCH_CONTROL_SPAN, by_execution, case_medians, flag_each, flagged,
 };
-pub use shapes::{DTypeName as DType, OpKind, Phase, UnknownValue};
+pub use shapes::{Check, DTypeName as DType, OpKind, Phase, UnknownValue};
 pub use trace::{KernelRow, TraceRow};
 
 use std::path::PathBuf;

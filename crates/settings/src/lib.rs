@@ -212,7 +212,7 @@ pub const ALL: &[Setting] = &[
         "`1`",
         &[Scripts],
         User,
-        "scripts/bench: `0` skips `opbench peer` (the HF transformers peer)",
+        "scripts/bench: `0` skips `opbench peer` (the HF transformers peer), and its workers in `--against`",
     ),
     s(
         "OPBENCH_TRACE",
