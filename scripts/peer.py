@@ -51,8 +51,11 @@ def fail(msg, code=2):
     sys.exit(code)
 
 
+STARTED = time.monotonic()
+
+
 def say(msg):
-    print(f"peer: {msg}", file=sys.stderr, flush=True)
+    print(f"peer: [{time.monotonic() - STARTED:.0f} s] {msg}", file=sys.stderr, flush=True)
 
 
 try:
@@ -351,6 +354,7 @@ def setup(argv):
     c.H, c.Hkv, c.D = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
     c.hidden, c.inter, c.vocab = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
     c.tf, c.model = load_model(c)
+    say("ready")
     c.version = f"transformers {c.tf.__version__}, " if c.tf else ""
     c.note_base = f"Python {sys.version.split()[0]}, torch {torch.__version__}"
     return c
@@ -626,7 +630,9 @@ def step_check(c):
     cache = c.tf.DynamicCache(config=model.config)
     model(ids[:, :16].to(c.device), past_key_values=cache, use_cache=True)
     got = model(ids[:, 16:].to(c.device), past_key_values=cache, use_cache=True).logits[0, -1]
-    return rel_err(got, want)
+    err = rel_err(got, want)
+    say(f"the HF step's logits are {err:.2e} off float64")
+    return err
 
 
 def new_tokens(c):

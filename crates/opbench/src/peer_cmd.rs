@@ -30,13 +30,13 @@ pub struct Args {
     #[arg(long)]
     ctx: Option<usize>,
     /// cuda or cpu (default: the GPU when torch sees one).
-    #[arg(long)]
+    #[arg(long, value_parser = ["cuda", "cpu"])]
     device: Option<String>,
     /// f32, f16 or bf16 (default: f16 on a GPU, f32 on the CPU).
-    #[arg(long)]
+    #[arg(long, value_parser = ["f32", "f16", "bf16"])]
     dtype: Option<String>,
     /// Only the op rows (`ops`) or only the step rows (`step`).
-    #[arg(long)]
+    #[arg(long, value_parser = ["ops", "step"])]
     only: Option<String>,
     /// Leave out generate() from a prompt (as it is, static cache, graphs) and the static
     /// cache's rows: the graphed one compiles for ~1 min per batch.
