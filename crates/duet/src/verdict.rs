@@ -331,9 +331,16 @@ fn families(outcome: &Outcome, est: &BTreeMap<String, (Kind, Rounds)>) -> Vec<Fa
         let Some((kind, e)) = est.get(&c.name) else {
             continue;
         };
+        // scripts/peer.py's rows (the same op from Python) are a family of their own
+        let python = rundir::Timer::of(&c.key.variant) != rundir::Timer::Rust;
         members.push((
             *kind,
-            format!("{} {}", c.key.op, c.key.mode),
+            format!(
+                "{} {}{}",
+                c.key.op,
+                c.key.mode,
+                if python { " from Python" } else { "" }
+            ),
             e.mean,
             c.round_estimates(),
         ));
