@@ -1472,10 +1472,9 @@ def serve(c, lines, reply):
             elif what == "sample":
                 reply(sampled(c, live, req["key"], int(req["iters"])))
             elif what == "release":
+                # the family stays built until another is prepared: `opbench ab` visits its
+                # cases one by one, and a step family costs a prefill and generate() calls
                 live.pop(req["key"], None)
-                fam = index.get(req["key"])
-                if fam is not None and not any(text(k) in live for k, _ in fam.specs):
-                    fam.built = None
                 reply({"reply": "released", "key": req["key"]})
             elif what == "quit":
                 reply({"reply": "bye"})
@@ -1512,6 +1511,10 @@ def prepare(index, live, key):
     if fam is None:
         return {"reply": "error", "message": f"unknown case {key}"}
     if fam.built is None:
+        # one idle family at most: those whose cases are all released go
+        for other in set(index.values()) - {fam}:
+            if other.built is not None and not any(text(k) in live for k, _ in other.specs):
+                other.built = None
         try:
             fam.built = {text(tuple(str(v) for v in k)): case for k, case in fam.build().items()}
         except Exception as e:  # the family's cases end with the reason, the worker goes on
