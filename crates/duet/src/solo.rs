@@ -27,6 +27,9 @@ pub struct SoloSettings {
     /// Measurement per case: a sample aims at `measure / samples` of wall-clock time.
     pub measure: Duration,
     pub seed: u64,
+    /// No unit starts after this (a run under a hard limit keeps what it finished: the
+    /// cases not started are left for a later run to resume).
+    pub deadline: Option<Instant>,
 }
 
 /// A group's rule for its rounds, named by the group's first word (`layers-b8`).
@@ -93,7 +96,8 @@ pub enum SoloError {
 }
 
 /// Lists the worker's cases (those `skip` does not pass over) and times them, unit by unit
-/// (a case alone, or a whole group), handing each case to `emit` as it ends.
+/// (a case alone, or a whole group), handing each case to `emit` as it ends. Returns how
+/// many cases were left untimed at the deadline.
 pub fn run(
     factory: &mut Factory<'_>,
     filter: Option<String>,
@@ -101,7 +105,7 @@ pub fn run(
     judge: Judge<'_>,
     settings: &SoloSettings,
     emit: &mut dyn FnMut(SoloCase),
-) -> Result<(), SoloError> {
+) -> Result<usize, SoloError> {
     let mut w = start(factory)?;
     let cases = match w.call(&Request::Cases { filter })? {
         Reply::Cases { cases, .. } => cases,
@@ -118,8 +122,13 @@ pub fn run(
     let by_key: BTreeMap<String, CaseName> =
         cases.iter().map(|c| (c.key.clone(), c.clone())).collect();
     let mut done_groups = BTreeSet::new();
+    let mut left = 0;
     for case in cases.iter().filter(|c| !skip(c)) {
         if companions.contains(&case.key) {
+            continue;
+        }
+        if settings.deadline.is_some_and(|d| Instant::now() >= d) {
+            left += 1;
             continue;
         }
         let unit: Vec<CaseName> = match &case.sampling.group {
@@ -145,7 +154,7 @@ pub fn run(
         }
         out.into_iter().for_each(&mut *emit);
     }
-    Ok(())
+    Ok(left)
 }
 
 fn start(factory: &mut Factory<'_>) -> Result<Box<dyn Worker>, SoloError> {

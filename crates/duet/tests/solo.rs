@@ -91,11 +91,22 @@ fn settings() -> SoloSettings {
         warmup: Duration::ZERO,
         measure: Duration::from_micros(400),
         seed: 3,
+        deadline: None,
     }
 }
 
 /// Runs the driver over `cases`; returns what ended and the sample requests in order.
 fn drive(cases: Vec<(CaseName, f64, f64)>, die_at: Option<usize>) -> (Vec<SoloCase>, Vec<String>) {
+    let (out, log, _) = drive_until(cases, die_at, None);
+    (out, log)
+}
+
+/// [`drive`] with a deadline; also returns how many cases were left untimed.
+fn drive_until(
+    cases: Vec<(CaseName, f64, f64)>,
+    die_at: Option<usize>,
+    deadline: Option<std::time::Instant>,
+) -> (Vec<SoloCase>, Vec<String>, usize) {
     let log = Rc::new(RefCell::new(Vec::new()));
     let (c2, l2) = (cases.clone(), log.clone());
     let mut factory: Factory<'_> = Box::new(move || {
@@ -110,17 +121,20 @@ fn drive(cases: Vec<(CaseName, f64, f64)>, die_at: Option<usize>) -> (Vec<SoloCa
         _ => Ok(()),
     };
     let mut out = Vec::new();
-    solo::run(
+    let left = solo::run(
         &mut factory,
         None,
         &|_| false,
         &judge,
-        &settings(),
+        &SoloSettings {
+            deadline,
+            ..settings()
+        },
         &mut |c| out.push(c),
     )
     .unwrap();
     let log = log.borrow().clone();
-    (out, log)
+    (out, log, left)
 }
 
 fn group(block: &str, before: Option<&str>) -> Sampling {
@@ -227,4 +241,16 @@ fn a_worker_that_dies_ends_what_it_held_and_a_fresh_one_goes_on() {
     }
     assert_eq!(by("after").prepared.status, "ok");
     assert_eq!(by("after").samples.len(), 4);
+}
+
+#[test]
+fn after_its_deadline_the_driver_starts_nothing_and_counts_what_it_left() {
+    let cases = vec![
+        (name("a", Sampling::default()), 100.0, 1e-4),
+        (name("b", group("step", None)), 100.0, 1e-4),
+        (name("c", group("step", None)), 100.0, 1e-4),
+    ];
+    let (out, log, left) = drive_until(cases, None, Some(std::time::Instant::now()));
+    assert!(out.is_empty() && log.is_empty());
+    assert_eq!(left, 3);
 }

@@ -57,6 +57,11 @@ pub struct Args {
     /// A regular expression on the case keys.
     #[arg(long)]
     filter: Option<String>,
+    /// Start no case (or group) after this many seconds, and make the rows of what was
+    /// timed: under a hard limit, set it a few minutes short of it; a later `opbench peer`
+    /// on the same run resumes with the cases left.
+    #[arg(long)]
+    deadline_s: Option<f64>,
 }
 
 /// What the run's env.json and the arguments settle.
@@ -84,6 +89,11 @@ fn plan(args: &Args, env: &rundir::Env) -> Result<Plan, CliError> {
     let samples = num(args.samples.map(|v| v as u64), "samples", 20)? as usize;
     if samples < 3 {
         return Err(CliError::input("--samples: at least 3"));
+    }
+    if let Some(d) = args.deadline_s.filter(|d| !(*d > 0.0 && d.is_finite())) {
+        return Err(CliError::input(format!(
+            "--deadline-s {d}: expected seconds > 0"
+        )));
     }
     let model = s
         .get("models")
@@ -116,6 +126,9 @@ fn plan(args: &Args, env: &rundir::Env) -> Result<Plan, CliError> {
             warmup: Duration::from_millis(num(args.warmup_ms, "warmup_ms", 100)?),
             measure: Duration::from_millis(num(args.measure_ms, "measure_ms", 400)?),
             seed: 1,
+            deadline: args
+                .deadline_s
+                .map(|s| std::time::Instant::now() + Duration::from_secs_f64(s)),
         },
     })
 }
@@ -324,7 +337,7 @@ pub fn run(args: &Args) -> Result<u8, CliError> {
             failed.get_or_insert(e);
         }
     };
-    solo::run(
+    let left = solo::run(
         &mut factory,
         args.filter.clone(),
         &skip,
@@ -336,6 +349,11 @@ pub fn run(args: &Args) -> Result<u8, CliError> {
         code: 1,
         message: e.to_string(),
     })?;
+    if left > 0 {
+        eprintln!(
+            "opbench peer: the deadline passed: {left} cases not timed (run it again to resume)"
+        );
+    }
     if let Some(e) = failed {
         return Err(CliError {
             code: 1,
