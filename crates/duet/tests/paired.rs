@@ -607,3 +607,40 @@ fn where_rounds_differ_more_than_pairs_visits_take_fewer_pairs_and_replay_keeps_
     }
     assert_eq!(duet::judge(&again).counts(), v.counts());
 }
+
+#[test]
+fn the_same_op_from_python_is_a_family_of_its_own() {
+    // the bench binary's linear cases and scripts/peer.py's (variant `py-aten`) in one
+    // comparison: two families of `linear pipelined`, one of them from Python
+    let host = Host::shared(1.0, 0.0, 7);
+    let (h1, h2) = (host.clone(), host.clone());
+    let with_python = |h: &Rc<RefCell<Host>>, label| {
+        let mut w = Fake::new(h, 1.0, 4, label);
+        for i in 0..4 {
+            let mut f = fields(i, "pipelined");
+            f[1] = "py-aten".into();
+            w.cases.push((key(&f), f, 9_000.0));
+        }
+        w
+    };
+    let mut groups = vec![Group {
+        name: "linear".into(),
+        base: Box::new(move || Ok(Box::new(with_python(&h1, "base")) as Box<dyn Worker>)),
+        cand: Box::new(move || Ok(Box::new(with_python(&h2, "cand")) as Box<dyn Worker>)),
+    }];
+    let outcome = duet::run(&mut groups, &settings(), &mut |_| {}).expect("runs");
+    let names: Vec<String> = duet::judge(&outcome)
+        .families
+        .into_iter()
+        .map(|f| f.name)
+        .filter(|n| n.starts_with("linear pipelined"))
+        .collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert!(
+        names
+            .iter()
+            .any(|n| n.starts_with("linear pipelined from Python")),
+        "{names:?}"
+    );
+    assert!(names.iter().any(|n| !n.contains("Python")), "{names:?}");
+}
