@@ -5,6 +5,8 @@
 
 mod common;
 
+use std::collections::BTreeMap;
+
 use rundir::{Run, Status};
 
 fn load(name: &str) -> Run {
@@ -632,79 +634,6 @@ fn merged_and_alone(generation: &str) -> [Vec<(f64, f64)>; 3] {
     ]
 }
 
-/// `generation`'s (step, generate()) merged and alone ([`merged_and_alone`]) read as `want`
-/// ([`assert_near`]), every one within ±15%.
-fn held_as_measured(generation: &str, want: &[[(f64, f64); 3]]) {
-    let got = merged_and_alone(generation);
-    assert_near(&got, want);
-    for &(step, generate) in got.iter().flatten() {
-        assert!((0.85..=1.15).contains(&step) && (0.85..=1.15).contains(&generate));
-    }
-}
-
-/// Each (step, generate()) of `got` within 0.005 of `want`'s.
-fn assert_near(got: &[Vec<(f64, f64)>], want: &[[(f64, f64); 3]]) {
-    for (got, want) in got.iter().zip(want) {
-        for (&(step, generate), &(step_want, gen_want)) in got.iter().zip(want) {
-            assert!(
-                (step - step_want).abs() < 0.005,
-                "{step} against {step_want}"
-            );
-            assert!(
-                (generate - gen_want).abs() < 0.005,
-                "{generate} against {gen_want}"
-            );
-        }
-    }
-}
-
-#[test]
-fn on_gen18_written_down_before_it_ran_generate_and_the_step_come_within_15_percent_merged_and_alone()
- {
-    // gen18 (2026-12-02, the op crates and the peer, two executions, one lease; written
-    // down before it ran, with the level flag), predicted / measured at B = 1 / 8 / 64,
-    // (step, generate()): the merged run, then each execution alone
-    let want = [
-        [(0.967, 0.929), (0.906, 0.972), (1.013, 0.948)],
-        [(0.944, 0.895), (0.904, 0.978), (1.055, 0.988)],
-        [(1.009, 0.976), (1.113, 1.014), (1.024, 1.076)],
-    ];
-    held_as_measured("gen18", &want);
-}
-
-#[test]
-fn on_gen19_written_down_before_it_ran_generate_misses_at_b1_where_its_calls_ran_slow_and_the_steps_did_not()
- {
-    // gen19 (2026-12-02, two executions, one lease; its questions in the fixture's README),
-    // predicted / measured at B = 1 / 8 / 64, (step, generate()): the first execution held
-    // everywhere, its B = 8 slow throughout too; the second's generate() missed at B = 1,
-    // where its ~1-s calls ran 26.5–36.8 ms a token against 22.2–24.3 ms for the step as
-    // generate() runs it, the host slow after five of eight calls and fast before most;
-    // merged, 0.829 there
-    let want = [
-        [(1.024, 0.829), (1.053, 1.043), (0.975, 0.945)],
-        [(1.082, 1.075), (1.068, 1.001), (0.938, 0.940)],
-        [(1.002, 0.769), (1.053, 1.043), (1.011, 0.977)],
-    ];
-    assert_near(&merged_and_alone("gen19"), &want);
-}
-
-#[test]
-fn on_gen20_written_down_before_it_ran_generate_and_the_step_come_within_15_percent_merged_and_alone()
- {
-    // gen20 (2026-12-02, gen19's command in a later lease, generate() timed per token; its
-    // questions in the fixture's README), predicted / measured at B = 1 / 8 / 64, (step,
-    // generate()): the merged run, then each execution alone — all 18 within ±15%. The
-    // host ran slow through B = 1 in both executions (the step's clean median 37.3 and
-    // 33.0 ms; ~23 in the fast state) and through B = 8 and 64 in the second
-    let want = [
-        [(0.991, 0.991), (1.050, 1.035), (1.012, 0.973)],
-        [(0.978, 0.981), (1.040, 1.026), (1.002, 0.969)],
-        [(0.998, 0.997), (1.134, 1.088), (1.040, 0.999)],
-    ];
-    held_as_measured("gen20", &want);
-}
-
 /// Of `generation`'s generate() calls over 1.15× the step as generate() runs it in the same
 /// round (per token): (those whose excess is spread over their tokens — the median token
 /// within 1.1× of the mean and over 1.1× the round's step —, those whose median token is
@@ -753,17 +682,40 @@ fn where_generate_ran_slower_than_its_rounds_step_the_excess_was_mostly_spread_o
     assert_eq!(spread_and_part("gen21"), (8, 3));
 }
 
+/// The recorded runs of `state-2026-12-02` (gen18–gen21, each written down before it ran;
+/// their questions and answers in the fixture's README) replayed: predict's (step,
+/// generate()) over the measured, clean samples, at B = 1, 8, 64, of each run's two
+/// executions merged and of each alone, as `replay.csv` lists them (within 0.005).
 #[test]
-fn on_gen21_written_down_before_it_ran_generate_and_the_step_come_within_15_percent_merged_and_alone()
- {
-    // gen21 (2026-12-02, gen20's command and binaries in a later lease, a replication; its
-    // questions in the fixture's README): all 18 within ±15% again. The first execution's
-    // B = 8 ran slow through it (its HF rows 1.60× the second's, the control 1.59×), so the
-    // merged run's B = 8 is the second's (level-flagged samples dropped)
-    let want = [
-        [(1.023, 1.018), (1.094, 1.101), (1.028, 0.939)],
-        [(1.117, 1.105), (1.061, 0.915), (1.037, 0.928)],
-        [(1.007, 1.026), (1.094, 1.101), (1.031, 0.985)],
-    ];
-    held_as_measured("gen21", &want);
+fn recorded_runs_replay_their_figures() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/state-2026-12-02/replay.csv");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut want: BTreeMap<String, Vec<(usize, usize, f64, f64)>> = BTreeMap::new();
+    for line in text.lines().skip(1) {
+        let f: Vec<&str> = line.split(',').collect();
+        let view = ["merged", "1", "2"]
+            .iter()
+            .position(|v| *v == f[1])
+            .unwrap();
+        let batch = [1, 8, 64]
+            .iter()
+            .position(|b| b.to_string() == f[2])
+            .unwrap();
+        let num = |i: usize| f[i].parse::<f64>().unwrap();
+        want.entry(f[0].to_string())
+            .or_default()
+            .push((view, batch, num(3), num(4)));
+    }
+    assert_eq!(want.values().map(Vec::len).sum::<usize>(), 36);
+    for (generation, rows) in want {
+        let got = merged_and_alone(&generation);
+        for (view, batch, step, generate) in rows {
+            let (s_, g_) = got[view][batch];
+            assert!(
+                (s_ - step).abs() < 0.005 && (g_ - generate).abs() < 0.005,
+                "{generation} view {view} batch #{batch}: ({s_:.3}, {g_:.3}) against ({step}, {generate})"
+            );
+        }
+    }
 }
