@@ -74,29 +74,6 @@ fn level_flagged(run: &Run, scope: Scope) -> BTreeMap<(Timer, u32), (usize, usiz
         .collect()
 }
 
-/// `generation`'s two executions merged, their counts as `want` says — within each
-/// execution and across them, each `[op 1, op 2, hf 1, hf 2]` — and how many executions
-/// meet both bars: `met` is (op, hf) within, then across.
-fn tallied(
-    generation: &str,
-    within: [Counts; 4],
-    across: [Counts; 4],
-    met: [(usize, usize); 2],
-) -> (tempfile::TempDir, Run) {
-    let (tmp, run) = common::merged(generation);
-    let keys = [("op", 1), ("op", 2), ("hf", 1), ("hf", 2)];
-    let mut got_met = Vec::new();
-    for (scope, want) in [(Scope::Execution, within), (Scope::Run, across)] {
-        let c = scoped_counts(&run, Mode::Pipelined, scope);
-        let got: Vec<Counts> = keys.iter().map(|k| c[k]).collect();
-        assert_eq!(got, want, "{generation} {scope:?}");
-        let n = |g: &str| [1, 2].iter().filter(|&&e| meets_bars(&c[&(g, e)])).count();
-        got_met.push((n("op"), n("hf")));
-    }
-    assert_eq!(got_met, met, "{generation}");
-    (tmp, run)
-}
-
 /// The counts of `run`'s only group, its executions in order.
 fn op_counts(run: &Run, mode: Mode) -> Vec<Counts> {
     let c = counts(run, mode);
@@ -697,31 +674,6 @@ fn pearson(x: &[f64], y: &[f64]) -> f64 {
 }
 
 #[test]
-fn on_gen18_written_down_before_it_ran_the_op_crates_meet_both_bars_in_each_execution() {
-    // gen18 (2026-12-02, the op crates and the peer, two executions in one lease; its
-    // questions in the fixture's README): within each execution the op crates 13 of 15
-    // and 6 of 7 (5.1%, 5.4% of the others), the HF rows 24 of 34 (9.1%) and 12 of 13
-    // (6.5%); across the executions the op crates 128 of 133 and 153 of 162 (5.7%, 5.3%),
-    // the HF rows 117 of 127 and 103 of 154 with 13.5% and 13.2% of the others
-    tallied(
-        "gen18",
-        [
-            (15, 13, 1575, 80),
-            (7, 6, 1583, 86),
-            (34, 24, 530, 48),
-            (13, 12, 551, 36),
-        ],
-        [
-            (133, 128, 1457, 83),
-            (162, 153, 1428, 75),
-            (127, 117, 437, 59),
-            (154, 103, 410, 54),
-        ],
-        [(2, 1), (2, 0)],
-    );
-}
-
-#[test]
 fn on_gen19_written_down_before_it_ran_a_batch_slow_through_one_execution_is_level_flagged() {
     // gen19 (2026-12-02, gen18's command in a later lease): the first execution's HF rows
     // ran slow through B = 8 (1.77× the second's, the control 1.60×), so across the
@@ -746,29 +698,10 @@ fn on_gen19_written_down_before_it_ran_a_batch_slow_through_one_execution_is_lev
 }
 
 #[test]
-fn on_gen20_written_down_before_it_ran_the_hf_rows_meet_both_bars_within_each_execution() {
-    // gen20 (2026-12-02, gen19's command in a later lease, generate() timed per token; its
-    // questions in the fixture's README): within each execution the HF rows 29 of 36 and
-    // 28 of 30 (4.9%, 9.0% of the others) — both bars in both, for the first time in a
-    // run's two executions — and the op crates 20 of 24 and 13 of 17 (3.0%, 3.8%); across
-    // them the op crates in both, the HF rows in the first only (the second's B = 8 and
-    // B = 64 ran slow through it, level-flagged, 19.6% of its others)
-    let (_tmp, run) = tallied(
-        "gen20",
-        [
-            (24, 20, 1566, 47),
-            (17, 13, 1573, 60),
-            (36, 29, 528, 26),
-            (30, 28, 534, 48),
-        ],
-        [
-            (313, 292, 1277, 54),
-            (151, 130, 1439, 89),
-            (44, 36, 520, 27),
-            (232, 212, 332, 65),
-        ],
-        [(1, 2), (2, 1)],
-    );
+fn on_gen20_generates_per_token_stretches_are_on_every_sample_and_none_a_stall() {
+    // gen20 (2026-12-02) timed generate() per token for the first time: its counts are in
+    // replay-state.csv (`recorded_runs_replay_their_flag_counts`)
+    let (_tmp, run) = common::merged("gen20");
     // generate()'s new per-token stretches: on every sample, and none a stall (no token
     // over 2× its case's median per token), so the catch above is the rule's as before
     let mut generate = 0;
@@ -788,27 +721,32 @@ fn on_gen20_written_down_before_it_ran_the_hf_rows_meet_both_bars_within_each_ex
     assert_eq!(generate, 48);
 }
 
+/// The recorded runs of `state-2026-12-02` (gen18, gen20, gen21, each written down before
+/// it ran; their questions and answers in the fixture's README) replayed: `opbench
+/// state`'s tally of their pipelined samples, two executions merged, per group (`op`: the
+/// bench binaries, `hf`: the peer's HF rows) and execution, judged within each execution
+/// and across the run, as `replay-state.csv` lists them.
 #[test]
-fn on_gen21_written_down_before_it_ran_the_op_crates_meet_both_bars_within_and_across() {
-    // gen21 (2026-12-02, gen20's command and binaries in a later lease): within each
-    // execution the op crates 16 of 17 and 13 of 14 (2.7%, 2.3% of the others), the HF rows
-    // in the second (33 of 41, 7.6%), not the first (30 of 36 but 11.6% of the others);
-    // across, the op crates in both, the HF rows in neither (the first's B = 8 ran slow
-    // through it, level-flagged: 32.5% of its others; the second 34 of 44, 77.3%)
-    tallied(
-        "gen21",
-        [
-            (17, 16, 1573, 43),
-            (14, 13, 1576, 36),
-            (36, 30, 528, 61),
-            (41, 33, 523, 40),
-        ],
-        [
-            (228, 225, 1362, 63),
-            (577, 522, 1013, 65),
-            (355, 349, 209, 68),
-            (44, 34, 520, 39),
-        ],
-        [(2, 1), (2, 0)],
-    );
+fn recorded_runs_replay_their_flag_counts() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/state-2026-12-02/replay-state.csv");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut runs: BTreeMap<String, (tempfile::TempDir, Run)> = BTreeMap::new();
+    let mut checked = 0;
+    for line in text.lines().skip(1) {
+        let f: Vec<&str> = line.split(',').collect();
+        let (_, run) = runs
+            .entry(f[0].to_string())
+            .or_insert_with(|| common::merged(f[0]));
+        let scope = match f[1] {
+            "execution" => Scope::Execution,
+            _ => Scope::Run,
+        };
+        let group: &'static str = if f[2] == "op" { "op" } else { "hf" };
+        let n = |i: usize| f[i].parse::<usize>().unwrap();
+        let got = scoped_counts(run, Mode::Pipelined, scope)[&(group, n(3) as u32)];
+        assert_eq!(got, (n(4), n(5), n(6), n(7)), "{line}");
+        checked += 1;
+    }
+    assert_eq!(checked, 24);
 }
