@@ -133,8 +133,8 @@ fn plan(args: &Args, env: &rundir::Env) -> Result<Plan, CliError> {
     })
 }
 
-/// scripts/peer.py of this workspace ($OPBENCH_WS, else the current folder, else beside the
-/// executable's target folder).
+/// scripts/peer.py of this workspace ($OPBENCH_WS, else the current folder, else the
+/// nearest folder above the executable that has it).
 fn script() -> Result<PathBuf, CliError> {
     let mut places: Vec<PathBuf> = settings::var_os("OPBENCH_WS")
         .map(PathBuf::from)
@@ -142,7 +142,7 @@ fn script() -> Result<PathBuf, CliError> {
         .collect();
     places.push(PathBuf::from("."));
     if let Ok(exe) = std::env::current_exe() {
-        places.extend(exe.ancestors().skip(3).take(1).map(Path::to_path_buf));
+        places.extend(exe.ancestors().skip(1).map(Path::to_path_buf));
     }
     places
         .into_iter()
