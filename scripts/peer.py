@@ -663,7 +663,7 @@ def step_specs(c, b):
     if c.user_generate:
         out += [(c.step_key(s_, b), {"group": g, "block": "static", "max_iters": STEPS if s_ == "step_static" else 1})
                 for s_ in STATIC_WHOLE]
-    return out + [(beside, {"max_iters": BESIDE_LAYERS})]
+    return out + [(beside, {"max_iters": BESIDE_LAYERS, "min_iters": BESIDE_LAYERS})]
 
 
 def step_cases(c, b):

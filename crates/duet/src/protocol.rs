@@ -81,6 +81,9 @@ pub struct Sampling {
     pub before: Option<String>,
     /// At most this many calls a sample (a whole step or a generate() call is long).
     pub max_iters: Option<u64>,
+    /// At least this many calls a sample (with `max_iters` the same: a fixed count, as the
+    /// layer beside the step takes 8).
+    pub min_iters: Option<u64>,
 }
 
 impl Sampling {

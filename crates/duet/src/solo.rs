@@ -339,7 +339,7 @@ fn ready(
     }
     let aim = settings.measure / settings.samples.max(1) as u32;
     match calibrate(w, &c.key, aim, settings.warmup, c.sampling.max_iters) {
-        Ok(iters) => case.iters = iters,
+        Ok(iters) => case.iters = iters.max(c.sampling.min_iters.unwrap_or(1)),
         Err(Trouble::Refused(why)) => {
             out.push(ended(c, "error", &why));
             return Ok(None);

@@ -143,6 +143,7 @@ fn group(block: &str, before: Option<&str>) -> Sampling {
         block: Some(block.into()),
         before: before.map(str::to_string),
         max_iters: Some(16),
+        min_iters: None,
     }
 }
 
@@ -152,7 +153,18 @@ fn a_group_takes_turns_round_by_round_with_its_companion_right_before_its_holder
         (name("step", group("step", Some("beside"))), 1000.0, 1e-4),
         (name("synced", group("step", None)), 1100.0, 1e-4),
         (name("generate", group("generate", None)), 5000.0, 1e-4),
-        (name("beside", Sampling::default()), 300.0, 1e-4),
+        (
+            name(
+                "beside",
+                Sampling {
+                    max_iters: Some(8),
+                    min_iters: Some(8),
+                    ..Sampling::default()
+                },
+            ),
+            300_000.0,
+            1e-4,
+        ),
         (name("alone", Sampling::default()), 50.0, 1e-4),
     ];
     let (out, log) = drive(cases, None);
@@ -179,6 +191,8 @@ fn a_group_takes_turns_round_by_round_with_its_companion_right_before_its_holder
         by("generate").iters,
         16.min((100_000.0f64 / 5000.0).ceil() as u64)
     );
+    // a fixed count holds where one call alone would fill the aim
+    assert_eq!(by("beside").iters, 8);
     // a case alone takes the run's samples back to back
     assert_eq!(by("alone").samples.len(), 4);
     assert_eq!(by("alone").iters, 2000);
