@@ -741,7 +741,6 @@ def step_cases(c, b):
     crop()
     stubbed(1)
     dims, tail = f"batch={b} L={c.ctx}", f"{c.version}{c.note_base}"
-    tps = "per new token"
     cases = {
         "step": Case(step, err, "step", "HF transformers step: eager, sdpa, DynamicCache; pipelined from L "
                      "(cropped back before each sample); checked against float64 at context 16", dims, before=crop),
@@ -750,7 +749,7 @@ def step_cases(c, b):
         "step_as_generate": Case(step_as_generate, err, "step", "the synced HF step called with generate()'s inputs "
                                  "(2-D attention mask, position ids, logits_to_keep, return_dict)", dims, before=crop),
         "generate_from_l": Case(None, err, "step", f"model.generate() from the step's cache of L, greedy, {new} new "
-                                f"tokens per call, {tps}; its first token's logits checked against the step's; timed "
+                                f"tokens per call, per new token; its first token's logits checked against the step's; timed "
                                 "per token (the clock read as each forward starts)", f"{dims} new={new}", new,
                                 timed=clocked),
         "generate_loop": Case(None, None, None, "generate()'s own work per new token: the same call with the model's "
@@ -1064,9 +1063,9 @@ def alone(keys, max_iters=None):
     return [(k, {"max_iters": max_iters} if max_iters else {}) for k in keys]
 
 
-def op_case(run, ref, note, c, calls=1):
+def op_case(run, ref, note, c):
     """An op call checked against its float64 reference `ref()` (its output's), timed alone."""
-    return Case(run, rel_err(run(), ref()), "op", f"{note}; {c.note_base}", calls=calls)
+    return Case(run, rel_err(run(), ref()), "op", f"{note}; {c.note_base}")
 
 
 # ------------------------------------------------------------------ the op sites from Python

@@ -174,10 +174,19 @@ impl Prepared {
     /// driver to judge) by the one tolerance table: an `ok` case over its tolerance becomes
     /// `mismatch`, with the reason. A bench binary's cases, judged by the worker, pass.
     pub fn judge(&mut self, dtype: rundir::DType) {
+        if let Some(why) = self.over_tolerance(dtype) {
+            self.status = "mismatch".into();
+            self.reason = Some(why);
+        }
+    }
+
+    /// Why an `ok` case that reported its error (`check` set) is over the tolerance of
+    /// `dtype`; `None` where it is within it, or was judged by its worker.
+    pub fn over_tolerance(&self, dtype: rundir::DType) -> Option<String> {
         let (Some(check), "ok") = (self.check.as_deref(), self.status.as_str()) else {
-            return;
+            return None;
         };
-        let why = match (check.parse::<rundir::Check>(), self.rel_err) {
+        match (check.parse::<rundir::Check>(), self.rel_err) {
             (Err(e), _) => Some(format!("its check: {e}")),
             (Ok(c), Some(e)) if e <= dtype.tolerance(c) => None,
             (Ok(c), Some(e)) => Some(format!(
@@ -186,10 +195,6 @@ impl Prepared {
                 dtype.tolerance(c)
             )),
             (Ok(_), None) => Some("checked, but no error reported".into()),
-        };
-        if let Some(why) = why {
-            self.status = "mismatch".into();
-            self.reason = Some(why);
         }
     }
 }

@@ -243,18 +243,16 @@ impl Unit {
                 l.before = before;
             }
         }
-        let order: Vec<Vec<String>> = self.blocks(&live);
+        let mut order: Vec<Vec<String>> = self.blocks(&live);
         let rounds = match self.members.first().and_then(|c| c.sampling.group.as_ref()) {
             Some(g) => GroupKind::of(g).rounds(settings.samples),
             None => alone_samples(settings.samples, self.members[0].sampling.max_iters),
         };
         let mut rng = rand::rngs::StdRng::seed_from_u64(settings.seed);
-        let mut order = order;
         for _ in 0..rounds {
-            if order.len() > 1 || order.first().is_some_and(|b| b.len() > 1) {
-                order.iter_mut().for_each(|b| b.shuffle(&mut rng));
-                order.shuffle(&mut rng);
-            }
+            // a unit of one case shuffles to itself
+            order.iter_mut().for_each(|b| b.shuffle(&mut rng));
+            order.shuffle(&mut rng);
             for key in order.iter().flatten() {
                 let Some(l) = live.get(key) else { continue };
                 let mut keys = l.before.clone().into_iter().collect::<Vec<_>>();

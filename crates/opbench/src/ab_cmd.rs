@@ -30,7 +30,7 @@ pub struct Args {
     cand_python: Option<PathBuf>,
     /// With --base-python: only the Python op calls (`ops`) or only the HF step's sites
     /// (`step`).
-    #[arg(long, requires = "base_python")]
+    #[arg(long, requires = "base_python", value_parser = ["ops", "step"])]
     peer_only: Option<String>,
     /// Judge a stored comparison again instead of running one: RUNS/RUN names the
     /// `RUN-base` and `RUN-cand` run directories an earlier `opbench ab` wrote. Prints its
@@ -299,31 +299,19 @@ pub fn run(a: &Args) -> Result<u8, CliError> {
 /// OPBENCH_PROFILE's grid, as the bench binaries read them; OPBENCH_DEVICE and
 /// OPBENCH_DTYPE where set.
 fn peer_worker_args(a: &Args) -> Result<crate::peer_cmd::WorkerArgs, CliError> {
-    let model = settings::var("OPBENCH_MODEL")
-        .and_then(|m| m.split(',').next().map(str::to_string))
-        .unwrap_or_else(|| "qwen3-0.6b".into());
-    let grid = shapes::Grid::load_default().map_err(|e| CliError::input(e.to_string()))?;
-    let profile = grid
-        .profile(&settings::var("OPBENCH_PROFILE").unwrap_or_else(|| "default".into()))
-        .map_err(|e| CliError::input(e.to_string()))?;
+    let (model, batches, ctx) = crate::peer_cmd::model_and_grid(
+        settings::var("OPBENCH_MODEL").as_deref(),
+        settings::var("OPBENCH_PROFILE").as_deref(),
+    )?;
     let device = match settings::var("OPBENCH_DEVICE").as_deref() {
         Some("cpu") => Some("cpu".to_string()),
         Some("gpu") => Some("cuda".to_string()),
         _ => None,
     };
-    if let Some(o) = a
-        .peer_only
-        .as_deref()
-        .filter(|o| !matches!(*o, "ops" | "step"))
-    {
-        return Err(CliError::input(format!(
-            "--peer-only {o}: expected ops or step"
-        )));
-    }
     Ok(crate::peer_cmd::WorkerArgs {
         model,
-        batches: profile.batches.clone(),
-        ctx: profile.decode_ctx.first().copied().unwrap_or(1024),
+        batches,
+        ctx,
         device,
         dtype: settings::var("OPBENCH_DTYPE").and_then(|d| d.split(',').next().map(str::to_string)),
         only: a.peer_only.clone(),
