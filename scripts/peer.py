@@ -23,7 +23,8 @@ sites (docs/schema.md):
   `layer_calls`, `stack`, `stack_flat` (one decoder layer five ways, group `layers`);
   `generate`, `generate_static`, `generate_graph` (generate() from a prompt of 16);
   `cache_update`, `mask`, `module_call`, and the static cache's parts
-  `cache_update_static`, `mask_static`, `sdpa_static`; an MoE model's `step` and
+  `cache_update_static`, `mask_static`, `sdpa_static` (on a GPU also `sdpa_static_graph`,
+  its attention compiled into a graph); an MoE model's `step` and
   `step_experts_eager` only;
 - the op sites as transformers calls them, variant `py-<the tch variant>`: `linear/py-aten`,
   `rmsnorm/py-hf`, `rope/py-rotate_half`, `rope/py-hf`, `sdpa/py-auto`, `kvcache/py-cat`,
@@ -1388,6 +1389,49 @@ def static_part_cases(c, b):
                                                f"static cache's keys with its mask, per layer ({note})", dims)}
 
 
+def static_graph_cases(c, b):
+    """`sdpa_static_graph`: the attention of `sdpa_static` (sdpa_attention_forward over a
+    static cache of L with its mask: repeat_kv and the masked SDPA) compiled with
+    torch.compile(mode="reduce-overhead"), as the graphed generate() runs it. One graph
+    replay chains a layer count of them (each output the next query), so a call's time is
+    its kernels'. The first is checked against float64. predict's graphs row prices the
+    step's attention with it."""
+    key, dims, layers = c.step_key("sdpa_static_graph", b), f"batch={b} L={c.ctx}", c.cfg["num_hidden_layers"]
+    how = graphed(c)
+    if isinstance(how, str):
+        return {key: refused("unsupported", how, dims)}
+    cache, _, reset = static_cache(c, b, c.ctx)
+    lay0, t = cache.layers[0], cache_tensors(c, b)
+    reset()
+    emb = torch.randn(b, 1, c.hidden, device=c.device, dtype=c.dtype)
+    mpos = torch.full((1, 1), c.ctx, device=c.device, dtype=torch.long)
+    mask = c.tf.create_causal_mask(config=c.model.config, inputs_embeds=emb, attention_mask=None,
+                                   past_key_values=cache, position_ids=mpos)
+    cache.update(t["kn"], t["vn"], 0)
+    attn_mod, keys, values = c.model.model.layers[0].self_attn, lay0.keys, lay0.values
+
+    def chain(q, k, v, m):
+        first = out = c.tf.sdpa_attention_forward(attn_mod, q, k, v, m, dropout=0.0, scaling=c.D ** -0.5)[0]
+        for _ in range(layers - 1):
+            out = c.tf.sdpa_attention_forward(attn_mod, out.transpose(1, 2), k, v, m, dropout=0.0,
+                                              scaling=c.D ** -0.5)[0]
+        return first, out
+    compiled = torch.compile(chain, mode="reduce-overhead", fullgraph=True)
+
+    def run():
+        torch.compiler.cudagraph_mark_step_begin()
+        return compiled(t["q"], keys, values, mask)
+    for _ in range(3):  # compile, record, replay
+        run()
+    first = run()[0].clone()
+    ref = attention_ref(c, t["q"], keys[:, :, :c.ctx + 1], values[:, :, :c.ctx + 1])
+    note = (f"{layers} of transformers' sdpa_attention_forward over a static cache of L (max_cache_len L + "
+            f"{2 * new_tokens(c)}) with its mask, chained in one torch.compile(mode=\"reduce-overhead\") graph, "
+            f"per call; {c.version}{c.note_base}")
+    return {key: Case(run, rel_err(first_heads(c, first), ref), "op", note, dims, calls=layers,
+                      timed=lambda n: c.timer.sample(run, n).scaled(1 / layers))}
+
+
 # ------------------------------------------------------------------ the families and the protocol
 
 
@@ -1435,7 +1479,8 @@ def op_families(c, b):
             (eltwise_cases, [c.key("eltwise", "py-aten", s_, b) for s_ in ELTWISE_SITES]),
             (module_call_cases, [module_call_key(c, b)])]
     if hf and c.user_generate:
-        ops += [(static_part_cases, [c.step_key(s_, b) for s_ in STATIC_PARTS])]
+        ops += [(static_part_cases, [c.step_key(s_, b) for s_ in STATIC_PARTS]),
+                (static_graph_cases, [c.step_key("sdpa_static_graph", b)])]
     return out + [Family(alone(keys), functools.partial(fn, c, b)) for fn, keys in ops]
 
 

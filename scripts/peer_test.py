@@ -236,8 +236,9 @@ class OpPass(unittest.TestCase):
             controls = [float(r[k]) for r in states if r["control_ns"] for k in ("control_ns", "control_after_ns")]
             self.assertLess(statistics.median(controls), 200_000)
             # graphs need a GPU: a row that says so
-            self.assertEqual(got["generate_graph"]["status"], "unsupported")
-            self.assertIn("need a GPU", got["generate_graph"]["note"])
+            for site in ["generate_graph", "sdpa_static_graph"]:
+                self.assertEqual(got[site]["status"], "unsupported", got[site])
+                self.assertIn("need a GPU", got[site]["note"])
             self.assertNotIn("layer_own", got)
             for site in layer_sites:
                 r = got[site]

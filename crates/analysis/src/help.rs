@@ -195,7 +195,10 @@ pub fn levers(run: &Run, fits: &Fits, q: &Query, pred: &Prediction, bound: &Leve
 /// graphed generate() continuing from a static cache of the query's L
 /// (`generate_graph_from_l`), else, in runs before it, the graphed generate() from a
 /// prompt of 16 (`generate_graph`: another context, and its prefill in each token).
-/// Inductor's own fusions are not priced.
+/// The attention is what the static cache's graph runs where the peer timed it
+/// (`sdpa_static_graph`: repeat_kv and SDPA over the whole cache with its mask, replayed
+/// from a graph), in place of SDPA over the filled cache. Inductor's other fusions are not
+/// priced.
 fn graphed_generate(run: &Run, fits: &Fits, q: &Query) -> Lever {
     let name = "CUDA/HIP graphs";
     let action = "model.generate(..., cache_implementation=\"static\") with \
@@ -219,14 +222,24 @@ fn graphed_generate(run: &Run, fits: &Fits, q: &Query) -> Lever {
             return Lever::unpriced(name, action, q.batch, measured, why);
         }
     };
-    let cache = |p: &Prediction| -> f64 {
+    let of = |p: &Prediction, op: OpKind| -> (f64, usize) {
         p.components
             .iter()
-            .filter(|c| c.op == Some(OpKind::KvCache))
-            .map(|c| c.calls as f64 * c.per_call_ns)
-            .sum()
+            .filter(|c| c.op == Some(op))
+            .fold((0.0, 0), |(ns, n), c| {
+                (ns + c.calls as f64 * c.per_call_ns, n + c.calls)
+            })
     };
-    let step = hf.step_ns - cache(&hf) + cache(&fused);
+    let (sdpa_ns, sdpa_calls) = of(&hf, OpKind::Sdpa);
+    let attention = peer_row(
+        run,
+        q,
+        (OpKind::Decode, "transformers", "sdpa_static_graph"),
+        q.batch,
+    )
+    .map_or(sdpa_ns, |per_call| per_call * sdpa_calls as f64);
+    let step = hf.step_ns - of(&hf, OpKind::KvCache).0 + of(&fused, OpKind::KvCache).0 - sdpa_ns
+        + attention;
     match peer_token(run, q, "generate_loop") {
         Some(l) => Lever::priced(name, action, q.batch, step + l, measured),
         None => Lever::unpriced(

@@ -418,3 +418,61 @@ fn graphs_are_checked_against_the_graphed_generate_from_the_steps_l_where_the_ru
     assert_eq!(new.measured_ns, Some(3.0e6));
     assert_eq!(new.predicted_ns, old.predicted_ns);
 }
+
+#[test]
+fn graphs_price_the_attention_the_static_caches_graph_runs_where_the_peer_timed_it() {
+    let mut run = common::fixture("help-2026-12-03");
+    let graphs = |run: &rundir::Run| {
+        let (_, rows) = levers_of(run, 64);
+        rows.into_iter()
+            .find(|l| l.name == "CUDA/HIP graphs")
+            .unwrap()
+    };
+    let fits = fit_run(&run);
+    let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
+    let hf = predict_with(
+        &run,
+        &fits,
+        &Query {
+            profile: StepProfile::HfEager,
+            mode: rundir::Mode::Graph,
+            ..h200_query(&run, &cfg, 64)
+        },
+    )
+    .unwrap();
+    let sdpa: Vec<_> = hf
+        .components
+        .iter()
+        .filter(|c| c.op == Some(OpKind::Sdpa))
+        .collect();
+    let (sdpa_ns, calls) = sdpa.iter().fold((0.0, 0), |(ns, n), c| {
+        (ns + c.calls as f64 * c.per_call_ns, n + c.calls)
+    });
+    assert_eq!(calls, 28, "one attention a layer");
+    // without the row: SDPA over the filled cache, as the op crate timed it
+    let old = graphs(&run).predicted_ns.unwrap();
+    // a planted row of the graphed static attention, 300 µs a call at B = 64 (none at B = 8)
+    let mut row = run
+        .ok_rows()
+        .find(|r| r.site == "mask" && r.batch == 64 && r.dtype == rundir::DType::F16)
+        .unwrap()
+        .clone();
+    row.key.series.site = "sdpa_static_graph".into();
+    row.median_ns = Some(300e3);
+    run.results.push(row);
+    let new = graphs(&run).predicted_ns.unwrap();
+    let want = old - sdpa_ns + 28.0 * 300e3;
+    assert!((new - want).abs() < 1e-3 * want, "{new} vs {want}");
+    // another batch keeps its own price
+    let at8 = |run: &rundir::Run| {
+        levers_of(run, 8)
+            .1
+            .into_iter()
+            .find(|l| l.name == "CUDA/HIP graphs")
+            .unwrap()
+            .predicted_ns
+    };
+    let mut without = run.clone();
+    without.results.pop();
+    assert_eq!(at8(&run), at8(&without));
+}
