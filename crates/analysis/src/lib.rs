@@ -18,6 +18,7 @@
 //!   (E-Divisive with a t-test); [`history_report::write_history_report`] draws the trends.
 
 pub mod compare;
+pub mod explain;
 pub mod export;
 pub mod fit;
 pub mod generate;

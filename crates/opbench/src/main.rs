@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use analysis::AnalysisError;
-use analysis::predict::{HostModel, HostState, at_host_state};
+use analysis::predict::{HostModel, HostState};
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::{Parser, Subcommand, ValueEnum};
 use rundir::{DType, DeviceId, Mode, Phase, Run};
@@ -467,7 +467,6 @@ fn fit_verb(dir: &std::path::Path) -> Result<u8, CliError> {
 
 fn predict_verb(args: &PredictArgs) -> Result<u8, CliError> {
     let loaded = Run::load(&args.run)?;
-    let run = at_host_state(&loaded, args.host_state)?;
     let model = ModelConfig::by_name(&args.model).map_err(|e| CliError::input(e.to_string()))?;
     if args.batch == 0 {
         return Err(CliError::input("--batch: must be positive"));
@@ -479,8 +478,8 @@ fn predict_verb(args: &PredictArgs) -> Result<u8, CliError> {
             args.mode
         )));
     }
-    let (device, dtype, ctx) = predict_target(args, &run)?;
-    let mut q = analysis::predict::Query {
+    let (device, dtype, ctx) = predict_target(args, &loaded)?;
+    let q = analysis::predict::Query {
         model: &model,
         batch: args.batch,
         ctx,
@@ -491,82 +490,8 @@ fn predict_verb(args: &PredictArgs) -> Result<u8, CliError> {
         mode: args.mode,
         host: HostModel::AsMeasured,
     };
-    // the one default, the report's too
-    q.host = args
-        .host_model
-        .unwrap_or_else(|| HostModel::default_for(&run, &q));
-    // one fit of the run for every composition below
-    let fits = analysis::fit::fit_run(&run);
-    let pred = analysis::predict::predict_with(&run, &fits, &q)?;
-    print::prediction(&run, &q, &pred, args.host_state);
-    if q.mode == Mode::Pipelined && device.is_gpu() {
-        let others: Vec<_> = HostModel::ALL
-            .into_iter()
-            .filter(|m| *m != q.host)
-            .filter_map(|m| {
-                let other = analysis::predict::Query {
-                    host: m,
-                    ..q.clone()
-                };
-                Some((
-                    m,
-                    analysis::predict::predict_with(&run, &fits, &other).ok()?,
-                ))
-            })
-            .collect();
-        // a run without the floor's mixed / blocked rows (or controls) prices every host
-        // model alike: nothing to show
-        if others.iter().any(|(_, p)| p.step_ns != pred.step_ns) {
-            print::host_model(&q, &pred, &others);
-        }
-    }
-    // the other host state beside it, where the run's samples make it differ
-    if !q.mode.is_device() {
-        let other = args.host_state.other();
-        // a run whose samples.csv cannot be read simply has no other state to show
-        if let Ok(other_run) = at_host_state(&loaded, other) {
-            if let Ok(p) = analysis::predict::predict(&other_run, &q) {
-                let measured =
-                    analysis::predict::step_row(&other_run, &q, q.mode).and_then(|r| r.median_ns);
-                if p.step_ns != pred.step_ns {
-                    print::host_state(other, &p, measured);
-                }
-            }
-        }
-    }
-    // the user's stack: how much of it is Python and the framework
-    if q.profile == StepProfile::Transformers {
-        let split = analysis::predict::Split::priced(&run, &fits, &q, &pred).ok();
-        if let Some(split) = &split {
-            print::python_split(&run, &q, &pred, split);
-        }
-        if let Some(g) = analysis::generate::price(&run, &q, &pred) {
-            print::generate(&run, &q, &pred, split.as_ref(), &g);
-        }
-    }
-    // what graphs would give, where the run has graph-mode rows to price it from
-    if q.mode != Mode::Graph && device.is_gpu() {
-        let gq = analysis::predict::Query {
-            mode: Mode::Graph,
-            ..q.clone()
-        };
-        if let Ok(graph) = analysis::predict::predict_with(&run, &fits, &gq) {
-            print::graph_outlook(&run, &q, &pred, &graph);
-        }
-    }
-    // the trace pass's step beside the plan, where the run has one
-    let traces = analysis::traced::Traces::load(&run)?;
-    if let Some(check) = analysis::traced::step_check(&traces, &q) {
-        print::step_check(&pred, &check);
-    }
-    // the user's answer: what would make it faster, ranked
-    if q.phase == rundir::Phase::Decode {
-        let bound = analysis::help::bandwidth_bound(&run, &q, &pred);
-        print::what_would_help(
-            &analysis::help::levers(&run, &fits, &q, &pred, &bound),
-            &bound,
-        );
-    }
+    let e = analysis::explain::explain(&loaded, q, args.host_model, args.host_state)?;
+    print::explanation(&e);
     Ok(0)
 }
 

@@ -339,3 +339,49 @@ fn no_source_file_over_800_lines_and_no_function_over_120() {
     }
     assert!(long.is_empty(), "{}", long.join("\n"));
 }
+
+/// The calls that price a step or look up a run's rows: analysis's, never the CLI's.
+const PRICING: [&str; 10] = [
+    "predict_with(",
+    "predict::predict(",
+    "Split::priced(",
+    "generate::price(",
+    "levers(",
+    "bandwidth_bound(",
+    "step_row(",
+    "peer_token(",
+    ".row(&",
+    "ok_rows()",
+];
+
+/// Which of [`PRICING`] `text` makes.
+fn pricing_calls(text: &str) -> Vec<&'static str> {
+    PRICING.into_iter().filter(|p| text.contains(p)).collect()
+}
+
+#[test]
+fn a_pricing_call_is_found_and_a_printed_field_is_not() {
+    assert_eq!(
+        pricing_calls("let p = analysis::predict::predict_with(&run, &fits, &q)?;"),
+        ["predict_with("]
+    );
+    assert!(pricing_calls("println!(\"{:.3}\", e.prediction.step_ns / 1e6);").is_empty());
+}
+
+#[test]
+fn predict_is_priced_by_analysis_and_only_printed_by_the_cli() {
+    let r = root();
+    let mut files = vec![r.join("crates/opbench/src/main.rs")];
+    sources(&r.join("crates/opbench/src/print"), &["rs"], &mut files);
+    let found: Vec<String> = files
+        .iter()
+        .flat_map(|p| {
+            let t = std::fs::read_to_string(p).unwrap();
+            pricing_calls(&t)
+                .into_iter()
+                .map(|c| format!("{}: {c}", p.display()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(found.is_empty(), "{found:?}");
+}

@@ -3,7 +3,7 @@
 //! change predicted, beside its measured counterpart where the run has one).
 
 use super::*;
-use crate::help::{AS_IS, Lever, bandwidth_bound, levers};
+use crate::help::{AS_IS, Lever};
 
 /// The section for each model the run prices a step of on `on`, at the report's cache
 /// length, one table per measured batch and a chart of the smallest batch priced. Empty
@@ -27,13 +27,7 @@ pub(super) fn what_would_help(ctx: &Ctx, on: On) -> Result<String, AnalysisError
             let Ok(pred) = predict_with(ctx.run, &ctx.fits, &q) else {
                 continue;
             };
-            let rows = levers(
-                ctx.run,
-                &ctx.fits,
-                &q,
-                &pred,
-                &bandwidth_bound(ctx.run, &q, &pred),
-            );
+            let (rows, _) = crate::explain::help_of(ctx.run, &ctx.fits, &q, &pred);
             tables += &table(b, &rows);
             chart.get_or_insert((b, rows));
         }

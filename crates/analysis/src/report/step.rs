@@ -158,9 +158,9 @@ pub(super) fn breakdown(ctx: &Ctx, on: On) -> Result<String, AnalysisError> {
                     continue;
                 };
                 let host = if p.gpu { p.host_ns } else { p.serial_ns };
-                let split = (profile == StepProfile::Transformers)
-                    .then(|| crate::predict::Split::priced(ctx.run, &ctx.fits, &q, &p).ok())
-                    .flatten();
+                let t = (profile == StepProfile::Transformers)
+                    .then(|| crate::explain::transformers_of(ctx.run, &ctx.fits, &q, &p));
+                let split = t.as_ref().and_then(|t| t.split);
                 let (dispatch, python) = match (profile, &split) {
                     (StepProfile::Transformers, Some(s)) => (s.dispatch_ns.min(host), s.python_ns),
                     (StepProfile::Transformers, None) => (0.0, host),
@@ -179,7 +179,7 @@ pub(super) fn breakdown(ctx: &Ctx, on: On) -> Result<String, AnalysisError> {
                     measured.map(|m| m / 1e6),
                 ));
                 // the user's number beside the step: generate() per new token
-                if let (Some(g), Some(s)) = (crate::generate::price(ctx.run, &q, &p), &split) {
+                if let (Some(g), Some(s)) = (t.as_ref().and_then(|t| t.generate.as_ref()), &split) {
                     let parts = g.parts(&p, s).map(|v| v / 1e6);
                     let measured = g.measured.as_ref().and_then(|r| r.median_ns);
                     bars.push((

@@ -1,8 +1,9 @@
 //! How the verbs print their results: tables for a terminal, CSV for a pipe.
 
 use analysis::compare::{Comparison, Control, Flag, Line, Verdict};
+use analysis::explain::Explanation;
 use analysis::history::{ChangeKind, History};
-use analysis::predict::{HostState, Prediction, Query, Source, step_row};
+use analysis::predict::{HostState, Prediction, Query, Source};
 use rundir::{CaseKey, FitRow, Mode, Run};
 
 mod compare;

@@ -3,8 +3,42 @@
 
 use super::*;
 
+/// Everything `opbench predict` says of one query, in order.
+pub fn explanation(e: &Explanation) {
+    let (q, pred) = (&e.query, &e.prediction);
+    prediction(e);
+    if !e.host_models.is_empty() {
+        host_model(q, pred, &e.host_models);
+    }
+    if let Some(o) = &e.other_state {
+        host_state(o.state, &o.step.prediction, o.step.measured_ns);
+    }
+    // the user's stack: how much of it is Python and the framework
+    if let Some(t) = &e.transformers {
+        if let Some(split) = &t.split {
+            python_split(q, pred, t, split);
+        }
+        if let Some(g) = &t.generate {
+            generate(q, pred, t, g);
+        }
+    }
+    // what graphs would give, where the run has graph-mode rows to price it from
+    if let Some(g) = &e.graph {
+        graph_outlook(q, pred, g);
+    }
+    // the trace pass's step beside the plan, where the run has one
+    if let Some(check) = &e.step_check {
+        step_check(pred, check);
+    }
+    // the user's answer: what would make it faster, ranked
+    if let Some((levers, bound)) = &e.help {
+        what_would_help(levers, bound);
+    }
+}
+
 /// A predicted step: summary, breakdown, and the measured step where the run has it.
-pub fn prediction(run: &Run, q: &Query, pred: &Prediction, state: HostState) {
+pub fn prediction(e: &Explanation) {
+    let (q, pred, state) = (&e.query, &e.prediction, e.state);
     println!(
         "{} {} B={} {}={}, profile {}, {} {} {}{} (run {})",
         q.model.name,
@@ -27,7 +61,7 @@ pub fn prediction(run: &Run, q: &Query, pred: &Prediction, state: HostState) {
                 100.0 * analysis::predict::FAST_QUANTILE
             ),
         },
-        run.dir.display()
+        e.run_dir.display()
     );
     println!(
         "predicted: {:.3} ms/step, {}",
@@ -341,7 +375,12 @@ pub fn host_state(state: HostState, p: &Prediction, measured: Option<f64>) {
 /// The transformers step split three ways: kernels, libtorch's dispatch (the same calls
 /// made from tch) and Python + the framework (the rest of the host's time), predicted and,
 /// where the run has both steps, measured.
-pub fn python_split(run: &Run, q: &Query, pred: &Prediction, s: &analysis::predict::Split) {
+pub fn python_split(
+    q: &Query,
+    pred: &Prediction,
+    t: &analysis::explain::Transformers,
+    s: &analysis::predict::Split,
+) {
     let pct = |v: f64| 100.0 * v / pred.step_ns;
     let host = s.dispatch_ns + s.python_ns;
     let kernels = s.kernels_ns.map_or(String::new(), |k| {
@@ -370,12 +409,7 @@ pub fn python_split(run: &Run, q: &Query, pred: &Prediction, s: &analysis::predi
         host / 1e6,
         pct(host)
     );
-    let tq = Query {
-        profile: shapes::StepProfile::HfEager,
-        ..q.clone()
-    };
-    let m = |q: &Query| step_row(run, q, Mode::Pipelined).and_then(|r| r.median_ns);
-    if let (Some(hf), Some(tch)) = (m(q), m(&tq)) {
+    if let Some((hf, tch)) = t.steps_ns {
         println!(
             "measured: the transformers step {:.3} ms, the same step in tch (decode crate, hf-eager) {:.3} ms: Python + framework {:.3} ms ({:.0}% of the step)",
             hf / 1e6,
@@ -384,20 +418,12 @@ pub fn python_split(run: &Run, q: &Query, pred: &Prediction, s: &analysis::predi
             100.0 * (hf - tch) / hf
         );
     }
-    let layer_row = |site: &str| {
-        run.row(&q.decode_key(shapes::StepProfile::Transformers.as_str(), site, q.mode))
-            .filter(|r| r.is_ok())?
-            .median_ns
-    };
-    // the layers as called and their calls flat: the plan's in-sequence framework part
-    // (`layer_own`); one layer's calls flat and each alone: the profile's context rows
-    let (_, flat, each) = q.profile.layer_context();
-    let own = pred
-        .plan
-        .other
-        .iter()
-        .find_map(|u| analysis::predict::in_sequence(run, q, u.in_sequence));
-    if let (Some(own), Some(flat), Some(calls)) = (own, layer_row(flat), layer_row(each)) {
+    if let Some(analysis::explain::LayerReading {
+        own,
+        flat_ns: flat,
+        calls_ns: calls,
+    }) = t.layer
+    {
         let whole = if own.whole == "layer" {
             "one layer called as the model calls it"
         } else {
@@ -413,7 +439,7 @@ pub fn python_split(run: &Run, q: &Query, pred: &Prediction, s: &analysis::predi
             flat / calls,
         );
     }
-    if let Some(s) = analysis::predict::layer_slope(run, q) {
+    if let Some(s) = &t.slope {
         let layers = q.model.num_hidden_layers;
         let head = format!(
             "by layer count (the HF step with {} and {} layers: {:.3} and {:.3} ms)",
@@ -425,7 +451,7 @@ pub fn python_split(run: &Run, q: &Query, pred: &Prediction, s: &analysis::predi
         if s.resolved == Some(false) {
             println!("{head}: their intervals overlap, so no layer's cost is read from them");
         } else {
-            let measured = m(q).map_or(String::new(), |hf| {
+            let measured = t.step_ns.map_or(String::new(), |hf| {
                 format!(" (measured {:.3} ms)", hf / 1e6)
             });
             let unsure = if s.resolved.is_none() {
@@ -448,12 +474,12 @@ pub fn python_split(run: &Run, q: &Query, pred: &Prediction, s: &analysis::predi
 /// against the peer's generate() from the step's cache, and the peer's generate() rows as
 /// the user calls it (from a prompt: as it is, static cache, graphs).
 pub fn generate(
-    run: &Run,
     q: &Query,
     pred: &Prediction,
-    split: Option<&analysis::predict::Split>,
+    t: &analysis::explain::Transformers,
     g: &analysis::generate::Generate,
 ) {
+    let split = t.split.as_ref();
     let extra = match g.extra {
         analysis::generate::Extra::Measured { sync_ns, inputs_ns } => format!(
             " + the per-token sync {:.3} ms + generate()'s inputs to the forward {:.3} ms (scripts/peer.py: step_synced − step, step_as_generate − step_synced{})",
@@ -514,17 +540,11 @@ pub fn generate(
             ratio(g.token_ns, m)
         );
     }
-    let user: Vec<String> = [
-        ("generate", "as it is"),
-        ("generate_static", "static cache"),
-        ("generate_graph", "static cache + graphs"),
-    ]
-    .iter()
-    .filter_map(|(site, how)| {
-        let ns = analysis::help::peer_token(run, q, site)?;
-        Some(format!("{how} {:.1} tokens/s", q.batch as f64 * 1e9 / ns))
-    })
-    .collect();
+    let user: Vec<String> = t
+        .from_prompt
+        .iter()
+        .map(|(how, ns)| format!("{how} {:.1} tokens/s", q.batch as f64 * 1e9 / ns))
+        .collect();
     if !user.is_empty() {
         println!(
             "  generate() from a prompt of 16, prefill included (scripts/peer.py): {}",
@@ -535,7 +555,8 @@ pub fn generate(
 
 /// What CUDA/HIP graphs would give: the step priced from `graph`-mode rows beside the
 /// eager prediction, and the graphed step the decode crate measured, where the run has it.
-pub fn graph_outlook(run: &Run, q: &Query, eager: &Prediction, graph: &Prediction) {
+pub fn graph_outlook(q: &Query, eager: &Prediction, g: &analysis::explain::Measured) {
+    let graph = &g.prediction;
     println!(
         "with graphs (the step captured once and replayed): predicted {:.3} ms/step, {:.1} tokens/s, {:.2}× the eager {} prediction",
         graph.step_ns / 1e6,
@@ -543,11 +564,7 @@ pub fn graph_outlook(run: &Run, q: &Query, eager: &Prediction, graph: &Predictio
         eager.step_ns / graph.step_ns,
         q.mode
     );
-    let gq = Query {
-        mode: Mode::Graph,
-        ..q.clone()
-    };
-    if let Some(m) = step_row(run, &gq, Mode::Graph).and_then(|r| r.median_ns) {
+    if let Some(m) = g.measured_ns {
         println!(
             "  measured graphed step (decode crate, graph mode): {:.3} ms; predicted / measured = {}",
             m / 1e6,
