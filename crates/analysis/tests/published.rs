@@ -900,7 +900,7 @@ fn the_graph_replay_table_lists_the_steps_only() {
         .join("tests/fixtures/published/results")
         .join(H200_BESIDE_B_X1);
     let tmp = tempfile::tempdir().unwrap();
-    for f in ["env.json", "results.csv", "samples.csv.gz"] {
+    for f in ["env.json", "results.csv.gz", "samples.csv.gz"] {
         std::fs::copy(src.join(f), tmp.path().join(f)).unwrap();
     }
     let report = analysis::report::write_report(tmp.path()).unwrap();

@@ -172,7 +172,7 @@ impl Run {
     /// `traces.csv` (empty when the run has no trace pass).
     pub fn traces(&self) -> Result<Vec<TraceRow>, RunError> {
         let path = self.dir.join(layout::TRACES);
-        if !path.is_file() {
+        if !has_file(&path) {
             return Ok(Vec::new());
         }
         read_records(&path, &TraceRow::columns(), TraceRow::read)
@@ -181,7 +181,7 @@ impl Run {
     /// `kernels.csv` (empty when the run has no trace pass).
     pub fn kernels(&self) -> Result<Vec<KernelRow>, RunError> {
         let path = self.dir.join(layout::KERNELS);
-        if !path.is_file() {
+        if !has_file(&path) {
             return Ok(Vec::new());
         }
         read_records(&path, &KernelRow::columns(), KernelRow::read)
