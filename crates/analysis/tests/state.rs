@@ -115,42 +115,6 @@ fn on_the_calibration_grid_the_controls_alone_catch_half_the_slow_samples() {
 }
 
 #[test]
-fn with_the_decode_grid_and_the_peer_the_controls_alone_catch_most_slow_samples() {
-    // gen2 (generate-2026-12-01): op crates, the HF rows, the Python op rows; every group
-    // flags ≤ 8.7% of its other samples; the slow ones caught: 4/6 and 19/25 (op), 15/18
-    // and 35/38 (HF), 5/6 and 4/4 (Python) — 67–100%. The op crates' others: 1.5% and 2.8%
-    // (4.3% and 5.7% with any throttle reason a flag, which also caught a 20th slow one:
-    // an sdpa sample at 1.32× with the cap on at its case's usual 1965 MHz)
-    let e1 = counts(
-        &common::fixture("generate-2026-12-01/gen2/1"),
-        Mode::Pipelined,
-    );
-    let e2 = counts(
-        &common::fixture("generate-2026-12-01/gen2/2"),
-        Mode::Pipelined,
-    );
-    assert_eq!(
-        e1.into_values().collect::<Vec<_>>(),
-        [(18, 15, 462, 40), (6, 4, 1584, 24), (6, 5, 784, 37)]
-    );
-    assert_eq!(
-        e2.into_values().collect::<Vec<_>>(),
-        [(38, 35, 442, 38), (25, 19, 1565, 44), (4, 4, 786, 19)]
-    );
-}
-
-#[test]
-fn on_the_moe_and_prefill_runs_the_controls_alone_miss_most_slow_samples() {
-    // moe-2026-12-01: 4 of 17 and 4 of 9 slow pipelined samples flagged, 4.3% and 4.7%
-    // of the others: the controls see a slow burst that spans a sample's edges, not one
-    // inside it (the stretches of later runs are for those)
-    let moe = common::fixture("moe-2026-12-01/moe");
-    assert_eq!(op_counts(&moe, Mode::Pipelined), [(17, 4, 1663, 71)]);
-    let prefill = common::fixture("moe-2026-12-01/prefill");
-    assert_eq!(op_counts(&prefill, Mode::Pipelined), [(9, 4, 1111, 52)]);
-}
-
-#[test]
 fn with_stretches_and_the_threads_own_steal_the_hf_and_python_rows_reach_four_in_five() {
     // gen4 (one execution, the decode grid's op crates and the peer, 2026-12-01): the first
     // run with the stretches, the mean-of-controls rule and the thread's own steal, all
@@ -254,25 +218,6 @@ fn on_the_probe_the_stretches_catch_what_the_controls_at_the_edges_miss() {
     assert_eq!(judge("p20"), [8, 6, 7, 1754, 85, 135]);
 }
 
-#[test]
-fn on_the_two_core_cpu_the_flags_catch_half_to_two_thirds() {
-    // cpu-2026-12-01/gen3 (the quick grid with the peer, stretches and the thread's own
-    // steal), in the order HF rows, bench binaries, Python op rows: HF rows 12 of 19 slow
-    // samples flagged (15.8% of the others), bench binaries 75 of 147 (7.9%), Python op
-    // rows 43 of 63 (14.1%) — issue 31's bars not met here
-    let run = common::fixture("cpu-2026-12-01/gen3");
-    assert_eq!(
-        counts(&run, Mode::Pipelined)
-            .into_values()
-            .collect::<Vec<_>>(),
-        [
-            (19, 12, 1007, 159),
-            (147, 75, 4293, 339),
-            (63, 43, 1517, 214)
-        ]
-    );
-}
-
 /// Which control's flag [`recount`] judges a sample by, and over what mean ratio.
 #[derive(Clone, Copy)]
 enum Control {
@@ -338,42 +283,6 @@ fn recount(run: &Run, timer: Timer, control: Control) -> Counts {
 }
 
 #[test]
-fn the_torch_control_before_a_sample_catches_more_slow_samples_and_flags_more_others() {
-    // the dispatch floor's control before each sample (a torch call: it moves with a
-    // build, but a flag judges a sample against its own case in one execution) in place
-    // of the chase's flag: gen4 15 of 18 slow samples (12 with the chase), 10.9% of the
-    // others (6.4%); moe 9 of 17 (4), 10.4% (4.3%); a2 9 of 24 (9), 4.2% (1.4%) — more
-    // caught, more flagged: neither control meets issue 31's two bars on every run (these
-    // runs predate the torch control after each sample: state-2026-12-02 has it)
-    let torch = |run: &str| recount(&common::fixture(run), Timer::Rust, Control::Torch(1.2));
-    assert_eq!(torch("state-2026-12-01/gen4"), (18, 15, 1572, 171));
-    assert_eq!(torch("moe-2026-12-01/moe"), (17, 9, 1663, 173));
-    assert_eq!(torch("state-2026-12-01/a2"), (24, 9, 3876, 161));
-    // the rule's own control at its own threshold gives the rule's counts
-    let gen4 = common::fixture("state-2026-12-01/gen4");
-    assert_eq!(
-        recount(&gen4, Timer::Rust, Control::Host(rundir::HOST_SLOW)),
-        (18, 12, 1572, 100)
-    );
-}
-
-#[test]
-fn no_threshold_of_the_python_control_meets_both_bars_on_gen4s_hf_rows() {
-    // the peer's pure-Python control was given the chase's threshold (1.2, chosen on the
-    // probe); gen2 would pick 1.3 for it (HF rows 15/18 and 34/38 caught, 7.6% and 6.8%
-    // of the others), which on gen4 catches 29 of 44 (5.6%); 1.25: 33 of 44 (8.3%); the
-    // rule's 1.2: 39 of 44 (11.1%)
-    let gen2 = |e: &str| common::fixture(&format!("generate-2026-12-01/gen2/{e}"));
-    let hf = |run: &Run, x| recount(run, Timer::PeerHf, Control::Host(x));
-    assert_eq!(hf(&gen2("1"), 1.3), (18, 15, 462, 35));
-    assert_eq!(hf(&gen2("2"), 1.3), (38, 34, 442, 30));
-    let gen4 = common::fixture("state-2026-12-01/gen4");
-    assert_eq!(hf(&gen4, 1.3), (44, 29, 496, 28));
-    assert_eq!(hf(&gen4, 1.25), (44, 33, 496, 41));
-    assert_eq!(hf(&gen4, 1.2), (44, 39, 496, 55));
-}
-
-#[test]
 fn with_the_torch_control_around_each_sample_the_op_crates_meet_both_bars_in_four_of_five() {
     // gen5 (the decode grid and the peer, two executions in one lease, 2026-12-02): the
     // first run whose samples record the torch control after them too; the rule to judge
@@ -413,62 +322,6 @@ fn with_the_torch_control_around_each_sample_the_op_crates_meet_both_bars_in_fou
     let c = counts(&gen16, Mode::Pipelined);
     assert_eq!(c[&("op", 1)], (14, 10, 1576, 50));
     assert_eq!(c[&("hf", 1)], (29, 18, 535, 22));
-}
-
-#[test]
-fn on_the_hf_rows_neither_control_meets_both_bars_in_every_execution() {
-    // gen6 and gen7 (the floor and the peer, two executions each, one lease, 2026-12-02):
-    // the peer's rows record Python's torch control (its one-element add over ~200 µs)
-    // before and after every sample; the rule was fixed before they ran. HF rows, the
-    // rule (the torch control): 31/36 (10.3% of the others), 39/43 (9.3%), 14/18 (3.4%),
-    // 26/46 (5.1%); the pure-Python control in its place: 33/36 (7.1%), 38/43 (13.1%),
-    // 14/18 (2.1%), 10/46 (2.0%). Both bars in one of four executions, and none for the
-    // Python control; summed, the torch control catches 110 of 143 (76.9%, 7.0% of the
-    // others), the Python control 95 (66.4%, 6.0%)
-    let run = |r: &str| common::fixture(&format!("state-2026-12-02/{r}"));
-    let runs = ["gen6/1", "gen6/2", "gen7/1", "gen7/2"].map(run);
-    let hf = |r: &Run| {
-        let c = counts(r, Mode::Pipelined);
-        c.into_iter().find(|((g, _), _)| *g == "hf").unwrap().1
-    };
-    let rule: Vec<Counts> = runs.iter().map(hf).collect();
-    assert_eq!(
-        rule,
-        [
-            (36, 31, 504, 52),
-            (43, 39, 497, 46),
-            (18, 14, 522, 18),
-            (46, 26, 494, 25)
-        ]
-    );
-    let with = |c| -> Vec<Counts> { runs.iter().map(|r| recount(r, Timer::PeerHf, c)).collect() };
-    assert_eq!(with(Control::Torch(rundir::HOST_SLOW)), rule);
-    assert_eq!(
-        with(Control::Host(rundir::HOST_SLOW)),
-        [
-            (36, 33, 504, 36),
-            (43, 38, 497, 65),
-            (18, 14, 522, 11),
-            (46, 10, 494, 10)
-        ]
-    );
-    // gen9 and gen10 (the same command in two later leases, the same rule): 30/38 (10.6%),
-    // 36/50 (9.7%), 10/15 (8.7%), 24/36 (8.3%) — the other bar in three of four, the
-    // caught one in none
-    let later: Vec<Counts> = ["gen9/1", "gen9/2", "gen10/1", "gen10/2"]
-        .map(run)
-        .iter()
-        .map(hf)
-        .collect();
-    assert_eq!(
-        later,
-        [
-            (38, 30, 526, 56),
-            (50, 36, 514, 50),
-            (15, 10, 549, 48),
-            (36, 24, 528, 44)
-        ]
-    );
 }
 
 #[test]
@@ -535,30 +388,6 @@ fn in_three_later_leases_the_hf_rows_meet_both_bars_in_one_execution_of_six() {
     );
     let met = got.iter().filter(|c| meets_bars(c)).count();
     assert_eq!(met, 1);
-}
-
-#[test]
-fn on_eight_executions_of_the_hf_rows_no_threshold_of_the_torch_control_meets_both_bars() {
-    // gen6, gen7, gen9, gen10 (four leases' worth of the floor and the peer, two executions
-    // each): from 1.05 to 1.3, the caught bar (≥ 80%) and the others' (≤ 10%) are never
-    // both met in every execution — lower thresholds catch more and flag more (1.1:
-    // 80–100% caught, 10.9–23.3% of the others flagged)
-    let runs: Vec<Run> = [
-        "gen6/1", "gen6/2", "gen7/1", "gen7/2", "gen9/1", "gen9/2", "gen10/1", "gen10/2",
-    ]
-    .map(|r| common::fixture(&format!("state-2026-12-02/{r}")))
-    .into();
-    for x in [1.05, 1.1, 1.15, 1.2, 1.25, 1.3] {
-        let met = runs
-            .iter()
-            .map(|r| recount(r, Timer::PeerHf, Control::Torch(x)))
-            .filter(meets_bars)
-            .count();
-        assert!(met < runs.len(), "{x}: {met}");
-        if x == rundir::HOST_SLOW {
-            assert_eq!(met, 1);
-        }
-    }
 }
 
 #[test]
@@ -700,7 +529,7 @@ fn on_gen19_written_down_before_it_ran_a_batch_slow_through_one_execution_is_lev
 #[test]
 fn on_gen20_generates_per_token_stretches_are_on_every_sample_and_none_a_stall() {
     // gen20 (2026-12-02) timed generate() per token for the first time: its counts are in
-    // replay-state.csv (`recorded_runs_replay_their_flag_counts`)
+    // replay-counts.csv (`recorded_runs_replay_their_counts`)
     let (_tmp, run) = common::merged("gen20");
     // generate()'s new per-token stretches: on every sample, and none a stall (no token
     // over 2× its case's median per token), so the catch above is the rule's as before
@@ -721,32 +550,53 @@ fn on_gen20_generates_per_token_stretches_are_on_every_sample_and_none_a_stall()
     assert_eq!(generate, 48);
 }
 
-/// The recorded runs of `state-2026-12-02` (gen18, gen20, gen21, each written down before
-/// it ran; their questions and answers in the fixture's README) replayed: `opbench
-/// state`'s tally of their pipelined samples, two executions merged, per group (`op`: the
-/// bench binaries, `hf`: the peer's HF rows) and execution, judged within each execution
-/// and across the run, as `replay-state.csv` lists them.
+/// The recorded runs replayed, as `replay-counts.csv` (state-2026-12-02) lists them: per
+/// run, group and execution, the pipelined samples that ran slow and the others, and how
+/// many of each were flagged — by `opbench state`'s rule (judged within each execution or
+/// across a merged run), or with the host control's flag read from the build-independent
+/// control (`host`) or the torch control (`torch`) at a threshold. What each block showed:
+/// the fixture's README, "The replay table".
 #[test]
-fn recorded_runs_replay_their_flag_counts() {
+fn recorded_runs_replay_their_counts() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/state-2026-12-02/replay-state.csv");
+        .join("tests/fixtures/state-2026-12-02/replay-counts.csv");
     let text = std::fs::read_to_string(&path).unwrap();
-    let mut runs: BTreeMap<String, (tempfile::TempDir, Run)> = BTreeMap::new();
+    let mut runs: BTreeMap<(String, String), (Option<tempfile::TempDir>, Run)> = BTreeMap::new();
     let mut checked = 0;
     for line in text.lines().skip(1) {
         let f: Vec<&str> = line.split(',').collect();
         let (_, run) = runs
-            .entry(f[0].to_string())
-            .or_insert_with(|| common::merged(f[0]));
-        let scope = match f[1] {
-            "execution" => Scope::Execution,
-            _ => Scope::Run,
+            .entry((f[0].to_string(), f[1].to_string()))
+            .or_insert_with(|| match f[1] {
+                "merged" => {
+                    let (tmp, run) = common::merged(f[0]);
+                    (Some(tmp), run)
+                }
+                _ => (None, common::fixture(f[0])),
+            });
+        let scope = if f[2] == "run" {
+            Scope::Run
+        } else {
+            Scope::Execution
         };
-        let group: &'static str = if f[2] == "op" { "op" } else { "hf" };
+        let group: &'static str = match f[3] {
+            "op" => "op",
+            "hf" => "hf",
+            _ => "py",
+        };
+        let timer = [Timer::Rust, Timer::PeerHf, Timer::PeerOps]
+            .into_iter()
+            .find(|t| name(*t) == group)
+            .unwrap();
         let n = |i: usize| f[i].parse::<usize>().unwrap();
-        let got = scoped_counts(run, Mode::Pipelined, scope)[&(group, n(3) as u32)];
-        assert_eq!(got, (n(4), n(5), n(6), n(7)), "{line}");
+        let want = (n(7), n(8), n(9), n(10));
+        let got = match (f[4], f[5].parse::<f64>()) {
+            ("host", Ok(x)) => recount(run, timer, Control::Host(x)),
+            ("torch", Ok(x)) => recount(run, timer, Control::Torch(x)),
+            _ => scoped_counts(run, Mode::Pipelined, scope)[&(group, n(6) as u32)],
+        };
+        assert_eq!(got, want, "{line}");
         checked += 1;
     }
-    assert_eq!(checked, 24);
+    assert_eq!(checked, 104);
 }
