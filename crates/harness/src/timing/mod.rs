@@ -36,7 +36,7 @@ mod trace_pass;
 
 pub use front::{BenchError, RunSummary, bench_op, criterion_config, criterion_for_main, run_op};
 pub(crate) use grid::{case_bytes, grid_cases, key_for, panic_message};
-pub use plant::{Plant, PlantScope, time_calls_planted};
+pub use plant::{Plant, PlantScope, planted_total, time_calls_planted};
 pub use preflight::{Refused, preflight};
 pub(crate) use sample::{Controls, control_ns, sample_in_state};
 pub use sample::{SampleTime, Stretches, time_calls, time_sample};

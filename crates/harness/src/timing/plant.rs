@@ -91,16 +91,42 @@ pub(super) struct Planted<'a> {
     pub(super) plant: Plant,
 }
 
+/// How long the call and its spin take together, from the read before the call. `took` is
+/// that read to the one after the call, which holds one read's cost (`clock`) beside the
+/// call's own time; the call's own time grows by the plant; and the reads outside the
+/// deadline (the one before the call, and the one that ends the spin, on average half a
+/// read past it) are taken off. So a short call reads the nominal slowdown, not the
+/// plant's own clock reads on top of it.
+pub fn planted_total(plant: Plant, took: Duration, clock: Duration) -> Duration {
+    let call = took.saturating_sub(clock);
+    let total = call + Duration::from_nanos(plant.ns) + call.mul_f64(plant.pct / 100.0);
+    total.saturating_sub(clock.mul_f64(1.5))
+}
+
+/// One clock read's cost here: the median of 65 back-to-back reads, measured once.
+fn clock_read() -> Duration {
+    static COST: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *COST.get_or_init(|| {
+        let mut reads: Vec<Duration> = (0..65)
+            .map(|_| {
+                let t = Instant::now();
+                t.elapsed()
+            })
+            .collect();
+        reads.sort_unstable();
+        reads[reads.len() / 2]
+    })
+}
+
 impl Prepared for Planted<'_> {
     fn run(&mut self) -> Result<(), TchError> {
+        // the spin ends at a deadline from the call's start, so the plant's own clock
+        // reads are inside the slowdown it plants, not on top of it
         let t0 = Instant::now();
         self.inner.run()?;
-        let took = t0.elapsed();
-        let spin = Duration::from_nanos(self.plant.ns) + took.mul_f64(self.plant.pct / 100.0);
-        let t1 = Instant::now();
-        while t1.elapsed() < spin {
-            std::hint::spin_loop();
-        }
+        let total = planted_total(self.plant, t0.elapsed(), clock_read());
+        // a bare loop of clock reads (no pause hint, whose own cost would overshoot)
+        while t0.elapsed() < total {}
         Ok(())
     }
     fn output(&mut self) -> Result<tch::Tensor, TchError> {
