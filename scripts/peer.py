@@ -445,7 +445,10 @@ def layer_program(c, lay, b):
     """One decoder layer's calls as the family's modeling file makes them (modeling_qwen3;
     modeling_llama, modeling_mistral and modeling_qwen2 the same without qk-norm), written
     out flat (no module wrappers, kwargs or cache object): (name, call) pairs, each reading
-    its inputs from the environment `e` and leaving its output under its name."""
+    its inputs from the environment `e` and leaving its output under its name. Written by
+    hand because transformers has no callable for a layer's calls without its wrappers:
+    `layer_flat` times it against `layer` (the layer as the model calls it), and its output
+    is checked as theirs is."""
     at, mlp, tf = lay.self_attn, lay.mlp, c.tf
     hs = (b, 1, -1, c.D)
     return [
