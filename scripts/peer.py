@@ -1339,6 +1339,25 @@ def static_cache(c, b, ctx):
     return cache, ids, reset
 
 
+def static_attention(c, b):
+    """A static cache of L (max_cache_len L + 2·new) as the step at L attends over it: the
+    step's mask made while L are filled, then layer 0 written to L + 1. Returns (cache,
+    layer 0, the step's tensors, the mask's maker, the mask); AttributeError or TypeError
+    where the cache's layers are not as transformers 5.17 has them."""
+    cache, _, reset = static_cache(c, b, c.ctx)
+    lay0, t = cache.layers[0], cache_tensors(c, b)
+    reset()  # L filled: the mask is made before the layers write the new token
+    emb = torch.randn(b, 1, c.hidden, device=c.device, dtype=c.dtype)
+    mpos = torch.full((1, 1), c.ctx, device=c.device, dtype=torch.long)
+
+    def mask():
+        return c.tf.create_causal_mask(config=c.model.config, inputs_embeds=emb, attention_mask=None,
+                                       past_key_values=cache, position_ids=mpos)
+    got = mask()
+    cache.update(t["kn"], t["vn"], 0)  # L + 1 filled, as the attention of the step at L sees them
+    return cache, lay0, t, mask, got
+
+
 STATIC_PARTS = ("cache_update_static", "mask_static", "sdpa_static")
 
 
@@ -1352,13 +1371,10 @@ def static_part_cases(c, b):
     dims, ctx, new = f"batch={b} L={c.ctx}", c.ctx, new_tokens(c)
     note = f"max_cache_len L + {2 * new}; {c.version}{c.note_base}"
     try:
-        cache, _, reset = static_cache(c, b, ctx)
-        lay0 = cache.layers[0]
-        lay0.cumulative_length  # noqa: B018 (5.x's layers)
+        cache, lay0, t, mask, got = static_attention(c, b)
     except (AttributeError, TypeError) as e:
         why = f"the static cache's layers are not as transformers 5.17 has them ({type(e).__name__}: {str(e)[:120]})"
         return {c.step_key(s_, b): refused("unsupported", why, dims) for s_ in STATIC_PARTS}
-    t = cache_tensors(c, b)
     calls = [0]
 
     def upd():
@@ -1367,16 +1383,7 @@ def static_part_cases(c, b):
         if calls[0] % new == 0:
             lay0.cumulative_length.fill_(ctx)
         return cache.update(t["kn"], t["vn"], 0)
-    reset()  # L filled: the mask is made before the layers write the new token
-    emb = torch.randn(b, 1, c.hidden, device=c.device, dtype=c.dtype)
-    mpos = torch.full((1, 1), ctx, device=c.device, dtype=torch.long)
-
-    def mask():
-        return c.tf.create_causal_mask(config=c.model.config, inputs_embeds=emb, attention_mask=None,
-                                       past_key_values=cache, position_ids=mpos)
-    got = mask()
     shape = "None" if got is None else tuple(got.shape)
-    cache.update(t["kn"], t["vn"], 0)  # L + 1 filled, as the attention of the step at L sees them
     attn_mod, q = c.model.model.layers[0].self_attn, t["q"]
     keys, values = lay0.keys, lay0.values
 
@@ -1403,14 +1410,7 @@ def static_graph_cases(c, b):
     how = graphed(c)
     if isinstance(how, str):
         return {key: refused("unsupported", how, dims)}
-    cache, _, reset = static_cache(c, b, c.ctx)
-    lay0, t = cache.layers[0], cache_tensors(c, b)
-    reset()
-    emb = torch.randn(b, 1, c.hidden, device=c.device, dtype=c.dtype)
-    mpos = torch.full((1, 1), c.ctx, device=c.device, dtype=torch.long)
-    mask = c.tf.create_causal_mask(config=c.model.config, inputs_embeds=emb, attention_mask=None,
-                                   past_key_values=cache, position_ids=mpos)
-    cache.update(t["kn"], t["vn"], 0)
+    _, lay0, t, _, mask = static_attention(c, b)
     attn_mod, keys, values = c.model.model.layers[0].self_attn, lay0.keys, lay0.values
 
     def chain(q, k, v, m):

@@ -59,11 +59,10 @@ pub struct OtherState {
 #[derive(Debug, Clone)]
 pub struct Transformers {
     pub split: Option<Split>,
-    /// The measured transformers step and the same step in tch (the decode crate's
-    /// hf-eager), pipelined.
-    pub steps_ns: Option<(f64, f64)>,
-    /// The measured transformers step alone (pipelined), where the run has it.
+    /// The measured transformers step (pipelined), where the run has it.
     pub step_ns: Option<f64>,
+    /// The same step measured in tch (the decode crate's hf-eager, pipelined).
+    pub tch_step_ns: Option<f64>,
     /// One decoder layer: as called (in sequence), its calls flat, each alone.
     pub layer: Option<LayerReading>,
     pub slope: Option<LayerSlope>,
@@ -206,8 +205,8 @@ pub fn transformers_of(run: &Run, fits: &Fits, q: &Query, pred: &Prediction) -> 
     Transformers {
         generate: crate::generate::price(run, q, pred),
         split,
-        steps_ns: measured(q).zip(measured(&tch)),
         step_ns: measured(q),
+        tch_step_ns: measured(&tch),
         layer,
         slope: layer_slope(run, q),
         from_prompt,

@@ -394,12 +394,7 @@ fn a_static_cache_swaps_the_dynamic_caches_parts_host_and_device_apart() {
 #[test]
 fn graphs_are_checked_against_the_graphed_generate_from_the_steps_l_where_the_run_has_it() {
     let mut run = help2();
-    let graphs = |run: &rundir::Run| {
-        let (_, rows) = levers_of(run, 8);
-        rows.into_iter()
-            .find(|l| l.name == "CUDA/HIP graphs")
-            .unwrap()
-    };
+    let graphs = |run: &rundir::Run| graphs_row(run, 8);
     // before 2026-12-04 only the graphed generate() from a prompt of 16
     let old = graphs(&run);
     let prompt16 = run
@@ -422,12 +417,7 @@ fn graphs_are_checked_against_the_graphed_generate_from_the_steps_l_where_the_ru
 #[test]
 fn graphs_price_the_attention_the_static_caches_graph_runs_where_the_peer_timed_it() {
     let mut run = common::fixture("help-2026-12-03");
-    let graphs = |run: &rundir::Run| {
-        let (_, rows) = levers_of(run, 64);
-        rows.into_iter()
-            .find(|l| l.name == "CUDA/HIP graphs")
-            .unwrap()
-    };
+    let graphs = |run: &rundir::Run| graphs_row(run, 64);
     let fits = fit_run(&run);
     let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
     let hf = predict_with(
@@ -464,15 +454,16 @@ fn graphs_price_the_attention_the_static_caches_graph_runs_where_the_peer_timed_
     let want = old - sdpa_ns + 28.0 * 300e3;
     assert!((new - want).abs() < 1e-3 * want, "{new} vs {want}");
     // another batch keeps its own price
-    let at8 = |run: &rundir::Run| {
-        levers_of(run, 8)
-            .1
-            .into_iter()
-            .find(|l| l.name == "CUDA/HIP graphs")
-            .unwrap()
-            .predicted_ns
-    };
+    let at8 = |run: &rundir::Run| graphs_row(run, 8).predicted_ns;
     let mut without = run.clone();
     without.results.pop();
     assert_eq!(at8(&run), at8(&without));
+}
+
+/// The graphs row of `run`'s levers at `batch`.
+fn graphs_row(run: &rundir::Run, batch: usize) -> analysis::help::Lever {
+    let (_, rows) = levers_of(run, batch);
+    rows.into_iter()
+        .find(|l| l.name == "CUDA/HIP graphs")
+        .unwrap()
 }

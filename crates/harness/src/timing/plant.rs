@@ -81,14 +81,28 @@ pub fn time_calls_planted(
     if !plant.is_active() || mode.is_device() {
         return time_sample(p, device, mode, iters, clock);
     }
-    let mut planted = Planted { inner: p, plant };
+    let mut planted = Planted::new(p, plant);
     time_sample(&mut planted, device, mode, iters, clock)
 }
 
 /// A case whose every call is followed by a host spin.
 pub(super) struct Planted<'a> {
-    pub(super) inner: &'a mut dyn Prepared,
-    pub(super) plant: Plant,
+    inner: &'a mut dyn Prepared,
+    plant: Plant,
+    /// One clock read's cost, read before any call is timed.
+    clock: Duration,
+}
+
+impl<'a> Planted<'a> {
+    /// `inner` planted with `plant`; the clock read's cost is measured here, outside the
+    /// timed calls.
+    pub(super) fn new(inner: &'a mut dyn Prepared, plant: Plant) -> Self {
+        Planted {
+            inner,
+            plant,
+            clock: clock_read(),
+        }
+    }
 }
 
 /// How long the call and its spin take together, from the read before the call. `took` is
@@ -124,7 +138,7 @@ impl Prepared for Planted<'_> {
         // reads are inside the slowdown it plants, not on top of it
         let t0 = Instant::now();
         self.inner.run()?;
-        let total = planted_total(self.plant, t0.elapsed(), clock_read());
+        let total = planted_total(self.plant, t0.elapsed(), self.clock);
         // a bare loop of clock reads (no pause hint, whose own cost would overshoot)
         while t0.elapsed() < total {}
         Ok(())

@@ -206,10 +206,7 @@ pub(crate) fn control_ns(control: &mut dyn Prepared, device: Device, plant: Plan
     // unplanted, the control's calls are timed bare: the wrapper reads the clock twice a call
     let mut planted;
     let control: &mut dyn Prepared = if plant.is_active() {
-        planted = Planted {
-            inner: control,
-            plant,
-        };
+        planted = Planted::new(control, plant);
         &mut planted
     } else {
         control

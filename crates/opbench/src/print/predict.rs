@@ -409,7 +409,7 @@ pub fn python_split(
         host / 1e6,
         pct(host)
     );
-    if let Some((hf, tch)) = t.steps_ns {
+    if let (Some(hf), Some(tch)) = (t.step_ns, t.tch_step_ns) {
         println!(
             "measured: the transformers step {:.3} ms, the same step in tch (decode crate, hf-eager) {:.3} ms: Python + framework {:.3} ms ({:.0}% of the step)",
             hf / 1e6,
