@@ -4,6 +4,8 @@
 //!
 //! - [`protocol`]: the worker protocol, one JSON object a line. A bench binary started with
 //!   [`protocol::WORKER_FLAG`] is a worker (crates/harness's `worker` module).
+//! - [`cpus`]: which CPUs a process runs on; `opbench ab` puts both sides' workers on the
+//!   same ones.
 //! - [`worker`]: the driver's side of a worker ([`worker::Worker`]; [`worker::Process`], a
 //!   child process).
 //! - [`driver`]: which cases, the calibration of calls per sample, warm-up, the A B / B A
@@ -18,6 +20,7 @@
 //! Boundary: this crate never touches tch; a worker is any process that speaks the
 //! protocol. Statistics live in `stats::paired`.
 
+pub mod cpus;
 pub mod driver;
 mod plan;
 pub mod protocol;

@@ -112,6 +112,7 @@ fn side_dir(
         ),
         ("rounds", format!("{}..{}", s.looks.first, s.looks.max)),
         ("seed", s.seed.to_string()),
+        ("cpus", s.cpus.clone().unwrap_or_else(|| "any".into())),
     ] {
         env.settings.insert(k.into(), v);
     }
@@ -258,11 +259,14 @@ pub fn summary_md(outcome: &Outcome, v: &Verdicts, sides: [&str; 2]) -> String {
         o,
         "Paired: both builds alive at once, taking turns sample by sample (A B, B A, …), \
          {} pairs a case in each of the first two rounds, then {} (host-timed) and {} \
-         (device-timed) as those rounds' spreads make best, each round in fresh processes; \
+         (device-timed) as those rounds' spreads make best, each round in fresh processes{}; \
          {} cases {took}.\n",
         s.pairs,
         outcome.pairs.0,
         outcome.pairs.1,
+        s.cpus
+            .as_ref()
+            .map_or(String::new(), |c| format!(", both sides on CPUs {c}")),
         outcome.cases.len(),
     );
     if v.regressions.is_empty() {

@@ -33,6 +33,8 @@ pub struct Config {
     pub warmup: Duration,
     pub measure: Duration,
     pub threads: Option<usize>,
+    /// `OPBENCH_CPUS`: the CPUs the process and its threads run on (unset: any).
+    pub cpus: Option<Vec<usize>>,
     /// `OPBENCH_EXECUTION`: which execution (process) of a run this is, from 1; rows go to
     /// `runs/<run_id>/executions/<i>/` and `opbench merge` combines them. `None`: the run
     /// is this one process, written to `runs/<run_id>/`.
@@ -87,6 +89,18 @@ fn number<T: std::str::FromStr>(name: &str, default: T) -> Result<T, String> {
 }
 
 impl Config {
+    /// Put this process where the settings say, before torch starts its threads: on
+    /// `OPBENCH_CPUS`, with `OPBENCH_THREADS` intra-op threads.
+    pub fn settle_process(&self) -> Result<(), String> {
+        if let Some(cpus) = &self.cpus {
+            duet::cpus::pin(cpus).map_err(|e| format!("OPBENCH_CPUS: {e}"))?;
+        }
+        if let Some(t) = self.threads {
+            tch::set_num_threads(t as i32);
+        }
+        Ok(())
+    }
+
     /// Read the `OPBENCH_*` variables. Any bad value is a one-line error naming it.
     pub fn from_env() -> Result<Self, String> {
         let models =
@@ -120,6 +134,7 @@ impl Config {
             return Err("OPBENCH_MEASURE_MS=0: criterion needs a positive measurement time".into());
         }
         let threads = threads_from_env()?;
+        let cpus = cpus_from_env()?;
         Ok(Config {
             models,
             device,
@@ -135,6 +150,7 @@ impl Config {
             warmup: Duration::from_millis(warmup_ms),
             measure: Duration::from_millis(measure_ms),
             threads,
+            cpus,
             execution: match var("OPBENCH_EXECUTION") {
                 None => None,
                 Some(_) => match number("OPBENCH_EXECUTION", 0u32)? {
@@ -287,6 +303,27 @@ fn threads_from_env() -> Result<Option<usize>, String> {
         ));
     }
     Ok(Some(t))
+}
+
+/// `OPBENCH_CPUS`: a CPU list (`2`, `0-3,6`) of CPUs this process may use.
+fn cpus_from_env() -> Result<Option<Vec<usize>>, String> {
+    let Some(list) = var("OPBENCH_CPUS") else {
+        return Ok(None);
+    };
+    let cpus = duet::cpus::parse(&list).map_err(|e| format!("OPBENCH_CPUS={list}: {e}"))?;
+    if !duet::cpus::CAN_PIN {
+        return Err(format!(
+            "OPBENCH_CPUS={list}: pinning to CPUs is done on Linux and Windows only"
+        ));
+    }
+    let may = duet::cpus::allowed();
+    if let Some(c) = cpus.iter().find(|c| !may.contains(c)) {
+        return Err(format!(
+            "OPBENCH_CPUS={list}: CPU {c} is not one this process may use ({})",
+            duet::cpus::format(&may)
+        ));
+    }
+    Ok(Some(cpus))
 }
 
 /// A percentage in [0, 1000] (unset: 0).

@@ -40,9 +40,7 @@ const SERVED: [Mode; 3] = [Mode::Pipelined, Mode::Synced, Mode::Device];
 /// stdin. Bad settings or devices are an error before any request is read.
 pub fn serve(ops: &[&dyn Op]) -> Result<(), BenchError> {
     let config = Config::from_env().map_err(BenchError::Config)?;
-    if let Some(t) = config.threads {
-        tch::set_num_threads(t as i32);
-    }
+    config.settle_process().map_err(BenchError::Config)?;
     let devices = select_devices(config.device, config.gpu_index).map_err(BenchError::Device)?;
     let mut w = Worker::new(ops, config, devices);
     let stdin = std::io::stdin();

@@ -82,6 +82,7 @@ fn config(out: &std::path::Path) -> Config {
         warmup: Duration::from_millis(5),
         measure: Duration::from_millis(10),
         threads: None,
+        cpus: None,
         execution: None,
         seed: 1,
         plant_ns: 0,

@@ -174,7 +174,54 @@ fn settings(a: &Args) -> Result<Settings, CliError> {
                 .map_or(1, |d| d.as_secs())
         }),
         filter: a.filter.clone(),
+        cpus: None,
     })
+}
+
+/// Where both sides' workers run, set in their variables unless given: half the cores'
+/// worth of threads each (both sides are alive at once: with two intra-op threads each
+/// on 2 cores, the idle side's pool contended with the timed side's, and one call read
+/// 80 µs to 11 ms), on the same CPUs, the last of `may` (they take turns, so they never
+/// contend, and each side's samples run where the other's ran a moment before: on a 2-core
+/// VM, left to the scheduler, no case was `same` in an A/A; pinned, most were).
+/// `threads` and `cpus` are the driver's OPBENCH_THREADS and OPBENCH_CPUS, which the
+/// workers inherit. Returns the CPUs, for the summary.
+fn place_workers(
+    (threads, cpus): (Option<&str>, Option<&str>),
+    may: &[usize],
+    can_pin: bool,
+    envs: [&mut Vec<(String, String)>; 2],
+) -> Result<Option<String>, CliError> {
+    let half = (may.len() / 2).max(1);
+    let given = |env: &[(String, String)], k: &str| env.iter().any(|(n, _)| n == k);
+    let [base_env, cand_env] = envs;
+    if threads.is_none() {
+        for env in [&mut *base_env, &mut *cand_env] {
+            if !given(env, "OPBENCH_THREADS") {
+                env.push(("OPBENCH_THREADS".into(), half.to_string()));
+            }
+        }
+    }
+    if let Some(list) = cpus {
+        duet::cpus::parse(list)
+            .map_err(|e| CliError::input(format!("OPBENCH_CPUS={list}: {e}")))?;
+        return Ok(Some(list.to_string()));
+    }
+    if !can_pin
+        || may.is_empty()
+        || given(base_env, "OPBENCH_CPUS")
+        || given(cand_env, "OPBENCH_CPUS")
+    {
+        return Ok(None);
+    }
+    let n = threads
+        .and_then(|t| t.parse::<usize>().ok())
+        .unwrap_or(half);
+    let list = duet::cpus::format(&may[may.len() - n.clamp(1, may.len())..]);
+    for env in [base_env, cand_env] {
+        env.push(("OPBENCH_CPUS".into(), list.clone()));
+    }
+    Ok(Some(list))
 }
 
 pub fn run(a: &Args) -> Result<u8, CliError> {
@@ -198,18 +245,19 @@ pub fn run(a: &Args) -> Result<u8, CliError> {
     }
     let mut base_env = pairs_of(&a.base_env, "--base-env")?;
     let mut cand_env = pairs_of(&a.cand_env, "--cand-env")?;
-    // both sides are alive at once: on the CPU each gets half the cores, or the idle side's
-    // thread pool contends with the timed side's (a 2-core host read 80 µs to 11 ms for
-    // one call)
-    if settings::var("OPBENCH_THREADS").is_none() {
-        let half = std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1));
-        for env in [&mut base_env, &mut cand_env] {
-            if !env.iter().any(|(k, _)| k == "OPBENCH_THREADS") {
-                env.push(("OPBENCH_THREADS".into(), half.to_string()));
-            }
-        }
-    }
-    let s = settings(a)?;
+    let cpus = place_workers(
+        (
+            settings::var("OPBENCH_THREADS").as_deref(),
+            settings::var("OPBENCH_CPUS").as_deref(),
+        ),
+        &duet::cpus::allowed(),
+        duet::cpus::CAN_PIN,
+        [&mut base_env, &mut cand_env],
+    )?;
+    let s = Settings {
+        cpus,
+        ..settings(a)?
+    };
     let mut groups: Vec<Group<'_>> = Vec::new();
     for (b, c) in a.base.iter().zip(&a.cand) {
         let name = group_name(b);
@@ -369,5 +417,53 @@ mod tests {
         );
         let e = pairs_of(&["=1".into()], "--cand-env").expect_err("no name");
         assert!(e.message.contains("--cand-env =1"), "{}", e.message);
+    }
+
+    fn var<'a>(env: &'a [(String, String)], k: &str) -> Option<&'a str> {
+        env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str())
+    }
+
+    #[test]
+    fn both_sides_run_on_the_same_cpus_the_last_half() {
+        let (mut b, mut c) = (Vec::new(), vec![("OPBENCH_PLANT_PCT".into(), "10".into())]);
+        let cpus = place_workers((None, None), &[0, 1, 2, 3], true, [&mut b, &mut c]).unwrap();
+        assert_eq!(cpus.as_deref(), Some("2-3"));
+        for env in [&b, &c] {
+            assert_eq!(var(env, "OPBENCH_CPUS"), Some("2-3"));
+            assert_eq!(var(env, "OPBENCH_THREADS"), Some("2"));
+        }
+        // one core: both on it
+        let (mut b, mut c) = (Vec::new(), Vec::new());
+        let one = place_workers((None, None), &[5], true, [&mut b, &mut c]).unwrap();
+        assert_eq!(
+            (one.as_deref(), var(&c, "OPBENCH_THREADS")),
+            (Some("5"), Some("1"))
+        );
+    }
+
+    #[test]
+    fn what_the_user_set_stands() {
+        // the driver's OPBENCH_CPUS and OPBENCH_THREADS reach the workers as they are
+        let (mut b, mut c) = (Vec::new(), Vec::new());
+        let cpus = place_workers((Some("1"), Some("0")), &[0, 1], true, [&mut b, &mut c]).unwrap();
+        assert_eq!(cpus.as_deref(), Some("0"));
+        assert!(b.is_empty() && c.is_empty());
+        assert!(place_workers((None, Some("x")), &[0, 1], true, [&mut b, &mut c]).is_err());
+        // threads from the driver set how many CPUs
+        let (mut b, mut c) = (Vec::new(), Vec::new());
+        let cpus = place_workers((Some("3"), None), &[0, 1, 2, 3], true, [&mut b, &mut c]).unwrap();
+        assert_eq!(cpus.as_deref(), Some("1-3"));
+        // a side given its own CPUs, or an OS that cannot pin: left where they are
+        let (mut b, mut c) = (vec![("OPBENCH_CPUS".into(), "0".into())], Vec::new());
+        assert_eq!(
+            place_workers((None, None), &[0, 1], true, [&mut b, &mut c]).unwrap(),
+            None
+        );
+        assert_eq!(var(&c, "OPBENCH_CPUS"), None);
+        let (mut b, mut c) = (Vec::new(), Vec::new());
+        assert_eq!(
+            place_workers((None, None), &[0, 1], false, [&mut b, &mut c]).unwrap(),
+            None
+        );
     }
 }

@@ -28,6 +28,7 @@ fn a_cpu_trace_lists_the_aten_ops_of_each_variant() {
         warmup: Duration::from_millis(5),
         measure: Duration::from_millis(10),
         threads: None,
+        cpus: None,
         execution: None,
         seed: 1,
         plant_ns: 0,

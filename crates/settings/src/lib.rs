@@ -194,6 +194,13 @@ pub const ALL: &[Setting] = &[
         "CPU threads (1 to 4 × the cores)",
     ),
     s(
+        "OPBENCH_CPUS",
+        "any; `opbench ab`: the last half of the cores, the same for both sides",
+        &[Bench],
+        User,
+        "the CPUs a bench process runs on, as `taskset -c` lists them (`3`, `2-3`); Linux and Windows",
+    ),
+    s(
         "OPBENCH_CALL_CAP_MS",
         "`1000`",
         &[Bench],

@@ -167,9 +167,7 @@ impl Sink {
 pub fn bench_op(c: &mut Criterion, op: &dyn Op) -> Result<RunSummary, BenchError> {
     let selection = Selection::from_args().map_err(BenchError::Config)?;
     let config = Config::from_env().map_err(BenchError::Config)?;
-    if let Some(t) = config.threads {
-        tch::set_num_threads(t as i32);
-    }
+    config.settle_process().map_err(BenchError::Config)?;
     let devices = select_devices(config.device, config.gpu_index).map_err(BenchError::Device)?;
     let summary = run_op(c, op, &selection, &config, &devices)?;
     if let Some(path) = &summary.path {
