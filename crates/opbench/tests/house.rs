@@ -340,6 +340,67 @@ fn no_source_file_over_800_lines_and_no_function_over_120() {
     assert!(long.is_empty(), "{}", long.join("\n"));
 }
 
+/// Each Python function's first line and its length: from its `def` to its last line
+/// indented deeper (blank lines between count; a trailing one does not).
+fn python_function_lengths(text: &str) -> Vec<(String, usize)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    let mut out = Vec::new();
+    for (i, l) in lines.iter().enumerate() {
+        let t = l.trim_start();
+        if !(t.starts_with("def ") || t.starts_with("async def ")) {
+            continue;
+        }
+        let mut last = i;
+        for (j, m) in lines.iter().enumerate().skip(i + 1) {
+            if m.trim().is_empty() {
+                continue;
+            }
+            if indent(m) <= indent(l) {
+                break;
+            }
+            last = j;
+        }
+        out.push((t.to_string(), last - i + 1));
+    }
+    out
+}
+
+#[test]
+fn a_python_function_ends_where_its_indentation_does() {
+    let text = "def a(x):\n    y = 1\n\n    return y\n\n\nclass C:\n    def b(self):\n        pass\n    x = 2\n";
+    assert_eq!(
+        python_function_lengths(text),
+        vec![("def a(x):".to_string(), 4), ("def b(self):".to_string(), 2)]
+    );
+}
+
+/// The peer is a worker, not a second engine: scripts/peer.py (the protocol and the
+/// catalog) at most 600 lines; every Python file of scripts/ at most 800, and no
+/// function over 120.
+#[test]
+fn the_peer_stays_a_thin_worker() {
+    let mut files = Vec::new();
+    sources(&root().join("scripts"), &["py"], &mut files);
+    files.retain(|p| p.extension().is_some_and(|x| x == "py"));
+    assert!(files.iter().any(|p| p.ends_with("peerlib/step.py")));
+    let mut long = Vec::new();
+    for p in &files {
+        let text = std::fs::read_to_string(p).unwrap();
+        let n = text.lines().count();
+        let cap = if p.ends_with("scripts/peer.py") { 600 } else { 800 };
+        if n > cap {
+            long.push(format!("{}: {n} lines (at most {cap})", p.display()));
+        }
+        for (f, len) in python_function_lengths(&text) {
+            if len > 120 {
+                long.push(format!("{}: {f} {len} lines", p.display()));
+            }
+        }
+    }
+    assert!(long.is_empty(), "{}", long.join("\n"));
+}
+
 /// The calls that price a step or look up a run's rows: analysis's, never the CLI's.
 const PRICING: [&str; 10] = [
     "predict_with(",
