@@ -43,6 +43,9 @@ import functools
 import json
 import os
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # peerlib, however this file is run
 
 from peerlib.base import DTYPES, fail, load_toml, say, shapes_dir, torch
 from peerlib.case import Family, alone, refused
