@@ -5,8 +5,9 @@
 //! [`Settings::pairs`] pairs in the first two rounds, then for the pairs the spreads of
 //! those rounds make best for its kind of case ([`Outcome::pairs`]). A round's estimate of
 //! a case is the median of its pairs' log ratios (each sample after one untimed call,
-//! so that it starts warm though the other side's ran just before); its rounds differ by what a process and an allocation share among their
-//! samples, which pairing cannot cancel, and the verdict reads that spread
+//! so that it starts warm though the other side's ran just before); its rounds differ by
+//! what a process and an allocation share among their samples, which pairing cannot
+//! cancel, and the verdict reads that spread
 //! ([`stats::paired::Rounds`]). After rounds 2, 4 and 8 ([`stats::paired::Looks`]) the
 //! decided cases drop out; the others go on while the budget lasts.
 

@@ -39,7 +39,9 @@ pub struct Args {
     judge: Option<PathBuf>,
     /// A variable set for the base's workers only, NAME=VALUE (its torch's library folder,
     /// say); repeatable. Without OPBENCH_THREADS set, each side's workers get half the
-    /// cores: both sides are alive at once.
+    /// cores' worth of threads (both sides are alive at once), and without OPBENCH_CPUS
+    /// both sides run on the same CPUs, the last of this process's, as many as a side's
+    /// threads (they take turns, so each sample runs where the other side's just ran).
     #[arg(long, value_name = "NAME=VALUE")]
     base_env: Vec<String>,
     /// A variable set for the candidate's workers only, NAME=VALUE; repeatable. Calibration

@@ -371,7 +371,10 @@ fn a_python_function_ends_where_its_indentation_does() {
     let text = "def a(x):\n    y = 1\n\n    return y\n\n\nclass C:\n    def b(self):\n        pass\n    x = 2\n";
     assert_eq!(
         python_function_lengths(text),
-        vec![("def a(x):".to_string(), 4), ("def b(self):".to_string(), 2)]
+        vec![
+            ("def a(x):".to_string(), 4),
+            ("def b(self):".to_string(), 2)
+        ]
     );
 }
 
@@ -388,7 +391,11 @@ fn the_peer_stays_a_thin_worker() {
     for p in &files {
         let text = std::fs::read_to_string(p).unwrap();
         let n = text.lines().count();
-        let cap = if p.ends_with("scripts/peer.py") { 600 } else { 800 };
+        let cap = if p.ends_with("scripts/peer.py") {
+            600
+        } else {
+            800
+        };
         if n > cap {
             long.push(format!("{}: {n} lines (at most {cap})", p.display()));
         }
