@@ -510,7 +510,7 @@ fn sample(w: &mut dyn Worker, side: Side, key: &str, iters: u64) -> Result<Sampl
 /// that it starts as warm as a sample taken back to back with its own side's does. Both
 /// sides on the same CPUs share its caches: right after the other side's sample, a CPU's
 /// linear call read 8% slower, the first of a pair 8% faster than the second, and the
-/// median of the pairs, split into two clusters, read A/A comparisons 3–5% `faster`
+/// median of the pairs, split into two clusters, read A/A comparisons 2–4% `faster`
 /// (2-core VM, 2026-12-04).
 fn warm_sample(w: &mut dyn Worker, side: Side, key: &str, iters: u64) -> Result<Sampled, Trouble> {
     if iters > 1 {

@@ -284,8 +284,8 @@ fn a_slow_state_both_sides_share_at_random_gives_no_verdict() {
 fn a_sample_after_the_other_side_costing_more_gives_no_verdict() {
     // both sides on the same CPUs share its caches: a sample right after the other side's
     // refills them (a CPU's linear cases read +8% for it). An untimed call before each
-    // sample takes that; without it the median of the pairs, bimodal at ±8%, read -3% to
-    // -5% in A/A (2-core VM, 2026-12-04)
+    // sample takes that; without it the median of the pairs, bimodal at ±8%, read -2% to
+    // -4% in A/A (2-core VM, 2026-12-04)
     for seed in 1..=3 {
         let host = Host::shared(1.0, 0.0, seed);
         host.borrow_mut().refill = 0.08;
