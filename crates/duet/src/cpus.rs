@@ -65,9 +65,9 @@ pub fn allowed() -> Vec<usize> {
 /// Whether [`pin`] can work on this OS.
 pub const CAN_PIN: bool = cfg!(any(target_os = "linux", windows));
 
-/// Run this process, every thread it has and every thread it starts, on `cpus` only
-/// (each one of [`allowed`]).
-pub fn pin(cpus: &[usize]) -> Result<(), String> {
+/// Whether `cpus` can be pinned to here: an OS [`pin`] works on, and each CPU one of
+/// [`allowed`].
+pub fn usable(cpus: &[usize]) -> Result<(), String> {
     let may = allowed();
     if let Some(c) = cpus.iter().find(|c| !may.contains(c)) {
         return Err(format!(
@@ -78,6 +78,16 @@ pub fn pin(cpus: &[usize]) -> Result<(), String> {
     if cpus.is_empty() {
         return Err("no CPU named".into());
     }
+    if !CAN_PIN {
+        return Err("pinning to CPUs is done on Linux and Windows only".into());
+    }
+    Ok(())
+}
+
+/// Run this process, every thread it has and every thread it starts, on `cpus` only
+/// (each one of [`allowed`]).
+pub fn pin(cpus: &[usize]) -> Result<(), String> {
+    usable(cpus)?;
     os::pin(cpus)
 }
 

@@ -506,6 +506,15 @@ fn sample(w: &mut dyn Worker, side: Side, key: &str, iters: u64) -> Result<Sampl
     }
 }
 
+/// Which side goes first in pair `index` of a case: the base in the even ones (A B, B A, …).
+fn pair_order(index: u32) -> [Side; 2] {
+    if index % 2 == 0 {
+        [Side::Base, Side::Cand]
+    } else {
+        [Side::Cand, Side::Base]
+    }
+}
+
 /// A sample of a pair: one call untimed first where the sample holds more than one, so
 /// that it starts as warm as a sample taken back to back with its own side's does. Both
 /// sides on the same CPUs share its caches: right after the other side's sample, a CPU's
@@ -589,20 +598,12 @@ fn visit_inner(
     }
     // the side that opens the first pair warms up last, so that the first pair is as every
     // other: its first sample follows its own side's, its second the other's
-    let warm_order = if case.pairs.len() % 2 == 0 {
-        [Side::Cand, Side::Base]
-    } else {
-        [Side::Base, Side::Cand]
-    };
-    let iters = calibrate(duo, &key, settings, &warm_order)?;
+    let [first, second] = pair_order(case.pairs.len() as u32);
+    let iters = calibrate(duo, &key, settings, &[second, first])?;
     for _ in 0..pairs.max(1) {
         let index = case.pairs.len() as u32;
-        let base_first = index % 2 == 0;
-        let order = if base_first {
-            [Side::Base, Side::Cand]
-        } else {
-            [Side::Cand, Side::Base]
-        };
+        let order = pair_order(index);
+        let base_first = order[0] == Side::Base;
         let first = warm_sample(duo.side(order[0]), order[0], &key, iters)?;
         let second = warm_sample(duo.side(order[1]), order[1], &key, iters)?;
         let (base, cand) = if base_first {

@@ -235,7 +235,11 @@ fn settings() -> Settings {
 
 /// Run `n` cases a mode with the candidate slowed by `factor`.
 fn compare(factor: f64, n: usize, slow: f64, seed: u64) -> duet::Verdicts {
-    let host = Host::shared(slow, 0.15, seed);
+    compare_on(Host::shared(slow, 0.15, seed), factor, n)
+}
+
+/// [`compare`] on a host made by the caller.
+fn compare_on(host: Rc<RefCell<Host>>, factor: f64, n: usize) -> duet::Verdicts {
     let (h1, h2) = (host.clone(), host.clone());
     let mut groups = vec![Group {
         name: "linear".into(),
@@ -289,18 +293,7 @@ fn a_sample_after_the_other_side_costing_more_gives_no_verdict() {
     for seed in 1..=3 {
         let host = Host::shared(1.0, 0.0, seed);
         host.borrow_mut().refill = 0.08;
-        let (h1, h2) = (host.clone(), host.clone());
-        let mut groups = vec![Group {
-            name: "linear".into(),
-            base: Box::new(
-                move || Ok(Box::new(Fake::new(&h1, 1.0, 20, "base")) as Box<dyn Worker>),
-            ),
-            cand: Box::new(
-                move || Ok(Box::new(Fake::new(&h2, 1.0, 20, "cand")) as Box<dyn Worker>),
-            ),
-        }];
-        let outcome = duet::run(&mut groups, &settings(), &mut |_| {}).expect("runs");
-        let v = duet::judge(&outcome);
+        let v = compare_on(host, 1.0, 20);
         assert_eq!(v.exit_code(), 0, "seed {seed}: {:?}", v.regressions);
         assert_eq!(
             share(&v, Judgement::Faster),

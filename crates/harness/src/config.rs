@@ -311,18 +311,7 @@ fn cpus_from_env() -> Result<Option<Vec<usize>>, String> {
         return Ok(None);
     };
     let cpus = duet::cpus::parse(&list).map_err(|e| format!("OPBENCH_CPUS={list}: {e}"))?;
-    if !duet::cpus::CAN_PIN {
-        return Err(format!(
-            "OPBENCH_CPUS={list}: pinning to CPUs is done on Linux and Windows only"
-        ));
-    }
-    let may = duet::cpus::allowed();
-    if let Some(c) = cpus.iter().find(|c| !may.contains(c)) {
-        return Err(format!(
-            "OPBENCH_CPUS={list}: CPU {c} is not one this process may use ({})",
-            duet::cpus::format(&may)
-        ));
-    }
+    duet::cpus::usable(&cpus).map_err(|e| format!("OPBENCH_CPUS={list}: {e}"))?;
     Ok(Some(cpus))
 }
 

@@ -321,23 +321,31 @@ fn a_long_function_is_measured_to_its_closing_brace() {
 fn no_source_file_over_800_lines_and_no_function_over_120() {
     let mut files = Vec::new();
     sources(&root().join("crates"), &["rs"], &mut files);
+    files.retain(|p| p.components().any(|c| c.as_os_str() == "src"));
+    let long = too_long(&files, |_| 800, function_lengths);
+    assert!(long.is_empty(), "{}", long.join("\n"));
+}
+
+/// The files of `files` over `cap(file)` lines, and the functions over 120 by `lengths`.
+fn too_long(
+    files: &[PathBuf],
+    cap: impl Fn(&Path) -> usize,
+    lengths: fn(&str) -> Vec<(String, usize)>,
+) -> Vec<String> {
     let mut long = Vec::new();
-    for p in files
-        .iter()
-        .filter(|p| p.components().any(|c| c.as_os_str() == "src"))
-    {
+    for p in files {
         let text = std::fs::read_to_string(p).unwrap();
-        let n = text.lines().count();
-        if n > 800 {
-            long.push(format!("{}: {n} lines", p.display()));
+        let (n, cap) = (text.lines().count(), cap(p));
+        if n > cap {
+            long.push(format!("{}: {n} lines (at most {cap})", p.display()));
         }
-        for (f, len) in function_lengths(&text) {
+        for (f, len) in lengths(&text) {
             if len > 120 {
                 long.push(format!("{}: {f} {len} lines", p.display()));
             }
         }
     }
-    assert!(long.is_empty(), "{}", long.join("\n"));
+    long
 }
 
 /// Each Python function's first line and its length: from its `def` to its last line
@@ -387,24 +395,17 @@ fn the_peer_stays_a_thin_worker() {
     sources(&root().join("scripts"), &["py"], &mut files);
     files.retain(|p| p.extension().is_some_and(|x| x == "py"));
     assert!(files.iter().any(|p| p.ends_with("peerlib/step.py")));
-    let mut long = Vec::new();
-    for p in &files {
-        let text = std::fs::read_to_string(p).unwrap();
-        let n = text.lines().count();
-        let cap = if p.ends_with("scripts/peer.py") {
-            600
-        } else {
-            800
-        };
-        if n > cap {
-            long.push(format!("{}: {n} lines (at most {cap})", p.display()));
-        }
-        for (f, len) in python_function_lengths(&text) {
-            if len > 120 {
-                long.push(format!("{}: {f} {len} lines", p.display()));
+    let long = too_long(
+        &files,
+        |p| {
+            if p.ends_with("scripts/peer.py") {
+                600
+            } else {
+                800
             }
-        }
-    }
+        },
+        python_function_lengths,
+    );
     assert!(long.is_empty(), "{}", long.join("\n"));
 }
 
