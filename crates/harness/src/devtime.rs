@@ -9,7 +9,12 @@
 //! device time. The delay is `at::cuda::sleep` (a spin kernel in libtorch's GPU library)
 //! where it can be found, else a chain of matrix products; its length is set from the
 //! host's measured enqueue time, and a chunk whose enqueue outlasted its lead is redone with
-//! a longer one.
+//! a longer one. The lead is itself timed by events: whether it covered the enqueue is
+//! judged by how long it ran on the device, and the delay's rate is re-fitted from every
+//! lead. (A rate measured once at start is off by the clock's ratio when the GPU's clock
+//! was still low then: the H200 idles at 345 MHz and runs at 1,980. Every lead of that
+//! process was then shorter than asked, and the check, comparing the enqueue with the lead
+//! as asked, passed.)
 //!
 //! A chunk whose enqueue still outlasts its lead after 4 ever longer leads is taken as it is
 //! and counted ([`Coverage`]): its events include GPU time spent waiting for the host, and
@@ -46,6 +51,8 @@ enum Delay {
 pub struct DeviceClock {
     device: Device,
     timer: atenx::DeviceTimer,
+    /// Events around the lead: how long it ran.
+    lead_timer: atenx::DeviceTimer,
     delay: Delay,
     host_ns_per_call: f64,
     flush: Option<Tensor>,
@@ -107,6 +114,17 @@ impl std::fmt::Debug for DeviceClock {
     }
 }
 
+/// A delay's rate (work per ns: cycles, or products) re-fitted from one lead: `asked` ns
+/// at `rate` ran `ran` ns on the device. A reading that is not a positive time keeps the
+/// rate.
+fn refit(rate: f64, asked: f64, ran: f64) -> f64 {
+    if ran.is_finite() && ran > 0.0 && asked > 0.0 {
+        rate * asked / ran
+    } else {
+        rate
+    }
+}
+
 /// `at::cuda::sleep` from the loaded GPU library (the HIP build keeps the `at::cuda`
 /// namespace), by its mangled name.
 fn find_sleep() -> Option<SleepFn> {
@@ -149,6 +167,7 @@ impl DeviceClock {
             ));
         }
         let mut timer = atenx::DeviceTimer::new(device.index)?;
+        let lead_timer = atenx::DeviceTimer::new(device.index)?;
         let delay = match find_sleep() {
             Some(f) => {
                 let cycles = 2_000_000i64;
@@ -182,6 +201,7 @@ impl DeviceClock {
         Ok(DeviceClock {
             device,
             timer,
+            lead_timer,
             delay,
             host_ns_per_call: 20_000.0,
             flush: None,
@@ -233,6 +253,29 @@ impl DeviceClock {
         Ok(())
     }
 
+    /// Enqueue a lead of `ns` between the lead events.
+    fn timed_lead(&mut self, ns: f64) -> Result<(), TchError> {
+        self.lead_timer.start()?;
+        self.lead(ns)?;
+        self.lead_timer.stop()
+    }
+
+    /// How long the last timed lead (asked `asked` ns) ran on the device, in ns; the
+    /// delay's rate is re-fitted from it. Read after the chunk's own events completed.
+    fn lead_ran(&mut self, asked: f64) -> Result<f64, TchError> {
+        let ran = self.lead_timer.elapsed_ms()? * 1e6;
+        match &mut self.delay {
+            Delay::Sleep { cycles_per_ns, .. } => {
+                *cycles_per_ns = refit(*cycles_per_ns, asked, ran);
+            }
+            Delay::Matmul { ns_per_op, .. } => {
+                let ops = (asked / *ns_per_op).ceil().max(1.0);
+                *ns_per_op = 1.0 / refit(ops / asked.max(1.0), asked.max(1.0), ran);
+            }
+        }
+        Ok(ran)
+    }
+
     /// Enqueue the planted spin after a chunk of `chunk` calls; returns its planned ns.
     fn plant_after(&self, chunk: u64) -> Result<f64, TchError> {
         let Some(per_call) = self.plant.per_call_ns.filter(|_| self.plant.pct > 0.0) else {
@@ -253,7 +296,7 @@ impl DeviceClock {
             let mut tries = 0;
             loop {
                 self.device.sync();
-                self.lead(lead)?;
+                self.timed_lead(lead)?;
                 let t0 = Instant::now();
                 self.timer.start()?;
                 for _ in 0..chunk {
@@ -263,13 +306,14 @@ impl DeviceClock {
                 self.timer.stop()?;
                 let host = t0.elapsed().as_nanos() as f64;
                 let device_ns = self.timer.elapsed_ms()? * 1e6;
+                let ran = self.lead_ran(lead)?;
                 if self.plant.pct > 0.0 {
                     self.plant.per_call_ns = Some((device_ns - planted).max(1.0) / chunk as f64);
                 }
                 self.host_ns_per_call = host / chunk as f64;
                 tries += 1;
-                // the lead covered the host's enqueue: the calls ran back to back
-                let covered = host < lead;
+                // the lead, as it ran, covered the host's enqueue: the calls ran back to back
+                let covered = host < ran;
                 if covered || tries >= RETRIES {
                     self.coverage.chunks += 1;
                     self.coverage.uncovered += u64::from(!covered);
@@ -297,16 +341,17 @@ impl DeviceClock {
                 drop(buf.f_fill_(1.0)?);
             }
             let lead = (1.25 * self.host_ns_per_call).max(50_000.0);
-            self.lead(lead)?;
+            self.timed_lead(lead)?;
             let t0 = Instant::now();
             self.timer.start()?;
             p.run()?;
             self.timer.stop()?;
             let host = t0.elapsed().as_nanos() as f64;
             self.host_ns_per_call = host;
-            self.coverage.chunks += 1;
-            self.coverage.uncovered += u64::from(host >= lead);
             total_ns += self.timer.elapsed_ms()? * 1e6;
+            let ran = self.lead_ran(lead)?;
+            self.coverage.chunks += 1;
+            self.coverage.uncovered += u64::from(host >= ran);
         }
         Ok(Duration::from_nanos(total_ns.round() as u64))
     }
@@ -314,7 +359,17 @@ impl DeviceClock {
 
 #[cfg(test)]
 mod tests {
-    use super::Coverage;
+    use super::{Coverage, refit};
+
+    #[test]
+    fn a_lead_that_ran_short_raises_the_rate() {
+        // asked 1 ms at 0.345 cycles/ns (measured while the clock idled); it ran 0.174 ms
+        // at 1.98 GHz: the rate becomes 1.98 cycles/ns
+        let rate = refit(0.345, 1e6, 1e6 * 0.345 / 1.98);
+        assert!((rate - 1.98).abs() < 1e-9, "{rate}");
+        assert_eq!(refit(0.345, 1e6, 0.0), 0.345);
+        assert_eq!(refit(0.345, 1e6, f64::NAN), 0.345);
+    }
 
     #[test]
     fn a_note_only_when_a_chunk_was_uncovered() {
