@@ -319,7 +319,8 @@ const STATIC: ([Part; 2], Part) = (
 /// `mask`). Both sides carry the same Python call costs, which the step's price has already
 /// (transformers' own code is priced apart): only their difference is added. Plus
 /// generate()'s own loop. Checked against generate() continuing from a static cache of L
-/// (`generate_static_from_l`).
+/// ([`shapes::STATIC_GENERATE`]), as read in the step's host state: against the step's own
+/// generate() in the rounds that sampled both ([`crate::predict::read_in_pairs`]).
 ///
 /// A part is timed pipelined, max(host, device) a call. On a GPU its host cost is its time
 /// at the run's smallest batch (where the host bounds it, as every row's host cost is
@@ -329,7 +330,7 @@ const STATIC: ([Part; 2], Part) = (
 fn static_cache(run: &Run, q: &Query, pred: &Prediction) -> Lever {
     let name = "static cache alone";
     let action = "model.generate(..., cache_implementation=\"static\"), no compile";
-    let measured = peer_token(run, q, "generate_static_from_l");
+    let measured = peer_token(run, q, shapes::STATIC_GENERATE);
     let smallest = run
         .ok_rows()
         .filter(|r| r.op == OpKind::Decode && r.site == "cache_update_static")

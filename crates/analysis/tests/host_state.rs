@@ -180,3 +180,39 @@ fn rows_sampled_in_rounds_are_read_against_their_base_pair_by_pair() {
     let read = at_host_state(&run, HostState::Typical).unwrap();
     assert_eq!(median(&read, "layer_beside"), median(&run, "layer_beside"));
 }
+
+#[test]
+fn generate_from_a_static_cache_is_read_against_generate_in_the_same_rounds() {
+    // generate() per token: 30 ms fast, 1.6× in rounds 5-9 (its median between the two
+    // states, 39 ms); from a static cache 1.3× generate() in its round's state, slow in
+    // rounds 3-9: its median a slow state's (62.4 ms, 1.6× generate()'s), its ratio 1.3 in
+    // eight rounds of ten
+    let slow = |rounds: std::ops::Range<usize>, ns: f64| -> Vec<f64> {
+        (0..10)
+            .map(|i| if rounds.contains(&i) { 1.6 * ns } else { ns })
+            .collect()
+    };
+    let generate = slow(5..10, 30e6);
+    let stat = slow(3..10, 1.3 * 30e6);
+    let dir = tempfile::tempdir().unwrap();
+    let run = peer_run(
+        dir.path(),
+        &[
+            ("generate_from_l", generate),
+            (shapes::STATIC_GENERATE, stat),
+        ],
+    );
+    let median = |r: &Run, site: &str| r.row(&peer_key(site)).unwrap().median_ns.unwrap();
+    let as_loaded = median(&run, shapes::STATIC_GENERATE) / median(&run, "generate_from_l");
+    assert!((as_loaded - 1.6).abs() < 0.05, "{as_loaded}");
+    let read = at_host_state(&run, HostState::Typical).unwrap();
+    let ratio = median(&read, shapes::STATIC_GENERATE) / median(&read, "generate_from_l");
+    assert!((ratio - 1.3).abs() < 0.01, "{ratio}");
+    let note = read
+        .row(&peer_key(shapes::STATIC_GENERATE))
+        .unwrap()
+        .note
+        .clone()
+        .unwrap();
+    assert!(note.contains("read against generate_from_l"), "{note}");
+}

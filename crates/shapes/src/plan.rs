@@ -112,7 +112,8 @@ impl StepProfile {
     /// tens of ms), and how a row is read against its base, pair by pair: its layer beside
     /// the step (one before each step sample), its step variants
     /// ([`GenerateLoop::step_sites`], each against the one before it), generate() per token
-    /// ([`GenerateLoop::measured_site`], against the last of them) and its framework
+    /// ([`GenerateLoop::measured_site`], against the last of them), generate() from a static
+    /// cache ([`STATIC_GENERATE`], against generate()) and its framework
     /// parts' whole rows against their parts ([`OtherCall::in_sequence`]). A base comes
     /// before the rows read against it. None for the tch profiles: the decode crate's step
     /// samples run up to 0.7 s (the MoE step) against a layer beside of ~10 ms, whose
@@ -138,6 +139,14 @@ impl StepProfile {
             site: GENERATE_LOOP.measured_site,
             base: s[s.len() - 1],
             how: Pairing::Difference,
+        });
+        // generate() from a static cache, sampled in the same rounds: what the static cache
+        // lever is checked against, read in the step's host state like the step's own
+        // generate() (a whole host-bound generate(): by its ratio)
+        out.push(PairedSite {
+            site: STATIC_GENERATE,
+            base: GENERATE_LOOP.measured_site,
+            how: Pairing::Ratio,
         });
         out.extend(
             OTHER
@@ -355,6 +364,10 @@ pub const GENERATE_LOOP: GenerateLoop = GenerateLoop {
     replaces: (OpKind::Eltwise, "argmax"),
     last: (OpKind::Linear, "lm_head"),
 };
+
+/// generate() per token continuing from a static cache of L, as scripts/peer.py times it in
+/// the step's rounds (the static cache lever's counterpart).
+pub const STATIC_GENERATE: &str = "generate_static_from_l";
 
 /// A row sampled in rounds with its base row ([`StepProfile::paired_sites`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
