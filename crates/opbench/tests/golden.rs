@@ -197,6 +197,9 @@ fn compare_prints_what_it_printed() {
     }
 }
 
+/// The fixture `help-2026-12-03`, which is a published run, from the fixtures' folder.
+const HELP_RUN: &str = "../../../../results/2026-12-03-nvidia-h200-cuda-torch2.11.0-help";
+
 /// The transformers profile's first screen, on the GPU (the H200 run of what would help)
 /// and the CPU (the published CPU run): recorded 2026-12-03 (issue 49), and its split adds
 /// up to its total.
@@ -204,8 +207,9 @@ fn compare_prints_what_it_printed() {
 fn predict_transformers_prints_what_it_printed_and_its_parts_add_up() {
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../analysis/tests/fixtures");
     let cases = [
-        ("help-2026-12-03", "1024", "1", "gpu-1"),
-        ("help-2026-12-03", "1024", "64", "gpu-64"),
+        // the H200 run of what would help, published in results/
+        (HELP_RUN, "1024", "1", "gpu-1"),
+        (HELP_RUN, "1024", "64", "gpu-64"),
         (
             "published/results/2026-12-01-intel-r-xeon-r-processor-cpu-torch2.11.0-stack-x1",
             "128",

@@ -8,14 +8,27 @@ use analysis::predict::{HostModel, Query};
 use rundir::{DType, DeviceId, Mode, Phase, Run};
 use shapes::{ModelConfig, StepProfile};
 
-/// The run under `tests/fixtures/<rel>`.
+/// The run under `tests/fixtures/<rel>`, or, where that folder holds a file `published`,
+/// the published run it names (a path from the repository's root): a fixture that is a
+/// published run is kept once, in results/.
 pub fn fixture(rel: &str) -> Run {
-    Run::load(
+    Run::load(&fixture_dir(
         &Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/fixtures")
             .join(rel),
-    )
+    ))
     .unwrap()
+}
+
+/// Where the fixture folder `dir` keeps its run: itself, or the published run its
+/// `published` file names.
+pub fn fixture_dir(dir: &Path) -> std::path::PathBuf {
+    match std::fs::read_to_string(dir.join("published")) {
+        Ok(rel) => Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../..")
+            .join(rel.trim()),
+        Err(_) => dir.to_path_buf(),
+    }
 }
 
 /// A pipelined query on the CPU in f32, priced as measured; others differ from it in a field
