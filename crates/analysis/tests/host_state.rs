@@ -124,6 +124,13 @@ fn peer_run(dir: &std::path::Path, rows: &[(&str, Vec<f64>)]) -> Run {
     Run::load(dir).unwrap()
 }
 
+/// Ten rounds of a host in two states: `ns` a sample, 1.6× in the `rounds` that ran slow.
+fn slow(rounds: std::ops::Range<usize>, ns: f64) -> Vec<f64> {
+    (0..10)
+        .map(|i| if rounds.contains(&i) { 1.6 * ns } else { ns })
+        .collect()
+}
+
 #[test]
 fn rows_sampled_in_rounds_are_read_against_their_base_pair_by_pair() {
     // a host in two states, the slow one 1.6×. The step (25 ms fast) is slow in rounds
@@ -132,11 +139,6 @@ fn rows_sampled_in_rounds_are_read_against_their_base_pair_by_pair() {
     // 29.4 in eight of ten rounds. The stack (0.96 ms a layer fast) is slow in rounds 4-9,
     // its calls flat (0.9 ms) in 8-9 only: their medians differ by 636 µs, the rounds by
     // 60 µs (both fast), 96 µs (both slow) or 636 µs (four rounds)
-    let slow = |rounds: std::ops::Range<usize>, ns: f64| -> Vec<f64> {
-        (0..10)
-            .map(|i| if rounds.contains(&i) { 1.6 * ns } else { ns })
-            .collect()
-    };
     let step = slow(5..10, 25e6);
     let beside: Vec<f64> = slow(3..10, 25e6).iter().map(|t| t / 29.4).collect();
     let stack = slow(4..10, 0.96e6);
@@ -187,11 +189,6 @@ fn generate_from_a_static_cache_is_read_against_generate_in_the_same_rounds() {
     // states, 39 ms); from a static cache 1.3× generate() in its round's state, slow in
     // rounds 3-9: its median a slow state's (62.4 ms, 1.6× generate()'s), its ratio 1.3 in
     // eight rounds of ten
-    let slow = |rounds: std::ops::Range<usize>, ns: f64| -> Vec<f64> {
-        (0..10)
-            .map(|i| if rounds.contains(&i) { 1.6 * ns } else { ns })
-            .collect()
-    };
     let generate = slow(5..10, 30e6);
     let stat = slow(3..10, 1.3 * 30e6);
     let dir = tempfile::tempdir().unwrap();

@@ -125,6 +125,11 @@ fn refit(rate: f64, asked: f64, ran: f64) -> f64 {
     }
 }
 
+/// The matrix products a lead of `ns` takes at `ns_per_op` each.
+fn products(ns: f64, ns_per_op: f64) -> usize {
+    (ns / ns_per_op).ceil() as usize
+}
+
 /// `at::cuda::sleep` from the loaded GPU library (the HIP build keeps the `at::cuda`
 /// namespace), by its mangled name.
 fn find_sleep() -> Option<SleepFn> {
@@ -245,7 +250,7 @@ impl DeviceClock {
                 unsafe { f((ns * cycles_per_ns) as i64) };
             }
             Delay::Matmul { a, ns_per_op } => {
-                for _ in 0..(ns / ns_per_op).ceil() as usize {
+                for _ in 0..products(ns, *ns_per_op) {
                     drop(a.f_matmul(a)?);
                 }
             }
@@ -269,8 +274,9 @@ impl DeviceClock {
                 *cycles_per_ns = refit(*cycles_per_ns, asked, ran);
             }
             Delay::Matmul { ns_per_op, .. } => {
-                let ops = (asked / *ns_per_op).ceil().max(1.0);
-                *ns_per_op = 1.0 / refit(ops / asked.max(1.0), asked.max(1.0), ran);
+                // the products `lead` enqueued, at the rate it enqueued them by
+                let ops = products(asked, *ns_per_op).max(1) as f64;
+                *ns_per_op = 1.0 / refit(1.0 / *ns_per_op, ops * *ns_per_op, ran);
             }
         }
         Ok(ran)
