@@ -62,6 +62,21 @@ pub struct Settings {
     /// The CPUs both sides' workers run on (`OPBENCH_CPUS`), for the summary; `None`:
     /// where the OS put them.
     pub cpus: Option<String>,
+    /// Where a device-timed case's tensors sit for each pair.
+    pub placement: Placement,
+}
+
+/// Where a device-timed case's tensors sit in the device's memory. A worker process's
+/// small cases otherwise all sit where its first allocations did, and on the H200 a
+/// process's small device cases moved together by up to ±5% from one round to the next
+/// while its pairs agreed within 0.1% (docs/method.md, "placement").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// Made once a visit, as the worker's allocator puts it.
+    Once,
+    /// Made again before each pair on both sides, each side in its own placement
+    /// ([`crate::protocol::Request::Prepare`]'s `place`): the pairs average it.
+    EachPair,
 }
 
 impl Default for Settings {
@@ -77,6 +92,7 @@ impl Default for Settings {
             seed: 1,
             filter: None,
             cpus: None,
+            placement: Placement::EachPair,
         }
     }
 }
@@ -478,8 +494,16 @@ enum Trouble {
     Lost(Side, WorkerError),
 }
 
-fn prepare(w: &mut dyn Worker, side: Side, key: &str) -> Result<Prepared, Trouble> {
-    match w.call(&Request::Prepare { key: key.into() }) {
+fn prepare(
+    w: &mut dyn Worker,
+    side: Side,
+    key: &str,
+    place: Option<u64>,
+) -> Result<Prepared, Trouble> {
+    match w.call(&Request::Prepare {
+        key: key.into(),
+        place,
+    }) {
         Ok(Reply::Prepared(p)) => Ok(p),
         Ok(Reply::Error { message }) => Err(Trouble::Refused(side, message)),
         Ok(other) => Err(Trouble::Refused(
@@ -504,6 +528,18 @@ fn sample(w: &mut dyn Worker, side: Side, key: &str, iters: u64) -> Result<Sampl
         )),
         Err(e) => Err(Trouble::Lost(side, e)),
     }
+}
+
+/// The placement of a side's case for pair `index` ([`Placement::EachPair`]): a seed from
+/// the comparison's, the case and the pair, different for the two sides.
+fn place_seed(seed: u64, key: &str, index: u32, side: Side) -> u64 {
+    // FNV-1a over the key, then the pair and the side
+    let mut h = 0xcbf2_9ce4_8422_2325_u64 ^ seed;
+    let bytes = key.bytes().chain(index.to_le_bytes()).chain([side as u8]);
+    for b in bytes {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
 }
 
 /// Which side goes first in pair `index` of a case: the base in the even ones (A B, B A, …).
@@ -577,8 +613,12 @@ fn visit_inner(
         return visit_unpaired(duo, case, round, settings);
     }
     let key = case.name.clone();
-    let mut b = prepare(&mut *duo.base, Side::Base, &key)?;
-    let mut c = prepare(&mut *duo.cand, Side::Cand, &key)?;
+    let placed = settings.placement == Placement::EachPair && case.key.mode.is_device();
+    let place =
+        |index: u32, side: Side| placed.then(|| place_seed(settings.seed, &key, index, side));
+    let opening = case.pairs.len() as u32;
+    let mut b = prepare(&mut *duo.base, Side::Base, &key, place(opening, Side::Base))?;
+    let mut c = prepare(&mut *duo.cand, Side::Cand, &key, place(opening, Side::Cand))?;
     b.judge(case.key.dtype);
     c.judge(case.key.dtype);
     if b.status == "ok" && c.status == "oom" {
@@ -603,6 +643,15 @@ fn visit_inner(
     for _ in 0..pairs.max(1) {
         let index = case.pairs.len() as u32;
         let order = pair_order(index);
+        if placed && index != opening {
+            for s in order {
+                let p = prepare(duo.side(s), s, &key, place(index, s))?;
+                if p.status != "ok" {
+                    let why = p.reason.unwrap_or(p.status);
+                    return Err(Trouble::Refused(s, format!("made again elsewhere: {why}")));
+                }
+            }
+        }
         let base_first = order[0] == Side::Base;
         let first = warm_sample(duo.side(order[0]), order[0], &key, iters)?;
         let second = warm_sample(duo.side(order[1]), order[1], &key, iters)?;
@@ -665,7 +714,7 @@ fn visit_unpaired(
     for side in order {
         let other = other(side);
         duo.restart(other).map_err(|e| Trouble::Lost(other, e))?;
-        let p = prepare(duo.side(side), side, &key)?;
+        let p = prepare(duo.side(side), side, &key, None)?;
         match side {
             Side::Base => case.base = Some(p.clone()),
             Side::Cand => case.cand = Some(p.clone()),

@@ -39,8 +39,14 @@ pub enum Request {
     /// The worker's cases under its `OPBENCH_*` settings, those whose key matches the
     /// regular expression `filter` (all without one).
     Cases { filter: Option<String> },
-    /// Build a case and check one call against its float64 reference.
-    Prepare { key: String },
+    /// Build a case and check one call against its float64 reference. With `place`, the
+    /// case's tensors are made (again, if it is prepared) in the placement this seed
+    /// picks in the device's memory, with the same values, so that its check stands.
+    Prepare {
+        key: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        place: Option<u64>,
+    },
     /// Time one sample of `iters` calls of a prepared case in its key's mode.
     Sample { key: String, iters: u64 },
     /// Drop a prepared case (its memory).

@@ -304,7 +304,10 @@ fn ready(
     settings: &SoloSettings,
     out: &mut Vec<SoloCase>,
 ) -> Result<Option<SoloCase>, WorkerError> {
-    let prepared = match w.call(&Request::Prepare { key: c.key.clone() })? {
+    let prepared = match w.call(&Request::Prepare {
+        key: c.key.clone(),
+        place: None,
+    })? {
         Reply::Prepared(p) => p,
         Reply::Error { message } => {
             out.push(ended(c, "error", &message));

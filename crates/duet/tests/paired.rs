@@ -100,6 +100,11 @@ struct Fake {
     /// each sample's noise.
     level: f64,
     noise: f64,
+    /// Where the device time depends on where a case's tensors sit: by how much (±). A
+    /// case made without a placement sits where the process's allocations put it (its
+    /// `level`); one made with `place` sits where the seed says. Each key's factor.
+    placement: Option<f64>,
+    placed: std::collections::BTreeMap<String, f64>,
 }
 
 impl Drop for Fake {
@@ -131,6 +136,8 @@ impl Fake {
             held: BTreeSet::new(),
             level: 1.0,
             noise: 0.01,
+            placement: None,
+            placed: Default::default(),
         }
     }
 }
@@ -159,11 +166,17 @@ impl Worker for Fake {
                     .collect(),
                 unsupported: vec![],
             },
-            Request::Prepare { key } => {
+            Request::Prepare { key, place } => {
                 if !self.cases.iter().any(|c| &c.0 == key) {
                     return Ok(Reply::Error {
                         message: format!("unknown case {key}"),
                     });
+                }
+                if let Some(amp) = self.placement {
+                    let here = place.map_or(self.level, |s| {
+                        1.0 + amp * ((s % 10_000) as f64 / 5_000.0 - 1.0)
+                    });
+                    self.placed.insert(key.clone(), here);
                 }
                 if let Some((used, cap, big)) = &self.memory
                     && key == big
@@ -198,7 +211,8 @@ impl Worker for Fake {
                 }
                 let per = self.cases.iter().find(|c| &c.0 == key).map_or(1.0, |c| c.2);
                 let mut host = self.host.borrow_mut();
-                let state = host.next(self.noise, *iters) * self.level * host.after(self.label);
+                let level = self.placed.get(key).copied().unwrap_or(self.level);
+                let state = host.next(self.noise, *iters) * level * host.after(self.label);
                 drop(host);
                 Reply::Sample(Sampled {
                     key: key.clone(),
@@ -654,6 +668,64 @@ fn where_rounds_differ_more_than_pairs_visits_take_fewer_pairs_and_replay_keeps_
         assert_eq!(rounds(d), rounds(c), "{}", c.name);
     }
     assert_eq!(duet::judge(&again).counts(), v.counts());
+}
+
+/// Device cases whose time depends on where their tensors sit (±4%), each process's
+/// small cases all where its allocations put them (its own level), their samples within
+/// 0.05%; the candidate slowed by `factor`, the cases placed as `placement` says.
+fn compare_placed(factor: f64, placement: duet::driver::Placement, seed: u64) -> duet::Verdicts {
+    let host = Host::shared(1.0, 0.0, seed);
+    let levels = Rc::new(RefCell::new(StdRng::seed_from_u64(seed)));
+    let make = |factor: f64, label: &'static str| {
+        let (h, l) = (host.clone(), levels.clone());
+        move || {
+            let mut f = Fake::new(&h, factor, 12, label);
+            f.cases.retain(|c| c.0.ends_with("/device"));
+            f.level = 1.0 + 0.04 * l.borrow_mut().random_range(-1.0..1.0);
+            f.placement = Some(0.04);
+            f.noise = 0.0005;
+            Ok(Box::new(f) as Box<dyn Worker>)
+        }
+    };
+    let mut groups = vec![Group {
+        name: "linear".into(),
+        base: Box::new(make(1.0, "base")),
+        cand: Box::new(make(factor, "cand")),
+    }];
+    let s = Settings {
+        placement,
+        seed,
+        looks: stats::paired::Looks {
+            first: 2,
+            max: 4,
+            alpha: 0.05,
+        },
+        ..settings()
+    };
+    let outcome = duet::run(&mut groups, &s, &mut |_| {}).expect("runs");
+    duet::judge(&outcome)
+}
+
+#[test]
+fn a_fresh_placement_each_pair_averages_what_a_process_shares_among_its_device_cases() {
+    use duet::driver::Placement;
+    // placed once a visit, a round's cases all carry its two processes' levels; placed
+    // afresh each pair, the pairs average them
+    for seed in 1..=3 {
+        let each = compare_placed(1.0, Placement::EachPair, seed);
+        assert_eq!(each.exit_code(), 0, "seed {seed}: {:?}", each.regressions);
+        assert!(
+            share(&each, Judgement::Same) >= 0.9,
+            "seed {seed}: {:?}",
+            each.counts()
+        );
+        let slow = compare_placed(1.05, Placement::EachPair, seed);
+        assert!(
+            share(&slow, Judgement::Slower) >= 0.9,
+            "seed {seed}: {:?}",
+            slow.counts()
+        );
+    }
 }
 
 #[test]

@@ -42,7 +42,7 @@ impl Worker for Fake {
                 cases: self.cases.iter().map(|c| c.0.clone()).collect(),
                 unsupported: vec![],
             },
-            Request::Prepare { key } => match find(key) {
+            Request::Prepare { key, .. } => match find(key) {
                 None => Reply::Error {
                     message: format!("unknown case {key}"),
                 },

@@ -94,3 +94,31 @@ impl StateCopies {
         &self.sets[i]
     }
 }
+
+/// Tensors held beside a case so that the case's own land elsewhere in the device's
+/// memory, as `seed` picks: 0–7 fillers of just under 1 MB, which push a small tensor
+/// into another of the caching allocator's 2-MB small-pool segments (other physical
+/// pages), then a pad of 512 B to 1 MB (another offset in it). A process's small cases
+/// otherwise all sit where its first allocations did. None on the CPU.
+pub fn placement(seed: u64, device: Device) -> Result<Vec<Tensor>, TchError> {
+    if !device.is_gpu() {
+        return Ok(Vec::new());
+    }
+    // SplitMix64: two draws from the seed
+    let mut state = seed;
+    let mut draw = || {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    let fillers = draw() % 8;
+    let pad = 512 * (1 + draw() % 2047) as i64;
+    let bytes = |n: i64| Tensor::f_empty([n], (Kind::Uint8, device.tch()));
+    let mut held = (0..fillers)
+        .map(|_| bytes((1 << 20) - 512))
+        .collect::<Result<Vec<_>, _>>()?;
+    held.push(bytes(pad)?);
+    Ok(held)
+}

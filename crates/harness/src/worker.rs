@@ -66,8 +66,16 @@ impl Case {
     }
 }
 
-/// A prepared case and its error against float64, or why it was refused.
-type Slot = Result<(Box<dyn Prepared>, f64), PreparedReply>;
+/// A prepared case, or why it was refused.
+type Slot = Result<Made, PreparedReply>;
+
+/// A prepared case: its error against float64 and what it holds beside it to sit where
+/// its placement put it ([`crate::tensors::placement`]).
+struct Made {
+    case: Box<dyn Prepared>,
+    err: f64,
+    _beside: Vec<tch::Tensor>,
+}
 
 /// A worker: its cases, what is prepared, each device's clock, control and probe.
 pub struct Worker<'a> {
@@ -191,7 +199,7 @@ impl<'a> Worker<'a> {
         let out = match req {
             Request::Hello => Ok(self.hello()),
             Request::Cases { filter } => self.list(filter.as_deref()),
-            Request::Prepare { key } => self.prepare(key).map(Reply::Prepared),
+            Request::Prepare { key, place } => self.prepare(key, *place).map(Reply::Prepared),
             Request::Sample { key, iters } => self.sample(key, *iters).map(Reply::Sample),
             Request::Release { key } => {
                 let id = self.case(key).map(Case::identity);
@@ -247,7 +255,9 @@ impl<'a> Worker<'a> {
     }
 
     /// Prepare (once for every mode of a case) and check; then what the key's mode needs.
-    fn prepare(&mut self, key: &str) -> Result<PreparedReply, String> {
+    /// With `place`, the case is made in that placement, again if it was prepared (same
+    /// seed, same values: its check stands).
+    fn prepare(&mut self, key: &str, place: Option<u64>) -> Result<PreparedReply, String> {
         let case = self.case(key)?;
         let (op, d, dt) = (self.ops[case.op], case.device, case.dt);
         let (problem, variant, mode, id) = (
@@ -265,16 +275,49 @@ impl<'a> Worker<'a> {
             bytes: problem.bytes(dt.size()),
             ..PreparedReply::default()
         };
-        if !self.prepared.contains_key(&id) {
-            let cap = crate::plan::cap_for(&self.config, &problem);
-            let made = preflight(op, variant, &problem, dt, device, cap);
-            let entry = made.map_err(|refused| PreparedReply {
-                status: refused.failure.status.to_string(),
-                reason: Some(refused.failure.reason),
-                rel_err: refused.rel_err,
-                ..reply.clone()
-            });
-            self.prepared.insert(id.clone(), entry);
+        let refusal = |status: Status, reason: String, rel_err: Option<f64>| PreparedReply {
+            status: status.to_string(),
+            reason: Some(reason),
+            rel_err,
+            ..reply.clone()
+        };
+        let beside = |seed: Option<u64>| {
+            seed.map_or(Ok(Vec::new()), |s| crate::tensors::placement(s, device))
+                .map_err(crate::op::Failure::from)
+        };
+        match (self.prepared.get(&id), place) {
+            (Some(Ok(made)), Some(_)) => {
+                // made again elsewhere: the old one's memory is freed first
+                let err = made.err;
+                self.prepared.remove(&id);
+                let entry = beside(place)
+                    .and_then(|held| {
+                        let case = op.prepare(variant, &problem, dt, device)?;
+                        Ok(Made {
+                            case,
+                            err,
+                            _beside: held,
+                        })
+                    })
+                    .map_err(|f| refusal(f.status, f.reason, Some(err)));
+                self.prepared.insert(id.clone(), entry);
+            }
+            (None, _) => {
+                let cap = crate::plan::cap_for(&self.config, &problem);
+                let entry = match beside(place) {
+                    Err(f) => Err(refusal(f.status, f.reason, None)),
+                    Ok(held) => match preflight(op, variant, &problem, dt, device, cap) {
+                        Ok((case, err)) => Ok(Made {
+                            case,
+                            err,
+                            _beside: held,
+                        }),
+                        Err(r) => Err(refusal(r.failure.status, r.failure.reason, r.rel_err)),
+                    },
+                };
+                self.prepared.insert(id.clone(), entry);
+            }
+            _ => {}
         }
         let waits = match self.prepared.get(&id) {
             Some(Err(refused)) => {
@@ -283,7 +326,7 @@ impl<'a> Worker<'a> {
                     ..refused.clone()
                 });
             }
-            Some(Ok((p, err))) => {
+            Some(Ok(Made { case: p, err, .. })) => {
                 reply.rel_err = Some(*err);
                 reply.bytes = case_bytes(p.as_ref(), &problem, dt);
                 reply.kernel = p.kernel();
@@ -328,7 +371,7 @@ impl<'a> Worker<'a> {
             .ok_or_else(|| format!("unknown case `{key}`"))?;
         let (d, mode) = (case.device, case.key.mode);
         let device = self.devices[d];
-        let Some(Ok((p, _))) = self.prepared.get_mut(&case.identity()) else {
+        let Some(Ok(Made { case: p, .. })) = self.prepared.get_mut(&case.identity()) else {
             return Err(format!("`{key}` is not prepared (or was refused)"));
         };
         let plant = Plant::from_config(&self.config);

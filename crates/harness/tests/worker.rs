@@ -40,7 +40,10 @@ fn a_worker_lists_prepares_times_and_releases_a_case() {
     assert!(!cases.is_empty());
     let key = cases[0].key.clone();
     let replies = talk(&[
-        req(&Request::Prepare { key: key.clone() }),
+        req(&Request::Prepare {
+            key: key.clone(),
+            place: None,
+        }),
         req(&Request::Sample {
             key: key.clone(),
             iters: 50,
@@ -79,6 +82,7 @@ fn bad_input_is_an_error_reply_and_the_worker_goes_on() {
         "not json at all".into(),
         req(&Request::Prepare {
             key: "floor/nope/x/none/decode/b1/q1/f32/cpu/pipelined".into(),
+            place: None,
         }),
         req(&Request::Cases {
             filter: Some("(".into()),
@@ -109,4 +113,51 @@ fn modes_a_worker_does_not_time_are_listed_with_the_reason() {
             .iter()
             .all(|n| n.reason.contains("scripts/bench"))
     );
+}
+
+#[test]
+fn a_case_made_again_in_another_placement_keeps_its_check_and_is_timed() {
+    let first = talk(&[req(&Request::Cases {
+        filter: Some("floor/add/.*/pipelined".into()),
+    })]);
+    let Reply::Cases { cases, .. } = &first[0] else {
+        panic!("{:?}", first[0])
+    };
+    let key = cases[0].key.clone();
+    let prepare = |place| {
+        req(&Request::Prepare {
+            key: key.clone(),
+            place,
+        })
+    };
+    let sample = req(&Request::Sample {
+        key: key.clone(),
+        iters: 20,
+    });
+    let replies = talk(&[
+        prepare(Some(1)),
+        sample.clone(),
+        prepare(Some(2)),
+        sample.clone(),
+        // a plain prepare of a prepared case keeps it as it is
+        prepare(None),
+        sample,
+    ]);
+    let errs: Vec<f64> = replies
+        .iter()
+        .filter_map(|r| match r {
+            Reply::Prepared(p) if p.status == "ok" => p.rel_err,
+            _ => None,
+        })
+        .collect();
+    assert_eq!(errs.len(), 3, "{replies:?}");
+    assert!(errs.iter().all(|&e| e == errs[0]), "{errs:?}");
+    let calls: Vec<u64> = replies
+        .iter()
+        .filter_map(|r| match r {
+            Reply::Sample(s) => Some(s.calls),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(calls, [20, 20, 20]);
 }

@@ -77,6 +77,10 @@ pub struct Args {
     /// are judged after 2, 4, 8, … and the decided ones drop out.
     #[arg(long, default_value_t = 8)]
     rounds: usize,
+    /// Where a device-timed case's tensors sit: made again in a fresh placement on both
+    /// sides before each pair (`each-pair`), or once a visit (`once`).
+    #[arg(long, value_enum, default_value_t = PlacementArg::EachPair)]
+    placement: PlacementArg,
     /// Seed of the case order (default: the clock).
     #[arg(long)]
     seed: Option<u64>,
@@ -92,6 +96,13 @@ pub struct Args {
     /// How the summary names the candidate.
     #[arg(long, default_value = "candidate")]
     cand_name: String,
+}
+
+/// `--placement`'s values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum PlacementArg {
+    EachPair,
+    Once,
 }
 
 fn pairs_of(vars: &[String], flag: &str) -> Result<Vec<(String, String)>, CliError> {
@@ -177,6 +188,10 @@ fn settings(a: &Args) -> Result<Settings, CliError> {
         }),
         filter: a.filter.clone(),
         cpus: None,
+        placement: match a.placement {
+            PlacementArg::EachPair => duet::driver::Placement::EachPair,
+            PlacementArg::Once => duet::driver::Placement::Once,
+        },
     })
 }
 
