@@ -27,6 +27,7 @@ pub mod protocol;
 pub mod replay;
 pub mod solo;
 pub mod verdict;
+mod visit;
 pub mod worker;
 pub mod write;
 

@@ -398,7 +398,7 @@ fn calibrate(
 
 /// Calls for a per-call time `per` (ns) to fill `aim`, in 1..=cap (the driver's rule).
 fn iters_for(per: f64, aim: Duration, cap: u64) -> u64 {
-    crate::driver::iters_for(per, aim, 1).min(cap)
+    crate::visit::iters_for(per, aim, 1).min(cap)
 }
 
 #[cfg(test)]

@@ -1,0 +1,379 @@
+//! One visit of a case in a round: both sides prepare it, calibrate, warm up and take
+//! the round's pairs in turns ([`visit`]); a case that does not fit twice takes each
+//! side's samples alone ([`visit_unpaired`]).
+
+use std::time::{Duration, Instant};
+
+use rundir::Status;
+
+use crate::driver::{CaseRun, DriverError, Group, Pair, Placement, Settings, Side, ended};
+use crate::protocol::{Prepared, Reply, Request, Sampled};
+use crate::worker::{Worker, WorkerError};
+
+/// The two live workers of a group.
+pub(crate) struct Duo<'g, 'a> {
+    pub(crate) group: &'g mut Group<'a>,
+    pub(crate) base: Box<dyn Worker>,
+    pub(crate) cand: Box<dyn Worker>,
+}
+
+impl<'g, 'a> Duo<'g, 'a> {
+    pub(crate) fn start(group: &'g mut Group<'a>) -> Result<Self, WorkerError> {
+        let base = (group.base)()?;
+        let cand = (group.cand)()?;
+        Ok(Duo { group, base, cand })
+    }
+
+    pub(crate) fn side(&mut self, s: Side) -> &mut dyn Worker {
+        match s {
+            Side::Base => &mut *self.base,
+            Side::Cand => &mut *self.cand,
+        }
+    }
+
+    /// A fresh worker for side `s` (after a crash, or a new block).
+    pub(crate) fn restart(&mut self, s: Side) -> Result<(), WorkerError> {
+        match s {
+            Side::Base => self.base = (self.group.base)()?,
+            Side::Cand => self.cand = (self.group.cand)()?,
+        }
+        Ok(())
+    }
+}
+
+/// What went wrong on one side in the middle of a case.
+enum Trouble {
+    /// The worker answered `error` (the case ends `error`; the worker goes on).
+    Refused(Side, String),
+    /// The worker died or garbled (the case ends `error`; the side is restarted).
+    Lost(Side, WorkerError),
+}
+
+fn prepare(
+    w: &mut dyn Worker,
+    side: Side,
+    key: &str,
+    place: Option<u64>,
+) -> Result<Prepared, Trouble> {
+    match w.call(&Request::Prepare {
+        key: key.into(),
+        place,
+    }) {
+        Ok(Reply::Prepared(p)) => Ok(p),
+        Ok(Reply::Error { message }) => Err(Trouble::Refused(side, message)),
+        Ok(other) => Err(Trouble::Refused(
+            side,
+            format!("answered prepare with {other:?}"),
+        )),
+        Err(e) => Err(Trouble::Lost(side, e)),
+    }
+}
+
+fn sample(w: &mut dyn Worker, side: Side, key: &str, iters: u64) -> Result<Sampled, Trouble> {
+    match w.call(&Request::Sample {
+        key: key.into(),
+        iters,
+    }) {
+        Ok(Reply::Sample(s)) if s.calls > 0 && s.total_ns > 0.0 => Ok(s),
+        Ok(Reply::Sample(s)) => Err(Trouble::Refused(side, format!("an empty sample: {s:?}"))),
+        Ok(Reply::Error { message }) => Err(Trouble::Refused(side, message)),
+        Ok(other) => Err(Trouble::Refused(
+            side,
+            format!("answered sample with {other:?}"),
+        )),
+        Err(e) => Err(Trouble::Lost(side, e)),
+    }
+}
+
+/// The placement of a side's case for pair `index` ([`Placement::EachPair`]): a seed from
+/// the comparison's, the case and the pair, different for the two sides.
+fn place_seed(seed: u64, key: &str, index: u32, side: Side) -> u64 {
+    // FNV-1a over the key, then the pair and the side
+    let mut h = 0xcbf2_9ce4_8422_2325_u64 ^ seed;
+    let bytes = key.bytes().chain(index.to_le_bytes()).chain([side as u8]);
+    for b in bytes {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// Which side goes first in pair `index` of a case: the base in the even ones (A B, B A, …).
+fn pair_order(index: u32) -> [Side; 2] {
+    if index % 2 == 0 {
+        [Side::Base, Side::Cand]
+    } else {
+        [Side::Cand, Side::Base]
+    }
+}
+
+/// A sample of a pair: one call untimed first where the sample holds more than one, so
+/// that it starts as warm as a sample taken back to back with its own side's does. Both
+/// sides on the same CPUs share its caches: right after the other side's sample, a CPU's
+/// linear call read 8% slower, the first of a pair 8% faster than the second, and the
+/// median of the pairs, split into two clusters, read A/A comparisons 2–4% `faster`
+/// (2-core VM, 2026-12-04).
+fn warm_sample(w: &mut dyn Worker, side: Side, key: &str, iters: u64) -> Result<Sampled, Trouble> {
+    if iters > 1 {
+        sample(w, side, key, 1)?;
+    }
+    sample(w, side, key, iters)
+}
+
+/// One visit of a case in a round: prepare both sides, calibrate, warm up, take the
+/// round's pairs, then release both. What goes wrong on a side ends the case `error` with
+/// the reason; a side whose worker died is restarted.
+pub(crate) fn visit(
+    duo: &mut Duo<'_, '_>,
+    case: &mut CaseRun,
+    round: u32,
+    settings: &Settings,
+    pairs: usize,
+) -> Result<(), DriverError> {
+    let t0 = Instant::now();
+    case.visits += 1;
+    let outcome = visit_inner(duo, case, round, settings, pairs);
+    for s in [Side::Base, Side::Cand] {
+        // best effort: a dead worker is restarted below
+        let _ = duo.side(s).call(&Request::Release {
+            key: case.name.clone(),
+        });
+    }
+    case.spent += t0.elapsed();
+    match outcome {
+        Ok(()) => Ok(()),
+        Err(Trouble::Refused(side, why)) => {
+            case.ended = Some(ended(
+                Some(side),
+                Status::Error,
+                &format!("{} worker: {why}", side.as_str()),
+            ));
+            Ok(())
+        }
+        Err(Trouble::Lost(side, e)) => {
+            case.ended = Some(ended(Some(side), Status::Error, &e.to_string()));
+            duo.restart(side)?;
+            Ok(())
+        }
+    }
+}
+
+fn visit_inner(
+    duo: &mut Duo<'_, '_>,
+    case: &mut CaseRun,
+    round: u32,
+    settings: &Settings,
+    pairs: usize,
+) -> Result<(), Trouble> {
+    if case.unpaired.is_some() {
+        return visit_unpaired(duo, case, round, settings);
+    }
+    let key = case.name.clone();
+    let placed = settings.placement == Placement::EachPair && case.key.mode.is_device();
+    let place =
+        |index: u32, side: Side| placed.then(|| place_seed(settings.seed, &key, index, side));
+    let opening = case.pairs.len() as u32;
+    let mut b = prepare(&mut *duo.base, Side::Base, &key, place(opening, Side::Base))?;
+    let mut c = prepare(&mut *duo.cand, Side::Cand, &key, place(opening, Side::Cand))?;
+    b.judge(case.key.dtype);
+    c.judge(case.key.dtype);
+    if b.status == "ok" && c.status == "oom" {
+        // it fits once, not twice: each side alone from now on
+        case.unpaired = Some(format!(
+            "unpaired: does not fit in device memory twice (the candidate, with the base \
+             holding the case: {})",
+            c.reason.as_deref().unwrap_or("out of memory")
+        ));
+        let _ = duo.base.call(&Request::Release { key: key.clone() });
+        return visit_unpaired(duo, case, round, settings);
+    }
+    case.base = Some(b);
+    case.cand = Some(c);
+    if end_on_status(case) {
+        return Ok(());
+    }
+    // the side that opens the first pair warms up last, so that the first pair is as every
+    // other: its first sample follows its own side's, its second the other's
+    let [first, second] = pair_order(case.pairs.len() as u32);
+    let iters = calibrate(duo, &key, settings, &[second, first])?;
+    for _ in 0..pairs.max(1) {
+        let index = case.pairs.len() as u32;
+        let order = pair_order(index);
+        if placed && index != opening {
+            for s in order {
+                let p = prepare(duo.side(s), s, &key, place(index, s))?;
+                if p.status != "ok" {
+                    let why = p.reason.unwrap_or(p.status);
+                    return Err(Trouble::Refused(s, format!("made again elsewhere: {why}")));
+                }
+            }
+        }
+        let base_first = order[0] == Side::Base;
+        let first = warm_sample(duo.side(order[0]), order[0], &key, iters)?;
+        let second = warm_sample(duo.side(order[1]), order[1], &key, iters)?;
+        let (base, cand) = if base_first {
+            (first, second)
+        } else {
+            (second, first)
+        };
+        case.pairs.push(Pair {
+            round,
+            index,
+            base,
+            cand,
+            base_first,
+        });
+    }
+    Ok(())
+}
+
+/// A status other than `ok` on either side ends the case (the verdict compares the
+/// statuses): whether it ended.
+fn end_on_status(case: &mut CaseRun) -> bool {
+    let ok = |p: &Option<Prepared>| p.as_ref().is_some_and(|p| p.status == "ok");
+    if ok(&case.base) && ok(&case.cand) {
+        return false;
+    }
+    let (side, p) = if !ok(&case.base) {
+        (Side::Base, case.base.as_ref())
+    } else {
+        (Side::Cand, case.cand.as_ref())
+    };
+    let p = p.cloned().unwrap_or_default();
+    let status: Status = p.status.parse().unwrap_or(Status::Error);
+    case.ended = Some(ended(
+        Some(side),
+        status,
+        p.reason.as_deref().unwrap_or("-"),
+    ));
+    true
+}
+
+/// A round of a case that does not fit twice: the other side's process is replaced (what
+/// it held on the device goes with it), then one side prepares, warms up and takes the
+/// round's samples alone; then the other. Sample i of each side makes pair i. The sides
+/// take turns going first from round to round.
+fn visit_unpaired(
+    duo: &mut Duo<'_, '_>,
+    case: &mut CaseRun,
+    round: u32,
+    settings: &Settings,
+) -> Result<(), Trouble> {
+    let key = case.name.clone();
+    let order = if round % 2 == 0 {
+        [Side::Base, Side::Cand]
+    } else {
+        [Side::Cand, Side::Base]
+    };
+    let mut taken: (Vec<Sampled>, Vec<Sampled>) = (Vec::new(), Vec::new());
+    let mut iters = None;
+    for side in order {
+        let other = other(side);
+        duo.restart(other).map_err(|e| Trouble::Lost(other, e))?;
+        let p = prepare(duo.side(side), side, &key, None)?;
+        match side {
+            Side::Base => case.base = Some(p.clone()),
+            Side::Cand => case.cand = Some(p.clone()),
+        }
+        if p.status != "ok" {
+            let status: Status = p.status.parse().unwrap_or(Status::Error);
+            let why = format!("alone: {}", p.reason.as_deref().unwrap_or("-"));
+            case.ended = Some(ended(Some(side), status, &why));
+            return Ok(());
+        }
+        let own = calibrate(duo, &key, settings, &[side])?;
+        let n = *iters.get_or_insert(own);
+        let into = match side {
+            Side::Base => &mut taken.0,
+            Side::Cand => &mut taken.1,
+        };
+        for _ in 0..settings.pairs.max(1) {
+            into.push(sample(duo.side(side), side, &key, n)?);
+        }
+        let _ = duo.side(side).call(&Request::Release { key: key.clone() });
+    }
+    // neither process holds the case for the next one
+    duo.restart(order[1])
+        .map_err(|e| Trouble::Lost(order[1], e))?;
+    for (base, cand) in taken.0.into_iter().zip(taken.1) {
+        let index = case.pairs.len() as u32;
+        case.pairs.push(Pair {
+            round,
+            index,
+            base,
+            cand,
+            base_first: order[0] == Side::Base,
+        });
+    }
+    Ok(())
+}
+
+fn other(side: Side) -> Side {
+    match side {
+        Side::Base => Side::Cand,
+        Side::Cand => Side::Base,
+    }
+}
+
+/// The calls a sample holds: one call on each side (twice: a first call may pay setup),
+/// then warm-up samples in turns. The slower side's wall-clock time per call, as the driver
+/// sees it around each request, sets the count, so that a sample's wall time (not only the
+/// time it reports: a device-timed sample's GPU time can be a fraction of its enqueue)
+/// stays near its aim.
+fn calibrate(
+    duo: &mut Duo<'_, '_>,
+    key: &str,
+    settings: &Settings,
+    sides: &[Side],
+) -> Result<u64, Trouble> {
+    let timed = |side: Side, duo: &mut Duo<'_, '_>, iters: u64| -> Result<f64, Trouble> {
+        let t0 = Instant::now();
+        let s = sample(duo.side(side), side, key, iters)?;
+        let wall = t0.elapsed().as_nanos() as f64;
+        Ok(wall.max(s.total_ns) / iters as f64)
+    };
+    let slowest = |duo: &mut Duo<'_, '_>, iters: u64| -> Result<f64, Trouble> {
+        let mut slow = 0.0f64;
+        for &side in sides {
+            slow = slow.max(timed(side, duo, iters)?);
+        }
+        Ok(slow)
+    };
+    let mut per = 0.0;
+    for _ in 0..2 {
+        per = slowest(duo, 1)?;
+    }
+    let mut iters = iters_for(per, settings.sample, 1);
+    let t0 = Instant::now();
+    let mut rounds = 0;
+    while rounds < 2 || t0.elapsed() < settings.warmup {
+        per = slowest(duo, iters)?;
+        iters = iters_for(per, settings.sample, iters);
+        rounds += 1;
+        if rounds >= 50 {
+            break;
+        }
+    }
+    Ok(iters)
+}
+
+/// Calls per sample for the slowest side's per-call time `slow` to fill `aim`.
+pub(crate) fn iters_for(slow: f64, aim: Duration, fallback: u64) -> u64 {
+    if slow.is_nan() || slow <= 0.0 {
+        return fallback;
+    }
+    ((aim.as_nanos() as f64 / slow).ceil() as u64).clamp(1, 10_000_000)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sample_aims_at_its_time_from_the_slower_side() {
+        let aim = Duration::from_millis(10);
+        assert_eq!(iters_for(2_000.0, aim, 7), 5_000);
+        assert_eq!(iters_for(0.0, aim, 7), 7);
+        assert_eq!(iters_for(1e9, aim, 7), 1);
+        assert_eq!(iters_for(f64::NAN, aim, 7), 7);
+    }
+}
