@@ -81,6 +81,16 @@ pub enum Placement {
     EachPair,
 }
 
+impl Placement {
+    /// As `--placement` and the run's `placement` setting name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Placement::Once => "once",
+            Placement::EachPair => "each-pair",
+        }
+    }
+}
+
 impl Default for Settings {
     fn default() -> Self {
         Settings {

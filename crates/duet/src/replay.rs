@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use rundir::{ResultRow, Run, Sample, Status};
 
-use crate::driver::{CaseRun, Ended, Outcome, Pair, Settings, Side};
+use crate::driver::{CaseRun, Ended, Outcome, Pair, Placement, Settings, Side};
 use crate::protocol::{Prepared, Sampled};
 
 /// Why a stored comparison cannot be read back.
@@ -44,6 +44,10 @@ pub fn outcome(base: &Run, cand: &Run) -> Result<Outcome, ReplayError> {
     };
     if let Ok(t) = setting(base, "tolerance_pct")?.parse::<f64>() {
         settings.tolerance = t / 100.0;
+    }
+    // a run from before the option was placed once a visit
+    if setting(base, "placement").is_ok_and(|p| p == Placement::EachPair.as_str()) {
+        settings.placement = Placement::EachPair;
     }
     let (bs, cs) = (base.samples()?, cand.samples()?);
     let none = Vec::new();

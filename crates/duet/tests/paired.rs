@@ -674,6 +674,12 @@ fn where_rounds_differ_more_than_pairs_visits_take_fewer_pairs_and_replay_keeps_
 /// small cases all where its allocations put them (its own level), their samples within
 /// 0.05%; the candidate slowed by `factor`, the cases placed as `placement` says.
 fn compare_placed(factor: f64, placement: duet::driver::Placement, seed: u64) -> duet::Verdicts {
+    let outcome = run_placed(factor, placement, seed);
+    duet::judge(&outcome)
+}
+
+/// [`compare_placed`]'s comparison, before it is judged.
+fn run_placed(factor: f64, placement: duet::driver::Placement, seed: u64) -> duet::driver::Outcome {
     let host = Host::shared(1.0, 0.0, seed);
     let levels = Rc::new(RefCell::new(StdRng::seed_from_u64(seed)));
     let make = |factor: f64, label: &'static str| {
@@ -702,8 +708,33 @@ fn compare_placed(factor: f64, placement: duet::driver::Placement, seed: u64) ->
         },
         ..settings()
     };
-    let outcome = duet::run(&mut groups, &s, &mut |_| {}).expect("runs");
-    duet::judge(&outcome)
+    duet::run(&mut groups, &s, &mut |_| {}).expect("runs")
+}
+
+#[test]
+fn a_comparison_says_and_stores_where_its_device_cases_were_placed() {
+    use duet::driver::Placement;
+    let outcome = run_placed(1.0, Placement::EachPair, 1);
+    let v = duet::judge(&outcome);
+    assert!(
+        duet::write::summary_md(&outcome, &v, ["a", "b"])
+            .contains("each device-timed pair in a fresh placement")
+    );
+    let dir = tempfile::tempdir().expect("tmp");
+    let w = duet::write::write(dir.path(), "t", &outcome, &v, ["a", "b"]).expect("writes");
+    let base = rundir::Run::load(&w.base).expect("base");
+    let cand = rundir::Run::load(&w.cand).expect("cand");
+    let stored = |r: &rundir::Run| {
+        r.env
+            .as_ref()
+            .and_then(|e| e.settings.get("placement").cloned())
+    };
+    assert_eq!(stored(&base).as_deref(), Some("each-pair"));
+    let again = duet::replay::outcome(&base, &cand).expect("read back");
+    assert_eq!(again.settings.placement, Placement::EachPair);
+    let once = run_placed(1.0, Placement::Once, 1);
+    let text = duet::write::summary_md(&once, &duet::judge(&once), ["a", "b"]);
+    assert!(!text.contains("fresh placement"), "{text}");
 }
 
 #[test]
