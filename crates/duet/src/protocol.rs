@@ -13,6 +13,7 @@
 //! ← {"reply":"cases","cases":[{"key":"linear/aten/q_proj/…/pipelined","fields":[…]}],"unsupported":[]}
 //! → {"req":"prepare","key":"linear/aten/q_proj/…/pipelined"}
 //! ← {"reply":"prepared","key":"…","status":"ok","rel_err":1.2e-4,"dims":"…","flops":…,…}
+//! → {"req":"prepare","key":"…/device","place":7}   (made again where seed 7 places it)
 //! → {"req":"sample","key":"…","iters":400}
 //! ← {"reply":"sample","key":"…","calls":400,"total_ns":4.1e6,"control_ns":812.0,"state":{…}}
 //! → {"req":"release","key":"…"}      ← {"reply":"released","key":"…"}
