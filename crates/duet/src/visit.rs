@@ -49,39 +49,47 @@ enum Trouble {
     Lost(Side, WorkerError),
 }
 
+/// A request's reply: an error reply refuses the case, a worker that died or garbled
+/// loses it.
+fn ask(w: &mut dyn Worker, side: Side, req: &Request) -> Result<Reply, Trouble> {
+    match w.call(req) {
+        Ok(Reply::Error { message }) => Err(Trouble::Refused(side, message)),
+        Ok(reply) => Ok(reply),
+        Err(e) => Err(Trouble::Lost(side, e)),
+    }
+}
+
 fn prepare(
     w: &mut dyn Worker,
     side: Side,
     key: &str,
     place: Option<u64>,
 ) -> Result<Prepared, Trouble> {
-    match w.call(&Request::Prepare {
+    let req = Request::Prepare {
         key: key.into(),
         place,
-    }) {
-        Ok(Reply::Prepared(p)) => Ok(p),
-        Ok(Reply::Error { message }) => Err(Trouble::Refused(side, message)),
-        Ok(other) => Err(Trouble::Refused(
+    };
+    match ask(w, side, &req)? {
+        Reply::Prepared(p) => Ok(p),
+        other => Err(Trouble::Refused(
             side,
             format!("answered prepare with {other:?}"),
         )),
-        Err(e) => Err(Trouble::Lost(side, e)),
     }
 }
 
 fn sample(w: &mut dyn Worker, side: Side, key: &str, iters: u64) -> Result<Sampled, Trouble> {
-    match w.call(&Request::Sample {
+    let req = Request::Sample {
         key: key.into(),
         iters,
-    }) {
-        Ok(Reply::Sample(s)) if s.calls > 0 && s.total_ns > 0.0 => Ok(s),
-        Ok(Reply::Sample(s)) => Err(Trouble::Refused(side, format!("an empty sample: {s:?}"))),
-        Ok(Reply::Error { message }) => Err(Trouble::Refused(side, message)),
-        Ok(other) => Err(Trouble::Refused(
+    };
+    match ask(w, side, &req)? {
+        Reply::Sample(s) if s.calls > 0 && s.total_ns > 0.0 => Ok(s),
+        Reply::Sample(s) => Err(Trouble::Refused(side, format!("an empty sample: {s:?}"))),
+        other => Err(Trouble::Refused(
             side,
             format!("answered sample with {other:?}"),
         )),
-        Err(e) => Err(Trouble::Lost(side, e)),
     }
 }
 

@@ -104,17 +104,10 @@ pub fn placement(seed: u64, device: Device) -> Result<Vec<Tensor>, TchError> {
     if !device.is_gpu() {
         return Ok(Vec::new());
     }
-    // SplitMix64: two draws from the seed
-    let mut state = seed;
-    let mut draw = || {
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    };
-    let fillers = draw() % 8;
-    let pad = 512 * (1 + draw() % 2047) as i64;
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let fillers = rng.random_range(0..8);
+    let pad = 512 * rng.random_range(1..2048_i64);
     let bytes = |n: i64| Tensor::f_empty([n], (Kind::Uint8, device.tch()));
     let mut held = (0..fillers)
         .map(|_| bytes((1 << 20) - 512))

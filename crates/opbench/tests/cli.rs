@@ -2276,12 +2276,9 @@ fn compare_opens_with_its_verdict_and_names_an_execution_that_ran_slow() {
         env!("CARGO_MANIFEST_DIR"),
         "/../analysis/tests/fixtures/calibration-2026-12-01"
     );
-    // a4 is a published run, kept in results/ (its fixture folder names it)
-    let a4 = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../results/2026-12-01-nvidia-h200-cuda-torch2.11.0-compare-x5"
-    )
-    .to_string();
+    // a4 is a published run, kept in results/: its fixture folder names it
+    let a4 = std::fs::read_to_string(format!("{d}/a4/published")).unwrap();
+    let a4 = format!("{}/../../{}", env!("CARGO_MANIFEST_DIR"), a4.trim());
     let a5 = format!("{d}/a5");
     let (code, out, err) = opbench(&["compare", &a4, &a5]);
     assert_eq!(code, 0, "{err}");

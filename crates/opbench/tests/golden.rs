@@ -197,8 +197,12 @@ fn compare_prints_what_it_printed() {
     }
 }
 
-/// The fixture `help-2026-12-03`, which is a published run, from the fixtures' folder.
-const HELP_RUN: &str = "../../../../results/2026-12-03-nvidia-h200-cuda-torch2.11.0-help";
+/// The published run a fixture folder's `published` file names, as a path from the
+/// fixtures' folder (crates/analysis/tests/fixtures, four levels under the root).
+fn published(fixtures: &Path, name: &str) -> String {
+    let rel = std::fs::read_to_string(fixtures.join(name).join("published")).unwrap();
+    format!("../../../../{}", rel.trim())
+}
 
 /// The transformers profile's first screen, on the GPU (the H200 run of what would help)
 /// and the CPU (the published CPU run): recorded 2026-12-03 (issue 49), and its split adds
@@ -206,10 +210,11 @@ const HELP_RUN: &str = "../../../../results/2026-12-03-nvidia-h200-cuda-torch2.1
 #[test]
 fn predict_transformers_prints_what_it_printed_and_its_parts_add_up() {
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../analysis/tests/fixtures");
+    // the H200 run of what would help, published in results/
+    let help = published(&fixtures, "help-2026-12-03");
     let cases = [
-        // the H200 run of what would help, published in results/
-        (HELP_RUN, "1024", "1", "gpu-1"),
-        (HELP_RUN, "1024", "64", "gpu-64"),
+        (help.as_str(), "1024", "1", "gpu-1"),
+        (help.as_str(), "1024", "64", "gpu-64"),
         (
             "published/results/2026-12-01-intel-r-xeon-r-processor-cpu-torch2.11.0-stack-x1",
             "128",
