@@ -293,6 +293,9 @@ impl<'a> Worker<'a> {
                 let entry = beside(place)
                     .and_then(|held| {
                         let case = op.prepare(variant, &problem, dt, device)?;
+                        // its kernels end before the reply, as preflight's do: the other
+                        // side's next sample must not share the device with them
+                        device.sync();
                         Ok(Made {
                             case,
                             err,
