@@ -20,12 +20,6 @@ fn runs() -> &'static Runs {
     RUNS.get_or_init(|| unpack("tests/fixtures/calibration-2026-12-01"))
 }
 
-/// The CPU fixtures, likewise.
-fn cpu_runs() -> &'static Runs {
-    static RUNS: OnceLock<Runs> = OnceLock::new();
-    RUNS.get_or_init(|| unpack("tests/fixtures/calibration-cpu-2026-12-01"))
-}
-
 fn unpack(fixtures: &str) -> Runs {
     {
         let tmp = tempfile::tempdir().unwrap();
@@ -158,13 +152,7 @@ fn same_claims_no_more_than_the_threshold(c: &analysis::compare::Comparison) {
 
 #[test]
 fn a_host_plant_is_found_globally_with_its_size_and_in_most_host_bound_cases() {
-    for (base, cand) in [
-        ("a1", "p10"),
-        ("a2", "p10"),
-        ("a1", "p10b"),
-        ("a2", "p10b"),
-        ("a3", "p10_d5"),
-    ] {
+    for (base, cand) in [("a1", "p10"), ("a2", "p10")] {
         let c = cmp(base, cand);
         let all = global(&c, FamilyScope::AllHostBound);
         assert_eq!(all.verdict, Verdict::Slower, "{base} -> {cand}");
@@ -223,10 +211,8 @@ fn device_plants_are_found_by_case_and_globally() {
     let c = cmp("a1", "d10");
     let (slower, n) = share(&c, Verdict::Slower, device);
     assert!(slower * 100 >= 95 * n, "+10%: {slower} of {n}");
-    // +5% in kernels of 5 us or more: five executions a side find it in 95%; three do not
-    let c5 = cmp("a3", "p10_d5");
-    let (slower, n) = share(&c5, Verdict::Slower, device_5us);
-    assert!(slower * 100 >= 95 * n, "+5%, 5 executions: {slower} of {n}");
+    // +5% in kernels of 5 us or more: three executions a side do not find it in 95% (five
+    // did, in runs of the fixture's README now in git history)
     let c3 = cmp("a1", "d5");
     let (slower3, n3) = share(&c3, Verdict::Slower, device_5us);
     assert!(
@@ -267,55 +253,5 @@ fn across_leases_the_same_build_is_not_called_changed() {
             );
         }
         same_claims_no_more_than_the_threshold(&c);
-    }
-}
-
-#[test]
-fn on_the_two_core_cpu_ten_executions_find_a_build_wide_plus_ten_percent_globally() {
-    let runs = cpu_runs();
-    let aa = cmp_in(runs, "a1", "a2");
-    assert_eq!(aa.executions, (10, 10));
-    assert_eq!(aa.count(Verdict::Slower) + aa.count(Verdict::Faster), 0);
-    assert_ne!(
-        global(&aa, FamilyScope::AllHostBound).verdict,
-        Verdict::Slower
-    );
-    for (base, cand) in [("a1", "p10"), ("a2", "p10"), ("a1", "t10"), ("a2", "t10")] {
-        let c = cmp_in(runs, base, cand);
-        let all = global(&c, FamilyScope::AllHostBound);
-        assert_eq!(all.verdict, Verdict::Slower, "{base} -> {cand}");
-        // the global verdict's resolution on this VM: ±13–15% at 80% power
-        assert!(all.mde > 0.1 && all.mde < 0.2, "{}", all.mde);
-    }
-}
-
-#[test]
-fn five_executions_a_side_flag_at_most_one_percent_and_miss_only_what_the_plant_missed() {
-    // lease 3 (a4, a5, d5c: five interleaved executions each, one boot)
-    let c = cmp("a4", "a5");
-    assert!(c.same_boot);
-    assert_eq!(c.executions, (5, 5));
-    same_claims_no_more_than_the_threshold(&c);
-    for pick in [device as fn(&_) -> bool, |l: &analysis::compare::Line| {
-        !device(l)
-    }] {
-        let (slower, n) = share(&c, Verdict::Slower, pick);
-        let (faster, _) = share(&c, Verdict::Faster, pick);
-        assert!(100 * (slower + faster) <= n, "{slower} + {faster} of {n}");
-    }
-    // +5% planted: 88 of 98 and 91 of 97 kernels of 5 us or more called slower; the plant
-    // delivered under 5% on the rest (rope's and HF rmsnorm's many-kernel calls, ratio
-    // 1.015–1.046 as measured), so each miss is a case whose measured change was < 5%
-    for base in ["a4", "a5"] {
-        let c = cmp(base, "d5c");
-        let (slower, n) = share(&c, Verdict::Slower, device_5us);
-        assert!(slower * 100 >= 88 * n, "{base}: {slower} of {n}");
-        for l in c.lines.iter().filter(|l| l.mde.is_some() && device_5us(l)) {
-            if l.verdict != Verdict::Slower {
-                let r = l.ratio.unwrap();
-                assert!(r < 1.05, "{base}: {} missed at {r}", l.key);
-            }
-        }
-        assert_eq!(global(&c, FamilyScope::AllDevice).verdict, Verdict::Slower);
     }
 }

@@ -272,18 +272,15 @@ fn priced_at_the_peers_layer_beside_generate_and_the_step_come_within_15_percent
 {
     use analysis::predict::{HostSpeed, HostState};
     // the floor and the peer, whose layer_beside row times layer 0's calls before every HF
-    // step sample (H200, 2026-12-02, two executions in one lease each; gen10 in a later
-    // lease, its question written down before it ran). predicted / measured, clean
-    // samples, B = 1 / 8 / 64 — step; generate() (read against the step as generate()
-    // runs it, round by round, since gen14):
-    //   gen9  exec 1: 1.02 / 1.05 / 1.04; 0.96 / 1.02 / 1.03
-    //         exec 2: 0.99 / 1.08 / 0.99; 0.98 / 1.07 / 0.87
-    //   gen10 exec 1: 1.05 / 1.01 / 1.03; 0.89 / 1.06 / 0.87
-    //         exec 2: 1.03 / 1.02 / 0.99; 1.03 / 1.02 / 1.13
-    // the same rows read from their medians (not pair by pair): generate() 4 of 6 in each
-    // run (gen9 1.27 and 1.23 at B = 8 and 64 in execution 2; gen10 0.76 and 1.34)
+    // step sample (H200, gen9, 2026-12-02, two executions in one lease). predicted /
+    // measured, clean samples, B = 1 / 8 / 64 — step; generate() (read against the step
+    // as generate() runs it, round by round, since gen14):
+    //   exec 1: 1.02 / 1.05 / 1.04; 0.96 / 1.02 / 1.03
+    //   exec 2: 0.99 / 1.08 / 0.99; 0.98 / 1.07 / 0.87
+    // the same rows read from their medians (not pair by pair): generate() 1.27 and 1.23
+    // at B = 8 and 64 in execution 2. gen10, a later lease (git history): within 15% too
     let mut got = Vec::new();
-    for r in ["gen9/1", "gen9/2", "gen10/1", "gen10/2"] {
+    for r in ["gen9/1", "gen9/2"] {
         let run = common::fixture(&format!("state-2026-12-02/{r}"));
         for b in [1, 8, 64] {
             let fast = analysis::predict::at_host_state(&run, HostState::Fast).unwrap();
@@ -311,13 +308,7 @@ fn priced_at_the_peers_layer_beside_generate_and_the_step_come_within_15_percent
             (104, 103),
             (99, 98),
             (108, 107),
-            (99, 87),
-            (105, 89),
-            (101, 106),
-            (103, 87),
-            (103, 103),
-            (102, 102),
-            (99, 113)
+            (99, 87)
         ]
     );
 }
@@ -356,35 +347,6 @@ fn with_the_op_crates_kernels_the_step_holds_and_generate_misses_once_by_a_sync_
     match g.extra {
         Extra::Measured { sync_ns, .. } => assert!((sync_ns + 7.3e6).abs() < 0.1e6, "{sync_ns}"),
         e => panic!("{e:?}"),
-    }
-}
-
-#[test]
-fn with_the_step_sites_back_to_back_the_sync_and_inputs_read_under_half_a_millisecond() {
-    use analysis::generate::Extra;
-    use analysis::predict::HostState;
-    // gen12 (one execution, B = 1 and 8: the device time left; the peer's step sites back
-    // to back in each round): generate() 1.056 and 0.995, the step 1.075 and 1.039; the
-    // sync −0.18 and −0.00 ms, generate()'s inputs −0.02 and +0.45 ms. The host stayed in
-    // its fast state throughout (steps 21.7–24.7 ms), so this run does not test the
-    // design against the slow state gen11 met
-    let run = common::fixture("state-2026-12-02/gen12/1");
-    for (b, step_want, gen_want) in [(1, 1.075, 1.056), (8, 1.039, 0.995)] {
-        let (step, generate) = ratios(&run, b, HostState::Fast);
-        assert!((step - step_want).abs() < 0.005, "B={b}: {step}");
-        assert!((generate - gen_want).abs() < 0.005, "B={b}: {generate}");
-        let fast = analysis::predict::at_host_state(&run, HostState::Fast).unwrap();
-        let q = beside_query(&fast, b);
-        let g = price(&fast, &q, &predict(&fast, &q).unwrap()).unwrap();
-        match g.extra {
-            Extra::Measured { sync_ns, inputs_ns } => {
-                assert!(
-                    sync_ns.abs() < 0.5e6 && inputs_ns.abs() < 0.5e6,
-                    "B={b}: {sync_ns} {inputs_ns}"
-                )
-            }
-            e => panic!("{e:?}"),
-        }
     }
 }
 
@@ -440,38 +402,6 @@ fn by_batch(fixture: &str) -> Vec<(f64, f64)> {
     [1, 8, 64]
         .map(|b| ratios(&run, b, analysis::predict::HostState::Fast))
         .into()
-}
-
-#[test]
-fn a_python_calls_bounded_kernel_does_not_set_the_steps_pace() {
-    use analysis::predict::{DeviceSource, HostState};
-    // gen14 execution 2 at B = 64 (a floor-and-peer run: no op crate's device rows): each
-    // Python row's device time was its pipelined time (a bound, or a series' fit clipped
-    // to it), so the kernels summed to the host's pace again, 34.1 ms over a host of 29.0,
-    // and predict called the step device-bound at 1.163× the measured. A bounded Python
-    // call is priced at the floor's kernel: the step 0.99×, host-bound (a libtorch call
-    // keeps its bound: tests/golden's predict-3-fused-64, kernels 0.965 of GPU events)
-    let run = common::fixture("state-2026-12-02/gen14/2");
-    let fast = analysis::predict::at_host_state(&run, HostState::Fast).unwrap();
-    let q = beside_query(&fast, 64);
-    let p = predict(&fast, &q).unwrap();
-    assert!(p.host_bound(), "{} {}", p.host_ns, p.device_ns);
-    let bounded: Vec<_> = p
-        .components
-        .iter()
-        .filter(|c| c.device_source == DeviceSource::Bound)
-        .collect();
-    assert!(bounded.len() >= 5, "{}", bounded.len());
-    let floor = bounded[0].device_ns;
-    for c in &bounded {
-        assert_eq!(c.device_ns, floor, "{}", c.site);
-        assert!(c.device_ns <= c.per_call_ns, "{} {}", c.site, c.device_ns);
-    }
-    let upper: f64 = bounded.iter().map(|c| c.calls as f64 * c.per_call_ns).sum();
-    let priced: f64 = bounded.iter().map(|c| c.calls as f64 * c.device_ns).sum();
-    assert!(priced < 0.2 * upper, "{priced} {upper}");
-    let (step, _) = ratios(&run, 64, HostState::Fast);
-    assert!((step - 0.989).abs() < 0.005, "{step}");
 }
 
 #[test]
@@ -546,15 +476,15 @@ fn where_generate_ran_slower_than_its_rounds_step_the_excess_was_mostly_spread_o
     // host's state changed between a round's samples more than inside a call — a step
     // sample is one step (~25–45 ms), a generate() call 32 tokens (~1 s). gen21, read the
     // same after it ran: 8 of 11 spread, 3 held by part of the tokens (one of them with
-    // its median token also within 1.1× of its mean)
+    // its median token also within 1.1× of its mean; git history)
     assert_eq!(spread_and_part("gen20"), (6, 0));
-    assert_eq!(spread_and_part("gen21"), (8, 3));
 }
 
-/// The recorded runs of `state-2026-12-02` (gen5–gen21; from gen13 on each written down before it ran;
-/// their questions and answers in the fixture's README) replayed: predict's (step,
+/// The recorded runs of `state-2026-12-02` kept in the repository (gen5, gen9, gen11, gen16,
+/// gen20; the others of gen5–gen21 in git history; their questions and answers in the
+/// fixture's README) replayed: predict's (step,
 /// generate()) over the measured, clean samples, at B = 1, 8, 64, of each run's two
-/// executions merged (gen18–gen21) and of each alone, as `replay.csv` lists them (within
+/// executions merged and of each alone, as `replay.csv` lists them (within
 /// 0.005).
 #[test]
 fn recorded_runs_replay_their_figures() {
@@ -577,7 +507,7 @@ fn recorded_runs_replay_their_figures() {
             .or_default()
             .push((view, batch, num(3), num(4)));
     }
-    assert_eq!(want.values().map(Vec::len).sum::<usize>(), 114);
+    assert_eq!(want.values().map(Vec::len).sum::<usize>(), 36);
     for (generation, rows) in want {
         let views = rows
             .iter()

@@ -2190,13 +2190,13 @@ fn state_tells_how_far_the_flags_explain_a_runs_slow_samples() {
         !out.contains("across executions") && !out.contains("level per execution"),
         "{out}"
     );
-    // two executions (the calibration grid's a1, 2026-12-01): the across table, where the
-    // level flag catches what ran slow between them (484 of 548 slow samples in the first)
-    let a1 = concat!(
+    // five executions (the calibration grid's a3, 2026-12-01): the across table, where the
+    // level flag catches what ran slow between them (732 of 855 slow samples in the first)
+    let a3 = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../analysis/tests/fixtures/state-2026-12-01/a1"
+        "/../analysis/tests/fixtures/calibration-2026-12-01/a3"
     );
-    let (code, out, err) = opbench(&["state", a1]);
+    let (code, out, err) = opbench(&["state", a3]);
     assert_eq!(code, 0, "{err}");
     let across = out.split("across executions").nth(1).unwrap_or_default();
     let first = across
@@ -2209,7 +2209,7 @@ fn state_tells_how_far_the_flags_explain_a_runs_slow_samples() {
             .skip(2)
             .collect::<Vec<_>>()
             .join(" "),
-        "1 548 495 90.3% 1402 101 7.2% 61/77 484/26 0/0 0/1 0/0 0/0"
+        "1 855 756 88.4% 1095 105 9.6% 74/80 732/28 0/0 0/0 0/0 0/0"
     );
     assert!(out.contains("level per execution"), "{out}");
     // device-timed samples: none slow, the GPU's flags on the others
@@ -2276,11 +2276,9 @@ fn compare_opens_with_its_verdict_and_names_an_execution_that_ran_slow() {
         env!("CARGO_MANIFEST_DIR"),
         "/../analysis/tests/fixtures/calibration-2026-12-01"
     );
-    // a4 is a published run, kept in results/: its fixture folder names it
-    let a4 = std::fs::read_to_string(format!("{d}/a4/published")).unwrap();
-    let a4 = format!("{}/../../{}", env!("CARGO_MANIFEST_DIR"), a4.trim());
-    let a5 = format!("{d}/a5");
-    let (code, out, err) = opbench(&["compare", &a4, &a5]);
+    // a3 (lease 2, five executions) against a1 (lease 1, three)
+    let (a3, a1) = (format!("{d}/a3"), format!("{d}/a1"));
+    let (code, out, err) = opbench(&["compare", &a3, &a1]);
     assert_eq!(code, 0, "{err}");
     let first: Vec<&str> = out.lines().filter(|l| !l.is_empty()).take(6).collect();
     assert!(
@@ -2289,7 +2287,7 @@ fn compare_opens_with_its_verdict_and_names_an_execution_that_ran_slow() {
             .any(|l| l.starts_with("**Verdict: no regression found (exit 0).**")),
         "{first:?}"
     );
-    // both sides' fifth execution ran slow throughout (opbench state reads 1.48×)
+    // a3's fifth execution ran slow throughout (opbench state reads 1.49×)
     assert!(
         out.contains("Host state: the base's execution 5 ran 1.4")
             && out.contains("`opbench state "),

@@ -317,6 +317,35 @@ fn a_long_function_is_measured_to_its_closing_brace() {
 }
 
 /// No source file of a crate over 800 lines, and no function over 120 (a test's included).
+/// The bytes of the files under `dir`, recursively (`__pycache__` left out).
+fn bytes_under(dir: &Path) -> u64 {
+    let mut n = 0;
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            if e.file_name() != "__pycache__" {
+                n += bytes_under(&p);
+            }
+        } else {
+            n += e.metadata().map(|m| m.len()).unwrap_or(0);
+        }
+    }
+    n
+}
+
+#[test]
+fn the_test_fixtures_stay_under_8_mb() {
+    // issue 47: recorded runs are evidence; what no test reads lives in git history
+    let crates = root().join("crates");
+    let total: u64 = std::fs::read_dir(&crates)
+        .unwrap()
+        .flatten()
+        .map(|c| bytes_under(&c.path().join("tests/fixtures")))
+        .sum();
+    assert!(total > 1_000_000, "no fixtures found under {crates:?}");
+    assert!(total <= 8_000_000, "the fixtures take {total} bytes");
+}
+
 #[test]
 fn no_source_file_over_800_lines_and_no_function_over_120() {
     let mut files = Vec::new();

@@ -190,6 +190,7 @@ impl Drift {
 
 /// Drift between boots of GPU-event (device) times, H200 (docs/findings.md, "Across
 /// boots"): runs of 2026-12-01 (two leases) against the published `-calibration-a1`/`-a2`
+/// (in git history at 869b19c, crates/analysis/tests/fixtures/published/results/)
 /// of 2026-11-30, same torch: the per-case spread of log ratios was 1.1–2.0% against 1.4%
 /// within one lease (≈ 1.3% more), the shared shift −0.8 to +0.3%; rounded up.
 pub const DEVICE_DRIFT: Drift = Drift {
