@@ -2,8 +2,10 @@
 //! state, and at the 10th percentile where they do not.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use analysis::predict::{HostState, at_host_state};
-use rundir::{CaseKey, Env, ResultRow, Run, RunWriter, Sample, SampleState, SeriesKey, Status};
+use rundir::{CaseKey, ResultRow, Run, Sample, SampleState, SeriesKey, Status};
 
 fn key() -> CaseKey {
     SeriesKey {
@@ -21,22 +23,8 @@ fn key() -> CaseKey {
     .at(1)
 }
 
-/// A run directory at `dir` of one H200 process.
-fn writer(dir: &std::path::Path) -> RunWriter {
-    let env = Env {
-        run_id: "r".into(),
-        started_at: "2026-12-01T10:00:00Z".into(),
-        backend: "cuda".into(),
-        devices: vec!["cuda:0".into()],
-        device_name: Some("NVIDIA H200".into()),
-        libtorch_version: "2.11.0".into(),
-        ..Env::default()
-    };
-    RunWriter::at(dir, "r", &env).unwrap()
-}
-
 fn run_with(dir: &std::path::Path, samples: &[Sample]) -> Run {
-    let mut w = writer(dir);
+    let mut w = common::h200_writer(dir);
     let mut row = ResultRow::new("r", key(), "m=1 n=2048 k=1024".into(), Status::Ok);
     let pairs: Vec<(u64, f64)> = samples.iter().map(|s| (s.iters, s.total_ns)).collect();
     row.summarize(&pairs);
@@ -113,7 +101,7 @@ fn peer_key(site: &str) -> CaseKey {
 /// A run of the peer's rows `(site, ns per sample)`, every sample one call in one
 /// execution, in the order given (round i: the i-th of each).
 fn peer_run(dir: &std::path::Path, rows: &[(&str, Vec<f64>)]) -> Run {
-    let mut w = writer(dir);
+    let mut w = common::h200_writer(dir);
     for (site, ns) in rows {
         let calls: Vec<(u64, f64)> = ns.iter().map(|t| (1, *t)).collect();
         let samples = Sample::bare(&peer_key(site), 1, &calls);

@@ -260,17 +260,8 @@ fn the_peers_torch_control_flags_its_samples_and_divides_nothing() {
 /// call of 20 ms, the host control 50 µs around each), where execution 2 ran `b64`× slower
 /// at B = 64 throughout, its time and its control alike.
 fn slow_part(dir: &std::path::Path, b64: f64) -> Run {
-    use rundir::{Env, ResultRow, RunWriter, Sample, SeriesKey, Status};
-    let env = Env {
-        run_id: "r".into(),
-        started_at: "2026-12-05T10:00:00Z".into(),
-        backend: "cuda".into(),
-        devices: vec!["cuda:0".into()],
-        device_name: Some("NVIDIA H200".into()),
-        libtorch_version: "2.11.0".into(),
-        ..Env::default()
-    };
-    let mut w = RunWriter::at(dir, "r", &env).unwrap();
+    use rundir::{ResultRow, Sample, SeriesKey, Status};
+    let mut w = common::h200_writer(dir);
     for batch in [8, 64] {
         let key = SeriesKey {
             op: rundir::OpKind::Decode,

@@ -97,12 +97,13 @@ fn config(out: &std::path::Path) -> Config {
 }
 
 /// A criterion set up as the config asks (10 samples, its warm-up and measure times).
-fn criterion_for(cfg: &Config) -> criterion::Criterion {
-    criterion::Criterion::default()
-        .sample_size(10)
-        .warm_up_time(cfg.warmup)
-        .measurement_time(cfg.measure)
-        .without_plots()
+fn criterion_for(cfg: &Config) -> harness::timing::Fronts {
+    harness::timing::Fronts::with(|c| {
+        c.sample_size(10)
+            .warm_up_time(cfg.warmup)
+            .measurement_time(cfg.measure)
+            .without_plots()
+    })
 }
 
 #[test]

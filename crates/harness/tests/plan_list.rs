@@ -47,12 +47,13 @@ fn the_plan_holds_no_cold_case_of_a_variant_without_state() {
     cfg.out = dir.path().to_path_buf();
     // criterion learns list mode from the binary's arguments, which a test does not have:
     // it runs the listed no-op benchmarks, so briefly
-    let mut c = criterion::Criterion::default()
-        .sample_size(10)
-        .warm_up_time(std::time::Duration::from_millis(1))
-        .measurement_time(std::time::Duration::from_millis(10))
-        .nresamples(1000)
-        .without_plots();
+    let mut c = harness::timing::Fronts::with(|c| {
+        c.sample_size(10)
+            .warm_up_time(std::time::Duration::from_millis(1))
+            .measurement_time(std::time::Duration::from_millis(10))
+            .nresamples(1000)
+            .without_plots()
+    });
     let selection = Selection::parse(["--bench".to_string(), "--list".to_string()]).unwrap();
     harness::run_op(&mut c, &TwoKinds, &selection, &cfg, &[Device::CPU]).unwrap();
     // SAFETY: as above.

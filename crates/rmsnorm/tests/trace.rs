@@ -40,7 +40,7 @@ fn a_cpu_trace_lists_the_aten_ops_of_each_variant() {
         trace: Some(TraceMode::Kineto),
         call_cap: None,
     };
-    let mut c = criterion::Criterion::default().without_plots();
+    let mut c = harness::timing::Fronts::with(|c| c.without_plots());
     let selection = Selection::parse([
         "--bench".to_string(),
         "input_norm/qwen3-0.6b/decode/b1/".into(),

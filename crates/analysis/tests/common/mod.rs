@@ -71,3 +71,17 @@ pub fn merged(generation: &str) -> (tempfile::TempDir, Run) {
     let run = Run::load(tmp.path()).unwrap();
     (tmp, run)
 }
+
+/// A run directory at `dir` of one H200 process (run id `r`), for runs a test writes.
+pub fn h200_writer(dir: &Path) -> rundir::RunWriter {
+    let env = rundir::Env {
+        run_id: "r".into(),
+        started_at: "2026-12-01T10:00:00Z".into(),
+        backend: "cuda".into(),
+        devices: vec!["cuda:0".into()],
+        device_name: Some("NVIDIA H200".into()),
+        libtorch_version: "2.11.0".into(),
+        ..rundir::Env::default()
+    };
+    rundir::RunWriter::at(dir, "r", &env).unwrap()
+}

@@ -3,7 +3,40 @@
 
 use super::*;
 
-/// The criterion of a bench target's `main` ([`opbench_bench!`](crate::opbench_bench)):
+/// The criterions a bench target times with, one per kind of clock: `host` for the modes
+/// the host's clock times, `device` for those GPU events time ([`DeviceEvents`]).
+pub struct Fronts {
+    /// Wall-clock time: pipelined, synced and their cold variants.
+    pub host: Criterion,
+    /// GPU-event time: device, device_cold, graph, graph_cold.
+    pub device: Criterion<DeviceEvents>,
+}
+
+impl std::fmt::Debug for Fronts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Fronts { host, device }")
+    }
+}
+
+impl Fronts {
+    /// Both fronts with [`criterion_config`]'s settings, `configure` applied to each (the
+    /// command line in a bench's `main`; a test's own settings).
+    pub fn with(configure: impl Fn(Criterion) -> Criterion) -> Self {
+        let gpu = Config::from_env().map(|c| c.gpu_index).unwrap_or(0);
+        Fronts {
+            host: configure(criterion_config()),
+            device: configure(criterion_config()).with_measurement(DeviceEvents::new(gpu)),
+        }
+    }
+
+    /// criterion's closing summary of each front.
+    pub fn final_summary(&mut self) {
+        self.host.final_summary();
+        self.device.final_summary();
+    }
+}
+
+/// The criterions of a bench target's `main` ([`opbench_bench!`](crate::opbench_bench)):
 /// [`criterion_config`] with the command line applied.
 ///
 /// One verdict voice: criterion compares each case with its previous result in
@@ -12,8 +45,7 @@ use super::*;
 /// (`--save-baseline`, `--baseline`, `--baseline-lenient`, `--discard-baseline`), the
 /// results are compared with a baseline name that is never saved, so criterion prints no
 /// verdict of its own.
-pub fn criterion_for_main() -> Criterion {
-    let c = criterion_config().configure_from_args();
+pub fn criterion_for_main() -> Fronts {
     let named = std::env::args().any(|a| {
         [
             "--save-baseline",
@@ -26,11 +58,14 @@ pub fn criterion_for_main() -> Criterion {
         .iter()
         .any(|f| a == *f || a.starts_with(&format!("{f}=")))
     });
-    if named {
-        c
-    } else {
-        c.retain_baseline("opbench-never-saved".into(), false)
-    }
+    Fronts::with(|c| {
+        let c = c.configure_from_args();
+        if named {
+            c
+        } else {
+            c.retain_baseline("opbench-never-saved".into(), false)
+        }
+    })
 }
 
 /// Criterion settings for op benches: flat sampling and the per-case budget from the
@@ -164,7 +199,7 @@ impl Sink {
 ///
 /// Call this from a criterion target through [`opbench_bench!`](crate::opbench_bench),
 /// which turns an error into a one-line message and exit code 2 in the bench's `main`.
-pub fn bench_op(c: &mut Criterion, op: &dyn Op) -> Result<RunSummary, BenchError> {
+pub fn bench_op(c: &mut Fronts, op: &dyn Op) -> Result<RunSummary, BenchError> {
     let selection = Selection::from_args().map_err(BenchError::Config)?;
     let config = Config::from_env().map_err(BenchError::Config)?;
     config.settle_process().map_err(BenchError::Config)?;
@@ -193,7 +228,7 @@ pub struct RunSummary {
 /// [`bench_op`] with the selection, configuration and devices given rather than read from
 /// the command line and the environment.
 pub fn run_op(
-    c: &mut Criterion,
+    c: &mut Fronts,
     op: &dyn Op,
     selection: &Selection,
     config: &Config,
@@ -215,8 +250,7 @@ pub fn run_op(
     }
     sink.open()?;
     let mut skipped = 0usize;
-    let mut group = c.benchmark_group(op.kind().as_str());
-    group.sampling_mode(SamplingMode::Flat);
+    let mut groups = Groups::of(c, op.kind().as_str());
     let problems = op.problems(config);
     let mut per_device = PerDevice::new(config, selection, devices);
     let mut rates: Option<crate::plan::Rates> = None;
@@ -257,7 +291,7 @@ pub fn run_op(
             config,
         };
         if selection.mode == RunMode::List {
-            plan_lines.extend(case.list(&mut group, &keys, &mut rates));
+            plan_lines.extend(case.list(&mut groups.host, &keys, &mut rates));
             continue;
         }
         let (mut prepared, err) = match preflight(
@@ -283,7 +317,7 @@ pub fn run_op(
         for (mode, key) in &keys {
             case.time_mode(
                 (*mode, key),
-                &mut group,
+                &mut groups,
                 &mut sink,
                 (&mut prepared, err),
                 samples_per_case,
@@ -295,7 +329,8 @@ pub fn run_op(
             )?;
         }
     }
-    group.finish();
+    groups.host.finish();
+    groups.device.finish();
     crate::plan::write_plan(&plan_lines);
     // the GPU's state at this process's end beside its start in env.json
     if let (Some(run), Some(probe)) = (sink.run.as_ref(), per_device.probes.iter().flatten().next())

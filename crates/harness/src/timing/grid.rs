@@ -291,7 +291,7 @@ impl GridCase<'_> {
     pub(super) fn time_mode(
         &self,
         (mode, key): (Mode, &CaseKey),
-        group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+        groups: &mut Groups<'_>,
         sink: &mut Sink,
         (prepared, err): (&mut Box<dyn Prepared>, f64),
         samples_per_case: usize,
@@ -346,27 +346,29 @@ impl GridCase<'_> {
         let mut beside = beside.filter(|_| mode == Mode::Pipelined);
         let config = self.config;
         let execution = config.execution.unwrap_or(1);
-        let (mut row, samples, beside_samples) = time_case(
-            group,
-            timed,
-            Timed {
-                problem,
-                dt,
-                device,
-                mode,
-                plant: Plant::from_config(config),
-                execution,
-                probe: self.probe,
-            },
-            key,
-            run_id,
+        let how = TimeCase {
             samples_per_case,
-            clock.as_mut().ok(),
+            clock: clock.as_mut().ok(),
             control,
-            beside
+            beside: beside
                 .as_mut()
                 .map(|b| &mut *b.prepared as &mut dyn Prepared),
-        );
+        };
+        let t = Timed {
+            problem,
+            dt,
+            device,
+            mode,
+            plant: Plant::from_config(config),
+            execution,
+            probe: self.probe,
+        };
+        // each clock reports through its own criterion measurement
+        let (mut row, samples, beside_samples) = if mode.is_device() {
+            time_case(&mut groups.device, timed, t, key, run_id, how)
+        } else {
+            time_case(&mut groups.host, timed, t, key, run_id, how)
+        };
         if let Some(what) = spread {
             row.note = Some(match row.note.take() {
                 Some(n) => format!("{n}; {what}"),
@@ -390,6 +392,34 @@ impl GridCase<'_> {
         }
         Ok(())
     }
+}
+
+/// A bench group of each front ([`Fronts`]): the host modes' and the device modes'.
+pub(super) struct Groups<'a> {
+    pub(super) host: criterion::BenchmarkGroup<'a, criterion::measurement::WallTime>,
+    pub(super) device: criterion::BenchmarkGroup<'a, DeviceEvents>,
+}
+
+impl<'a> Groups<'a> {
+    /// The group `name` of each front, sampled flat.
+    pub(super) fn of(c: &'a mut Fronts, name: &str) -> Self {
+        let mut g = Groups {
+            host: c.host.benchmark_group(name),
+            device: c.device.benchmark_group(name),
+        };
+        g.host.sampling_mode(SamplingMode::Flat);
+        g.device.sampling_mode(SamplingMode::Flat);
+        g
+    }
+}
+
+/// How [`time_case`] times a case: samples, the device clock, the torch control timed
+/// around each sample and the case timed beside it.
+pub(super) struct TimeCase<'c, 'p, 'b> {
+    pub(super) samples_per_case: usize,
+    pub(super) clock: Option<&'c mut DeviceClock>,
+    pub(super) control: Option<&'p mut dyn Prepared>,
+    pub(super) beside: Option<&'b mut dyn Prepared>,
 }
 
 /// What a case is timed as.
@@ -438,19 +468,25 @@ pub(super) fn after_failure(iters: u64) -> Duration {
     wait
 }
 
-/// Time one case in one mode through criterion; returns its row and raw samples.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn time_case(
-    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+/// Time one case in one mode through criterion (the group of the clock that times the
+/// mode); returns its row and raw samples.
+pub(super) fn time_case<M>(
+    group: &mut criterion::BenchmarkGroup<'_, M>,
     prepared: &mut dyn Prepared,
     t: Timed<'_>,
     key: &CaseKey,
     run_id: &str,
-    samples_per_case: usize,
-    mut clock: Option<&mut DeviceClock>,
-    mut control: Option<&mut dyn Prepared>,
-    mut beside: Option<&mut dyn Prepared>,
-) -> (ResultRow, Vec<Sample>, Vec<(u64, f64)>) {
+    how: TimeCase<'_, '_, '_>,
+) -> (ResultRow, Vec<Sample>, Vec<(u64, f64)>)
+where
+    M: criterion::measurement::Measurement<Value = Duration>,
+{
+    let TimeCase {
+        samples_per_case,
+        mut clock,
+        mut control,
+        mut beside,
+    } = how;
     let Timed {
         problem,
         dt,
@@ -538,13 +574,7 @@ pub(super) fn time_case(
         return (row, Vec::new(), Vec::new());
     }
     if let Some(e) = failed.borrow_mut().take() {
-        let f = Failure::from(e);
-        row.status = f.status;
-        row.note = Some(if beside_failed.get() {
-            format!("the case timed beside it failed: {}", f.reason)
-        } else {
-            f.reason
-        });
+        end_as_failed(&mut row, e, beside_failed.get());
         return (row, Vec::new(), Vec::new());
     }
     // criterion calls us once per warm-up round, then once per sample: the samples are the
@@ -556,6 +586,17 @@ pub(super) fn time_case(
     let beside = beside_record.borrow();
     let beside_tail = beside[beside.len().saturating_sub(samples_per_case)..].to_vec();
     (row, samples, beside_tail)
+}
+
+/// `row` ended by `e`, raised by the case timed beside it where `beside`.
+fn end_as_failed(row: &mut ResultRow, e: TchError, beside: bool) {
+    let f = Failure::from(e);
+    row.status = f.status;
+    row.note = Some(if beside {
+        format!("the case timed beside it failed: {}", f.reason)
+    } else {
+        f.reason
+    });
 }
 
 /// The device clock's coverage of a device-mode row's samples: its uncovered chunks, and

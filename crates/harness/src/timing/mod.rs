@@ -6,8 +6,8 @@
 //! the raw `(iters, total_ns)` of every sample for `samples.csv`. A case that fails at any
 //! point becomes a row with its status and reason; the sweep goes on.
 //!
-//! By job: `front` (criterion and the run directory), `grid` (each case's modes, rows and
-//! the case beside), `sample` (one sample and the host controls around it: what the worker
+//! By job: `front` (criterion and the run directory), `measure` (criterion's measurement of
+//! the device modes), `grid` (each case's modes, rows and the case beside), `sample` (one sample and the host controls around it: what the worker
 //! uses too), `plant` (calibration's slowdowns), `preflight` and `trace_pass`.
 
 use std::cell::RefCell;
@@ -29,13 +29,17 @@ pub use rundir::Mode;
 
 mod front;
 mod grid;
+mod measure;
 mod plant;
 mod preflight;
 mod sample;
 mod trace_pass;
 
-pub use front::{BenchError, RunSummary, bench_op, criterion_config, criterion_for_main, run_op};
+pub use front::{
+    BenchError, Fronts, RunSummary, bench_op, criterion_config, criterion_for_main, run_op,
+};
 pub(crate) use grid::{case_bytes, grid_cases, key_for, panic_message};
+pub use measure::{DeviceEvents, EventsFormatter};
 pub use plant::{Plant, PlantScope, planted_total, time_calls_planted};
 pub use preflight::{Refused, preflight};
 pub(crate) use sample::{Controls, control_ns, sample_in_state};
