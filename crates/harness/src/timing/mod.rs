@@ -36,7 +36,8 @@ mod sample;
 mod trace_pass;
 
 pub use front::{
-    BenchError, Fronts, RunSummary, bench_op, criterion_config, criterion_for_main, run_op,
+    BenchError, CRITERION_BASELINE, Fronts, RunSummary, bench_op, criterion_config,
+    criterion_for_main, run_op,
 };
 pub(crate) use grid::{case_bytes, grid_cases, key_for, panic_message};
 pub use measure::{DeviceEvents, EventsFormatter};
