@@ -83,19 +83,7 @@ fn the_fast_state_is_the_clean_samples_where_they_are_recorded() {
 
 /// The peer's decode row `site` at B = 1 (the transformers profile's shape).
 fn peer_key(site: &str) -> CaseKey {
-    SeriesKey {
-        op: rundir::OpKind::Decode,
-        variant: "transformers".into(),
-        site: site.into(),
-        model: "qwen3-0.6b".into(),
-        phase: rundir::Phase::Decode,
-        q_len: 1,
-        kv_len: Some(1025),
-        dtype: rundir::DType::F16,
-        device: "cuda:0".parse().unwrap(),
-        mode: rundir::Mode::Pipelined,
-    }
-    .at(1)
+    common::peer_key(site, 1)
 }
 
 /// A run of the peer's rows `(site, ns per sample)`, every sample one call in one

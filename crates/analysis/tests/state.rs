@@ -260,22 +260,10 @@ fn the_peers_torch_control_flags_its_samples_and_divides_nothing() {
 /// call of 20 ms, the host control 50 µs around each), where execution 2 ran `b64`× slower
 /// at B = 64 throughout, its time and its control alike.
 fn slow_part(dir: &std::path::Path, b64: f64) -> Run {
-    use rundir::{ResultRow, Sample, SeriesKey, Status};
+    use rundir::{ResultRow, Sample, Status};
     let mut w = common::h200_writer(dir);
     for batch in [8, 64] {
-        let key = SeriesKey {
-            op: rundir::OpKind::Decode,
-            variant: "transformers".into(),
-            site: "step".into(),
-            model: "qwen3-0.6b".into(),
-            phase: rundir::Phase::Decode,
-            q_len: 1,
-            kv_len: Some(1025),
-            dtype: rundir::DType::F16,
-            device: "cuda:0".parse().unwrap(),
-            mode: Mode::Pipelined,
-        }
-        .at(batch);
+        let key = common::peer_key("step", batch);
         let mut samples = Vec::new();
         for e in [1, 2] {
             let x = if e == 2 && batch == 64 { b64 } else { 1.0 };

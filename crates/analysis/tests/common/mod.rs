@@ -85,3 +85,20 @@ pub fn h200_writer(dir: &Path) -> rundir::RunWriter {
     };
     rundir::RunWriter::at(dir, "r", &env).unwrap()
 }
+
+/// The peer's decode row `site` at `batch` (the transformers profile's shape, H200, f16).
+pub fn peer_key(site: &str, batch: usize) -> rundir::CaseKey {
+    rundir::SeriesKey {
+        op: rundir::OpKind::Decode,
+        variant: "transformers".into(),
+        site: site.into(),
+        model: "qwen3-0.6b".into(),
+        phase: Phase::Decode,
+        q_len: 1,
+        kv_len: Some(1025),
+        dtype: DType::F16,
+        device: "cuda:0".parse().unwrap(),
+        mode: Mode::Pipelined,
+    }
+    .at(batch)
+}
