@@ -267,11 +267,7 @@ fn visit_unpaired(
     settings: &Settings,
 ) -> Result<(), Trouble> {
     let key = case.name.clone();
-    let order = if round % 2 == 0 {
-        [Side::Base, Side::Cand]
-    } else {
-        [Side::Cand, Side::Base]
-    };
+    let order = pair_order(round);
     let mut taken: (Vec<Sampled>, Vec<Sampled>) = (Vec::new(), Vec::new());
     let mut iters = None;
     for side in order {

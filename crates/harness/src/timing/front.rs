@@ -47,8 +47,8 @@ pub const CRITERION_BASELINE: &str = "opbench";
 /// in target/criterion and prints "Performance has regressed" from one process's samples,
 /// which on a noisy host contradicts `opbench ab`. So criterion compares with the baseline
 /// named [`CRITERION_BASELINE`], and only where a user saved one by that name: criterion's
-/// own comparison on request. A command line that names a baseline (`--save-baseline`, `--baseline`, `--baseline-lenient`,
-/// `--discard-baseline`) is followed as it is.
+/// own comparison on request. A command line that names a baseline (`--save-baseline`,
+/// `--baseline`, `--baseline-lenient`, `--discard-baseline`) is followed as it is.
 pub fn criterion_for_main() -> Fronts {
     let named = std::env::args().any(|a| {
         [

@@ -7,8 +7,9 @@
 //! point becomes a row with its status and reason; the sweep goes on.
 //!
 //! By job: `front` (criterion and the run directory), `measure` (criterion's measurement of
-//! the device modes), `grid` (each case's modes, rows and the case beside), `sample` (one sample and the host controls around it: what the worker
-//! uses too), `plant` (calibration's slowdowns), `preflight` and `trace_pass`.
+//! the device modes), `grid` (each case's modes, rows and the case beside), `sample` (one
+//! sample and the host controls around it: what the worker uses too), `plant`
+//! (calibration's slowdowns), `preflight` and `trace_pass`.
 
 use std::cell::RefCell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
