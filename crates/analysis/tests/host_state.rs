@@ -89,11 +89,16 @@ fn peer_key(site: &str) -> CaseKey {
 /// A run of the peer's rows `(site, ns per sample)`, every sample one call in one
 /// execution, in the order given (round i: the i-th of each).
 fn peer_run(dir: &std::path::Path, rows: &[(&str, Vec<f64>)]) -> Run {
+    rows_run(dir, rows, peer_key)
+}
+
+/// The same with each row's key from `key(site)`.
+fn rows_run(dir: &std::path::Path, rows: &[(&str, Vec<f64>)], key: fn(&str) -> CaseKey) -> Run {
     let mut w = common::h200_writer(dir);
     for (site, ns) in rows {
         let calls: Vec<(u64, f64)> = ns.iter().map(|t| (1, *t)).collect();
-        let samples = Sample::bare(&peer_key(site), 1, &calls);
-        let mut row = ResultRow::new("r", peer_key(site), "batch=1 L=1024".into(), Status::Ok);
+        let samples = Sample::bare(&key(site), 1, &calls);
+        let mut row = ResultRow::new("r", key(site), "batch=1 L=1024".into(), Status::Ok);
         row.summarize(&calls);
         w.write_case(&row, &samples).unwrap();
     }
@@ -188,4 +193,48 @@ fn generate_from_a_static_cache_is_read_against_generate_in_the_same_rounds() {
         .clone()
         .unwrap();
     assert!(note.contains("read against generate_from_l"), "{note}");
+}
+
+/// The decode crate's fused-profile row `site` at B = 64.
+fn fused_key(site: &str) -> CaseKey {
+    let mut k = common::peer_key(site, 64);
+    k.series.variant = "fused".into();
+    k
+}
+
+#[test]
+fn the_decode_crates_layer_beside_is_read_in_pairs_only_beside_a_short_step() {
+    // the fused step's ten samples in a host of two states, the slow one 1.6×: the step
+    // (9.3 ms fast) slow in rounds 5-9, its layer beside (1/28 of it in its round's state)
+    // in rounds 4-9 — the beside's median a slow state's, the step's between the two
+    let step = slow(5..10, 9.3e6);
+    let beside: Vec<f64> = slow(4..10, 9.3e6).iter().map(|t| t / 28.0).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let run = rows_run(
+        dir.path(),
+        &[("step", step), ("layer_beside", beside.clone())],
+        fused_key,
+    );
+    let ratio = |r: &Run| {
+        r.row(&fused_key("step")).unwrap().median_ns.unwrap()
+            / r.row(&fused_key("layer_beside"))
+                .unwrap()
+                .median_ns
+                .unwrap()
+    };
+    assert!(ratio(&run) < 25.0, "{}", ratio(&run));
+    let read = at_host_state(&run, HostState::Typical).unwrap();
+    assert!((ratio(&read) - 28.0).abs() < 0.1, "{}", ratio(&read));
+    // beside a step sample of 0.7 s (a MoE step) one state no longer holds it: the medians
+    let long = slow(5..10, 0.7e9);
+    let beside: Vec<f64> = slow(4..10, 0.7e9).iter().map(|t| t / 28.0).collect();
+    let dir = tempfile::tempdir().unwrap();
+    let run = rows_run(
+        dir.path(),
+        &[("step", long), ("layer_beside", beside)],
+        fused_key,
+    );
+    let read = at_host_state(&run, HostState::Typical).unwrap();
+    assert_eq!(ratio(&read), ratio(&run));
+    const { assert!(shapes::BESIDE_PAIRED_AT_MOST_NS < 0.7e9) };
 }

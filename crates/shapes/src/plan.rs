@@ -115,30 +115,36 @@ impl StepProfile {
     /// ([`GenerateLoop::measured_site`], against the last of them), generate() from a static
     /// cache ([`STATIC_GENERATE`], against generate()) and its framework
     /// parts' whole rows against their parts ([`OtherCall::in_sequence`]). A base comes
-    /// before the rows read against it. None for the tch profiles: the decode crate's step
-    /// samples run up to 0.7 s (the MoE step) against a layer beside of ~10 ms, whose
-    /// pairs' ratios spread 31–68 where the two medians priced the step within 3%
-    /// (docs/findings.md 11).
+    /// before the rows read against it. For the tch profiles only the decode crate's layer
+    /// beside, and only where a step sample is at most [`BESIDE_PAIRED_AT_MOST_NS`] long:
+    /// with the step's ten samples in two host states ~1.5× apart, its median and its
+    /// beside's could each fall in another (H200, help3, fused B = 64: priced 1.21× the
+    /// measured from the two medians, 1.02× in pairs); beside a MoE step of 0.16–1.4 s the
+    /// pairs read worse than the medians (hf-eager B = 8: 0.90 against 0.97).
     pub fn paired_sites(self) -> Vec<PairedSite> {
-        if self != StepProfile::Transformers {
-            return Vec::new();
-        }
         let (_, beside) = self.layer_beside();
+        let tch = self != StepProfile::Transformers;
         let mut out = vec![PairedSite {
             site: beside,
             base: "step",
             how: Pairing::Ratio,
+            base_at_most_ns: tch.then_some(BESIDE_PAIRED_AT_MOST_NS),
         }];
+        if tch {
+            return out;
+        }
         let s = GENERATE_LOOP.step_sites;
         out.extend(s.windows(2).map(|w| PairedSite {
             site: w[1],
             base: w[0],
             how: Pairing::Difference,
+            base_at_most_ns: None,
         }));
         out.push(PairedSite {
             site: GENERATE_LOOP.measured_site,
             base: s[s.len() - 1],
             how: Pairing::Difference,
+            base_at_most_ns: None,
         });
         // generate() from a static cache, sampled in the same rounds: what the static cache
         // lever is checked against, read in the step's host state like the step's own
@@ -147,6 +153,7 @@ impl StepProfile {
             site: STATIC_GENERATE,
             base: GENERATE_LOOP.measured_site,
             how: Pairing::Ratio,
+            base_at_most_ns: None,
         });
         out.extend(
             OTHER
@@ -156,6 +163,7 @@ impl StepProfile {
                     site: whole,
                     base: parts,
                     how: Pairing::Difference,
+                    base_at_most_ns: None,
                 }),
         );
         out
@@ -370,12 +378,20 @@ pub const GENERATE_LOOP: GenerateLoop = GenerateLoop {
 pub const STATIC_GENERATE: &str = "generate_static_from_l";
 
 /// A row sampled in rounds with its base row ([`StepProfile::paired_sites`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PairedSite {
     pub site: &'static str,
     pub base: &'static str,
     pub how: Pairing,
+    /// Read in pairs only where the base's median sample is at most this long, ns: one host
+    /// state holds a sample that short (`None`: any).
+    pub base_at_most_ns: Option<f64>,
 }
+
+/// The longest step sample the decode crate's layer beside is read against pair by pair:
+/// the H200's host switched states within seconds, and beside a MoE step of 0.16–1.4 s a
+/// layer timed first no longer saw the state its sample ran in (docs/findings.md 11).
+pub const BESIDE_PAIRED_AT_MOST_NS: f64 = 100e6;
 
 /// How a row sampled beside a base is read against it: what a prediction uses of the two.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

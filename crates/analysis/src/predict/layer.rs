@@ -89,11 +89,19 @@ pub fn in_sequence(
 /// row, scripts/peer.py's for transformers); `None` where the run has none (runs from before
 /// it: the peer's since 2026-12-02).
 pub fn beside_ns(run: &Run, q: &Query) -> Option<f64> {
+    beside_row(run, q)?.median_ns.filter(|t| *t > 0.0)
+}
+
+/// Whether `q`'s layer beside the step was read against the step pair by pair
+/// ([`super::read_in_pairs`]), not from its own median.
+pub fn beside_paired(run: &Run, q: &Query) -> bool {
+    beside_row(run, q).is_some_and(|r| super::was_read_against(r, "step"))
+}
+
+fn beside_row<'r>(run: &'r Run, q: &Query) -> Option<&'r ResultRow> {
     let (variant, site) = q.profile.layer_beside();
     run.row(&q.decode_key(variant, site, q.mode))
-        .filter(|r| r.is_ok())?
-        .median_ns
-        .filter(|t| *t > 0.0)
+        .filter(|r| r.is_ok())
 }
 
 /// One decoder layer inside the HF step, and the step's own work, from the step measured

@@ -265,7 +265,12 @@ pub enum HostSpeed {
     /// step's `batch`: the step's host state, its calls in sequence) over what the rows
     /// price the same calls at. The layer's calls ran in their sequence, so the context is
     /// in `scale`; no context factor is applied on top.
-    Beside { batch: usize, scale: f64 },
+    Beside {
+        batch: usize,
+        scale: f64,
+        /// The layer was read against the step's samples pair by pair, not from its median.
+        paired: bool,
+    },
 }
 
 /// The host's context factor and where it was measured.

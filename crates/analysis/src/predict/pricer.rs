@@ -644,6 +644,7 @@ impl<'a> Pricer<'a> {
                 Some(HostSpeed::Beside {
                     batch: self.q.batch,
                     scale,
+                    paired: beside_paired(self.run, self.q),
                 })
             }
             (

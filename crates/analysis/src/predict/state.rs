@@ -167,13 +167,26 @@ fn round_pairs<'s>(
         .collect()
 }
 
+/// What [`read_in_pairs`] notes on a row it read against `base`.
+fn read_against(base: &str) -> String {
+    format!("read against {base}")
+}
+
+/// Whether [`read_in_pairs`] read `r` against `base` pair by pair.
+pub fn was_read_against(r: &ResultRow, base: &str) -> bool {
+    r.note
+        .as_deref()
+        .is_some_and(|n| n.contains(&format!("{} in ", read_against(base))))
+}
+
 /// Every ok row of `run` sampled in rounds with a base row ([`StepProfile::paired_sites`])
 /// read against it pair by pair: its median becomes the base's (as priced in `state`) plus
 /// the median of the rounds' differences, or times the median of their ratios — the two
 /// rows' difference or ratio within each round, where one state held both, not between
 /// two medians that may each come from a different state of the host. In the fast state
 /// the pairs whose two samples are clean (all, where fewer than three are). A row whose
-/// samples do not pair keeps its median.
+/// samples do not pair, or whose base runs longer than its [`shapes::PairedSite`] allows,
+/// keeps its median.
 pub fn read_in_pairs(
     run: &mut Run,
     samples: &std::collections::BTreeMap<CaseKey, Vec<rundir::Sample>>,
@@ -199,6 +212,7 @@ pub fn read_in_pairs(
                     .row(&base_key)
                     .filter(|r| r.is_ok())
                     .and_then(|r| r.median_ns)
+                    .filter(|&t| p.base_at_most_ns.is_none_or(|most| t <= most))
                 else {
                     continue;
                 };
@@ -222,8 +236,8 @@ pub fn read_in_pairs(
                     append_note(
                         r,
                         &format!(
-                            "read against {} in {} rounds that sampled both: its median {how}",
-                            p.base,
+                            "{} in {} rounds that sampled both: its median {how}",
+                            read_against(p.base),
                             pairs.len()
                         ),
                     );

@@ -304,9 +304,12 @@ pub fn host_model(
                 "× {scale:.3} to the step's own process (its layer's calls each alone, {alone} at B={batch}, over what the rows price them at)"
             ))
         }
-        Some(analysis::predict::HostSpeed::Beside { batch, scale }) => {
+        Some(analysis::predict::HostSpeed::Beside {
+            batch,
+            scale,
+            paired,
+        }) => {
             let (_, site) = q.profile.layer_beside();
-            let paired = q.profile.paired_sites().iter().any(|p| p.site == site);
             let read = if paired {
                 "read against the step sample after each"
             } else {
