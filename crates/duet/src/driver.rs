@@ -54,9 +54,11 @@ pub struct Settings {
     pub budget: Budget,
     /// Rounds: judged after `first`, then twice as many, up to `max`.
     pub looks: Looks,
-    /// Pairs a case takes in each of the first two rounds, and at most after them (then
-    /// [`Outcome::pairs`] for its kind of case).
+    /// Pairs a case takes in each of the first two rounds.
     pub pairs: usize,
+    /// The most pairs a visit takes after them ([`Outcome::pairs`] for its kind of case, as
+    /// those rounds' spreads make best).
+    pub max_pairs: usize,
     pub seed: u64,
     /// A regular expression on the case keys.
     pub filter: Option<String>,
@@ -101,6 +103,7 @@ impl Default for Settings {
             budget: Budget::Total(Duration::from_secs(600)),
             looks: Looks::default(),
             pairs: 8,
+            max_pairs: 32,
             seed: 1,
             filter: None,
             cpus: None,
@@ -440,8 +443,8 @@ pub fn run(
         if round == 1 {
             let all: Vec<&CaseRun> = lists.iter().flatten().collect();
             let (h, d) = (
-                planned_pairs(&all, false, settings.pairs),
-                planned_pairs(&all, true, settings.pairs),
+                planned_pairs(&all, false, settings.max_pairs),
+                planned_pairs(&all, true, settings.max_pairs),
             );
             pairs = (h.pairs, d.pairs);
             plan = Some((h, d));

@@ -105,6 +105,8 @@ struct Fake {
     /// `level`); one made with `place` sits where the seed says. Each key's factor.
     placement: Option<f64>,
     placed: std::collections::BTreeMap<String, f64>,
+    /// What preparing a case costs, in real time.
+    prepare: Duration,
 }
 
 impl Drop for Fake {
@@ -138,6 +140,7 @@ impl Fake {
             noise: 0.01,
             placement: None,
             placed: Default::default(),
+            prepare: Duration::ZERO,
         }
     }
 }
@@ -167,6 +170,7 @@ impl Worker for Fake {
                 unsupported: vec![],
             },
             Request::Prepare { key, place } => {
+                std::thread::sleep(self.prepare);
                 if !self.cases.iter().any(|c| &c.0 == key) {
                     return Ok(Reply::Error {
                         message: format!("unknown case {key}"),
@@ -668,6 +672,41 @@ fn where_rounds_differ_more_than_pairs_visits_take_fewer_pairs_and_replay_keeps_
         assert_eq!(rounds(d), rounds(c), "{}", c.name);
     }
     assert_eq!(duet::judge(&again).counts(), v.counts());
+}
+
+#[test]
+fn where_pairs_differ_more_than_rounds_visits_take_more_pairs_up_to_the_most() {
+    // each sample within ±5% (an H200 host's dispatch-bound samples: a pair's sd 2.9%),
+    // each fresh process at its own level within ±0.2%, and a visit's preparation costing
+    // what ten pairs do: after two rounds of 8 pairs a visit takes more, at most
+    // `max_pairs`
+    let host = Host::shared(1.0, 0.0, 17);
+    let levels = Rc::new(RefCell::new(StdRng::seed_from_u64(3)));
+    let make = |label: &'static str| {
+        let (h, l) = (host.clone(), levels.clone());
+        move || {
+            let mut f = Fake::new(&h, 1.0, 6, label);
+            f.level = 1.0 + 0.002 * l.borrow_mut().random_range(-1.0..1.0);
+            f.noise = 0.05;
+            f.prepare = Duration::from_millis(1);
+            Ok(Box::new(f) as Box<dyn Worker>)
+        }
+    };
+    for most in [32, 12] {
+        let mut groups = vec![Group {
+            name: "linear".into(),
+            base: Box::new(make("base")),
+            cand: Box::new(make("cand")),
+        }];
+        let s = Settings {
+            sample: Duration::from_micros(100),
+            max_pairs: most,
+            ..settings()
+        };
+        let outcome = duet::run(&mut groups, &s, &mut |_| {}).expect("runs");
+        let host_timed = outcome.pairs.0;
+        assert!(host_timed > 8 && host_timed <= most, "{most}: {host_timed}");
+    }
 }
 
 /// Device cases whose time depends on where their tensors sit (±4%), each process's

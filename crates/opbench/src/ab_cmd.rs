@@ -69,10 +69,13 @@ pub struct Args {
     /// Warm-up per side per case, in ms.
     #[arg(long, default_value_t = 50.0)]
     warmup_ms: f64,
-    /// Pairs a case takes in each of the first two rounds; after them, at most this many,
-    /// as those rounds' spreads make best (docs/method.md, "Pairs a visit").
+    /// Pairs a case takes in each of the first two rounds.
     #[arg(long, default_value_t = 8)]
     pairs: usize,
+    /// After the first two rounds, at most this many pairs a visit, as those rounds'
+    /// spreads make best (docs/method.md, "Pairs a visit").
+    #[arg(long, default_value_t = 32)]
+    max_pairs: usize,
     /// The most rounds (each in fresh worker processes, each case prepared afresh); cases
     /// are judged after 2, 4, 8, … and the decided ones drop out.
     #[arg(long, default_value_t = 8)]
@@ -150,6 +153,12 @@ fn settings(a: &Args) -> Result<Settings, CliError> {
             a.pairs
         )));
     }
+    if a.max_pairs < 2 {
+        return Err(CliError::input(format!(
+            "--max-pairs {}: expected 2 or more",
+            a.max_pairs
+        )));
+    }
     if a.rounds < 2 {
         return Err(CliError::input(format!(
             "--rounds {}: expected 2 or more",
@@ -182,6 +191,7 @@ fn settings(a: &Args) -> Result<Settings, CliError> {
             ..stats::paired::Looks::default()
         },
         pairs: a.pairs,
+        max_pairs: a.max_pairs,
         seed: a.seed.unwrap_or_else(|| {
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
