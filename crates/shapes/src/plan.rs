@@ -390,7 +390,7 @@ pub struct PairedSite {
 
 /// The longest step sample the decode crate's layer beside is read against pair by pair:
 /// the H200's host switched states within seconds, and beside a MoE step of 0.16–1.4 s a
-/// layer timed first no longer saw the state its sample ran in (docs/findings.md 11).
+/// layer timed first no longer saw the state its sample ran in (docs/method.md, host models).
 pub const BESIDE_PAIRED_AT_MOST_NS: f64 = 100e6;
 
 /// How a row sampled beside a base is read against it: what a prediction uses of the two.
