@@ -95,7 +95,15 @@ pub fn beside_ns(run: &Run, q: &Query) -> Option<f64> {
 /// Whether `q`'s layer beside the step was read against the step pair by pair
 /// ([`super::read_in_pairs`]), not from its own median.
 pub fn beside_paired(run: &Run, q: &Query) -> bool {
-    beside_row(run, q).is_some_and(|r| super::was_read_against(r, "step"))
+    let (_, site) = q.profile.layer_beside();
+    let base = q
+        .profile
+        .paired_sites()
+        .into_iter()
+        .find(|p| p.site == site);
+    beside_row(run, q)
+        .zip(base)
+        .is_some_and(|(r, p)| super::was_read_against(r, p.base))
 }
 
 fn beside_row<'r>(run: &'r Run, q: &Query) -> Option<&'r ResultRow> {
