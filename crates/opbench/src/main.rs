@@ -289,9 +289,10 @@ pub struct PredictArgs {
     /// median per call, no GPU throttled below the case's usual clock — where the samples record
     /// their state, at least three of them; else the 10th percentile of its samples over
     /// the run's executions), for the rows and the measured step alike. In either state the
-    /// peer's rows sampled in rounds with another are read against it pair by pair (the
-    /// layer beside the step by their ratio; the step's variants, generate() per token and
-    /// the framework parts by their differences). The other is printed beside it.
+    /// rows sampled in rounds with another are read against it pair by pair (the layer
+    /// beside the step by their ratio, the decode crate's where a step sample is at most
+    /// 100 ms; the peer's step variants, generate() per token and the framework parts by
+    /// their differences). The other is printed beside it.
     #[arg(long, default_value = "typical", value_parser = PossibleValuesParser::new(HostState::ALL.map(HostState::as_str)).try_map(|s| s.parse::<HostState>()))]
     host_state: HostState,
 }
