@@ -91,6 +91,17 @@ pub fn pin(cpus: &[usize]) -> Result<(), String> {
     os::pin(cpus)
 }
 
+/// Run the calling thread only on `cpus`; the process's other threads keep theirs. Not
+/// checked against [`allowed`], which is this thread's own set (a thread pinned to one CPU
+/// must be able to go back): the OS refuses a set it may not use. A worker times a GPU
+/// case's sample this way on one CPU, the same one on both sides (docs/method.md, "CPUs").
+pub fn pin_thread(cpus: &[usize]) -> Result<(), String> {
+    if cpus.is_empty() {
+        return Err("no CPU named".into());
+    }
+    os::pin_thread(cpus)
+}
+
 #[cfg(target_os = "linux")]
 mod os {
     fn set_of(cpus: &[usize]) -> libc::cpu_set_t {
@@ -143,12 +154,26 @@ mod os {
         }
         Ok(())
     }
+
+    /// The calling thread (tid 0) only.
+    pub fn pin_thread(cpus: &[usize]) -> Result<(), String> {
+        let set = set_of(cpus);
+        // SAFETY: `set` is a valid cpu_set_t of the size passed; 0 is the calling thread
+        if unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) } != 0 {
+            return Err(format!(
+                "sched_setaffinity: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        Ok(())
+    }
 }
 
 #[cfg(windows)]
 mod os {
     use windows_sys::Win32::System::Threading::{
-        GetCurrentProcess, GetProcessAffinityMask, SetProcessAffinityMask,
+        GetCurrentProcess, GetCurrentThread, GetProcessAffinityMask, SetProcessAffinityMask,
+        SetThreadAffinityMask,
     };
 
     pub fn allowed() -> Option<Vec<usize>> {
@@ -162,17 +187,32 @@ mod os {
         })
     }
 
-    /// The process's mask covers every thread it has and starts (one processor group:
-    /// the first 64 CPUs).
-    pub fn pin(cpus: &[usize]) -> Result<(), String> {
-        let mask = cpus
-            .iter()
+    /// One processor group's mask: the first 64 CPUs.
+    fn mask_of(cpus: &[usize]) -> usize {
+        cpus.iter()
             .filter(|&&c| c < usize::BITS as usize)
-            .fold(0usize, |m, &c| m | 1 << c);
+            .fold(0usize, |m, &c| m | 1 << c)
+    }
+
+    /// The process's mask covers every thread it has and starts.
+    pub fn pin(cpus: &[usize]) -> Result<(), String> {
+        let mask = mask_of(cpus);
         // SAFETY: a mask of CPUs the process may use, on its own handle
         if unsafe { SetProcessAffinityMask(GetCurrentProcess(), mask) } == 0 {
             return Err(format!(
                 "SetProcessAffinityMask: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        Ok(())
+    }
+
+    /// The calling thread's mask only (a subset of the process's).
+    pub fn pin_thread(cpus: &[usize]) -> Result<(), String> {
+        // SAFETY: a mask of CPUs the process may use, on this thread's pseudo-handle
+        if unsafe { SetThreadAffinityMask(GetCurrentThread(), mask_of(cpus)) } == 0 {
+            return Err(format!(
+                "SetThreadAffinityMask: {}",
                 std::io::Error::last_os_error()
             ));
         }
@@ -189,11 +229,34 @@ mod os {
     pub fn pin(_cpus: &[usize]) -> Result<(), String> {
         Err("pinning to CPUs is done on Linux and Windows only".into())
     }
+
+    pub fn pin_thread(cpus: &[usize]) -> Result<(), String> {
+        pin(cpus)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn a_thread_pinned_alone_leaves_the_others_where_they_were() {
+        let all = allowed();
+        let last = *all.last().expect("a CPU");
+        let home = all.clone();
+        let inside = std::thread::spawn(move || {
+            pin_thread(&[last]).map(|()| (allowed(), pin_thread(&home).map(|()| allowed())))
+        })
+        .join()
+        .expect("the thread ran");
+        let (alone, back) = inside.expect("pinned");
+        assert_eq!(alone, vec![last]);
+        assert_eq!(back, Ok(all.clone()));
+        // the thread that started it was never moved
+        assert_eq!(allowed(), all);
+        assert!(pin_thread(&[usize::MAX - 1]).is_err());
+    }
 
     #[test]
     fn lists_read_and_write_as_taskset_has_them() {

@@ -65,6 +65,9 @@ pub struct Settings {
     /// The CPUs both sides' workers run on (`OPBENCH_CPUS`), for the summary; `None`:
     /// where the OS put them.
     pub cpus: Option<String>,
+    /// The one CPU a GPU case's samples run their thread on, both sides
+    /// (`OPBENCH_TIMING_CPU`; `None`: not set).
+    pub timing_cpu: Option<String>,
     /// Where a device-timed case's tensors sit for each pair.
     pub placement: Placement,
 }
@@ -107,6 +110,7 @@ impl Default for Settings {
             seed: 1,
             filter: None,
             cpus: None,
+            timing_cpu: None,
             placement: Placement::Once,
         }
     }

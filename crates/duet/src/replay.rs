@@ -45,6 +45,9 @@ pub fn outcome(base: &Run, cand: &Run) -> Result<Outcome, ReplayError> {
     if let Ok(t) = setting(base, "tolerance_pct")?.parse::<f64>() {
         settings.tolerance = t / 100.0;
     }
+    // where the workers ran (runs before a setting existed lack it)
+    settings.cpus = setting(base, "cpus").ok().filter(|c| c != "any");
+    settings.timing_cpu = setting(base, "timing_cpu").ok();
     // a run from before the option was placed once a visit
     if setting(base, "placement").is_ok_and(|p| p == Placement::EachPair.as_str()) {
         settings.placement = Placement::EachPair;

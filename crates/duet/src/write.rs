@@ -113,6 +113,10 @@ fn side_dir(
         ("rounds", format!("{}..{}", s.looks.first, s.looks.max)),
         ("seed", s.seed.to_string()),
         ("cpus", s.cpus.clone().unwrap_or_else(|| "any".into())),
+        (
+            "timing_cpu",
+            s.timing_cpu.clone().unwrap_or_else(|| "any".into()),
+        ),
         ("placement", s.placement.as_str().to_string()),
     ] {
         env.settings.insert(k.into(), v);
@@ -260,7 +264,7 @@ pub fn summary_md(outcome: &Outcome, v: &Verdicts, sides: [&str; 2]) -> String {
         o,
         "Paired: both builds alive at once, taking turns sample by sample (A B, B A, …), \
          {} pairs a case in each of the first two rounds, then {} (host-timed) and {} \
-         (device-timed) as those rounds' spreads make best, each round in fresh processes{}{}; \
+         (device-timed) as those rounds' spreads make best, each round in fresh processes{}{}{}; \
          {} cases {took}.\n",
         s.pairs,
         outcome.pairs.0,
@@ -268,6 +272,12 @@ pub fn summary_md(outcome: &Outcome, v: &Verdicts, sides: [&str; 2]) -> String {
         s.cpus
             .as_ref()
             .map_or(String::new(), |c| format!(", both sides on CPUs {c}")),
+        s.timing_cpu
+            .as_ref()
+            .filter(|c| c.as_str() != "any")
+            .map_or(String::new(), |c| format!(
+                " (a GPU case's samples on CPU {c})"
+            )),
         if s.placement == crate::driver::Placement::EachPair {
             ", each device-timed pair in a fresh placement"
         } else {

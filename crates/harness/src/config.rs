@@ -35,6 +35,9 @@ pub struct Config {
     pub threads: Option<usize>,
     /// `OPBENCH_CPUS`: the CPUs the process and its threads run on (unset: any).
     pub cpus: Option<Vec<usize>>,
+    /// `OPBENCH_TIMING_CPU`: in a worker (`opbench ab`), the one CPU a GPU case's sample
+    /// runs its thread on, the rest of the time on [`Self::cpus`] (unset: no change).
+    pub timing_cpu: Option<usize>,
     /// `OPBENCH_EXECUTION`: which execution (process) of a run this is, from 1; rows go to
     /// `runs/<run_id>/executions/<i>/` and `opbench merge` combines them. `None`: the run
     /// is this one process, written to `runs/<run_id>/`.
@@ -135,6 +138,7 @@ impl Config {
         }
         let threads = threads_from_env()?;
         let cpus = cpus_from_env()?;
+        let timing_cpu = timing_cpu_from_env(cpus.as_deref())?;
         Ok(Config {
             models,
             device,
@@ -151,6 +155,7 @@ impl Config {
             measure: Duration::from_millis(measure_ms),
             threads,
             cpus,
+            timing_cpu,
             execution: match var("OPBENCH_EXECUTION") {
                 None => None,
                 Some(_) => match number("OPBENCH_EXECUTION", 0u32)? {
@@ -313,6 +318,26 @@ fn cpus_from_env() -> Result<Option<Vec<usize>>, String> {
     let cpus = duet::cpus::parse(&list).map_err(|e| format!("OPBENCH_CPUS={list}: {e}"))?;
     duet::cpus::usable(&cpus).map_err(|e| format!("OPBENCH_CPUS={list}: {e}"))?;
     Ok(Some(cpus))
+}
+
+/// `OPBENCH_TIMING_CPU`: one CPU of `OPBENCH_CPUS` (or of those this process may use), or
+/// `any` (as unset).
+fn timing_cpu_from_env(cpus: Option<&[usize]>) -> Result<Option<usize>, String> {
+    let Some(v) = var("OPBENCH_TIMING_CPU").filter(|v| v.trim() != "any") else {
+        return Ok(None);
+    };
+    let c: usize = v
+        .trim()
+        .parse()
+        .map_err(|_| format!("OPBENCH_TIMING_CPU={v}: not a CPU number"))?;
+    let may = cpus.map_or_else(duet::cpus::allowed, <[usize]>::to_vec);
+    if !may.contains(&c) {
+        return Err(format!(
+            "OPBENCH_TIMING_CPU={c}: not one of this process's CPUs ({})",
+            duet::cpus::format(&may)
+        ));
+    }
+    Ok(Some(c))
 }
 
 /// A percentage in [0, 1000] (unset: 0).

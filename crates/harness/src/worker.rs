@@ -88,6 +88,9 @@ pub struct Worker<'a> {
     clocks: Vec<Option<Result<DeviceClock, String>>>,
     controls: Vec<Option<Box<dyn Prepared>>>,
     probes: Vec<Option<machine::state::GpuProbe>>,
+    /// The CPUs the process runs on, where a sample's thread returns after
+    /// [`Config::timing_cpu`].
+    home_cpus: Vec<usize>,
 }
 
 impl std::fmt::Debug for Worker<'_> {
@@ -158,6 +161,7 @@ impl<'a> Worker<'a> {
         Worker {
             ops: ops.to_vec(),
             clocks: devices.iter().map(|_| None).collect(),
+            home_cpus: config.cpus.clone().unwrap_or_else(duet::cpus::allowed),
             config,
             devices,
             cases,
@@ -377,6 +381,12 @@ impl<'a> Worker<'a> {
         let Some(Ok(Made { case: p, .. })) = self.prepared.get_mut(&case.identity()) else {
             return Err(format!("`{key}` is not prepared (or was refused)"));
         };
+        // a GPU case's sample runs its thread on the one CPU both sides use: a CPU of the
+        // set can be slow for a second while another is not (docs/method.md, "CPUs")
+        let one_cpu = self.config.timing_cpu.filter(|_| device.is_gpu());
+        if let Some(c) = one_cpu {
+            duet::cpus::pin_thread(&[c]).map_err(|e| format!("OPBENCH_TIMING_CPU: {e}"))?;
+        }
         let plant = Plant::from_config(&self.config);
         let controls = Controls::before(self.controls[d].as_deref_mut(), device, plant);
         let clock = match (&mut self.clocks[d], mode.is_device()) {
@@ -384,14 +394,18 @@ impl<'a> Worker<'a> {
             _ => None,
         };
         let calls = p.calls_per_run().max(1);
-        let (t, state) = sample_in_state(
+        let sampled = sample_in_state(
             p.as_mut(),
             (device, mode, iters.max(1)),
             clock,
             plant,
             self.probes[d].as_ref(),
         )
-        .map_err(|e| crate::classify(&e).reason)?;
+        .map_err(|e| crate::classify(&e).reason);
+        if one_cpu.is_some() {
+            duet::cpus::pin_thread(&self.home_cpus).map_err(|e| format!("OPBENCH_CPUS: {e}"))?;
+        }
+        let (t, state) = sampled?;
         Ok(Sampled {
             key: key.to_string(),
             calls: iters.max(1) * calls,

@@ -83,6 +83,7 @@ fn config(out: &std::path::Path) -> Config {
         measure: Duration::from_millis(10),
         threads: None,
         cpus: None,
+        timing_cpu: None,
         execution: None,
         seed: 1,
         plant_ns: 0,

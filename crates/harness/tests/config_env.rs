@@ -51,6 +51,19 @@ fn bad_settings_are_named_errors() {
     assert!(err(&[("OPBENCH_EXECUTION", "0")]).contains("OPBENCH_EXECUTION=0"));
     assert!(err(&[("OPBENCH_PLANT_PCT", "-5")]).contains("OPBENCH_PLANT_PCT"));
     assert!(err(&[("OPBENCH_SAMPLES", "abc")]).contains("OPBENCH_SAMPLES=abc"));
+    // the timing CPU: one of the process's CPUs, or `any`
+    let mine = duet::cpus::allowed();
+    let last = mine.last().unwrap().to_string();
+    assert_eq!(
+        with(&[("OPBENCH_TIMING_CPU", &last)]).unwrap().timing_cpu,
+        mine.last().copied()
+    );
+    assert_eq!(
+        with(&[("OPBENCH_TIMING_CPU", "any")]).unwrap().timing_cpu,
+        None
+    );
+    assert!(err(&[("OPBENCH_TIMING_CPU", "x")]).contains("OPBENCH_TIMING_CPU=x"));
+    assert!(err(&[("OPBENCH_TIMING_CPU", "100000")]).contains("not one of this process's CPUs"));
 
     // OPBENCH_SHAPES: missing, a file, a folder without grid.toml — all refused
     let dir = tempfile::tempdir().unwrap();

@@ -199,6 +199,7 @@ fn settings(a: &Args) -> Result<Settings, CliError> {
         }),
         filter: a.filter.clone(),
         cpus: None,
+        timing_cpu: None,
         placement: match a.placement {
             PlacementArg::EachPair => duet::driver::Placement::EachPair,
             PlacementArg::Once => duet::driver::Placement::Once,
@@ -252,6 +253,32 @@ fn place_workers(
     Ok(Some(list))
 }
 
+/// The one CPU both sides' workers time a GPU case's samples on (`OPBENCH_TIMING_CPU`):
+/// unless the driver's variable or a side's says otherwise, the last of the CPUs both run
+/// on. Within a set of eight, the two sides' threads sat on different CPUs, and a visit's
+/// pairs read one of them 1.3–1.5× slower for a second at a time (the H200,
+/// docs/method.md, "CPUs"). Returns the setting, for the summary.
+fn place_timing(
+    (given, cpus): (Option<&str>, Option<&str>),
+    envs: [&mut Vec<(String, String)>; 2],
+) -> Option<String> {
+    if let Some(g) = given {
+        return Some(g.to_string());
+    }
+    let last = duet::cpus::parse(cpus?).ok()?.last().copied()?;
+    let [b, c] = envs;
+    if [&*b, &*c]
+        .iter()
+        .any(|e| e.iter().any(|(n, _)| n == "OPBENCH_TIMING_CPU"))
+    {
+        return None;
+    }
+    for env in [b, c] {
+        env.push(("OPBENCH_TIMING_CPU".into(), last.to_string()));
+    }
+    Some(last.to_string())
+}
+
 pub fn run(a: &Args) -> Result<u8, CliError> {
     if let Some(prefix) = &a.judge {
         return judge_stored(a, prefix);
@@ -282,8 +309,16 @@ pub fn run(a: &Args) -> Result<u8, CliError> {
         duet::cpus::CAN_PIN,
         [&mut base_env, &mut cand_env],
     )?;
+    let timing_cpu = place_timing(
+        (
+            settings::var("OPBENCH_TIMING_CPU").as_deref(),
+            cpus.as_deref(),
+        ),
+        [&mut base_env, &mut cand_env],
+    );
     let s = Settings {
         cpus,
+        timing_cpu,
         ..settings(a)?
     };
     let mut groups: Vec<Group<'_>> = Vec::new();
@@ -467,6 +502,26 @@ mod tests {
             (one.as_deref(), var(&c, "OPBENCH_THREADS")),
             (Some("5"), Some("1"))
         );
+    }
+
+    #[test]
+    fn both_sides_time_a_gpu_case_on_the_last_of_their_cpus_unless_told() {
+        let (mut b, mut c) = (Vec::new(), Vec::new());
+        let t = place_timing((None, Some("8-15")), [&mut b, &mut c]);
+        assert_eq!(t.as_deref(), Some("15"));
+        for env in [&b, &c] {
+            assert_eq!(var(env, "OPBENCH_TIMING_CPU"), Some("15"));
+        }
+        // the driver's own setting reaches the workers as it is; no CPUs: no timing CPU
+        let (mut b, mut c) = (Vec::new(), Vec::new());
+        let t = place_timing((Some("any"), Some("8-15")), [&mut b, &mut c]);
+        assert_eq!(t.as_deref(), Some("any"));
+        assert!(b.is_empty() && c.is_empty());
+        assert_eq!(place_timing((None, None), [&mut b, &mut c]), None);
+        // a side told its own: neither is set
+        let (mut b, mut c) = (vec![("OPBENCH_TIMING_CPU".into(), "3".into())], Vec::new());
+        assert_eq!(place_timing((None, Some("2-3")), [&mut b, &mut c]), None);
+        assert_eq!(var(&c, "OPBENCH_TIMING_CPU"), None);
     }
 
     #[test]

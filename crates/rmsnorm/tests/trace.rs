@@ -29,6 +29,7 @@ fn a_cpu_trace_lists_the_aten_ops_of_each_variant() {
         measure: Duration::from_millis(10),
         threads: None,
         cpus: None,
+        timing_cpu: None,
         execution: None,
         seed: 1,
         plant_ns: 0,

@@ -292,6 +292,13 @@ pub const ALL: &[Setting] = &[
         "test knob: a spin kernel (`at::cuda::sleep`) of this share of the calls' device time, in the `device` mode",
     ),
     s(
+        "OPBENCH_TIMING_CPU",
+        "unset; `opbench ab`: the last of `OPBENCH_CPUS`, the same for both sides",
+        &[Bench],
+        Plumbing,
+        "in an `opbench ab` worker, the one CPU a GPU case's sample runs its thread on (the other side's ran there a moment before); `any`: wherever the scheduler puts it",
+    ),
+    s(
         "OPBENCH_EXECUTION",
         "unset",
         &[Bench, Scripts, Calibrate],
