@@ -279,6 +279,31 @@ fn place_timing(
     Some(last.to_string())
 }
 
+/// Both sides' CPUs ([`place_workers`]) and timing CPU ([`place_timing`]), from the
+/// driver's variables.
+fn place_both(
+    base_env: &mut Vec<(String, String)>,
+    cand_env: &mut Vec<(String, String)>,
+) -> Result<(Option<String>, Option<String>), CliError> {
+    let cpus = place_workers(
+        (
+            settings::var("OPBENCH_THREADS").as_deref(),
+            settings::var("OPBENCH_CPUS").as_deref(),
+        ),
+        &duet::cpus::allowed(),
+        duet::cpus::CAN_PIN,
+        [&mut *base_env, &mut *cand_env],
+    )?;
+    let timing = place_timing(
+        (
+            settings::var("OPBENCH_TIMING_CPU").as_deref(),
+            cpus.as_deref(),
+        ),
+        [base_env, cand_env],
+    );
+    Ok((cpus, timing))
+}
+
 pub fn run(a: &Args) -> Result<u8, CliError> {
     if let Some(prefix) = &a.judge {
         return judge_stored(a, prefix);
@@ -300,22 +325,7 @@ pub fn run(a: &Args) -> Result<u8, CliError> {
     }
     let mut base_env = pairs_of(&a.base_env, "--base-env")?;
     let mut cand_env = pairs_of(&a.cand_env, "--cand-env")?;
-    let cpus = place_workers(
-        (
-            settings::var("OPBENCH_THREADS").as_deref(),
-            settings::var("OPBENCH_CPUS").as_deref(),
-        ),
-        &duet::cpus::allowed(),
-        duet::cpus::CAN_PIN,
-        [&mut base_env, &mut cand_env],
-    )?;
-    let timing_cpu = place_timing(
-        (
-            settings::var("OPBENCH_TIMING_CPU").as_deref(),
-            cpus.as_deref(),
-        ),
-        [&mut base_env, &mut cand_env],
-    );
+    let (cpus, timing_cpu) = place_both(&mut base_env, &mut cand_env)?;
     let s = Settings {
         cpus,
         timing_cpu,
