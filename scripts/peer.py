@@ -268,11 +268,37 @@ def prepare(index, live, key):
             "check": case.check, "state_bytes": 0}
 
 
+def on_cpu(cpu):
+    """Run the calling thread on CPU `cpu` alone, as the bench binaries' workers do for a
+    GPU case's sample (OPBENCH_TIMING_CPU); returns what puts it back (Linux, Windows)."""
+    if sys.platform.startswith("linux"):
+        home = os.sched_getaffinity(0)  # 0: the calling thread
+        os.sched_setaffinity(0, {cpu})
+        return lambda: os.sched_setaffinity(0, home)
+    if sys.platform == "win32":
+        import ctypes
+        k32 = ctypes.windll.kernel32
+        k32.GetCurrentThread.restype = ctypes.c_void_p
+        k32.SetThreadAffinityMask.restype = ctypes.c_size_t
+        me = ctypes.c_void_p(k32.GetCurrentThread())
+        home = k32.SetThreadAffinityMask(me, ctypes.c_size_t(1 << cpu))
+        if not home:
+            raise OSError("SetThreadAffinityMask failed")
+        return lambda: k32.SetThreadAffinityMask(me, ctypes.c_size_t(home))
+    return lambda: None
+
+
 def sampled(c, live, key, iters):
     case = live.get(key)
     if case is None:
         return {"reply": "error", "message": f"{key} is not prepared"}
-    t = case.sample(c, iters)
+    one = os.environ.get("OPBENCH_TIMING_CPU", "any")
+    # a GPU case's samples on one CPU, the same on both sides (docs/method.md, "CPUs")
+    back = on_cpu(int(one)) if c.device.type != "cpu" and one != "any" else (lambda: None)
+    try:
+        t = case.sample(c, iters)
+    finally:
+        back()
     calls = iters * case.calls
     st = t.state
     state = {k: st.get(k) for k in ("cpu_ns", "nivcsw", "steal", "host_after_ns", "slowest_ns", "control_after_ns",

@@ -57,6 +57,21 @@ def make_run(d: Path, **settings):
     (d / "env.json").write_text(json.dumps(env))
 
 
+class TimingCpu(unittest.TestCase):
+    @unittest.skipUnless(sys.platform.startswith("linux"), "reads the thread's CPUs back on Linux")
+    def test_a_sample_thread_goes_to_one_cpu_and_back(self):
+        sys.path.insert(0, str(ROOT / "scripts"))
+        spec = importlib.util.spec_from_file_location("peer", ROOT / "scripts" / "peer.py")
+        peer_py = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(peer_py)
+        home = os.sched_getaffinity(0)
+        last = max(home)
+        back = peer_py.on_cpu(last)
+        self.assertEqual(os.sched_getaffinity(0), {last})
+        back()
+        self.assertEqual(os.sched_getaffinity(0), home)
+
+
 class Handover(unittest.TestCase):
     def test_the_peer_hands_raw_samples_to_rust_and_reads_the_runs_budget(self):
         # the run's own budget (4 samples) rules where no argument is given; the rows are
