@@ -275,6 +275,7 @@ pub fn summary_md(outcome: &Outcome, v: &Verdicts, sides: [&str; 2]) -> String {
         s.timing_cpu
             .as_ref()
             .filter(|c| c.as_str() != "any")
+            .filter(|_| outcome.cases.iter().any(|c| c.key.device.is_gpu()))
             .map_or(String::new(), |c| format!(
                 " (a GPU case's samples on CPU {c})"
             )),

@@ -834,3 +834,24 @@ fn the_same_op_from_python_is_a_family_of_its_own() {
     );
     assert!(names.iter().any(|n| !n.contains("Python")), "{names:?}");
 }
+
+#[test]
+fn a_comparison_says_and_stores_its_timing_cpu_where_it_has_gpu_cases() {
+    let mut outcome = run_placed(1.0, duet::driver::Placement::Once, 1);
+    outcome.settings.timing_cpu = Some("15".into());
+    let v = duet::judge(&outcome);
+    let text = duet::write::summary_md(&outcome, &v, ["a", "b"]);
+    assert!(text.contains("(a GPU case's samples on CPU 15)"), "{text}");
+    let dir = tempfile::tempdir().expect("tmp");
+    let w = duet::write::write(dir.path(), "t", &outcome, &v, ["a", "b"]).expect("writes");
+    let base = rundir::Run::load(&w.base).expect("base");
+    let cand = rundir::Run::load(&w.cand).expect("cand");
+    let again = duet::replay::outcome(&base, &cand).expect("read back");
+    assert_eq!(again.settings.timing_cpu.as_deref(), Some("15"));
+    // no GPU case: nothing to say of it
+    for c in &mut outcome.cases {
+        c.key.series.device = rundir::DeviceId::CPU;
+    }
+    let text = duet::write::summary_md(&outcome, &v, ["a", "b"]);
+    assert!(!text.contains("GPU case's samples"), "{text}");
+}
