@@ -81,8 +81,8 @@ pub struct Args {
     #[arg(long, default_value_t = 8)]
     rounds: usize,
     /// Where a device-timed case's tensors sit: made once a visit (`once`), or again in a
-    /// fresh placement on both sides before each pair (`each-pair`, not yet measured on a
-    /// GPU: docs/method.md, "Placement").
+    /// fresh placement on both sides before each pair (`each-pair`: on an H100 it left the
+    /// crates' shared device terms and halved the rounds; docs/method.md, "Placement").
     #[arg(long, value_enum, default_value_t = PlacementArg::Once)]
     placement: PlacementArg,
     /// Seed of the case order (default: the clock).
