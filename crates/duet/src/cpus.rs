@@ -243,16 +243,17 @@ mod tests {
     #[cfg(target_os = "linux")]
     fn a_thread_pinned_alone_leaves_the_others_where_they_were() {
         let all = allowed();
-        let last = *all.last().expect("a CPU");
+        // `allowed` falls back to every CPU by count: never empty
+        let last = all.last().copied().unwrap_or_default();
         let home = all.clone();
         let inside = std::thread::spawn(move || {
             pin_thread(&[last]).map(|()| (allowed(), pin_thread(&home).map(|()| allowed())))
         })
-        .join()
-        .expect("the thread ran");
-        let (alone, back) = inside.expect("pinned");
-        assert_eq!(alone, vec![last]);
-        assert_eq!(back, Ok(all.clone()));
+        .join();
+        assert!(
+            matches!(&inside, Ok(Ok((alone, Ok(back)))) if *alone == vec![last] && *back == all),
+            "{inside:?}"
+        );
         // the thread that started it was never moved
         assert_eq!(allowed(), all);
         assert!(pin_thread(&[usize::MAX - 1]).is_err());
