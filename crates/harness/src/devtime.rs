@@ -125,6 +125,20 @@ fn refit(rate: f64, asked: f64, ran: f64) -> f64 {
     }
 }
 
+/// Whether a lead that ran `ran` ns covered a chunk of `chunk` calls the host enqueued in
+/// `host` ns; only then is `host_ns_per_call` (what the next lead is sized by) learned from
+/// it. An uncovered enqueue may have waited for the lead itself (a call that launches more
+/// kernels than the launch queue holds blocks until the GPU drains it), and sizing the next
+/// lead by it grew the leads 1.5× a try and chunk without bound: the hf-eager step at
+/// B = 1 never finished its device samples on an H100 (2026-12-05).
+fn learn_enqueue(host_ns_per_call: &mut f64, host: f64, ran: f64, chunk: u64) -> bool {
+    let covered = host < ran;
+    if covered {
+        *host_ns_per_call = host / chunk.max(1) as f64;
+    }
+    covered
+}
+
 /// The matrix products a lead of `ns` takes at `ns_per_op` each.
 fn products(ns: f64, ns_per_op: f64) -> usize {
     (ns / ns_per_op).ceil() as usize
@@ -316,10 +330,9 @@ impl DeviceClock {
                 if self.plant.pct > 0.0 {
                     self.plant.per_call_ns = Some((device_ns - planted).max(1.0) / chunk as f64);
                 }
-                self.host_ns_per_call = host / chunk as f64;
                 tries += 1;
                 // the lead, as it ran, covered the host's enqueue: the calls ran back to back
-                let covered = host < ran;
+                let covered = learn_enqueue(&mut self.host_ns_per_call, host, ran, chunk);
                 if covered || tries >= RETRIES {
                     self.coverage.chunks += 1;
                     self.coverage.uncovered += u64::from(!covered);
@@ -353,11 +366,11 @@ impl DeviceClock {
             p.run()?;
             self.timer.stop()?;
             let host = t0.elapsed().as_nanos() as f64;
-            self.host_ns_per_call = host;
             total_ns += self.timer.elapsed_ms()? * 1e6;
             let ran = self.lead_ran(lead)?;
+            let covered = learn_enqueue(&mut self.host_ns_per_call, host, ran, 1);
             self.coverage.chunks += 1;
-            self.coverage.uncovered += u64::from(host >= ran);
+            self.coverage.uncovered += u64::from(!covered);
         }
         Ok(Duration::from_nanos(total_ns.round() as u64))
     }
@@ -365,7 +378,24 @@ impl DeviceClock {
 
 #[cfg(test)]
 mod tests {
-    use super::{Coverage, refit};
+    use super::{Coverage, learn_enqueue, refit};
+
+    #[test]
+    fn an_enqueue_that_waited_for_the_lead_does_not_size_the_next_one() {
+        // 256 calls enqueued in 0.5 ms behind a 1 ms lead: learned, 1.95 µs a call
+        let mut per_call = 20_000.0;
+        assert!(learn_enqueue(&mut per_call, 500_000.0, 1e6, 256));
+        assert!((per_call - 500_000.0 / 256.0).abs() < 1e-9);
+        // a step that blocks on the launch queue: its enqueue always outlasts the lead
+        // (it waits for it); the leads of the chunks after it stay where they were
+        let mut lead = 1.25 * per_call * 256.0;
+        for _ in 0..20 {
+            let host = lead + 13e6;
+            assert!(!learn_enqueue(&mut per_call, host, lead, 256));
+            lead = 1.25 * per_call * 256.0;
+        }
+        assert!((per_call - 500_000.0 / 256.0).abs() < 1e-9, "{per_call}");
+    }
 
     #[test]
     fn a_lead_that_ran_short_raises_the_rate() {
