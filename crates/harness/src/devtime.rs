@@ -63,14 +63,14 @@ pub struct DeviceClock {
 
 /// A planted device slowdown (`OPBENCH_PLANT_DEVICE_PCT`): a spin kernel of `pct` percent
 /// of the chunk's own device time, enqueued after each chunk's calls inside its events.
-/// The calls' device time per call is estimated from the case's previous chunk (its
-/// events less the spin planted in it); a case's first chunk (criterion's warm-up) is not
-/// planted. One spin per chunk of up to 256 calls keeps the spin kernel's own launch gap
+/// The calls' device time per call is estimated from the case's previous covered chunk
+/// (its events less the spin planted in it); a case's first chunk (criterion's warm-up) is
+/// not planted. One spin per chunk of up to 256 calls keeps the spin kernel's own launch gap
 /// (~1 µs) under 0.5% of a chunk of 2 µs kernels.
 #[derive(Debug, Clone, Copy, Default)]
 struct DevicePlant {
     pct: f64,
-    /// The case's device time per call, unplanted, from its last chunk.
+    /// The case's device time per call, unplanted, from its last covered chunk.
     per_call_ns: Option<f64>,
 }
 
@@ -327,12 +327,14 @@ impl DeviceClock {
                 let host = t0.elapsed().as_nanos() as f64;
                 let device_ns = self.timer.elapsed_ms()? * 1e6;
                 let ran = self.lead_ran(lead)?;
-                if self.plant.pct > 0.0 {
-                    self.plant.per_call_ns = Some((device_ns - planted).max(1.0) / chunk as f64);
-                }
                 tries += 1;
                 // the lead, as it ran, covered the host's enqueue: the calls ran back to back
                 let covered = learn_enqueue(&mut self.host_ns_per_call, host, ran, chunk);
+                // the plant's estimate too, only from calls that ran back to back: an
+                // uncovered chunk's events hold the GPU's wait for the host as well
+                if covered && self.plant.pct > 0.0 {
+                    self.plant.per_call_ns = Some((device_ns - planted).max(1.0) / chunk as f64);
+                }
                 if covered || tries >= RETRIES {
                     self.coverage.chunks += 1;
                     self.coverage.uncovered += u64::from(!covered);
