@@ -201,6 +201,15 @@ pub struct CaseRun {
 }
 
 impl CaseRun {
+    /// The uncovered device chunks of its samples, (base, candidate); see
+    /// [`Sampled::uncovered`](crate::protocol::Sampled::uncovered).
+    pub fn uncovered(&self) -> (u64, u64) {
+        let count = |s: &crate::protocol::Sampled| s.uncovered.unwrap_or(0);
+        self.pairs
+            .iter()
+            .fold((0, 0), |(b, c), p| (b + count(&p.base), c + count(&p.cand)))
+    }
+
     fn new(name: &CaseName, group: &str) -> Result<Self, String> {
         Ok(CaseRun {
             key: CaseKey::from_fields(&name.fields).map_err(|e| format!("{}: {e}", name.key))?,

@@ -148,6 +148,11 @@ pub struct Sampled {
     /// The build-independent host control right before the sample.
     pub host_ns: Option<f64>,
     pub state: rundir::SampleState,
+    /// Device-timed chunks of the sample whose enqueue outlasted the lead after every
+    /// retry: their events hold time the GPU waited for the host, so the sample is an upper
+    /// bound (`None`: not device-timed, or a worker that does not say).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uncovered: Option<u64>,
 }
 
 /// A worker's reply.

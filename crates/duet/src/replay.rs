@@ -132,6 +132,7 @@ fn sampled(s: &Sample) -> Sampled {
         control_ns: s.control_ns,
         host_ns: s.host_ns,
         state: s.state,
+        uncovered: None,
     }
 }
 

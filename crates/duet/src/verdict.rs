@@ -264,9 +264,16 @@ pub fn pct(ratio: f64) -> String {
 
 fn case_line(c: &CaseRun, est: Option<(Kind, Rounds)>, level: f64, tol: f64) -> CaseLine {
     let mut line = case_line_inner(c, est, level, tol);
-    if let Some(why) = &c.unpaired {
+    let (b, k) = c.uncovered();
+    let bound = (b + k > 0).then(|| {
+        format!(
+            "upper bound: in {b} base and {k} candidate chunks the host's enqueue outlasted \
+             the lead, so the GPU's wait for the host is in their time"
+        )
+    });
+    for why in [c.unpaired.clone(), bound].into_iter().flatten() {
         line.note = if line.note.is_empty() {
-            why.clone()
+            why
         } else {
             format!("{why}; {}", line.note)
         };

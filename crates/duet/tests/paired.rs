@@ -107,6 +107,8 @@ struct Fake {
     placed: std::collections::BTreeMap<String, f64>,
     /// What preparing a case costs, in real time.
     prepare: Duration,
+    /// A case whose every sample says 3 of its chunks ran uncovered.
+    uncovered_on: Option<String>,
 }
 
 impl Drop for Fake {
@@ -141,6 +143,7 @@ impl Fake {
             placement: None,
             placed: Default::default(),
             prepare: Duration::ZERO,
+            uncovered_on: None,
         }
     }
 }
@@ -223,6 +226,7 @@ impl Worker for Fake {
                     calls: *iters,
                     total_ns: *iters as f64 * per * self.factor * state,
                     control_ns: Some(800.0 * state),
+                    uncovered: self.uncovered_on.as_ref().filter(|k| *k == key).map(|_| 3),
                     ..Sampled::default()
                 })
             }
@@ -854,4 +858,50 @@ fn a_comparison_says_and_stores_its_timing_cpu_where_it_has_gpu_cases() {
     }
     let text = duet::write::summary_md(&outcome, &v, ["a", "b"]);
     assert!(!text.contains("GPU case's samples"), "{text}");
+}
+
+#[test]
+fn a_device_case_whose_chunks_ran_uncovered_is_marked_an_upper_bound() {
+    let host = Host::shared(1.0, 0.0, 21);
+    let bound = key(&fields(1, "device"));
+    let (h1, h2, k) = (host.clone(), host.clone(), bound.clone());
+    let mut groups = vec![Group {
+        name: "linear".into(),
+        base: Box::new(move || Ok(Box::new(Fake::new(&h1, 1.0, 3, "base")) as Box<dyn Worker>)),
+        cand: Box::new(move || {
+            let mut w = Fake::new(&h2, 1.0, 3, "cand");
+            w.uncovered_on = Some(k.clone());
+            Ok(Box::new(w) as Box<dyn Worker>)
+        }),
+    }];
+    let outcome = duet::run(&mut groups, &settings(), &mut |_| {}).expect("runs");
+    let v = duet::judge(&outcome);
+    for line in &v.cases {
+        assert_eq!(
+            line.note.starts_with("upper bound: in 0 base and "),
+            line.name == bound,
+            "{line:?}"
+        );
+    }
+    let dir = tempfile::tempdir().expect("tmp");
+    let w = duet::write::write(dir.path(), "u", &outcome, &v, ["a", "b"]).expect("writes");
+    let run = outcome
+        .cases
+        .iter()
+        .find(|c| c.name == bound)
+        .expect("its run");
+    let base = rundir::Run::load(&w.base).expect("base");
+    let cand = rundir::Run::load(&w.cand).expect("cand");
+    let key = &run.key;
+    assert_eq!(base.row(key).expect("base row").uncovered_chunks, Some(0));
+    let told = cand.row(key).expect("cand row").uncovered_chunks;
+    assert_eq!(told, Some(3 * run.pairs.len() as u64));
+    assert!(told.is_some_and(|n| n >= 6), "{told:?}");
+    // a case no worker said anything of keeps the column empty
+    let other = outcome
+        .cases
+        .iter()
+        .find(|c| c.name != bound)
+        .expect("another");
+    assert_eq!(cand.row(&other.key).expect("row").uncovered_chunks, None);
 }

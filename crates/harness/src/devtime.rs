@@ -250,6 +250,12 @@ impl DeviceClock {
         std::mem::take(&mut self.coverage)
     }
 
+    /// The chunks left uncovered since the last call, counting afresh; the plant's estimate
+    /// stays (a paired run's samples of one case, between which the other side runs).
+    pub fn take_uncovered(&mut self) -> u64 {
+        std::mem::take(&mut self.coverage).uncovered
+    }
+
     pub fn delay_name(&self) -> &'static str {
         match self.delay {
             Delay::Sleep { .. } => "at::cuda::sleep",

@@ -405,6 +405,10 @@ impl<'a> Worker<'a> {
         if one_cpu.is_some() {
             duet::cpus::pin_thread(&self.home_cpus).map_err(|e| format!("OPBENCH_CPUS: {e}"))?;
         }
+        let uncovered = match (&mut self.clocks[d], mode.is_device()) {
+            (Some(Ok(clock)), true) => Some(clock.take_uncovered()),
+            _ => None,
+        };
         let (t, state) = sampled?;
         Ok(Sampled {
             key: key.to_string(),
@@ -414,6 +418,7 @@ impl<'a> Worker<'a> {
             control_ns: controls.torch,
             host_ns: controls.host,
             state,
+            uncovered,
         })
     }
 }
