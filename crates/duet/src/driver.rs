@@ -254,6 +254,9 @@ pub struct Outcome {
     /// Pairs a visit took after the first two rounds, for host-timed and device-timed
     /// cases ([`stats::paired::pairs_per_visit`] from what those rounds showed).
     pub pairs: (usize, usize),
+    /// Rounds that visited the device-timed cases alone, a full round no longer fitting
+    /// the budget.
+    pub device_only_rounds: u32,
 }
 
 /// Progress, after each case visit.
@@ -371,6 +374,34 @@ pub(crate) fn ended(side: Option<Side>, status: Status, reason: &str) -> Ended {
 }
 
 /// Run the comparison over `groups`; `progress` is told after every case visit.
+/// The (host-timed, device-timed) cases the next round visits, with `left` of the budget:
+/// every active one (`visiting`) where that round fits, by the last round's time scaled to
+/// its visits (a visit of fewer pairs is shorter). Else, once the first rounds made a
+/// plan, the device-timed ones alone where that fits: their visits cost a fraction of the
+/// host-timed ones', and what they resolve is bound by their rounds (the processes'
+/// shared device term), not their pairs. `None`: no round fits.
+fn next_visits(
+    visiting: Kinds,
+    plan: Option<(Visit, Visit)>,
+    pairs: Kinds,
+    last_round: Option<(Duration, Kinds, Kinds)>,
+    left: Duration,
+) -> Option<Kinds> {
+    let fits = |v: Kinds| {
+        let next = last_round.map_or(Duration::ZERO, |(t, was, took)| {
+            t.mul_f64(round_cost(plan, v, pairs) / round_cost(plan, was, took).max(1e-9))
+        });
+        next <= left
+    };
+    if fits(visiting) {
+        Some(visiting)
+    } else if plan.is_some() && visiting.1 > 0 && fits((0, visiting.1)) {
+        Some((0, visiting.1))
+    } else {
+        None
+    }
+}
+
 pub fn run(
     groups: &mut [Group<'_>],
     settings: &Settings,
@@ -401,6 +432,7 @@ pub fn run(
     // the last round's time, the (host-timed, device-timed) cases it visited and the pairs
     // a visit of each took
     let mut last_round: Option<(Duration, Kinds, Kinds)> = None;
+    let mut device_only_rounds = 0;
     for round in 0..looks.max as u32 {
         let active = |c: &CaseRun| c.ended.is_none() && !c.decided;
         let visiting = lists
@@ -414,25 +446,27 @@ pub fn run(
                     (h + 1, d)
                 }
             });
-        let n = visiting.0 + visiting.1;
-        if n == 0 {
+        if visiting.0 + visiting.1 == 0 {
             break;
         }
-        if round as usize >= looks.first {
-            // the next round fits the budget, by the last round's time scaled to this
-            // one's visits (a visit of fewer pairs is shorter)
-            let next = last_round.map_or(Duration::ZERO, |(t, was, took)| {
-                t.mul_f64(round_cost(plan, visiting, pairs) / round_cost(plan, was, took).max(1e-9))
-            });
-            if t0.elapsed() + next > budget {
-                break;
+        let visits = if (round as usize) < looks.first {
+            visiting
+        } else {
+            let left = budget.saturating_sub(t0.elapsed());
+            match next_visits(visiting, plan, pairs, last_round, left) {
+                Some(v) => v,
+                None => break,
             }
-        }
+        };
+        let device_only = visits.0 == 0 && visiting.0 > 0;
+        device_only_rounds += u32::from(device_only);
         let r0 = Instant::now();
         tally.visited = 0;
-        tally.cases = n;
+        tally.cases = visits.0 + visits.1;
         for (g, list) in groups.iter_mut().zip(lists.iter_mut()) {
-            let mut order: Vec<usize> = (0..list.len()).filter(|&i| active(&list[i])).collect();
+            let mut order: Vec<usize> = (0..list.len())
+                .filter(|&i| active(&list[i]) && (!device_only || list[i].key.mode.is_device()))
+                .collect();
             if order.is_empty() {
                 continue;
             }
@@ -452,7 +486,7 @@ pub fn run(
                 progress(&tally);
             }
         }
-        last_round = Some((r0.elapsed(), visiting, pairs));
+        last_round = Some((r0.elapsed(), visits, pairs));
         if round == 1 {
             let all: Vec<&CaseRun> = lists.iter().flatten().collect();
             let (h, d) = (
@@ -480,5 +514,6 @@ pub fn run(
         budget,
         settings: settings.clone(),
         pairs,
+        device_only_rounds,
     })
 }

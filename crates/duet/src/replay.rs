@@ -109,6 +109,11 @@ pub fn outcome(base: &Run, cand: &Run) -> Result<Outcome, ReplayError> {
         budget: Duration::ZERO,
         settings,
         pairs: (after.0 as usize, after.1 as usize),
+        // a run from before the device-only rounds had none
+        device_only_rounds: setting(base, "device_only_rounds")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0),
     })
 }
 

@@ -118,6 +118,7 @@ fn side_dir(
             s.timing_cpu.clone().unwrap_or_else(|| "any".into()),
         ),
         ("placement", s.placement.as_str().to_string()),
+        ("device_only_rounds", outcome.device_only_rounds.to_string()),
     ] {
         env.settings.insert(k.into(), v);
     }
@@ -272,7 +273,7 @@ pub fn summary_md(outcome: &Outcome, v: &Verdicts, sides: [&str; 2]) -> String {
         o,
         "Paired: both builds alive at once, taking turns sample by sample (A B, B A, …), \
          {} pairs a case in each of the first two rounds, then {} (host-timed) and {} \
-         (device-timed) as those rounds' spreads make best, each round in fresh processes{}{}{}; \
+         (device-timed) as those rounds' spreads make best, each round in fresh processes{}{}{}{}; \
          {} cases {took}.\n",
         s.pairs,
         outcome.pairs.0,
@@ -291,6 +292,13 @@ pub fn summary_md(outcome: &Outcome, v: &Verdicts, sides: [&str; 2]) -> String {
             ", each device-timed pair in a fresh placement"
         } else {
             ""
+        },
+        match outcome.device_only_rounds {
+            0 => String::new(),
+            n => format!(
+                "; {n} more round{} for the device-timed cases alone, a full one no longer fitting",
+                if n == 1 { "" } else { "s" }
+            ),
         },
         outcome.cases.len(),
     );

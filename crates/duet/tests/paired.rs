@@ -105,8 +105,9 @@ struct Fake {
     /// `level`); one made with `place` sits where the seed says. Each key's factor.
     placement: Option<f64>,
     placed: std::collections::BTreeMap<String, f64>,
-    /// What preparing a case costs, in real time.
+    /// What preparing a case costs, in real time; a host-timed one costs `prepare_host` on top.
     prepare: Duration,
+    prepare_host: Duration,
     /// A case whose every sample says 3 of its chunks ran uncovered.
     uncovered_on: Option<String>,
 }
@@ -143,6 +144,7 @@ impl Fake {
             placement: None,
             placed: Default::default(),
             prepare: Duration::ZERO,
+            prepare_host: Duration::ZERO,
             uncovered_on: None,
         }
     }
@@ -174,6 +176,9 @@ impl Worker for Fake {
             },
             Request::Prepare { key, place } => {
                 std::thread::sleep(self.prepare);
+                if !key.ends_with("/device") {
+                    std::thread::sleep(self.prepare_host);
+                }
                 if !self.cases.iter().any(|c| &c.0 == key) {
                     return Ok(Reply::Error {
                         message: format!("unknown case {key}"),
@@ -904,4 +909,69 @@ fn a_device_case_whose_chunks_ran_uncovered_is_marked_an_upper_bound() {
         .find(|c| c.name != bound)
         .expect("another");
     assert_eq!(cand.row(&other.key).expect("row").uncovered_chunks, None);
+}
+
+#[test]
+fn where_a_full_round_no_longer_fits_the_device_cases_take_rounds_of_their_own() {
+    // every case at its fresh process's level (±2%), so none is decided early; a host-timed
+    // visit costs 15 ms a side to prepare, a device-timed one nothing. With a budget of about
+    // five full rounds the device-timed cases go on alone, each round in fresh processes
+    let host = Host::shared(1.0, 0.0, 23);
+    let levels = Rc::new(RefCell::new(StdRng::seed_from_u64(7)));
+    let make = |label: &'static str| {
+        let (h, l) = (host.clone(), levels.clone());
+        move || {
+            let mut f = Fake::new(&h, 1.0, 4, label);
+            f.level = 1.0 + 0.02 * l.borrow_mut().random_range(-1.0..1.0);
+            f.noise = 0.0005;
+            f.prepare_host = Duration::from_millis(15);
+            Ok(Box::new(f) as Box<dyn Worker>)
+        }
+    };
+    let run = |budget: Duration| {
+        let mut groups = vec![Group {
+            name: "linear".into(),
+            base: Box::new(make("base")),
+            cand: Box::new(make("cand")),
+        }];
+        let s = Settings {
+            budget: duet::driver::Budget::Total(budget),
+            ..settings()
+        };
+        duet::run(&mut groups, &s, &mut |_| {}).expect("runs")
+    };
+    let visits = |o: &duet::driver::Outcome, device: bool| {
+        o.cases
+            .iter()
+            .filter(|c| c.key.mode.is_device() == device)
+            .map(|c| c.visits)
+            .max()
+            .unwrap_or(0)
+    };
+    let short = run(Duration::from_millis(700));
+    let (host_rounds, device_rounds) = (visits(&short, false), visits(&short, true));
+    assert!(
+        short.device_only_rounds >= 1,
+        "{}",
+        short.device_only_rounds
+    );
+    assert!(host_rounds < 8, "{host_rounds}");
+    assert_eq!(
+        device_rounds,
+        host_rounds + short.device_only_rounds,
+        "{host_rounds}"
+    );
+    let v = duet::judge(&short);
+    let dir = tempfile::tempdir().expect("tmp");
+    let w = duet::write::write(dir.path(), "d", &short, &v, ["a", "b"]).expect("writes");
+    let md = std::fs::read_to_string(&w.summary).expect("summary");
+    assert!(md.contains("for the device-timed cases alone"), "{md}");
+    let base = rundir::Run::load(&w.base).expect("base");
+    let cand = rundir::Run::load(&w.cand).expect("cand");
+    let again = duet::replay::outcome(&base, &cand).expect("read back");
+    assert_eq!(again.device_only_rounds, short.device_only_rounds);
+    // where every round fits, none is the device cases' alone
+    let long = run(Duration::from_secs(60));
+    assert_eq!(long.device_only_rounds, 0);
+    assert_eq!(visits(&long, false), visits(&long, true));
 }

@@ -53,7 +53,8 @@ pub struct Args {
     #[arg(long)]
     filter: Option<String>,
     /// The comparison's time in seconds: a round starts only if it fits (the first two
-    /// always run). Default: one second a case, at most 600.
+    /// always run), then rounds of the device-timed cases alone while those fit. Default:
+    /// one second a case, at most 600.
     #[arg(long)]
     budget: Option<f64>,
     /// A case is `same` when its interval lies inside ± this percentage, `slower` or
