@@ -374,9 +374,31 @@ pub(crate) fn ended(side: Option<Side>, status: Status, reason: &str) -> Ended {
 }
 
 /// Run the comparison over `groups`; `progress` is told after every case visit.
+/// How many of `cases` are (host-timed, device-timed).
+fn kinds<'a>(cases: impl Iterator<Item = &'a CaseRun>) -> Kinds {
+    cases.fold((0, 0), |(h, d), c| {
+        if c.key.mode.is_device() {
+            (h, d + 1)
+        } else {
+            (h + 1, d)
+        }
+    })
+}
+
+/// What the last round took: in all, in starting its workers, and the (host-timed,
+/// device-timed) cases it visited and the pairs a visit of each took.
+#[derive(Debug, Clone, Copy)]
+struct LastRound {
+    took: Duration,
+    starts: Duration,
+    visits: Kinds,
+    pairs: Kinds,
+}
+
 /// The (host-timed, device-timed) cases the next round visits, with `left` of the budget:
-/// every active one (`visiting`) where that round fits, by the last round's time scaled to
-/// its visits (a visit of fewer pairs is shorter). Else, once the first rounds made a
+/// every active one (`visiting`) where that round fits, by the last round's time (its
+/// workers' starts, then its visits scaled to the next one's: a visit of fewer pairs is
+/// shorter). Else, once the first rounds made a
 /// plan, the device-timed ones alone where that fits: their visits cost a fraction of the
 /// host-timed ones', and what they resolve is bound by their rounds (the processes'
 /// shared device term), not their pairs. `None`: no round fits.
@@ -384,12 +406,13 @@ fn next_visits(
     visiting: Kinds,
     plan: Option<(Visit, Visit)>,
     pairs: Kinds,
-    last_round: Option<(Duration, Kinds, Kinds)>,
+    last_round: Option<LastRound>,
     left: Duration,
 ) -> Option<Kinds> {
     let fits = |v: Kinds| {
-        let next = last_round.map_or(Duration::ZERO, |(t, was, took)| {
-            t.mul_f64(round_cost(plan, v, pairs) / round_cost(plan, was, took).max(1e-9))
+        let next = last_round.map_or(Duration::ZERO, |r| {
+            let scale = round_cost(plan, v, pairs) / round_cost(plan, r.visits, r.pairs).max(1e-9);
+            r.starts + r.took.saturating_sub(r.starts).mul_f64(scale)
         });
         next <= left
     };
@@ -429,23 +452,11 @@ pub fn run(
     // (host-timed, device-timed) pairs a visit: the settings' until two rounds show better
     let mut pairs = (settings.pairs.max(1), settings.pairs.max(1));
     let mut plan: Option<(Visit, Visit)> = None;
-    // the last round's time, the (host-timed, device-timed) cases it visited and the pairs
-    // a visit of each took
-    let mut last_round: Option<(Duration, Kinds, Kinds)> = None;
+    let mut last_round: Option<LastRound> = None;
     let mut device_only_rounds = 0;
     for round in 0..looks.max as u32 {
         let active = |c: &CaseRun| c.ended.is_none() && !c.decided;
-        let visiting = lists
-            .iter()
-            .flatten()
-            .filter(|c| active(c))
-            .fold((0, 0), |(h, d), c| {
-                if c.key.mode.is_device() {
-                    (h, d + 1)
-                } else {
-                    (h + 1, d)
-                }
-            });
+        let visiting = kinds(lists.iter().flatten().filter(|c| active(c)));
         if visiting.0 + visiting.1 == 0 {
             break;
         }
@@ -461,6 +472,7 @@ pub fn run(
         let device_only = visits.0 == 0 && visiting.0 > 0;
         device_only_rounds += u32::from(device_only);
         let r0 = Instant::now();
+        let mut starts = Duration::ZERO;
         tally.visited = 0;
         tally.cases = visits.0 + visits.1;
         for (g, list) in groups.iter_mut().zip(lists.iter_mut()) {
@@ -473,7 +485,9 @@ pub fn run(
             order.shuffle(&mut rand::rngs::StdRng::seed_from_u64(
                 settings.seed + u64::from(round),
             ));
+            let s0 = Instant::now();
             let mut duo = Duo::start(g)?;
+            starts += s0.elapsed();
             for i in order {
                 let k = if list[i].key.mode.is_device() {
                     pairs.1
@@ -486,7 +500,12 @@ pub fn run(
                 progress(&tally);
             }
         }
-        last_round = Some((r0.elapsed(), visits, pairs));
+        last_round = Some(LastRound {
+            took: r0.elapsed(),
+            starts,
+            visits,
+            pairs,
+        });
         if round == 1 {
             let all: Vec<&CaseRun> = lists.iter().flatten().collect();
             let (h, d) = (
@@ -516,4 +535,46 @@ pub fn run(
         pairs,
         device_only_rounds,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{LastRound, Visit, next_visits};
+    use std::time::Duration;
+
+    #[test]
+    fn a_round_is_priced_by_its_starts_and_its_visits_and_the_device_cases_go_on_alone() {
+        // the last round: 100 s, 10 of them starting workers; 100 host-timed visits of
+        // 0.8 s and 50 device-timed ones of 0.2 s (80 and 10 cost units of the 90 s)
+        let plan = Some((
+            Visit {
+                pairs: 16,
+                visit_ns: 0.8e9,
+                pair_ns: 0.0,
+            },
+            Visit {
+                pairs: 2,
+                visit_ns: 0.2e9,
+                pair_ns: 0.0,
+            },
+        ));
+        let last = Some(LastRound {
+            took: Duration::from_secs(100),
+            starts: Duration::from_secs(10),
+            visits: (100, 50),
+            pairs: (16, 2),
+        });
+        let next =
+            |left: u64| next_visits((100, 50), plan, (16, 2), last, Duration::from_secs(left));
+        assert_eq!(next(100), Some((100, 50)));
+        // the device cases alone: 10 s of starts and 10 of visits
+        assert_eq!(next(99), Some((0, 50)));
+        assert_eq!(next(20), Some((0, 50)));
+        assert_eq!(next(19), None);
+        // before a plan there is no round of one kind
+        assert_eq!(
+            next_visits((100, 50), None, (8, 8), last, Duration::from_secs(50)),
+            None
+        );
+    }
 }
