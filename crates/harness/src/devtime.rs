@@ -318,37 +318,20 @@ impl DeviceClock {
         let mut left = iters;
         while left > 0 {
             let chunk = left.min(CHUNK);
-            let mut lead = (1.25 * self.host_ns_per_call * chunk as f64).max(50_000.0);
-            let mut tries = 0;
-            loop {
-                self.device.sync();
-                self.timed_lead(lead)?;
-                let t0 = Instant::now();
-                self.timer.start()?;
-                for _ in 0..chunk {
-                    p.run()?;
-                }
-                let planted = self.plant_after(chunk)?;
-                self.timer.stop()?;
-                let host = t0.elapsed().as_nanos() as f64;
-                let device_ns = self.timer.elapsed_ms()? * 1e6;
-                let ran = self.lead_ran(lead)?;
-                tries += 1;
-                // the lead, as it ran, covered the host's enqueue: the calls ran back to back
-                let covered = learn_enqueue(&mut self.host_ns_per_call, host, ran, chunk);
-                // the plant's estimate too, only from calls that ran back to back: an
-                // uncovered chunk's events hold the GPU's wait for the host as well
-                if covered && self.plant.pct > 0.0 {
-                    self.plant.per_call_ns = Some((device_ns - planted).max(1.0) / chunk as f64);
-                }
-                if covered || tries >= RETRIES {
-                    self.coverage.chunks += 1;
-                    self.coverage.uncovered += u64::from(!covered);
-                    total_ns += device_ns;
-                    break;
-                }
-                lead = 1.5 * host;
-            }
+            total_ns += self.behind_lead(
+                chunk,
+                true,
+                |c| {
+                    c.device.sync();
+                    Ok(())
+                },
+                |c| {
+                    for _ in 0..chunk {
+                        p.run()?;
+                    }
+                    c.plant_after(chunk)
+                },
+            )?;
             left -= chunk;
         }
         Ok(Duration::from_nanos(total_ns.round() as u64))
@@ -365,32 +348,61 @@ impl DeviceClock {
         }
         let mut total_ns = 0.0;
         for _ in 0..iters {
-            let mut lead = (1.25 * self.host_ns_per_call).max(50_000.0);
-            let mut tries = 0;
-            loop {
-                if let Some(buf) = self.flush.as_mut() {
-                    drop(buf.f_fill_(1.0)?);
-                }
-                self.timed_lead(lead)?;
-                let t0 = Instant::now();
-                self.timer.start()?;
-                p.run()?;
-                self.timer.stop()?;
-                let host = t0.elapsed().as_nanos() as f64;
-                let device_ns = self.timer.elapsed_ms()? * 1e6;
-                let ran = self.lead_ran(lead)?;
-                tries += 1;
-                let covered = learn_enqueue(&mut self.host_ns_per_call, host, ran, 1);
-                if covered || tries >= RETRIES {
-                    self.coverage.chunks += 1;
-                    self.coverage.uncovered += u64::from(!covered);
-                    total_ns += device_ns;
-                    break;
-                }
-                lead = 1.5 * host;
-            }
+            total_ns += self.behind_lead(
+                1,
+                false,
+                |c| {
+                    if let Some(buf) = c.flush.as_mut() {
+                        drop(buf.f_fill_(1.0)?);
+                    }
+                    Ok(())
+                },
+                |_| p.run().map(|()| 0.0),
+            )?;
         }
         Ok(Duration::from_nanos(total_ns.round() as u64))
+    }
+
+    /// The device ns of `calls` calls that `enqueue` issues between the events, behind a
+    /// lead sized by the host's enqueue time per call; `before` readies each try. A try
+    /// whose enqueue outlasted the lead as it ran is done again behind one 1.5× that
+    /// enqueue, up to [`RETRIES`] tries, the last kept and counted uncovered. `enqueue`
+    /// returns the planted spin's ns, which `plant` (warm chunks) learns the calls' own
+    /// time per call without.
+    fn behind_lead(
+        &mut self,
+        calls: u64,
+        plant: bool,
+        mut before: impl FnMut(&mut Self) -> Result<(), TchError>,
+        mut enqueue: impl FnMut(&mut Self) -> Result<f64, TchError>,
+    ) -> Result<f64, TchError> {
+        let mut lead = (1.25 * self.host_ns_per_call * calls as f64).max(50_000.0);
+        let mut tries = 0;
+        loop {
+            before(self)?;
+            self.timed_lead(lead)?;
+            let t0 = Instant::now();
+            self.timer.start()?;
+            let planted = enqueue(self)?;
+            self.timer.stop()?;
+            let host = t0.elapsed().as_nanos() as f64;
+            let device_ns = self.timer.elapsed_ms()? * 1e6;
+            let ran = self.lead_ran(lead)?;
+            tries += 1;
+            // the lead, as it ran, covered the host's enqueue: the calls ran back to back
+            let covered = learn_enqueue(&mut self.host_ns_per_call, host, ran, calls);
+            // the plant's estimate too, only from calls that ran back to back: an
+            // uncovered chunk's events hold the GPU's wait for the host as well
+            if plant && covered && self.plant.pct > 0.0 {
+                self.plant.per_call_ns = Some((device_ns - planted).max(1.0) / calls as f64);
+            }
+            if covered || tries >= RETRIES {
+                self.coverage.chunks += 1;
+                self.coverage.uncovered += u64::from(!covered);
+                return Ok(device_ns);
+            }
+            lead = 1.5 * host;
+        }
     }
 }
 
