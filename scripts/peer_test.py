@@ -116,14 +116,17 @@ class Handover(unittest.TestCase):
 
     def test_two_pythons_are_compared_in_pairs_by_opbench_ab(self):
         # the same worker on both sides of `opbench ab` (an A/A): each side's run directory
-        # holds the Python rows, and the verdict finds no regression
+        # holds the Python rows, and the verdict finds no regression. What is tested is the
+        # handover, not the statistics (crates/duet/tests/paired.rs): at ±3% one of ~15 such
+        # 20-s A/A runs on the 2-core VM called a case `slower` (CI, 2026-12-05), so ±20%
         with tempfile.TemporaryDirectory() as t:
             py = without_transformers(Path(t))
             out = subprocess.run([opbench(), "ab", "--base-python", str(py), "--cand-python", str(py),
-                                  "--filter", "^floor/py-(add|view)/", "--budget", "20", "--out", t, "--run", "aa"],
+                                  "--filter", "^floor/py-(add|view)/", "--budget", "20", "--out", t, "--run", "aa",
+                                  "--tolerance", "20", "--family-tolerance", "20"],
                                  capture_output=True, text=True,
                                  env=dict(os.environ, OPBENCH_PROFILE="quick", OPBENCH_DEVICE="cpu"))
-            self.assertEqual(out.returncode, 0, out.stderr)
+            self.assertEqual(out.returncode, 0, out.stdout[-3000:] + out.stderr[-2000:])
             self.assertIn("no regression found", out.stdout)
             for side in ("base", "cand"):
                 rows = rows_of(Path(t) / "runs" / f"aa-{side}" / "results.csv")
