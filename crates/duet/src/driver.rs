@@ -9,7 +9,8 @@
 //! what a process and an allocation share among their samples, which pairing cannot
 //! cancel, and the verdict reads that spread
 //! ([`stats::paired::Rounds`]). After rounds 2, 4 and 8 ([`stats::paired::Looks`]) the
-//! decided cases drop out; the others go on while the budget lasts.
+//! decided cases drop out; the others go on while the budget lasts, the device-timed ones
+//! alone once a full round no longer fits ([`Outcome::device_only_rounds`]).
 
 use std::time::{Duration, Instant};
 
@@ -373,7 +374,6 @@ pub(crate) fn ended(side: Option<Side>, status: Status, reason: &str) -> Ended {
     }
 }
 
-/// Run the comparison over `groups`; `progress` is told after every case visit.
 /// How many of `cases` are (host-timed, device-timed).
 fn kinds<'a>(cases: impl Iterator<Item = &'a CaseRun>) -> Kinds {
     cases.fold((0, 0), |(h, d), c| {
@@ -398,10 +398,10 @@ struct LastRound {
 /// The (host-timed, device-timed) cases the next round visits, with `left` of the budget:
 /// every active one (`visiting`) where that round fits, by the last round's time (its
 /// workers' starts, then its visits scaled to the next one's: a visit of fewer pairs is
-/// shorter). Else, once the first rounds made a
-/// plan, the device-timed ones alone where that fits: their visits cost a fraction of the
-/// host-timed ones', and what they resolve is bound by their rounds (the processes'
-/// shared device term), not their pairs. `None`: no round fits.
+/// shorter). Else, once the first rounds made a plan, the device-timed ones alone where
+/// that fits: their visits cost a fraction of the host-timed ones', and what they resolve
+/// is bound by their rounds (the processes' shared device term), not their pairs.
+/// `None`: no round fits.
 fn next_visits(
     visiting: Kinds,
     plan: Option<(Visit, Visit)>,
@@ -425,6 +425,7 @@ fn next_visits(
     }
 }
 
+/// Run the comparison over `groups`; `progress` is told after every case visit.
 pub fn run(
     groups: &mut [Group<'_>],
     settings: &Settings,
