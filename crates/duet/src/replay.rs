@@ -64,7 +64,7 @@ pub fn outcome(base: &Run, cand: &Run) -> Result<Outcome, ReplayError> {
         };
         let bp = by_pair(bs.get(&b.key).unwrap_or(&none));
         let cp = by_pair(cs.get(&b.key).unwrap_or(&none));
-        let timed: Vec<Pair> = bp
+        let mut timed: Vec<Pair> = bp
             .iter()
             .filter_map(|(i, s)| {
                 let later = if b.key.mode.is_device() {
@@ -81,6 +81,11 @@ pub fn outcome(base: &Run, cand: &Run) -> Result<Outcome, ReplayError> {
                 })
             })
             .collect();
+        // a side's uncovered chunks are kept as its row's count, carried by the first pair
+        if let Some(first) = timed.first_mut() {
+            first.base.uncovered = b.uncovered_chunks;
+            first.cand.uncovered = c.and_then(|c| c.uncovered_chunks);
+        }
         let rounds = timed.iter().map(|p| p.round + 1).max().unwrap_or(0);
         cases.push(CaseRun {
             key: b.key.clone(),

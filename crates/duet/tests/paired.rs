@@ -909,6 +909,17 @@ fn a_device_case_whose_chunks_ran_uncovered_is_marked_an_upper_bound() {
         .find(|c| c.name != bound)
         .expect("another");
     assert_eq!(cand.row(&other.key).expect("row").uncovered_chunks, None);
+    // judged again from the stored runs, it is still an upper bound
+    let again = duet::judge(&duet::replay::outcome(&base, &cand).expect("read back"));
+    let line = again
+        .cases
+        .iter()
+        .find(|c| c.name == bound)
+        .expect("its line");
+    assert!(
+        line.note.starts_with("upper bound: in 0 base and "),
+        "{line:?}"
+    );
 }
 
 #[test]
