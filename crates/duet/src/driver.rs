@@ -202,13 +202,20 @@ pub struct CaseRun {
 }
 
 impl CaseRun {
-    /// The uncovered device chunks of its samples, (base, candidate); see
+    /// The uncovered device chunks of its samples, (base, candidate), or `None` where no
+    /// sample of either side said; see
     /// [`Sampled::uncovered`](crate::protocol::Sampled::uncovered).
-    pub fn uncovered(&self) -> (u64, u64) {
-        let count = |s: &crate::protocol::Sampled| s.uncovered.unwrap_or(0);
+    pub fn uncovered(&self) -> Option<(u64, u64)> {
+        let told = |s: &crate::protocol::Sampled| s.uncovered;
         self.pairs
             .iter()
-            .fold((0, 0), |(b, c), p| (b + count(&p.base), c + count(&p.cand)))
+            .any(|p| told(&p.base).or(told(&p.cand)).is_some())
+            .then(|| {
+                let count = |s| told(s).unwrap_or(0);
+                self.pairs
+                    .iter()
+                    .fold((0, 0), |(b, c), p| (b + count(&p.base), c + count(&p.cand)))
+            })
     }
 
     fn new(name: &CaseName, group: &str) -> Result<Self, String> {

@@ -264,7 +264,7 @@ pub fn pct(ratio: f64) -> String {
 
 fn case_line(c: &CaseRun, est: Option<(Kind, Rounds)>, level: f64, tol: f64) -> CaseLine {
     let mut line = case_line_inner(c, est, level, tol);
-    let (b, k) = c.uncovered();
+    let (b, k) = c.uncovered().unwrap_or((0, 0));
     let bound = (b + k > 0).then(|| {
         format!(
             "upper bound: in {b} base and {k} candidate chunks the host's enqueue outlasted \

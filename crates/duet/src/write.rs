@@ -199,14 +199,9 @@ fn side_row(c: &CaseRun, side: Side, run_id: &str) -> (ResultRow, Vec<Sample>) {
     }
     let pairs: Vec<(u64, f64)> = samples.iter().map(|s| (s.iters, s.total_ns)).collect();
     row.summarize(&pairs);
-    let told = |s: &Sampled| s.uncovered;
-    if c.pairs
-        .iter()
-        .any(|p| told(&p.base).or(told(&p.cand)).is_some())
-    {
-        let (b, k) = c.uncovered();
-        row.uncovered_chunks = Some(if side == Side::Base { b } else { k });
-    }
+    row.uncovered_chunks = c
+        .uncovered()
+        .map(|(b, k)| if side == Side::Base { b } else { k });
     let controls: Vec<f64> = samples.iter().filter_map(|s| s.control_ns).collect();
     if !controls.is_empty() {
         row.control_ns = Some(stats::median(&controls));

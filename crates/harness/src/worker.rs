@@ -389,10 +389,7 @@ impl<'a> Worker<'a> {
         }
         let plant = Plant::from_config(&self.config);
         let controls = Controls::before(self.controls[d].as_deref_mut(), device, plant);
-        let clock = match (&mut self.clocks[d], mode.is_device()) {
-            (Some(Ok(clock)), true) => Some(clock),
-            _ => None,
-        };
+        let clock = device_clock(&mut self.clocks[d], mode);
         let calls = p.calls_per_run().max(1);
         let sampled = sample_in_state(
             p.as_mut(),
@@ -405,10 +402,7 @@ impl<'a> Worker<'a> {
         if one_cpu.is_some() {
             duet::cpus::pin_thread(&self.home_cpus).map_err(|e| format!("OPBENCH_CPUS: {e}"))?;
         }
-        let uncovered = match (&mut self.clocks[d], mode.is_device()) {
-            (Some(Ok(clock)), true) => Some(clock.take_uncovered()),
-            _ => None,
-        };
+        let uncovered = device_clock(&mut self.clocks[d], mode).map(DeviceClock::take_uncovered);
         let (t, state) = sampled?;
         Ok(Sampled {
             key: key.to_string(),
@@ -421,4 +415,14 @@ impl<'a> Worker<'a> {
             uncovered,
         })
     }
+}
+
+/// The device's clock where `mode` times on the device and the clock could be made.
+fn device_clock(
+    slot: &mut Option<Result<DeviceClock, String>>,
+    mode: Mode,
+) -> Option<&mut DeviceClock> {
+    slot.as_mut()
+        .and_then(|c| c.as_mut().ok())
+        .filter(|_| mode.is_device())
 }
