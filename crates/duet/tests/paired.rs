@@ -925,28 +925,33 @@ fn a_device_case_whose_chunks_ran_uncovered_is_marked_an_upper_bound() {
 #[test]
 fn where_a_full_round_no_longer_fits_the_device_cases_take_rounds_of_their_own() {
     // every case at its fresh process's level (±2%), so none is decided early; a host-timed
-    // visit costs 15 ms a side to prepare, a device-timed one nothing. With a budget of about
-    // five full rounds the device-timed cases go on alone, each round in fresh processes
+    // visit costs 100 ms a side to prepare, a device-timed one nothing: a full round takes
+    // 0.8 s. With a budget of 2 s the two first rounds leave ~0.4 s, too little for a
+    // third full round and plenty for the device-timed cases alone, each round in fresh
+    // processes (the margin keeps it so on a loaded machine)
     let host = Host::shared(1.0, 0.0, 23);
     let levels = Rc::new(RefCell::new(StdRng::seed_from_u64(7)));
-    let make = |label: &'static str| {
+    let make = |label: &'static str, prepare_host: Duration| {
         let (h, l) = (host.clone(), levels.clone());
         move || {
             let mut f = Fake::new(&h, 1.0, 4, label);
             f.level = 1.0 + 0.02 * l.borrow_mut().random_range(-1.0..1.0);
             f.noise = 0.0005;
-            f.prepare_host = Duration::from_millis(15);
+            f.prepare_host = prepare_host;
             Ok(Box::new(f) as Box<dyn Worker>)
         }
     };
-    let run = |budget: Duration| {
+    let run = |budget: Duration, prepare_host: Duration| {
         let mut groups = vec![Group {
             name: "linear".into(),
-            base: Box::new(make("base")),
-            cand: Box::new(make("cand")),
+            base: Box::new(make("base", prepare_host)),
+            cand: Box::new(make("cand", prepare_host)),
         }];
+        // samples that say 0.1 ms, so the plan's pair cost, read from what the samples
+        // say, is the fake's real time too (the preparation is)
         let s = Settings {
             budget: duet::driver::Budget::Total(budget),
+            sample: Duration::from_micros(100),
             ..settings()
         };
         duet::run(&mut groups, &s, &mut |_| {}).expect("runs")
@@ -959,7 +964,7 @@ fn where_a_full_round_no_longer_fits_the_device_cases_take_rounds_of_their_own()
             .max()
             .unwrap_or(0)
     };
-    let short = run(Duration::from_millis(700));
+    let short = run(Duration::from_secs(2), Duration::from_millis(100));
     let (host_rounds, device_rounds) = (visits(&short, false), visits(&short, true));
     assert!(
         short.device_only_rounds >= 1,
@@ -982,7 +987,7 @@ fn where_a_full_round_no_longer_fits_the_device_cases_take_rounds_of_their_own()
     let again = duet::replay::outcome(&base, &cand).expect("read back");
     assert_eq!(again.device_only_rounds, short.device_only_rounds);
     // where every round fits, none is the device cases' alone
-    let long = run(Duration::from_secs(60));
+    let long = run(Duration::from_secs(60), Duration::ZERO);
     assert_eq!(long.device_only_rounds, 0);
     assert_eq!(visits(&long, false), visits(&long, true));
 }
