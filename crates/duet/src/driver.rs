@@ -162,6 +162,10 @@ pub struct Pair {
     pub cand: Sampled,
     /// The base's sample came first (pairs alternate).
     pub base_first: bool,
+    /// The driver's clock around the pair (warm-up calls and a fresh placement included):
+    /// what the plan prices a pair by, as a device-timed sample reports only its GPU time.
+    /// `None` where not known (a replayed run).
+    pub wall_ns: Option<f64>,
 }
 
 impl Pair {
@@ -169,6 +173,12 @@ impl Pair {
     pub fn per_call(&self) -> (f64, f64) {
         let per = |s: &Sampled| s.total_ns / s.calls.max(1) as f64;
         (per(&self.base), per(&self.cand))
+    }
+
+    /// What the pair took: the driver's clock where known, else the samples' own times.
+    pub fn cost_ns(&self) -> f64 {
+        self.wall_ns
+            .unwrap_or(self.base.total_ns + self.cand.total_ns)
     }
 }
 
@@ -218,7 +228,7 @@ impl CaseRun {
             })
     }
 
-    fn new(name: &CaseName, group: &str) -> Result<Self, String> {
+    pub(crate) fn new(name: &CaseName, group: &str) -> Result<Self, String> {
         Ok(CaseRun {
             key: CaseKey::from_fields(&name.fields).map_err(|e| format!("{}: {e}", name.key))?,
             name: name.key.clone(),

@@ -1,7 +1,7 @@
 //! The pairs a visit takes after two rounds, per kind of case, and what a round costs:
 //! the driver's plan from what the first rounds showed.
 
-use crate::driver::CaseRun;
+use crate::driver::{CaseRun, Pair};
 
 /// A count for the (host-timed, device-timed) cases.
 pub(crate) type Kinds = (usize, usize);
@@ -30,7 +30,7 @@ pub(crate) fn round_cost(plan: Option<(Visit, Visit)>, cases: Kinds, pairs: Kind
 /// Pairs a visit of a device-timed (`device`) or host-timed case should take from now on:
 /// [`stats::paired::pairs_per_visit`] on the medians over those cases that have two rounds
 /// of pairs: a pair's variance around its round's median (by the MAD), the variance of
-/// the round medians, a visit's time beyond its pairs and a pair's time (its two samples).
+/// the round medians, a visit's time beyond its pairs and a pair's time (the driver's clock around it).
 /// `max` where no such case has run.
 pub(crate) fn planned_pairs(cases: &[&CaseRun], device: bool, max: usize) -> Visit {
     let mut within = Vec::new();
@@ -62,12 +62,7 @@ pub(crate) fn planned_pairs(cases: &[&CaseRun], device: bool, max: usize) -> Vis
             medians.iter().map(|m| (m - mean).powi(2)).sum::<f64>() / (medians.len() - 1) as f64,
         );
         per_round.push(c.pairs.len() as f64 / rounds.len() as f64);
-        let pair_ns = c
-            .pairs
-            .iter()
-            .map(|p| p.base.total_ns + p.cand.total_ns)
-            .sum::<f64>()
-            / c.pairs.len() as f64;
+        let pair_ns = c.pairs.iter().map(Pair::cost_ns).sum::<f64>() / c.pairs.len() as f64;
         let visit_ns = c.spent.as_nanos() as f64 / f64::from(c.visits.max(1));
         pair.push(pair_ns);
         visit.push((visit_ns - per_round.last().copied().unwrap_or(0.0) * pair_ns).max(0.0));
@@ -94,5 +89,68 @@ pub(crate) fn planned_pairs(cases: &[&CaseRun], device: bool, max: usize) -> Vis
         pairs,
         visit_ns,
         pair_ns,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::planned_pairs;
+    use crate::driver::{CaseRun, Pair};
+    use crate::protocol::{CaseName, Sampled};
+    use std::time::Duration;
+
+    fn device_case(wall_ns: Option<f64>) -> CaseRun {
+        let fields: Vec<String> =
+            "rmsnorm aten final_norm qwen3-0.6b decode 1 1 1025 f16 cuda:0 device"
+                .split(' ')
+                .map(String::from)
+                .collect();
+        let name = CaseName {
+            key: "rmsnorm/aten/final_norm".into(),
+            fields,
+            ..Default::default()
+        };
+        let mut case = CaseRun::new(&name, "rmsnorm").expect("a valid key");
+        let sampled = |x: f64| Sampled {
+            key: name.key.clone(),
+            calls: 100,
+            total_ns: 1e6 * x,
+            spent_ns: None,
+            control_ns: None,
+            host_ns: None,
+            state: Default::default(),
+            uncovered: None,
+        };
+        // two rounds of four pairs; each sample says 1 ms of GPU time
+        for (i, x) in [1.0, 1.01, 0.99, 1.0, 1.02, 1.0, 0.98, 1.01]
+            .iter()
+            .enumerate()
+        {
+            case.pairs.push(Pair {
+                round: i as u32 / 4,
+                index: i as u32,
+                base: sampled(1.0),
+                cand: sampled(*x),
+                base_first: i % 2 == 0,
+                wall_ns,
+            });
+        }
+        case.visits = 2;
+        case.spent = Duration::from_millis(2 * (50 + 4 * 10));
+        case
+    }
+
+    #[test]
+    fn a_pair_is_priced_by_the_drivers_clock_not_by_the_time_its_samples_report() {
+        // pairs that took 10 ms by the driver's clock, of samples that report 1 ms each
+        let timed = device_case(Some(10e6));
+        let v = planned_pairs(&[&timed], true, 32);
+        assert!((v.pair_ns - 10e6).abs() < 1.0, "{v:?}");
+        // a visit: 90 ms, of which 4 pairs took 40
+        assert!((v.visit_ns - 50e6).abs() < 1e3, "{v:?}");
+        // a replayed run has no clock: the samples' own times
+        let replayed = device_case(None);
+        let v = planned_pairs(&[&replayed], true, 32);
+        assert!((v.pair_ns - 2.00125e6).abs() < 1e3, "{v:?}");
     }
 }

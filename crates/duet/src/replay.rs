@@ -78,6 +78,7 @@ pub fn outcome(base: &Run, cand: &Run) -> Result<Outcome, ReplayError> {
                     base: s.clone(),
                     cand: cp.get(i)?.clone(),
                     base_first: i % 2 == 0,
+                    wall_ns: None,
                 })
             })
             .collect();

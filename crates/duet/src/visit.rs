@@ -206,6 +206,7 @@ fn visit_inner(
     for _ in 0..pairs.max(1) {
         let index = case.pairs.len() as u32;
         let order = pair_order(index);
+        let t_pair = Instant::now();
         if placed && index != opening {
             for s in order {
                 let p = prepare(duo.side(s), s, &key, place(index, s))?;
@@ -229,6 +230,7 @@ fn visit_inner(
             base,
             cand,
             base_first,
+            wall_ns: Some(t_pair.elapsed().as_nanos() as f64),
         });
     }
     Ok(())
@@ -268,7 +270,8 @@ fn visit_unpaired(
 ) -> Result<(), Trouble> {
     let key = case.name.clone();
     let order = pair_order(round);
-    let mut taken: (Vec<Sampled>, Vec<Sampled>) = (Vec::new(), Vec::new());
+    // each sample with the driver's clock around it
+    let mut taken: (Vec<(Sampled, f64)>, Vec<(Sampled, f64)>) = (Vec::new(), Vec::new());
     let mut iters = None;
     for side in order {
         let other = other(side);
@@ -291,14 +294,16 @@ fn visit_unpaired(
             Side::Cand => &mut taken.1,
         };
         for _ in 0..settings.pairs.max(1) {
-            into.push(sample(duo.side(side), side, &key, n)?);
+            let t0 = Instant::now();
+            let s = sample(duo.side(side), side, &key, n)?;
+            into.push((s, t0.elapsed().as_nanos() as f64));
         }
         let _ = duo.side(side).call(&Request::Release { key: key.clone() });
     }
     // neither process holds the case for the next one
     duo.restart(order[1])
         .map_err(|e| Trouble::Lost(order[1], e))?;
-    for (base, cand) in taken.0.into_iter().zip(taken.1) {
+    for ((base, b_ns), (cand, c_ns)) in taken.0.into_iter().zip(taken.1) {
         let index = case.pairs.len() as u32;
         case.pairs.push(Pair {
             round,
@@ -306,6 +311,7 @@ fn visit_unpaired(
             base,
             cand,
             base_first: order[0] == Side::Base,
+            wall_ns: Some(b_ns + c_ns),
         });
     }
     Ok(())
