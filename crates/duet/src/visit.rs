@@ -270,8 +270,9 @@ fn visit_unpaired(
 ) -> Result<(), Trouble> {
     let key = case.name.clone();
     let order = pair_order(round);
-    // each sample with the driver's clock around it
-    let mut taken: (Vec<(Sampled, f64)>, Vec<(Sampled, f64)>) = (Vec::new(), Vec::new());
+    // each sample with the driver's clock around it (ns)
+    type Timed = Vec<(Sampled, f64)>;
+    let mut taken: (Timed, Timed) = (Vec::new(), Vec::new());
     let mut iters = None;
     for side in order {
         let other = other(side);
