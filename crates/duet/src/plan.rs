@@ -30,8 +30,8 @@ pub(crate) fn round_cost(plan: Option<(Visit, Visit)>, cases: Kinds, pairs: Kind
 /// Pairs a visit of a device-timed (`device`) or host-timed case should take from now on:
 /// [`stats::paired::pairs_per_visit`] on the medians over those cases that have two rounds
 /// of pairs: a pair's variance around its round's median (by the MAD), the variance of
-/// the round medians, a visit's time beyond its pairs and a pair's time (the driver's clock around it).
-/// `max` where no such case has run.
+/// the round medians, a visit's time beyond its pairs and a pair's time (the driver's
+/// clock around it). `max` where no such case has run.
 pub(crate) fn planned_pairs(cases: &[&CaseRun], device: bool, max: usize) -> Visit {
     let mut within = Vec::new();
     let mut between = Vec::new();
