@@ -99,7 +99,7 @@ mod tests {
     use crate::protocol::{CaseName, Sampled};
     use std::time::Duration;
 
-    fn device_case(wall_ns: Option<f64>) -> CaseRun {
+    fn device_case(wall_ns: Option<f64>) -> Result<CaseRun, String> {
         let fields: Vec<String> =
             "rmsnorm aten final_norm qwen3-0.6b decode 1 1 1025 f16 cuda:0 device"
                 .split(' ')
@@ -110,7 +110,7 @@ mod tests {
             fields,
             ..Default::default()
         };
-        let mut case = CaseRun::new(&name, "rmsnorm").expect("a valid key");
+        let mut case = CaseRun::new(&name, "rmsnorm")?;
         let sampled = |x: f64| Sampled {
             key: name.key.clone(),
             calls: 100,
@@ -137,20 +137,22 @@ mod tests {
         }
         case.visits = 2;
         case.spent = Duration::from_millis(2 * (50 + 4 * 10));
-        case
+        Ok(case)
     }
 
     #[test]
-    fn a_pair_is_priced_by_the_drivers_clock_not_by_the_time_its_samples_report() {
+    fn a_pair_is_priced_by_the_drivers_clock_not_by_the_time_its_samples_report()
+    -> Result<(), String> {
         // pairs that took 10 ms by the driver's clock, of samples that report 1 ms each
-        let timed = device_case(Some(10e6));
+        let timed = device_case(Some(10e6))?;
         let v = planned_pairs(&[&timed], true, 32);
         assert!((v.pair_ns - 10e6).abs() < 1.0, "{v:?}");
         // a visit: 90 ms, of which 4 pairs took 40
         assert!((v.visit_ns - 50e6).abs() < 1e3, "{v:?}");
         // a replayed run has no clock: the samples' own times
-        let replayed = device_case(None);
+        let replayed = device_case(None)?;
         let v = planned_pairs(&[&replayed], true, 32);
         assert!((v.pair_ns - 2.00125e6).abs() < 1e3, "{v:?}");
+        Ok(())
     }
 }
