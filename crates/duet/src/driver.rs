@@ -8,7 +8,7 @@
 //! so that it starts warm though the other side's ran just before); its rounds differ by
 //! what a process and an allocation share among their samples, which pairing cannot
 //! cancel, and the verdict reads that spread
-//! ([`stats::paired::Rounds`]). After rounds 2, 4 and 8 ([`stats::paired::Looks`]) the
+//! ([`stats::paired::Rounds`]). After rounds 2, 4, 8 and 16 ([`stats::paired::Looks`]) the
 //! decided cases drop out; the others go on while the budget lasts, the device-timed ones
 //! alone once a full round no longer fits ([`Outcome::device_only_rounds`]).
 

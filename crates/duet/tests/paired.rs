@@ -587,7 +587,16 @@ fn a_stored_comparison_judged_again_gives_the_same_verdicts() {
         base: Box::new(move || Ok(Box::new(Fake::new(&h1, 1.0, 12, "base")) as Box<dyn Worker>)),
         cand: Box::new(move || Ok(Box::new(Fake::new(&h2, 1.05, 12, "cand")) as Box<dyn Worker>)),
     }];
-    let outcome = duet::run(&mut groups, &settings(), &mut |_| {}).expect("runs");
+    // looks other than the default's, so that reading them back is what is checked
+    let looks = stats::paired::Looks {
+        max: 6,
+        ..stats::paired::Looks::default()
+    };
+    let s = Settings {
+        looks,
+        ..settings()
+    };
+    let outcome = duet::run(&mut groups, &s, &mut |_| {}).expect("runs");
     let v = duet::judge(&outcome);
     assert!(share(&v, Judgement::Slower) > 0.5, "{:?}", v.counts());
     let dir = tempfile::tempdir().expect("tmp");
@@ -596,6 +605,7 @@ fn a_stored_comparison_judged_again_gives_the_same_verdicts() {
     let cand = rundir::Run::load(&w.cand).expect("cand");
     let again = duet::replay::outcome(&base, &cand).expect("read back");
     assert_eq!(again.settings.pairs, outcome.settings.pairs);
+    assert_eq!(again.settings.looks, looks, "the looks it was judged at");
     let v2 = duet::judge(&again);
     assert_eq!(v2.exit_code(), v.exit_code());
     assert_eq!(v2.counts(), v.counts());

@@ -78,8 +78,9 @@ pub struct Args {
     #[arg(long, default_value_t = 32)]
     max_pairs: usize,
     /// The most rounds (each in fresh worker processes, each case prepared afresh); cases
-    /// are judged after 2, 4, 8, … and the decided ones drop out.
-    #[arg(long, default_value_t = 8)]
+    /// are judged after 2, 4, 8 and 16 (and at the last round) and the decided ones drop
+    /// out. The budget ends the rounds first where it is shorter.
+    #[arg(long, default_value_t = 16)]
     rounds: usize,
     /// Where a device-timed case's tensors sit: made once a visit (`once`), or again in a
     /// fresh placement on both sides before each pair (`each-pair`: on an H100 it left the

@@ -74,7 +74,7 @@ impl Default for Looks {
     fn default() -> Self {
         Looks {
             first: 2,
-            max: 8,
+            max: 16,
             alpha: 0.05,
         }
     }
