@@ -47,14 +47,13 @@ pub fn outcome(base: &Run, cand: &Run) -> Result<Outcome, ReplayError> {
         settings.tolerance = t / 100.0;
     }
     // the looks it was judged at: "first..max" (runs before the setting existed ran 2..8)
-    settings.looks = match setting(base, "rounds").ok().and_then(|r| looks(&r)) {
-        Some(l) => l,
-        None => Looks {
-            first: 2,
+    settings.looks = setting(base, "rounds")
+        .ok()
+        .and_then(|r| Looks::from_setting(&r))
+        .unwrap_or(Looks {
             max: 8,
             ..Looks::default()
-        },
-    };
+        });
     // where the workers ran (runs before a setting existed lack it)
     settings.cpus = setting(base, "cpus").ok().filter(|c| c != "any");
     settings.timing_cpu = setting(base, "timing_cpu").ok();
@@ -193,15 +192,4 @@ fn ended(b: &ResultRow, c: Option<&ResultRow>) -> Option<Ended> {
         (Status::Ok | Status::Skipped, s) if s != Status::Skipped => Some(end(Side::Cand, c)),
         _ => Some(end(Side::Base, b)),
     }
-}
-
-/// `first..max` as written in a run's settings.
-fn looks(written: &str) -> Option<Looks> {
-    let (first, max) = written.split_once("..")?;
-    let (first, max) = (first.trim().parse().ok()?, max.trim().parse().ok()?);
-    (first >= 1 && max >= first).then(|| Looks {
-        first,
-        max,
-        ..Looks::default()
-    })
 }

@@ -110,7 +110,7 @@ fn side_dir(
             "pairs_after_round_2",
             format!("{},{}", outcome.pairs.0, outcome.pairs.1),
         ),
-        ("rounds", format!("{}..{}", s.looks.first, s.looks.max)),
+        ("rounds", s.looks.setting()),
         ("seed", s.seed.to_string()),
         ("cpus", s.cpus.clone().unwrap_or_else(|| "any".into())),
         (

@@ -102,6 +102,23 @@ impl Looks {
     pub fn level(&self) -> f64 {
         1.0 - self.alpha / self.schedule().len() as f64
     }
+
+    /// As a run's settings record it: `first..max`.
+    pub fn setting(&self) -> String {
+        format!("{}..{}", self.first, self.max)
+    }
+
+    /// [`Looks::setting`] read back (α the default's); `None` unless `first..max` with
+    /// 1 ≤ first ≤ max.
+    pub fn from_setting(written: &str) -> Option<Looks> {
+        let (first, max) = written.split_once("..")?;
+        let (first, max) = (first.trim().parse().ok()?, max.trim().parse().ok()?);
+        (first >= 1 && max >= first).then(|| Looks {
+            first,
+            max,
+            ..Looks::default()
+        })
+    }
 }
 
 /// One case's pairs: the log ratios ln(cand / base) of its per-call times.
