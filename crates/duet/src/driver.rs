@@ -335,7 +335,7 @@ fn group_cases(
     settings: &Settings,
     envs: &mut (Option<serde_json::Value>, Option<serde_json::Value>),
 ) -> Result<Vec<CaseRun>, DriverError> {
-    let mut duo = Duo::start(group)?;
+    let mut duo = Duo::start(group, 0)?;
     let be = hello(&mut *duo.base)?;
     let ce = hello(&mut *duo.cand)?;
     envs.0.get_or_insert(be);
@@ -504,7 +504,7 @@ pub fn run(
                 settings.seed + u64::from(round),
             ));
             let s0 = Instant::now();
-            let mut duo = Duo::start(g)?;
+            let mut duo = Duo::start(g, round)?;
             starts += s0.elapsed();
             for i in order {
                 let k = if list[i].key.mode.is_device() {

@@ -127,18 +127,25 @@ fn kinds(cases: &[&CaseRun]) -> BTreeMap<String, Kind> {
         let xs: Vec<f64> = c.pairs.iter().filter_map(|p| p.base.control_ns).collect();
         (!xs.is_empty()).then(|| stats::median(&xs))
     };
+    // a case's device time: its `device` row's, else its `graph` row's (replays carry no
+    // launch gaps, so they read lower: a case is then called host-bound a little sooner)
     let device: BTreeMap<rundir::CaseKey, f64> = cases
         .iter()
-        .filter(|c| c.key.mode == rundir::Mode::Device)
+        .filter(|c| matches!(c.key.mode, rundir::Mode::Device | rundir::Mode::Graph))
         .filter_map(|c| median(c).map(|m| (c.key.clone(), m)))
         .collect();
+    let device_of = |k: &rundir::CaseKey| {
+        (device.get(&k.in_mode(rundir::Mode::Device)))
+            .or_else(|| device.get(&k.in_mode(rundir::Mode::Graph)))
+            .copied()
+    };
     let mut out = BTreeMap::new();
     for c in cases {
         let kind = if c.key.mode.is_device() {
             Kind::Device
         } else {
             let Some(host) = median(c) else { continue };
-            let dev = device.get(&c.key.in_mode(rundir::Mode::Device)).copied();
+            let dev = device_of(&c.key);
             if rundir::bound_by_host(host, dev, control(c)) {
                 Kind::HostBound
             } else {

@@ -18,9 +18,24 @@ pub(crate) struct Duo<'g, 'a> {
 }
 
 impl<'g, 'a> Duo<'g, 'a> {
-    pub(crate) fn start(group: &'g mut Group<'a>) -> Result<Self, WorkerError> {
-        let base = (group.base)()?;
-        let cand = (group.cand)()?;
+    /// Both sides' workers for `round`: the base's started (and answering, its device
+    /// context made) before the candidate's in even rounds, after it in odd ones. On an
+    /// H100 (2026-12-06) the second of two live processes read 1.0–1.1% slower in every
+    /// round of graph replays (5 of 5; 0.0% when each ran alone): alternated, that is a
+    /// round term that cancels in pairs of rounds, not a bias of one side
+    /// (docs/method.md, "The process term").
+    pub(crate) fn start(group: &'g mut Group<'a>, round: u32) -> Result<Self, WorkerError> {
+        let ready = |mut w: Box<dyn Worker>| -> Result<Box<dyn Worker>, WorkerError> {
+            w.call(&Request::Hello)?;
+            Ok(w)
+        };
+        let (base, cand) = if round % 2 == 0 {
+            let base = ready((group.base)()?)?;
+            (base, (group.cand)()?)
+        } else {
+            let cand = ready((group.cand)()?)?;
+            ((group.base)()?, cand)
+        };
         Ok(Duo { group, base, cand })
     }
 

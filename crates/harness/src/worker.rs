@@ -8,8 +8,12 @@
 //! [`crate::time_sample`] and controls the criterion front uses. Warm-up, calls per sample,
 //! order, stopping, estimates and rows are the driver's.
 //!
-//! Served modes: `pipelined`, `synced` and `device`. The cold and graph modes are listed
-//! as not served, with the reason: they run through `scripts/bench`.
+//! Served modes: `pipelined`, `synced`, `device` and `graph`. A `graph` case is captured
+//! once it is prepared (16 calls a replay, checked against the float64 reference as
+//! `scripts/bench` checks it) and its sample times replays behind the device clock's lead.
+//! Its device time carries no per-process launch term: a stream-launched kernel's device
+//! time moves by ~0.1 µs with the process (docs/method.md, "The process term"). The cold
+//! modes are listed as not served, with the reason: they run through `scripts/bench`.
 //!
 //! Nothing else is written to stdout; a case that fails is a reply, never an exit.
 
@@ -34,7 +38,7 @@ use crate::{BenchError, Config, DType, Device, select_devices};
 pub use duet::protocol::WORKER_FLAG;
 
 /// The modes a worker times.
-const SERVED: [Mode; 3] = [Mode::Pipelined, Mode::Synced, Mode::Device];
+const SERVED: [Mode; 4] = [Mode::Pipelined, Mode::Synced, Mode::Device, Mode::Graph];
 
 /// Serve the protocol on this process's stdin and stdout until `quit` or the end of
 /// stdin. Bad settings or devices are an error before any request is read.
@@ -69,13 +73,19 @@ impl Case {
 /// A prepared case, or why it was refused.
 type Slot = Result<Made, PreparedReply>;
 
-/// A prepared case: its error against float64 and what it holds beside it to sit where
-/// its placement put it ([`crate::tensors::placement`]).
+/// A prepared case: its error against float64, its graph once a `graph` key asked for
+/// one, and what it holds beside it to sit where its placement put it
+/// ([`crate::tensors::placement`]).
 struct Made {
+    /// Declared first, so dropped first: its replays read the case's tensors.
+    graph: Option<Captured>,
     case: Box<dyn Prepared>,
     err: f64,
     _beside: Vec<tch::Tensor>,
 }
+
+/// A case's capture for `graph` mode, or why it could not be captured.
+type Captured = Result<crate::graph::GraphCase, (crate::op::Failure, Option<f64>)>;
 
 /// A worker: its cases, what is prepared, each device's clock, control and probe.
 pub struct Worker<'a> {
@@ -122,8 +132,8 @@ impl<'a> Worker<'a> {
                         not_served.push(NotServed {
                             case: name,
                             reason: format!(
-                                "opbench ab times pipelined, synced and device; {mode} runs \
-                                 through scripts/bench"
+                                "opbench ab times pipelined, synced, device and graph; {mode} \
+                                 runs through scripts/bench"
                             ),
                         });
                         continue;
@@ -301,6 +311,7 @@ impl<'a> Worker<'a> {
                         // side's next sample must not share the device with them
                         device.sync();
                         Ok(Made {
+                            graph: None,
                             case,
                             err,
                             _beside: held,
@@ -315,6 +326,7 @@ impl<'a> Worker<'a> {
                     Err(f) => Err(refusal(f.status, f.reason, None)),
                     Ok(held) => match preflight(op, variant, &problem, dt, device, cap) {
                         Ok((case, err)) => Ok(Made {
+                            graph: None,
                             case,
                             err,
                             _beside: held,
@@ -326,20 +338,25 @@ impl<'a> Worker<'a> {
             }
             _ => {}
         }
-        let waits = match self.prepared.get(&id) {
+        let waits = match self.prepared.get_mut(&id) {
             Some(Err(refused)) => {
                 return Ok(PreparedReply {
                     key: key.to_string(),
                     ..refused.clone()
                 });
             }
-            Some(Ok(Made { case: p, err, .. })) => {
-                reply.rel_err = Some(*err);
+            Some(Ok(made)) => {
+                let p = &made.case;
+                reply.rel_err = Some(made.err);
                 reply.bytes = case_bytes(p.as_ref(), &problem, dt);
                 reply.kernel = p.kernel();
                 reply.note = p.note();
                 reply.state_bytes = p.state_bytes();
-                p.waits_for_device()
+                let waits = p.waits_for_device();
+                if mode.is_graph() && waits.is_none() {
+                    captured_into(&mut reply, made, device, dt);
+                }
+                waits
             }
             None => return Err("internal: the case was not kept".into()),
         };
@@ -378,8 +395,16 @@ impl<'a> Worker<'a> {
             .ok_or_else(|| format!("unknown case `{key}`"))?;
         let (d, mode) = (case.device, case.key.mode);
         let device = self.devices[d];
-        let Some(Ok(Made { case: p, .. })) = self.prepared.get_mut(&case.identity()) else {
+        let Some(Ok(made)) = self.prepared.get_mut(&case.identity()) else {
             return Err(format!("`{key}` is not prepared (or was refused)"));
+        };
+        let p: &mut dyn Prepared = if mode.is_graph() {
+            match made.graph.as_mut() {
+                Some(Ok(g)) => g,
+                _ => return Err(format!("`{key}` has no captured graph (prepare it first)")),
+            }
+        } else {
+            made.case.as_mut()
         };
         // a GPU case's sample runs its thread on the one CPU both sides use: a CPU of the
         // set can be slow for a second while another is not (docs/method.md, "CPUs")
@@ -392,7 +417,7 @@ impl<'a> Worker<'a> {
         let clock = device_clock(&mut self.clocks[d], mode);
         let calls = p.calls_per_run().max(1);
         let sampled = sample_in_state(
-            p.as_mut(),
+            p,
             (device, mode, iters.max(1)),
             clock,
             plant,
@@ -414,6 +439,27 @@ impl<'a> Worker<'a> {
             state,
             uncovered,
         })
+    }
+}
+
+/// Capture `made`'s graph if it has none (a fresh placement drops the old one with its
+/// case), and say on `reply` what the capture gave: its note, or why it failed.
+fn captured_into(reply: &mut PreparedReply, made: &mut Made, device: Device, dt: DType) {
+    let graph = made.graph.get_or_insert_with(|| {
+        crate::graph::capture(made.case.as_mut(), device, dt).map(|(g, _)| g)
+    });
+    // the capture's kernels end before the reply: the other side's sample must not share
+    // the device with them
+    device.sync();
+    match graph {
+        Ok(g) => reply.note = g.note(),
+        Err((failure, rel_err)) => {
+            reply.status = failure.status.to_string();
+            reply.reason = Some(failure.reason.clone());
+            if rel_err.is_some() {
+                reply.rel_err = *rel_err;
+            }
+        }
     }
 }
 

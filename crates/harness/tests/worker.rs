@@ -161,3 +161,56 @@ fn a_case_made_again_in_another_placement_keeps_its_check_and_is_timed() {
         .collect();
     assert_eq!(calls, [20, 20, 20]);
 }
+
+#[test]
+fn a_graph_case_is_served_unsupported_on_the_cpu_and_replayed_on_a_gpu() {
+    let mut config = Config::from_env().unwrap();
+    config.modes = vec![harness::Mode::Pipelined, harness::Mode::Graph];
+    let ops: [&dyn harness::Op; 1] = [&Floor];
+    let mut w = Worker::new(&ops, config.clone(), vec![Device::CPU]);
+    let filter = Some("floor/add/.*/graph".to_string());
+    let Reply::Cases { cases, .. } = w.handle(&Request::Cases {
+        filter: filter.clone(),
+    }) else {
+        panic!("cases")
+    };
+    let key = cases.first().expect("graph is a served mode").key.clone();
+    let Reply::Prepared(p) = w.handle(&Request::Prepare {
+        key: key.clone(),
+        place: None,
+    }) else {
+        panic!("prepare")
+    };
+    assert_eq!(p.status, "unsupported", "{p:?}");
+    assert!(p.reason.unwrap().contains("needs a GPU"));
+    let sampled = w.handle(&Request::Sample { key, iters: 4 });
+    assert!(matches!(sampled, Reply::Error { .. }), "{sampled:?}");
+    if harness::gpu_count() == 0 {
+        return;
+    }
+    // on a GPU: captured once prepared (16 calls a replay), each sample replays it
+    let gpu = harness::select_devices(harness::DeviceChoice::Gpu, 0).unwrap();
+    let mut w = Worker::new(&ops, config, gpu);
+    let Reply::Cases { cases, .. } = w.handle(&Request::Cases { filter }) else {
+        panic!("cases")
+    };
+    let key = cases[0].key.clone();
+    for place in [None, Some(3)] {
+        let Reply::Prepared(p) = w.handle(&Request::Prepare {
+            key: key.clone(),
+            place,
+        }) else {
+            panic!("prepare")
+        };
+        assert_eq!(p.status, "ok", "{p:?}");
+        assert!(p.note.unwrap().contains("16 calls per graph"));
+        let Reply::Sample(s) = w.handle(&Request::Sample {
+            key: key.clone(),
+            iters: 4,
+        }) else {
+            panic!("sample")
+        };
+        assert_eq!(s.calls, 64);
+        assert!(s.total_ns > 0.0);
+    }
+}
