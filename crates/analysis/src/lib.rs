@@ -17,6 +17,7 @@
 //! - [`history::history`]: many runs as series of builds per machine, with change points
 //!   (E-Divisive with a t-test); [`history_report::write_history_report`] draws the trends.
 
+pub mod build;
 pub mod compare;
 pub mod explain;
 pub mod export;

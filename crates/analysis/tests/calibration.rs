@@ -219,11 +219,15 @@ fn device_plants_are_found_by_case_and_globally() {
         slower3 * 100 < 95 * n3,
         "+5%, 3 executions: {slower3} of {n3}"
     );
-    // +3%: the global device verdict, with its size
+    // +5%: the global device verdict; +3%: seen (its interval lies above 0 and holds +3%),
+    // but with each process's term carried (3% a process, three a side) not shown to lie
+    // beyond the 1.5% family threshold: `opbench ab` is the tool for that
+    let all5 = global(&c3, FamilyScope::AllDevice);
+    assert_eq!(all5.verdict, Verdict::Slower, "{:?}", all5.ci);
     let d3 = cmp("a1", "d3");
     let all = global(&d3, FamilyScope::AllDevice);
-    assert_eq!(all.verdict, Verdict::Slower);
     assert!((all.shift.ratio - 1.03).abs() < 0.01, "{}", all.shift.ratio);
+    assert!(all.ci.0 > 1.0 && all.ci.1 > 1.03, "{:?}", all.ci);
     // a device plant moves no host-bound family
     assert_ne!(
         global(&d3, FamilyScope::AllHostBound).verdict,

@@ -190,18 +190,22 @@ fn history_of_the_published_runs_is_one_series_per_machine() {
     )
     .unwrap();
     assert!(h.skipped.is_empty(), "{:?}", h.skipped);
-    // every published run with env.json, by backend
-    let mut by_backend = std::collections::BTreeMap::<String, usize>::new();
+    // every published run with env.json, by backend and timing method: runs timed with
+    // other warm-up, measurement or samples are a series of their own, never a change point
+    let mut by_series = std::collections::BTreeMap::<(String, String), usize>::new();
     for e in std::fs::read_dir(&results).unwrap().flatten() {
         if let Ok(t) = std::fs::read_to_string(e.path().join("env.json")) {
             let env: rundir::Env = serde_json::from_str(&t).unwrap();
-            *by_backend.entry(env.backend).or_default() += 1;
+            let method = analysis::build::method_of(&env);
+            *by_series.entry((env.backend, method)).or_default() += 1;
         }
     }
-    assert_eq!(h.series.len(), 2, "one H200 series, one CPU series");
+    assert_eq!(h.series.len(), by_series.len(), "one series per machine and method");
+    assert!(h.series.len() >= 2, "an H200 series and a CPU series at least");
     for s in &h.series {
         let runs: usize = s.points.iter().map(|p| p.runs.len()).sum();
-        assert_eq!(runs, by_backend[&s.machine.backend], "{}", s.label());
+        let k = (s.machine.backend.clone(), s.machine.method.clone());
+        assert_eq!(runs, by_series[&k], "{}", s.label());
     }
     let h200 = h
         .series

@@ -29,16 +29,13 @@ pub fn outcome(base: &Run, cand: &Run) -> Result<Outcome, ReplayError> {
             .and_then(|e| e.settings.get(name).cloned())
             .ok_or_else(|| ReplayError::NotPaired(run.dir.display().to_string(), name))
     };
-    let pairs: u32 = setting(base, "pairs_per_round")?.parse().unwrap_or(8);
-    // after two rounds a visit took the pairs its kind of case was planned (host, device);
-    // a run from before that took `pairs` throughout
-    let after: (u32, u32) = setting(base, "pairs_after_round_2")
-        .ok()
-        .and_then(|v| {
-            let (h, d) = v.split_once(',')?;
-            Some((h.parse().ok()?, d.parse().ok()?))
-        })
-        .unwrap_or((pairs, pairs));
+    setting(base, "pairs_per_round")?;
+    let rounds = base
+        .env
+        .as_ref()
+        .and_then(rundir::paired::PairRounds::of)
+        .ok_or_else(|| ReplayError::NotPaired(base.dir.display().to_string(), "design"))?;
+    let pairs = rounds.first;
     let mut settings = Settings {
         pairs: pairs as usize,
         ..Settings::default()
@@ -76,13 +73,8 @@ pub fn outcome(base: &Run, cand: &Run) -> Result<Outcome, ReplayError> {
         let mut timed: Vec<Pair> = bp
             .iter()
             .filter_map(|(i, s)| {
-                let later = if b.key.mode.is_device() {
-                    after.1
-                } else {
-                    after.0
-                };
                 Some(Pair {
-                    round: round_of(*i, pairs, later),
+                    round: rounds.round_of(*i, b.key.mode.is_device()),
                     index: *i,
                     base: s.clone(),
                     cand: cp.get(i)?.clone(),
@@ -123,24 +115,13 @@ pub fn outcome(base: &Run, cand: &Run) -> Result<Outcome, ReplayError> {
         took: Duration::ZERO,
         budget: Duration::ZERO,
         settings,
-        pairs: (after.0 as usize, after.1 as usize),
+        pairs: (rounds.later.0 as usize, rounds.later.1 as usize),
         // a run from before the device-only rounds had none
         device_only_rounds: setting(base, "device_only_rounds")
             .ok()
             .and_then(|n| n.parse().ok())
             .unwrap_or(0),
     })
-}
-
-/// The round (from 0) of a case's pair `index`: `first` pairs in each of the first two
-/// rounds, `later` in each after.
-fn round_of(index: u32, first: u32, later: u32) -> u32 {
-    let (first, later) = (first.max(1), later.max(1));
-    if index < 2 * first {
-        index / first
-    } else {
-        2 + (index - 2 * first) / later
-    }
 }
 
 fn sampled(s: &Sample) -> Sampled {

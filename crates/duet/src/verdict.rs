@@ -97,6 +97,8 @@ pub struct Verdicts {
     pub cases: Vec<CaseLine>,
     /// The global lines first (host-bound, device), then each op in each mode.
     pub families: Vec<FamilyLine>,
+    /// What one process of this run shared among its cases, per kind of timing.
+    pub noise: rundir::noise::ProcessNoise,
     /// Why the exit code is 1; empty: 0.
     pub regressions: Vec<String>,
 }
@@ -231,7 +233,8 @@ pub fn judge(outcome: &Outcome) -> Verdicts {
             );
         }
     }
-    let families = families(outcome, &est);
+    let members = members(outcome, &est);
+    let families = families(&members, s);
     let mut regressions = Vec::new();
     let slower: Vec<&CaseLine> = cases
         .iter()
@@ -261,6 +264,7 @@ pub fn judge(outcome: &Outcome) -> Verdicts {
         cases,
         families,
         regressions,
+        noise: noise(&members),
     }
 }
 
@@ -333,13 +337,12 @@ fn case_line_inner(c: &CaseRun, est: Option<(Kind, Rounds)>, level: f64, tol: f6
     line
 }
 
-/// A judged case in its family: (kind, family name, its estimate, its round estimates).
-type Member = (Kind, String, f64, Vec<f64>);
+/// A judged case in its family: (kind, family name, its estimate, its round estimates, its
+/// kind of timing).
+type Member = (Kind, String, f64, Vec<f64>, rundir::noise::TermKind);
 
-/// The families: the global ones by kind, then each op in each mode.
-fn families(outcome: &Outcome, est: &BTreeMap<String, (Kind, Rounds)>) -> Vec<FamilyLine> {
-    let s = &outcome.settings;
-    let level = 0.95;
+/// Every judged case in its family.
+fn members(outcome: &Outcome, est: &BTreeMap<String, (Kind, Rounds)>) -> Vec<Member> {
     let mut members: Vec<Member> = Vec::new();
     for c in &outcome.cases {
         let Some((kind, e)) = est.get(&c.name) else {
@@ -357,10 +360,29 @@ fn families(outcome: &Outcome, est: &BTreeMap<String, (Kind, Rounds)>) -> Vec<Fa
             ),
             e.mean,
             c.round_estimates(),
+            rundir::noise::TermKind::of(c.key.mode),
         ));
     }
+    members
+}
+
+/// What one process of this run shared among its cases, per kind of timing: each kind's
+/// round term (a ratio of two processes) over √2. This machine's noise figure, which
+/// `opbench compare` reads back from the sides' env.json.
+fn noise(members: &[Member]) -> rundir::noise::ProcessNoise {
+    rundir::noise::ProcessNoise(
+        process_terms(members, |m| m.4)
+            .into_iter()
+            .map(|(k, sd)| (k, sd / std::f64::consts::SQRT_2))
+            .collect(),
+    )
+}
+
+/// The families: the global ones by kind, then each op in each mode.
+fn families(members: &[Member], s: &Settings) -> Vec<FamilyLine> {
+    let level = 0.95;
     let fams: BTreeSet<(Kind, String)> = members.iter().map(|m| (m.0, m.1.clone())).collect();
-    let sd = process_terms(&members, &fams);
+    let sd = process_terms(members, |m| m.0);
     let mut out = Vec::new();
     let mut add = |name: String, kind: Kind, pick: &dyn Fn(&Member) -> bool| {
         let chosen: Vec<&Member> = members.iter().filter(|m| pick(m)).collect();
@@ -395,18 +417,22 @@ fn families(outcome: &Outcome, est: &BTreeMap<String, (Kind, Rounds)>) -> Vec<Fa
     out
 }
 
-/// The spread of what one round's processes share among a family's cases, per kind: each
-/// op-and-mode family's median over its cases, round by round (over the rounds all its
-/// cases have), pooled over the kind's families (`None` for a kind with no family of 3 or
-/// more cases).
-fn process_terms(members: &[Member], fams: &BTreeSet<(Kind, String)>) -> BTreeMap<Kind, f64> {
+/// The spread of what one round's processes share among a family's cases, per `kind_of` a
+/// member: each op-and-mode family's median over its cases, round by round (over the rounds
+/// all its cases have), pooled over the kind's families (no entry for a kind with no family
+/// of 3 or more cases). It is the term of a round's two processes, a ratio.
+fn process_terms<K: Ord + Copy>(
+    members: &[Member],
+    kind_of: impl Fn(&Member) -> K,
+) -> BTreeMap<K, f64> {
+    let fams: BTreeSet<(K, &str)> = members.iter().map(|m| (kind_of(m), m.1.as_str())).collect();
     // per kind, each family's (round estimates, their squared standard errors)
     type Rounds2 = (Vec<f64>, Vec<f64>);
-    let mut groups: BTreeMap<Kind, Vec<Rounds2>> = BTreeMap::new();
+    let mut groups: BTreeMap<K, Vec<Rounds2>> = BTreeMap::new();
     for (kind, fam) in fams {
         let rounds: Vec<&Vec<f64>> = members
             .iter()
-            .filter(|m| m.0 == *kind && &m.1 == fam)
+            .filter(|m| kind_of(m) == kind && m.1 == fam)
             .map(|m| &m.3)
             .collect();
         let r = rounds.iter().map(|x| x.len()).min().unwrap_or(0);
@@ -419,7 +445,7 @@ fn process_terms(members: &[Member], fams: &BTreeSet<(Kind, String)>) -> BTreeMa
             est.push(stats::median(&xs));
             se2.push(median_se(&xs, 500).powi(2));
         }
-        groups.entry(*kind).or_default().push((est, se2));
+        groups.entry(kind).or_default().push((est, se2));
     }
     groups
         .into_iter()

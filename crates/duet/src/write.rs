@@ -58,7 +58,7 @@ pub fn write(
         (Side::Base, &w.base, &w.cand, sides[0]),
         (Side::Cand, &w.cand, &w.base, sides[1]),
     ] {
-        side_dir(outcome, side, dir, other, what)?;
+        side_dir(outcome, &verdicts.noise, side, dir, other, what)?;
     }
     let io = |p: &Path| {
         let p = p.to_path_buf();
@@ -72,6 +72,7 @@ pub fn write(
 /// One side's run directory.
 fn side_dir(
     outcome: &Outcome,
+    noise: &rundir::noise::ProcessNoise,
     side: Side,
     dir: &Path,
     other: &Path,
@@ -119,6 +120,7 @@ fn side_dir(
         ),
         ("placement", s.placement.as_str().to_string()),
         ("device_only_rounds", outcome.device_only_rounds.to_string()),
+        (rundir::noise::ProcessNoise::SETTING, noise.setting()),
     ] {
         env.settings.insert(k.into(), v);
     }
@@ -322,6 +324,7 @@ pub fn summary_md(outcome: &Outcome, v: &Verdicts, sides: [&str; 2]) -> String {
             - n("ambiguous")
             - n("status-changed"),
     );
+    noise_md(&mut o, &v.noise);
     let amb: Vec<f64> = v.cases.iter().filter_map(|c| c.resolution).collect();
     if !amb.is_empty() {
         let _ = writeln!(
@@ -336,6 +339,25 @@ pub fn summary_md(outcome: &Outcome, v: &Verdicts, sides: [&str; 2]) -> String {
     families_md(&mut o, v, s.family_tolerance);
     cases_md(&mut o, &v.cases);
     o
+}
+
+/// The noise figure this comparison ran with: what one process shared among its cases.
+fn noise_md(o: &mut String, noise: &rundir::noise::ProcessNoise) {
+    if noise.0.is_empty() {
+        return;
+    }
+    let terms: Vec<String> = noise
+        .0
+        .iter()
+        .map(|(k, sd)| format!("{} ±{:.2}%", k.as_str(), sd * 100.0))
+        .collect();
+    let _ = writeln!(
+        o,
+        "Process term of this machine in this run (what one process shares among all its \
+         cases of a crate, sd a process, from the rounds; stored in both sides' env.json for \
+         `opbench compare`): {}. A case's rounds cannot agree more closely than this.\n",
+        terms.join(", ")
+    );
 }
 
 fn families_md(o: &mut String, v: &Verdicts, tol: f64) {

@@ -38,6 +38,10 @@ pub mod plan;
 pub mod record;
 pub mod select;
 pub mod tensors;
+
+/// This build's timing code, hashed (comments left out) by build.rs: every run records it
+/// as [`rundir::TIMING_METHOD_SETTING`].
+pub const TIMING_METHOD: &str = env!("OPBENCH_TIMING_METHOD");
 pub mod timing;
 pub mod trace;
 pub mod worker;

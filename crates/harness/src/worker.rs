@@ -228,7 +228,11 @@ impl<'a> Worker<'a> {
     }
 
     fn hello(&self) -> Reply {
-        let env = crate::env::collect("worker", &self.devices);
+        let mut env = crate::env::collect("worker", &self.devices);
+        env.settings.insert(
+            rundir::TIMING_METHOD_SETTING.into(),
+            crate::TIMING_METHOD.into(),
+        );
         Reply::Hello {
             protocol: PROTOCOL,
             ops: self.ops.iter().map(|o| o.kind().to_string()).collect(),

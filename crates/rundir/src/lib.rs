@@ -18,6 +18,8 @@ mod csvio;
 mod env;
 pub mod key;
 pub mod layout;
+pub mod noise;
+pub mod paired;
 mod peer;
 mod rows;
 mod run;
@@ -51,6 +53,11 @@ use std::path::PathBuf;
 /// - 5: modes `graph_cold` and `pipelined_cold`, op `eltwise`.
 /// - 6: `samples.csv` column `pair` (paired runs of `opbench ab`; optional to readers).
 pub const SCHEMA_VERSION: u32 = 6;
+
+/// The env.json setting naming the timing code a run was measured with (a hash of it, as
+/// asv versions a benchmark by its code): runs whose methods differ are not compared for
+/// speed (`opbench compare`) and are not one series (`opbench history`).
+pub const TIMING_METHOD_SETTING: &str = "timing_method";
 
 /// The oldest schema version the readers accept.
 pub const OLDEST_READABLE: u32 = 1;

@@ -205,17 +205,25 @@ impl Run {
     }
 
     /// `samples.csv` per case, grouped by execution (in execution order): what the
-    /// between-process statistics (compare, history) work from. The torch control only
-    /// where it is the host-speed divisor ([`crate::Timer::divides_by_control`]).
+    /// between-process statistics (compare, history) work from. A paired run's side
+    /// ([`crate::paired::PairRounds`]) is grouped by round instead: each round's pairs came
+    /// from a fresh process, as each execution's samples do. The torch control only where
+    /// it is the host-speed divisor ([`crate::Timer::divides_by_control`]).
     pub fn samples_by_execution(&self) -> Result<BTreeMap<CaseKey, Vec<ExecSamples>>, RunError> {
+        let rounds = self.env.as_ref().and_then(crate::paired::PairRounds::of);
         Ok(self
             .samples()?
             .into_iter()
             .map(|(key, samples)| {
                 let divides = crate::Timer::of(&key.variant).divides_by_control();
+                let device = key.mode.is_device();
                 let mut by_exec: BTreeMap<u32, ExecSamples> = BTreeMap::new();
                 for s in samples {
-                    let e = by_exec.entry(s.execution).or_default();
+                    let process = match (rounds, s.pair) {
+                        (Some(r), Some(i)) => r.round_of(i, device),
+                        _ => s.execution,
+                    };
+                    let e = by_exec.entry(process).or_default();
                     e.per_call_ns.push(s.per_call_ns());
                     e.control_ns.extend(s.control_ns.filter(|_| divides));
                     e.host_ns.extend(s.host_ns);

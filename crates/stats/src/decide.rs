@@ -1,6 +1,6 @@
-//! Deciding whether a build changed a time: per-case tests with a minimum detectable effect,
-//! the Benjamini–Hochberg procedure across the cases of a comparison, and the shared shift
-//! of a family of cases.
+//! Deciding whether a build changed a time: per-case tests with a minimum detectable effect
+//! and the Benjamini–Hochberg procedure across the cases of a comparison (a family of
+//! cases' shared shift is [`crate::family`]'s).
 //!
 //! Everything works on the log of a ratio of medians (candidate / base), from per-call times
 //! grouped by execution (separate processes):
@@ -15,14 +15,11 @@
 //!   three executions a side then resolve what thirty would alone.
 //! - [`benjamini_hochberg`]: which p-values are discoveries with the false-discovery rate
 //!   held at `q`.
-//! - [`shared_shift`]: the mean log ratio over a family's cases, with executions resampled
-//!   *jointly* across the cases (a slow process slows all its cases at once), plus a shared
-//!   drift term: "linear device time +6% [4, 8] over 30 cases".
 //!
 //! No tch, no I/O; degenerate input gives an infinite standard error, never a NaN verdict.
 
 use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 use statrs::distribution::{ContinuousCDF, Normal, StudentsT};
 
 /// Power at which the minimum detectable effect is stated.
@@ -107,7 +104,7 @@ fn t_cdf(x: f64, df: f64) -> f64 {
 }
 
 /// Two-sided p-value of `estimate / se` against a t with `df`.
-fn p_value(estimate: f64, se: f64, df: f64) -> f64 {
+pub(crate) fn p_value(estimate: f64, se: f64, df: f64) -> f64 {
     if se.is_nan() || se <= 0.0 || !se.is_finite() {
         return if estimate == 0.0 || !se.is_finite() {
             1.0
@@ -124,18 +121,18 @@ fn nonempty(g: &[Vec<f64>]) -> Vec<&Vec<f64>> {
 
 /// The log of each non-empty execution's median: the unit the moderated test and the
 /// families work on.
-fn exec_logs(g: &[Vec<f64>]) -> Vec<f64> {
+pub(crate) fn exec_logs(g: &[Vec<f64>]) -> Vec<f64> {
     g.iter()
         .filter(|x| !x.is_empty())
         .map(|x| crate::median(x).ln())
         .collect()
 }
 
-fn mean(xs: &[f64]) -> f64 {
+pub(crate) fn mean(xs: &[f64]) -> f64 {
     xs.iter().sum::<f64>() / xs.len().max(1) as f64
 }
 
-fn sd(xs: &[f64]) -> f64 {
+pub(crate) fn sd(xs: &[f64]) -> f64 {
     let n = xs.len() as f64;
     if n < 2.0 {
         return f64::INFINITY;
@@ -146,7 +143,7 @@ fn sd(xs: &[f64]) -> f64 {
 
 /// The small-sample widening of a bootstrap standard error over `n` resampled groups: the
 /// bootstrap's variance of a mean of n groups is (n − 1)/n of the unbiased one.
-fn widen(n: usize) -> f64 {
+pub(crate) fn widen(n: usize) -> f64 {
     if n >= 2 {
         (n as f64 / (n as f64 - 1.0)).sqrt()
     } else {
@@ -369,96 +366,6 @@ pub fn benjamini_hochberg(ps: &[f64], q: f64) -> Vec<bool> {
     out
 }
 
-/// A family's shared shift: the geometric mean ratio over its cases.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Shift {
-    /// Cases in the family.
-    pub cases: usize,
-    /// exp(mean over cases of ln ratio).
-    pub ratio: f64,
-    pub se: f64,
-    pub df: f64,
-    pub p: f64,
-}
-
-impl Shift {
-    /// As a [`CaseTest`], for its interval, mde and equivalence.
-    pub fn as_test(&self) -> CaseTest {
-        CaseTest {
-            ratio: self.ratio,
-            se: self.se,
-            df: self.df,
-            p: self.p,
-        }
-    }
-}
-
-/// One case of a family: the logs of its per-execution medians on each side.
-#[derive(Debug, Clone, PartialEq)]
-pub struct FamilyCase {
-    pub base: Vec<f64>,
-    pub cand: Vec<f64>,
-}
-
-impl FamilyCase {
-    /// The logs of per-execution medians of per-call times grouped by execution (empty
-    /// groups dropped).
-    pub fn from_groups(base: &[Vec<f64>], cand: &[Vec<f64>]) -> Option<Self> {
-        let (b, c) = (exec_logs(base), exec_logs(cand));
-        (!b.is_empty() && !c.is_empty()).then_some(FamilyCase { base: b, cand: c })
-    }
-
-    /// The case's log ratio: mean log of its candidate executions less the base's (the
-    /// geometric mean of execution medians, whose bootstrap is as smooth as the estimate).
-    fn log_ratio(&self) -> f64 {
-        mean(&self.cand) - mean(&self.base)
-    }
-}
-
-/// The shared shift of a family of cases: exp of the mean over cases of each case's log
-/// ratio of geometric-mean execution medians. Each bootstrap replicate draws the executions of
-/// each side once for all cases (execution i of every case is the same process); the cases
-/// are the family's own, not a sample of others, so they are not resampled (their spread
-/// is the family's make-up, not noise). A shared drift (`drift`: the standard deviation of a
-/// whole boot's shift, 0 for none) is added in quadrature. The standard error is the replicates' spread
-/// widened for the few executions a side; df = executions − 2 (at least 2).
-pub fn shared_shift(cases: &[FamilyCase], drift: f64, resamples: usize) -> Option<Shift> {
-    if cases.is_empty() {
-        return None;
-    }
-    let n = cases.len();
-    let point = cases.iter().map(FamilyCase::log_ratio).sum::<f64>() / n as f64;
-    let nb = cases.iter().map(|c| c.base.len()).max().unwrap_or(1);
-    let nc = cases.iter().map(|c| c.cand.len()).max().unwrap_or(1);
-    let mut rng = StdRng::seed_from_u64(23);
-    let (mut ib, mut ic) = (vec![0usize; nb], vec![0usize; nc]);
-    let (mut xb, mut xc) = (Vec::new(), Vec::new());
-    let mut reps = Vec::with_capacity(resamples);
-    for _ in 0..resamples.max(50) {
-        ib.iter_mut().for_each(|i| *i = rng.random_range(0..nb));
-        ic.iter_mut().for_each(|i| *i = rng.random_range(0..nc));
-        let mut sum = 0.0;
-        for c in cases {
-            xb.clear();
-            xb.extend(ib.iter().map(|&i| c.base[i % c.base.len()]));
-            xc.clear();
-            xc.extend(ic.iter().map(|&i| c.cand[i % c.cand.len()]));
-            sum += mean(&xc) - mean(&xb);
-        }
-        reps.push(sum / n as f64);
-    }
-    let boot = sd(&reps) * widen(nb.min(nc));
-    let se = (boot.powi(2) + drift.powi(2)).sqrt();
-    let df = ((nb + nc) as f64 - 2.0).max(2.0);
-    Some(Shift {
-        cases: n,
-        ratio: point.exp(),
-        se,
-        df,
-        p: p_value(point, se, df),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -616,32 +523,5 @@ mod tests {
         );
         assert_eq!(benjamini_hochberg(&[0.2, 0.3], 0.05), vec![false, false]);
         assert!(benjamini_hochberg(&[], 0.05).is_empty());
-    }
-
-    #[test]
-    fn a_family_shift_is_found_where_its_cases_are_each_unclear() {
-        // 60 cases, each 15% noisy between processes, all +6%: few cases alone are clear,
-        // the family is
-        let mut rng = StdRng::seed_from_u64(3);
-        let mut cases = Vec::new();
-        let mut clear = 0;
-        for _ in 0..60 {
-            let m = rng.random_range(1e3..1e5);
-            let b = execs(&mut rng, m, 0.15, 0.02, 5);
-            let c = execs(&mut rng, m * 1.06, 0.15, 0.02, 5);
-            clear += usize::from(case_test(&b, &c, 0.0, 500).p < 0.01);
-            cases.push(FamilyCase::from_groups(&b, &c).unwrap());
-        }
-        assert!(clear <= 6, "{clear} cases clear alone");
-        let s = shared_shift(&cases, 0.0, 1000).unwrap();
-        let (lo, hi) = s.as_test().interval(0.95);
-        assert!(
-            s.p < 0.05 && lo > 1.0 && hi > 1.06 && lo < 1.06,
-            "{s:?} [{lo}, {hi}]"
-        );
-        // a drift as large as the shift makes it unclear again
-        let d = shared_shift(&cases, 0.06, 1000).unwrap();
-        assert!(d.p > 0.05, "{d:?}");
-        assert!(shared_shift(&[], 0.0, 10).is_none());
     }
 }

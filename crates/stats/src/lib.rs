@@ -7,8 +7,9 @@
 //!   crossover batch and the overhead share.
 //! - [`twosample`]: the Mann-Whitney U test and a bootstrap interval of the ratio of
 //!   medians, for comparing two runs' samples of a case.
-//! - [`decide`]: per-case tests with a minimum detectable effect, Benjamini–Hochberg
-//!   across cases, and a family's shared shift (executions resampled jointly).
+//! - [`decide`]: per-case tests with a minimum detectable effect and Benjamini–Hochberg
+//!   across cases; [`family`]: a family's shared shift, whose interval carries what a
+//!   process shares among its cases.
 //! - [`paired`]: duet comparisons: each case's paired log ratios, the order-statistic
 //!   interval of their median, a sequential design and `judge` against a tolerance.
 //! - [`changepoint`]: E-Divisive means with a t-test (as Apache Otava): where in a sequence
@@ -20,6 +21,7 @@
 pub mod changepoint;
 pub mod decide;
 pub mod estimate;
+pub mod family;
 pub mod fit;
 pub mod paired;
 pub mod twosample;

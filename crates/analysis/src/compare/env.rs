@@ -142,7 +142,55 @@ pub fn env_diff(base: Option<&Env>, cand: Option<&Env>) -> Vec<String> {
     if b["build_config"] != c["build_config"] {
         out.push("build_config: differs (see env.json of each run)".into());
     }
+    let setting = |e: &serde_json::Value, k: &str| {
+        e["settings"][k]
+            .as_str()
+            .map_or("-".to_string(), str::to_string)
+    };
+    for k in SETTINGS_COMPARED {
+        let (x, y) = (setting(&b, k), setting(&c, k));
+        if x != y {
+            out.push(format!("{k}: {x} -> {y}"));
+        }
+    }
     out
+}
+
+/// The settings (env.json `settings`) whose difference can change what a sample measures.
+const SETTINGS_COMPARED: &[&str] = &[
+    rundir::TIMING_METHOD_SETTING,
+    "design",
+    "profile",
+    "samples",
+    "warmup_ms",
+    "measure_ms",
+    "sample_ms",
+    "placement",
+    "plant_ns",
+    "plant_pct",
+    "plant_scope",
+    "plant_device_pct",
+];
+
+/// Why speed verdicts are withheld: the runs were timed by different timing code (their
+/// `timing_method` settings differ; a run from before it was recorded has none), so a
+/// change between them may be the method's. `None` when both record the same, or neither.
+pub fn method_changed(base: Option<&Env>, cand: Option<&Env>) -> Option<String> {
+    let method = |e: Option<&Env>| {
+        e.and_then(|e| e.settings.get(rundir::TIMING_METHOD_SETTING).cloned())
+    };
+    let (b, c) = (method(base), method(cand));
+    (b != c).then(|| {
+        let name = |m: Option<String>| m.unwrap_or_else(|| "unrecorded (an older opbench)".into());
+        format!(
+            "the runs were timed by different timing code ({} {} -> {}): their times are not \
+             comparable, so no case or family is called slower, faster or same; measure both \
+             builds with one opbench (opbench ab pairs them)",
+            rundir::TIMING_METHOD_SETTING,
+            name(b),
+            name(c)
+        )
+    })
 }
 
 /// env.json fields whose difference can change kernels or timings.

@@ -54,11 +54,82 @@ impl std::fmt::Display for FamilyScope {
     }
 }
 
+/// No speed verdicts where the runs' timing methods differ: every judged case and family
+/// becomes `ambiguous`, a case flagged `method-changed`, none fails for its speed (a
+/// status change or a fall-back to the math kernel still does).
+pub(super) fn withhold(lines: &mut [Line], families: &mut [FamilyLine]) {
+    for l in lines.iter_mut().filter(|l| l.verdict != Verdict::None) {
+        let other = l.flags.iter().any(|f| {
+            matches!(f, Flag::StatusChanged(Status::Ok, _))
+                || matches!(f, Flag::KernelChanged(_, k) if k == "math")
+        });
+        l.verdict = Verdict::Ambiguous;
+        l.fails = other;
+        l.flags.push(Flag::MethodChanged);
+    }
+    for f in families.iter_mut() {
+        f.verdict = Verdict::Ambiguous;
+    }
+}
+
+/// The fewest cases a family has: fewer get no family verdict.
+pub const MIN_FAMILY: usize = 3;
+
+/// The evidence a prior process term counts as, in processes: a family's own executions
+/// outweigh it from five a side.
+pub const PROCESS_TERM_DF: f64 = 4.0;
+
+/// Where a kind's process term came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TermSource {
+    /// `opbench ab` measured it from its rounds, stored in a run's env.json.
+    Stored,
+    /// Neither run has one: this project's measured figure ([`rundir::noise::TermKind::fallback`]).
+    Fallback,
+}
+
+/// A kind of timing's process term, as the families of a comparison carry it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ProcessTermLine {
+    pub kind: rundir::noise::TermKind,
+    /// sd of the log, a process.
+    pub sd: f64,
+    pub source: TermSource,
+}
+
+/// Each kind of timing's process term for a comparison of `base` and `cand`: the larger
+/// of what the runs stored ([`rundir::noise::ProcessNoise`]), else the fallback.
+pub fn process_terms(base: Option<&Env>, cand: Option<&Env>) -> Vec<ProcessTermLine> {
+    let stored: Vec<rundir::noise::ProcessNoise> = [base, cand]
+        .into_iter()
+        .flatten()
+        .filter_map(rundir::noise::ProcessNoise::of)
+        .collect();
+    rundir::noise::TermKind::ALL
+        .into_iter()
+        .map(|kind| {
+            let sds: Vec<f64> = stored.iter().filter_map(|n| n.0.get(&kind).copied()).collect();
+            match sds.into_iter().reduce(f64::max) {
+                Some(sd) => ProcessTermLine {
+                    kind,
+                    sd,
+                    source: TermSource::Stored,
+                },
+                None => ProcessTermLine {
+                    kind,
+                    sd: kind.fallback(),
+                    source: TermSource::Fallback,
+                },
+            }
+        })
+        .collect()
+}
+
 /// A family's verdict: the shared shift of its cases.
 #[derive(Debug, Clone)]
 pub struct FamilyLine {
     pub scope: FamilyScope,
-    pub shift: stats::decide::Shift,
+    pub shift: stats::family::Shift,
     pub ci: (f64, f64),
     pub mde: f64,
     pub verdict: Verdict,
@@ -73,15 +144,32 @@ pub(super) fn families(
     raw: &BTreeSet<CaseKey>,
     drift: (Drift, Drift),
     dispatch: Option<stats::decide::CaseTest>,
+    terms: &[ProcessTermLine],
     s: Settings,
 ) -> Vec<FamilyLine> {
-    use stats::decide::FamilyCase;
+    use stats::family::{FamilyCase, ProcessTerm};
     let mut groups: BTreeMap<FamilyScope, Vec<FamilyCase>> = BTreeMap::new();
+    // each op crate in each mode is a unit: one process an execution (or a paired run's
+    // round), sharing that process's term among its cases
+    let mut units: BTreeMap<(String, rundir::Mode), u32> = BTreeMap::new();
     for l in lines.iter().filter(|l| l.mde.is_some()) {
         let (Some(x), Some(y)) = (bs.times.get(&l.key), cs.times.get(&l.key)) else {
             continue;
         };
-        let Some(fc) = FamilyCase::from_groups(x, y) else {
+        let next = units.len() as u32;
+        let unit = *units
+            .entry((l.key.op.to_string(), l.key.mode))
+            .or_insert(next);
+        let kind = rundir::noise::TermKind::of(l.key.mode);
+        let sd = terms
+            .iter()
+            .find(|t| t.kind == kind)
+            .map_or(kind.fallback(), |t| t.sd);
+        let prior = ProcessTerm {
+            sd,
+            df: PROCESS_TERM_DF,
+        };
+        let Some(fc) = FamilyCase::from_groups(x, y, unit, prior) else {
             continue;
         };
         let device = l.key.mode.is_device();
@@ -104,8 +192,12 @@ pub(super) fn families(
         };
         groups.entry(op).or_default().push(fc);
     }
-    let mut shifts: Vec<(FamilyScope, stats::decide::Shift)> = Vec::new();
+    let mut shifts: Vec<(FamilyScope, stats::family::Shift)> = Vec::new();
     for (scope, cases) in groups {
+        if cases.len() < MIN_FAMILY {
+            // two cases are two cases, not a family: they are judged alone
+            continue;
+        }
         let d = match &scope {
             FamilyScope::AllDevice => drift.0.shared,
             FamilyScope::Op { mode, .. } if mode.is_device() => drift.0.shared,
@@ -119,7 +211,7 @@ pub(super) fn families(
                     ..
                 }
         );
-        if let Some(mut sh) = stats::decide::shared_shift(&cases, d, s.resamples) {
+        if let Some(mut sh) = stats::family::shared_shift(&cases, d, s.resamples) {
             if let Some(disp) = dispatch.filter(|_| host_bound) {
                 let t = sh.as_test().plus(&disp);
                 (sh.ratio, sh.se, sh.df, sh.p) = (t.ratio, t.se, t.df, t.p);
@@ -130,7 +222,7 @@ pub(super) fn families(
     if let Some(t) = dispatch {
         shifts.push((
             FamilyScope::Dispatch,
-            stats::decide::Shift {
+            stats::family::Shift {
                 cases: 1,
                 ratio: t.ratio,
                 se: t.se,

@@ -90,6 +90,8 @@ pub enum Flag {
     SingleExecution,
     /// A device time that is an upper bound on a side: not compared.
     UpperBound,
+    /// The runs' timing methods differ: no speed verdict ([`method_changed`]).
+    MethodChanged,
 }
 
 impl std::fmt::Display for Flag {
@@ -102,6 +104,7 @@ impl std::fmt::Display for Flag {
             Flag::NoSamples => f.write_str("no samples"),
             Flag::SingleExecution => f.write_str("single-execution"),
             Flag::UpperBound => f.write_str("upper-bound"),
+            Flag::MethodChanged => f.write_str("method-changed"),
         }
     }
 }
@@ -436,12 +439,15 @@ fn case_verdict(
     }
 }
 
-/// The verdict of a family's shift: `discovery` from Benjamini–Hochberg over the families.
+/// The verdict of a family's shift: `discovery` from Benjamini–Hochberg over the families,
+/// and its interval wholly beyond the family threshold (what the reasons line says, and
+/// the rule `opbench ab` judges a family by).
 fn family_verdict(t: &stats::decide::CaseTest, discovery: bool, s: Settings) -> Verdict {
     let margin = s.family_threshold;
-    if discovery && t.ratio > 1.0 + s.family_threshold {
+    let (low, high) = t.interval(1.0 - s.alpha);
+    if discovery && low > 1.0 + margin {
         Verdict::Slower
-    } else if discovery && t.ratio < 1.0 - s.family_threshold {
+    } else if discovery && high < 1.0 - margin {
         Verdict::Faster
     } else if t.equivalent(margin, s.alpha) {
         Verdict::Same
@@ -467,6 +473,11 @@ pub struct Comparison {
     pub same_boot: bool,
     /// The drift added to device and host-timed intervals (none in one boot).
     pub drift: (Drift, Drift),
+    /// What a process shares among its cases, per kind of timing: every family's interval
+    /// carries it.
+    pub process_terms: Vec<ProcessTermLine>,
+    /// Why no speed verdict was given ([`method_changed`]); `None`: they were.
+    pub withheld: Option<String>,
     pub settings: Settings,
 }
 
@@ -579,7 +590,12 @@ pub fn compare(base: &Run, cand: &Run, s: Settings) -> Result<Comparison, Analys
     let raw_drift = (drift.1.case.powi(2) + host_moved.powi(2)).sqrt();
     let tests = case_tests(&mut lines, &bs, &cs, &raw, (drift.0, drift.1), raw_drift, s);
     decide_cases(&mut lines, &tests, dispatch.as_ref(), &raw, bs.used, s);
-    let families = families(&lines, &bs, &cs, &raw, drift, dispatch, s);
+    let terms = process_terms(base.env.as_ref(), cand.env.as_ref());
+    let mut families = families(&lines, &bs, &cs, &raw, drift, dispatch, &terms, s);
+    let withheld = method_changed(base.env.as_ref(), cand.env.as_ref());
+    if withheld.is_some() {
+        withhold(&mut lines, &mut families);
+    }
     Ok(Comparison {
         lines,
         families,
@@ -592,6 +608,8 @@ pub fn compare(base: &Run, cand: &Run, s: Settings) -> Result<Comparison, Analys
         },
         same_boot: same,
         drift,
+        process_terms: terms,
+        withheld,
         settings: s,
     })
 }

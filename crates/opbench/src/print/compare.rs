@@ -106,6 +106,32 @@ pub(super) fn families_md(cmp: &Comparison) {
             verdict_word(f.verdict, Some(f.mde), f.verdict == Verdict::Slower),
         );
     }
+    let terms: Vec<String> = cmp
+        .process_terms
+        .iter()
+        .filter(|t| cmp.families.iter().any(|f| family_kind(f) == Some(t.kind)))
+        .map(|t| {
+            format!(
+                "{} ±{:.2}% ({})",
+                t.kind.as_str(),
+                100.0 * t.sd,
+                match t.source {
+                    analysis::compare::TermSource::Stored => "measured by opbench ab, stored in the runs",
+                    analysis::compare::TermSource::Fallback =>
+                        "this project's figure for the kind; the runs stored none",
+                }
+            )
+        })
+        .collect();
+    if !terms.is_empty() {
+        println!(
+            "\nEach interval carries the process term (what one process shares among all its \
+             cases of a crate, sd a process), pooled with the family's own executions: {}. \
+             Families of fewer than {} cases are not judged.",
+            terms.join(", "),
+            analysis::compare::MIN_FAMILY
+        );
+    }
     println!(
         "\n`mde`: the smallest change the noise lets this comparison see (80% power). `same`: the \
          interval lies inside ±{:.1}% (a family) or ±{:.1}% (a case). `ambiguous (±X%)`: neither \
@@ -114,6 +140,18 @@ pub(super) fn families_md(cmp: &Comparison) {
         100.0 * cmp.settings.threshold
     );
     println!();
+}
+
+/// The kind of timing of a family's cases (`None` for the dispatch family).
+fn family_kind(f: &analysis::compare::FamilyLine) -> Option<rundir::noise::TermKind> {
+    use analysis::compare::FamilyScope;
+    use rundir::noise::TermKind;
+    match &f.scope {
+        FamilyScope::AllHostBound => Some(TermKind::Host),
+        FamilyScope::AllDevice => Some(TermKind::Device),
+        FamilyScope::Dispatch => None,
+        FamilyScope::Op { mode, .. } => Some(TermKind::of(*mode)),
+    }
 }
 
 /// A verdict in words: `ambiguous (±X%)` with its resolution, ✗ where it fails.
@@ -127,6 +165,9 @@ pub(super) fn verdict_word(v: Verdict, mde: Option<f64>, fails: bool) -> String 
 
 /// The answer first: the exit code and why, or what the comparison could resolve.
 pub(super) fn verdict_md(cmp: &Comparison) {
+    if let Some(why) = &cmp.withheld {
+        println!("**Speed verdicts withheld**: {why}.\n");
+    }
     let reasons = cmp.reasons();
     if !reasons.is_empty() {
         println!("**Verdict: REGRESSION (exit 1)**, because:\n");
