@@ -1,7 +1,7 @@
 //! Set an rpath for the harness's own test and bench binaries, and pass libtorch's lib
 //! folder on to the op crates as DEP_OPBENCH_HARNESS_LIBTORCH_LIB (the machine crate bakes
 //! it, the git revision and the tch version into the environment fingerprint). Also
-//! OPBENCH_TIMING_METHOD: a hash of the timing code, comments left out, that every run
+//! TIMING_METHOD_HASH: a hash of the timing code, comments left out, that every run
 //! records (`timing_method`), so that runs timed by different code are known apart.
 include!("rpath.in.rs");
 
@@ -39,5 +39,5 @@ fn main() {
     if let Ok(dir) = std::env::var("DEP_TCH_LIBTORCH_LIB") {
         println!("cargo:libtorch_lib={dir}");
     }
-    println!("cargo:rustc-env=OPBENCH_TIMING_METHOD={}", timing_method());
+    println!("cargo:rustc-env=TIMING_METHOD_HASH={}", timing_method());
 }

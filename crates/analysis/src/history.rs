@@ -96,7 +96,6 @@ impl Settings {
 
 pub use crate::build::{Build, Machine, VersionKey, commit_sha, kernel_settings, method_of};
 
-
 /// One run of a point.
 #[derive(Debug, Clone)]
 pub struct RunRef {

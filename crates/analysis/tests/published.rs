@@ -200,8 +200,15 @@ fn history_of_the_published_runs_is_one_series_per_machine() {
             *by_series.entry((env.backend, method)).or_default() += 1;
         }
     }
-    assert_eq!(h.series.len(), by_series.len(), "one series per machine and method");
-    assert!(h.series.len() >= 2, "an H200 series and a CPU series at least");
+    assert_eq!(
+        h.series.len(),
+        by_series.len(),
+        "one series per machine and method"
+    );
+    assert!(
+        h.series.len() >= 2,
+        "an H200 series and a CPU series at least"
+    );
     for s in &h.series {
         let runs: usize = s.points.iter().map(|p| p.runs.len()).sum();
         let k = (s.machine.backend.clone(), s.machine.method.clone());

@@ -76,9 +76,7 @@ fn write_side(dir: &Path, rng: &mut StdRng, p: Plant, cases: usize, factor: f64,
     let term = Normal::new(0.0, p.term).unwrap();
     let noise = Normal::new(0.0, 0.001).unwrap();
     for op in OPS {
-        let shared: Vec<f64> = (0..p.processes)
-            .map(|_| term.sample(rng).exp())
-            .collect();
+        let shared: Vec<f64> = (0..p.processes).map(|_| term.sample(rng).exp()).collect();
         for site in 0..cases {
             let k = key(op, site, Mode::Device);
             let level = 5_000.0 * (1.0 + site as f64) * factor;
@@ -86,7 +84,11 @@ fn write_side(dir: &Path, rng: &mut StdRng, p: Plant, cases: usize, factor: f64,
             for (e, f) in shared.iter().enumerate() {
                 for i in 0..10u32 {
                     let t = level * f * (1.0 + noise.sample(rng));
-                    let mut s = Sample::bare(&k, if p.paired { 1 } else { e as u32 + 1 }, &[(100, 100.0 * t)]);
+                    let mut s = Sample::bare(
+                        &k,
+                        if p.paired { 1 } else { e as u32 + 1 },
+                        &[(100, 100.0 * t)],
+                    );
                     if p.paired {
                         // 4 pairs a round; the sample's index within the round picks a pair
                         s[0].pair = Some(e as u32 * 4 + i % 4);
@@ -135,7 +137,12 @@ fn one_build_with_a_shared_process_term_gives_no_verdict_and_no_zero_width_inter
                 paired: false,
             };
             let c = run_pair(seed, p, 6, ["m", "m"]);
-            assert_eq!(c.fails(), 0, "seed {seed}, {processes} a side: {:?}", c.reasons());
+            assert_eq!(
+                c.fails(),
+                0,
+                "seed {seed}, {processes} a side: {:?}",
+                c.reasons()
+            );
             for f in &c.families {
                 assert!(f.ci.1 - f.ci.0 > 0.01, "{}: {:?}", f.scope, f.ci);
                 assert_ne!(f.verdict, Verdict::Slower);
@@ -157,7 +164,11 @@ fn a_planted_change_across_three_executions_a_side_is_found_and_named() {
         let all = all_device(&c);
         assert_eq!(all.verdict, Verdict::Slower, "seed {seed}: {:?}", all.ci);
         assert!(all.ci.0 < 1.10 && all.ci.1 > 1.10, "{:?}", all.ci);
-        assert!(c.reasons()[0].starts_with("all device cases"), "{:?}", c.reasons());
+        assert!(
+            c.reasons()[0].starts_with("all device cases"),
+            "{:?}",
+            c.reasons()
+        );
     }
 }
 
@@ -191,7 +202,10 @@ fn a_family_of_two_cases_is_not_judged() {
             .iter()
             .all(|f| !matches!(f.scope, FamilyScope::Op { .. })),
         "{:?}",
-        c.families.iter().map(|f| f.scope.to_string()).collect::<Vec<_>>()
+        c.families
+            .iter()
+            .map(|f| f.scope.to_string())
+            .collect::<Vec<_>>()
     );
     // the ten cases together are a family
     assert!(c.family(&FamilyScope::AllDevice).is_some());

@@ -373,6 +373,9 @@ fn noise(members: &[Member]) -> rundir::noise::ProcessNoise {
     rundir::noise::ProcessNoise(
         process_terms(members, |m| m.4)
             .into_iter()
+            // a term the rounds could not tell from their sampling is not a measurement
+            // of none: it is left out, and compare falls back to the kind's figure
+            .filter(|&(_, sd)| sd > 0.0)
             .map(|(k, sd)| (k, sd / std::f64::consts::SQRT_2))
             .collect(),
     )

@@ -41,7 +41,7 @@ pub mod tensors;
 
 /// This build's timing code, hashed (comments left out) by build.rs: every run records it
 /// as [`rundir::TIMING_METHOD_SETTING`].
-pub const TIMING_METHOD: &str = env!("OPBENCH_TIMING_METHOD");
+pub const TIMING_METHOD: &str = env!("TIMING_METHOD_HASH");
 pub mod timing;
 pub mod trace;
 pub mod worker;

@@ -89,6 +89,19 @@ fn output(cwd: &Path, args: &[&str]) -> String {
     )
 }
 
+/// `got` is golden file `name`'s text; with UPDATE_GOLDEN=1 set it becomes it (for a change
+/// of output that is meant: review the diff before committing it).
+fn assert_golden(name: &str, got: &str) {
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/golden")
+            .join(name);
+        std::fs::write(path, got).unwrap();
+        return;
+    }
+    assert_eq!(got, golden(name), "{name}");
+}
+
 fn golden(name: &str) -> String {
     std::fs::read_to_string(
         Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -195,8 +208,7 @@ fn compare_prints_what_it_printed() {
             args.extend(["--format", f]);
         }
         let got = output(&root(), &args);
-        let want = golden(name);
-        assert_eq!(got, want, "{name}");
+        assert_golden(name, &got);
     }
 }
 
@@ -292,7 +304,7 @@ fn compare_of_an_inconclusive_pair_prints_what_it_printed() {
             "results/2026-11-30-intel-r-xeon-r-processor-cpu-torch2.15.0-x5",
         ],
     );
-    assert_eq!(got, golden("compare-cpu-inconclusive.txt"));
+    assert_golden("compare-cpu-inconclusive.txt", &got);
 }
 
 /// compare's first screen gives its exit code and, for exit 1, every reason, within its
@@ -339,7 +351,7 @@ fn compare_says_its_exit_and_why_in_its_first_ten_lines() {
 fn history_prints_what_it_printed_and_says_what_it_cannot_see() {
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../analysis/tests/fixtures");
     let got = output(&fixtures, &["history", "published/results"]);
-    assert_eq!(got, golden("history-published.txt"));
+    assert_golden("history-published.txt", &got);
     let head: Vec<&str> = got.lines().take(10).collect();
     let verdict = head.iter().find(|l| l.starts_with("**Verdict")).unwrap();
     assert!(

@@ -86,9 +86,7 @@ impl ProcessNoise {
         let mut out = BTreeMap::new();
         for part in written.split(',').filter(|p| !p.trim().is_empty()) {
             let (k, v) = part.split_once('=')?;
-            let kind = TermKind::ALL
-                .into_iter()
-                .find(|t| t.as_str() == k.trim())?;
+            let kind = TermKind::ALL.into_iter().find(|t| t.as_str() == k.trim())?;
             let pct: f64 = v.trim().parse().ok()?;
             if !(pct.is_finite() && pct >= 0.0) {
                 return None;

@@ -18,8 +18,8 @@
 //!
 //! No tch, no I/O; degenerate input gives an infinite standard error, never a NaN verdict.
 
-use rand::rngs::StdRng;
 use rand::SeedableRng;
+use rand::rngs::StdRng;
 use statrs::distribution::{ContinuousCDF, Normal, StudentsT};
 
 /// Power at which the minimum detectable effect is stated.

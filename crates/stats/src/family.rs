@@ -85,6 +85,10 @@ impl FamilyCase {
     }
 }
 
+/// The degrees of freedom from which a unit's own executions give its process term: two
+/// executions a side, or three on one.
+const OWN_DF: f64 = 2.0;
+
 /// The spread over executions of a unit's mean log on one side: (variance × df, df), from
 /// the executions every case of the unit has.
 fn own_spread(cases: &[&FamilyCase], side: fn(&FamilyCase) -> &[f64]) -> (f64, f64) {
@@ -100,9 +104,11 @@ fn own_spread(cases: &[&FamilyCase], side: fn(&FamilyCase) -> &[f64]) -> (f64, f
 }
 
 /// The standard error the processes alone give the family's shift, and its df: per unit,
-/// its per-process variance (its prior pooled with its own executions' spread on both
-/// sides, as limma pools) over the processes each side has, weighted by the unit's share
-/// of the cases. The df is the smallest unit's.
+/// its per-process variance over the processes each side has, weighted by the unit's share
+/// of the cases. The variance is the unit's own (the spread of its executions on both
+/// sides) where that has 2 degrees of freedom or more; with fewer (one execution a side,
+/// or one and two) it is the prior pooled with what there is, as limma pools. The df is
+/// the smallest unit's.
 fn process_se(cases: &[FamilyCase]) -> (f64, f64) {
     let mut units: BTreeMap<u32, Vec<&FamilyCase>> = BTreeMap::new();
     for c in cases {
@@ -114,11 +120,16 @@ fn process_se(cases: &[FamilyCase]) -> (f64, f64) {
         let prior = members[0].prior;
         let (sb, db) = own_spread(members, |c| &c.base);
         let (sc, dc) = own_spread(members, |c| &c.cand);
-        let d = prior.df + db + dc;
-        let s2 = if d > 0.0 {
-            (prior.df * prior.sd.powi(2) + sb + sc) / d
+        let own = db + dc;
+        let (s2, d) = if own >= OWN_DF {
+            ((sb + sc) / own, own)
+        } else if prior.df + own > 0.0 {
+            (
+                (prior.df * prior.sd.powi(2) + sb + sc) / (prior.df + own),
+                prior.df + own,
+            )
         } else {
-            prior.sd.powi(2)
+            (prior.sd.powi(2), 0.0)
         };
         let procs = |side: fn(&FamilyCase) -> usize| {
             members.iter().map(|c| side(c)).min().unwrap_or(1).max(1) as f64

@@ -176,9 +176,8 @@ const SETTINGS_COMPARED: &[&str] = &[
 /// `timing_method` settings differ; a run from before it was recorded has none), so a
 /// change between them may be the method's. `None` when both record the same, or neither.
 pub fn method_changed(base: Option<&Env>, cand: Option<&Env>) -> Option<String> {
-    let method = |e: Option<&Env>| {
-        e.and_then(|e| e.settings.get(rundir::TIMING_METHOD_SETTING).cloned())
-    };
+    let method =
+        |e: Option<&Env>| e.and_then(|e| e.settings.get(rundir::TIMING_METHOD_SETTING).cloned());
     let (b, c) = (method(base), method(cand));
     (b != c).then(|| {
         let name = |m: Option<String>| m.unwrap_or_else(|| "unrecorded (an older opbench)".into());

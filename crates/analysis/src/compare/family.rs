@@ -108,7 +108,10 @@ pub fn process_terms(base: Option<&Env>, cand: Option<&Env>) -> Vec<ProcessTermL
     rundir::noise::TermKind::ALL
         .into_iter()
         .map(|kind| {
-            let sds: Vec<f64> = stored.iter().filter_map(|n| n.0.get(&kind).copied()).collect();
+            let sds: Vec<f64> = stored
+                .iter()
+                .filter_map(|n| n.0.get(&kind).copied())
+                .collect();
             match sds.into_iter().reduce(f64::max) {
                 Some(sd) => ProcessTermLine {
                     kind,
@@ -135,22 +138,17 @@ pub struct FamilyLine {
     pub verdict: Verdict,
 }
 
-/// The families' shared shifts, with Benjamini–Hochberg over the global families and,
-/// apart, over the per-op ones.
-pub(super) fn families(
+/// Each family's cases, each in its unit (an op crate in a mode: one process an
+/// execution, or a paired run's round, sharing that process's term among its cases) with
+/// its kind's prior process term.
+fn family_cases(
     lines: &[Line],
-    bs: &PerCall,
-    cs: &PerCall,
+    (bs, cs): (&PerCall, &PerCall),
     raw: &BTreeSet<CaseKey>,
-    drift: (Drift, Drift),
-    dispatch: Option<stats::decide::CaseTest>,
     terms: &[ProcessTermLine],
-    s: Settings,
-) -> Vec<FamilyLine> {
+) -> BTreeMap<FamilyScope, Vec<stats::family::FamilyCase>> {
     use stats::family::{FamilyCase, ProcessTerm};
     let mut groups: BTreeMap<FamilyScope, Vec<FamilyCase>> = BTreeMap::new();
-    // each op crate in each mode is a unit: one process an execution (or a paired run's
-    // round), sharing that process's term among its cases
     let mut units: BTreeMap<(String, rundir::Mode), u32> = BTreeMap::new();
     for l in lines.iter().filter(|l| l.mde.is_some()) {
         let (Some(x), Some(y)) = (bs.times.get(&l.key), cs.times.get(&l.key)) else {
@@ -192,6 +190,21 @@ pub(super) fn families(
         };
         groups.entry(op).or_default().push(fc);
     }
+    groups
+}
+
+/// The families' shared shifts, with Benjamini–Hochberg over the global families and,
+/// apart, over the per-op ones.
+pub(super) fn families(
+    lines: &[Line],
+    (bs, cs): (&PerCall, &PerCall),
+    raw: &BTreeSet<CaseKey>,
+    drift: (Drift, Drift),
+    dispatch: Option<stats::decide::CaseTest>,
+    terms: &[ProcessTermLine],
+    s: Settings,
+) -> Vec<FamilyLine> {
+    let groups = family_cases(lines, (bs, cs), raw, terms);
     let mut shifts: Vec<(FamilyScope, stats::family::Shift)> = Vec::new();
     for (scope, cases) in groups {
         if cases.len() < MIN_FAMILY {

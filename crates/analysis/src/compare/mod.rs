@@ -31,7 +31,7 @@
 //! **Families.** The shared shift of every host-bound case, of every device case, of each op
 //! in each mode, and the dispatch floor at equal host speed (torch control / host
 //! control, the build's own per-call cost): a geometric-mean ratio with executions
-//! resampled jointly across the cases ([`stats::decide::shared_shift`]), judged like a case
+//! resampled jointly across the cases ([`stats::family::shared_shift`]), judged like a case
 //! with `family_threshold` and Benjamini–Hochberg over the families. A change of a few
 //! percent in every case, invisible case by case, is found here. The exit code counts
 //! slower families with the failing cases.
@@ -591,7 +591,7 @@ pub fn compare(base: &Run, cand: &Run, s: Settings) -> Result<Comparison, Analys
     let tests = case_tests(&mut lines, &bs, &cs, &raw, (drift.0, drift.1), raw_drift, s);
     decide_cases(&mut lines, &tests, dispatch.as_ref(), &raw, bs.used, s);
     let terms = process_terms(base.env.as_ref(), cand.env.as_ref());
-    let mut families = families(&lines, &bs, &cs, &raw, drift, dispatch, &terms, s);
+    let mut families = families(&lines, (&bs, &cs), &raw, drift, dispatch, &terms, s);
     let withheld = method_changed(base.env.as_ref(), cand.env.as_ref());
     if withheld.is_some() {
         withhold(&mut lines, &mut families);
@@ -672,7 +672,9 @@ fn decide_cases(
         line.ratio = Some(t.ratio);
         line.ratio_ci = Some(t.interval(1.0 - s.alpha));
         line.p = Some(t.p.min(own.p));
-        line.mde = Some(t.mde(s.alpha));
+        // one process a side: nothing under the spread between processes can be called
+        let floor = if *single { DEVICE_PROCESS_SPREAD } else { 0.0 };
+        line.mde = Some(t.mde(s.alpha).max(floor));
         line.fails |= line.verdict == Verdict::Slower;
         if *single && line.verdict == Verdict::Ambiguous && discovery {
             line.flags.push(Flag::SingleExecution);

@@ -116,7 +116,8 @@ pub(super) fn families_md(cmp: &Comparison) {
                 t.kind.as_str(),
                 100.0 * t.sd,
                 match t.source {
-                    analysis::compare::TermSource::Stored => "measured by opbench ab, stored in the runs",
+                    analysis::compare::TermSource::Stored =>
+                        "measured by opbench ab, stored in the runs",
                     analysis::compare::TermSource::Fallback =>
                         "this project's figure for the kind; the runs stored none",
                 }
