@@ -542,6 +542,27 @@ def bench_executables(env, cargo_args):
     return exes
 
 
+def has_gpu(py):
+    """Whether `py`'s torch sees a GPU (CUDA or ROCm)."""
+    try:
+        return subprocess.run(
+            [str(py), "-c", "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"],
+            capture_output=True,
+        ).returncode == 0
+    except OSError:
+        return False
+
+
+def ab_modes(env):
+    """The timing modes `opbench ab`'s workers take: OPBENCH_MODES where set; on a GPU,
+    `pipelined,graph` (the kernels' time from graph replays, which carry no process's
+    launch term: docs/method.md, "The process term"); else the workers' default."""
+    if env.get("OPBENCH_MODES") or not has_gpu(Path(env["OPBENCH_TORCH_PYTHON"])):
+        return env.get("OPBENCH_MODES")
+    say("a GPU: device-timed cases as graph replays (OPBENCH_MODES=pipelined,graph; set it to choose)")
+    return "pipelined,graph"
+
+
 def side_vars(env):
     """The variables a side's workers need beyond the driver's: where its torch's shared
     libraries are (the loader's path on Linux, PATH on Windows)."""
@@ -582,6 +603,9 @@ def bench_against(args, against):
         rest = rest[:i]
     cand = build_env()
     base = build_env(old)
+    modes = ab_modes(cand)
+    if modes:
+        cand["OPBENCH_MODES"] = modes
     lay = layout(cand)
     run_id = cand.get("OPBENCH_RUN") or time.strftime(lay["run_id_format"], time.gmtime())
     out = Path(cand.get("OPBENCH_OUT") or ROOT / "target" / "opbench")

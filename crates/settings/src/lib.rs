@@ -125,8 +125,8 @@ pub const ALL: &[Setting] = &[
     ),
     s(
         "OPBENCH_MODES",
-        "`pipelined,synced`, and on the CPU `pipelined_cold`",
-        &[Bench],
+        "`pipelined,synced`, and on the CPU `pipelined_cold`; `--against` on a GPU: `pipelined,graph`",
+        &[Bench, Scripts],
         User,
         "timing modes; also `pipelined_cold`, and on a GPU `device`, `device_cold`, `graph`, `graph_cold`",
     ),
