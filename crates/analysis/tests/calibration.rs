@@ -259,3 +259,53 @@ fn across_leases_the_same_build_is_not_called_changed() {
         same_claims_no_more_than_the_threshold(&c);
     }
 }
+
+/// A copy of run `name` with every device sample `factor` slower (a transformed copy: the
+/// measured noise of one build, a planted change on top).
+fn scaled_device_copy(name: &str, factor: f64) -> (tempfile::TempDir, Run) {
+    let from = &runs().1[name].dir;
+    let tmp = tempfile::tempdir().unwrap();
+    for f in ["env.json", "results.csv"] {
+        std::fs::copy(from.join(f), tmp.path().join(f)).unwrap();
+    }
+    let text = std::fs::read_to_string(from.join("samples.csv")).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |c: &str| header.iter().position(|h| *h == c).unwrap();
+    let (mode, total) = (col("mode"), col("total_ns"));
+    let mut out = header.join(",") + "\n";
+    for l in lines {
+        let mut f: Vec<String> = l.split(',').map(str::to_string).collect();
+        if f[mode] == "device" {
+            f[total] = (f[total].parse::<f64>().unwrap() * factor).to_string();
+        }
+        out += &(f.join(",") + "\n");
+    }
+    std::fs::write(tmp.path().join("samples.csv"), out).unwrap();
+    let run = Run::load(tmp.path()).unwrap();
+    (tmp, run)
+}
+
+#[test]
+fn three_executions_a_side_find_a_device_change_of_five_percent_on_measured_noise() {
+    // a2 (an A/A of a1, same lease, 3 executions each) with its device samples 5% slower:
+    // the global device family is slower and names it, with each process's term carried
+    let (_keep, up) = scaled_device_copy("a2", 1.05);
+    let s = Settings::new(
+        analysis::compare::DEFAULT_THRESHOLD,
+        analysis::compare::DEFAULT_ALPHA,
+    )
+    .unwrap();
+    let c = compare(&runs().1["a1"], &up, s).unwrap();
+    let all = global(&c, FamilyScope::AllDevice);
+    assert_eq!(all.verdict, Verdict::Slower, "{:?}", all.ci);
+    assert!(all.ci.0 < 1.06 && all.ci.1 > 1.05, "{:?}", all.ci);
+    assert!(
+        c.reasons()
+            .iter()
+            .any(|r| r.starts_with("all device cases"))
+    );
+    // and the untouched A/A's device family is not called changed
+    let aa = global(&cmp("a1", "a2"), FamilyScope::AllDevice).verdict;
+    assert_ne!(aa, Verdict::Slower);
+}

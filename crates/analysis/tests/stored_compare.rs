@@ -24,6 +24,8 @@ struct Plant {
     shift: f64,
     /// A paired run's side (rounds of 4 pairs) instead of separate executions.
     paired: bool,
+    /// sd of what each round's window does to both sides alike (a paired run's host).
+    window: f64,
 }
 
 const OPS: [OpKind; 5] = [
@@ -51,7 +53,13 @@ fn key(op: OpKind, site: usize, mode: Mode) -> CaseKey {
 }
 
 /// One side: `cases` device cases an op, 10 samples a process, 0.1% noise a sample.
-fn write_side(dir: &Path, rng: &mut StdRng, p: Plant, cases: usize, factor: f64, method: &str) {
+fn write_side(
+    dir: &Path,
+    rng: &mut StdRng,
+    p: Plant,
+    (cases, factor, windows): (usize, f64, &[f64]),
+    method: &str,
+) {
     let mut env = Env {
         run_id: "r".into(),
         started_at: "2026-12-06T10:00:00Z".into(),
@@ -71,12 +79,22 @@ fn write_side(dir: &Path, rng: &mut StdRng, p: Plant, cases: usize, factor: f64,
         ] {
             env.settings.insert(k.into(), v.into());
         }
+        // the two sides of one paired run name each other
+        let me = dir.file_name().unwrap().to_string_lossy().to_string();
+        let other = if me == "base" { "cand" } else { "base" };
+        env.run_id = me;
+        env.settings.insert(
+            "paired_with".into(),
+            dir.with_file_name(other).display().to_string(),
+        );
     }
     let mut w = RunWriter::at(dir, "r", &env).unwrap();
     let term = Normal::new(0.0, p.term).unwrap();
     let noise = Normal::new(0.0, 0.001).unwrap();
     for op in OPS {
-        let shared: Vec<f64> = (0..p.processes).map(|_| term.sample(rng).exp()).collect();
+        let shared: Vec<f64> = (0..p.processes as usize)
+            .map(|e| (term.sample(rng) + windows.get(e).copied().unwrap_or(0.0)).exp())
+            .collect();
         for site in 0..cases {
             let k = key(op, site, Mode::Device);
             let level = 5_000.0 * (1.0 + site as f64) * factor;
@@ -110,8 +128,16 @@ fn run_pair(seed: u64, p: Plant, cases: usize, methods: [&str; 2]) -> Comparison
     let mut rng = StdRng::seed_from_u64(seed);
     let (b, c) = (dir.path().join("base"), dir.path().join("cand"));
     let level: f64 = rng.random_range(0.9..1.1);
-    write_side(&b, &mut rng, p, cases, level, methods[0]);
-    write_side(&c, &mut rng, p, cases, level * p.shift, methods[1]);
+    let window = Normal::new(0.0, p.window).unwrap();
+    let windows: Vec<f64> = (0..p.processes).map(|_| window.sample(&mut rng)).collect();
+    write_side(&b, &mut rng, p, (cases, level, &windows), methods[0]);
+    write_side(
+        &c,
+        &mut rng,
+        p,
+        (cases, level * p.shift, &windows),
+        methods[1],
+    );
     compare(
         &Run::load(&b).unwrap(),
         &Run::load(&c).unwrap(),
@@ -126,28 +152,31 @@ fn all_device(c: &Comparison) -> &analysis::compare::FamilyLine {
 
 #[test]
 fn one_build_with_a_shared_process_term_gives_no_verdict_and_no_zero_width_interval() {
-    // a 3% term a process (what stream-launched GPU events show), one execution and three
-    // executions a side; the bootstrap alone gave these families zero-width intervals
-    for (processes, seeds) in [(1, 0..8), (3, 100..108)] {
+    // a 3% term a process (what stream-launched GPU events show); the bootstrap alone gave
+    // these families zero-width intervals, and one execution a side exited 1 in 8 of 8.
+    // One execution a side: no verdict in 8 comparisons. Three: a unit whose processes
+    // drew 2.5 sd apart is a real difference of its processes, which no test of one build
+    // can tell from a change; at a 5% error rate, at most 1 of 8 comparisons.
+    for (processes, seeds, allowed) in [(1, 0..8, 0), (3, 100..108, 1)] {
+        let mut alarms = Vec::new();
         for seed in seeds {
             let p = Plant {
                 term: 0.03,
                 processes,
                 shift: 1.0,
                 paired: false,
+                window: 0.0,
             };
             let c = run_pair(seed, p, 6, ["m", "m"]);
-            assert_eq!(
-                c.fails(),
-                0,
-                "seed {seed}, {processes} a side: {:?}",
-                c.reasons()
-            );
+            if c.fails() > 0 {
+                alarms.push((seed, c.reasons()));
+            }
             for f in &c.families {
                 assert!(f.ci.1 - f.ci.0 > 0.01, "{}: {:?}", f.scope, f.ci);
-                assert_ne!(f.verdict, Verdict::Slower);
+                assert_ne!(f.verdict, Verdict::Slower, "seed {seed}: {}", f.scope);
             }
         }
+        assert!(alarms.len() <= allowed, "{processes} a side: {alarms:?}");
     }
 }
 
@@ -158,6 +187,7 @@ fn a_planted_change_across_three_executions_a_side_is_found_and_named() {
         processes: 3,
         shift: 1.10,
         paired: false,
+        window: 0.0,
     };
     for seed in 200..204 {
         let c = run_pair(seed, p, 6, ["m", "m"]);
@@ -173,19 +203,26 @@ fn a_planted_change_across_three_executions_a_side_is_found_and_named() {
 }
 
 #[test]
-fn a_paired_sides_rounds_are_its_processes() {
-    // four rounds a side: a +10% is found, an A/A is not called changed
+fn the_two_sides_of_a_paired_run_are_read_round_by_round() {
+    // four rounds, each round's window moving both sides alike by ±8%, each process its
+    // own 1%: the rounds are the executions and are matched, so +5% is found and named,
+    // and an A/A is not called changed
     let p = Plant {
-        term: 0.03,
+        term: 0.01,
         processes: 4,
-        shift: 1.10,
+        shift: 1.05,
         paired: true,
+        window: 0.08,
     };
-    let c = run_pair(300, p, 6, ["m", "m"]);
-    assert_eq!(c.executions, (4, 4), "rounds read as executions");
-    assert_eq!(all_device(&c).verdict, Verdict::Slower);
-    let aa = run_pair(301, Plant { shift: 1.0, ..p }, 6, ["m", "m"]);
-    assert_eq!(aa.fails(), 0, "{:?}", aa.reasons());
+    for seed in 300..304 {
+        let c = run_pair(seed, p, 6, ["m", "m"]);
+        assert!(c.paired, "the sides name each other");
+        assert_eq!(c.executions, (4, 4), "rounds read as executions");
+        let all = all_device(&c);
+        assert_eq!(all.verdict, Verdict::Slower, "{:?}", all.ci);
+        let aa = run_pair(seed + 10, Plant { shift: 1.0, ..p }, 6, ["m", "m"]);
+        assert_eq!(aa.fails(), 0, "{:?}", aa.reasons());
+    }
 }
 
 #[test]
@@ -195,6 +232,7 @@ fn a_family_of_two_cases_is_not_judged() {
         processes: 1,
         shift: 1.10,
         paired: false,
+        window: 0.0,
     };
     let c = run_pair(400, p, 2, ["m", "m"]);
     assert!(
@@ -218,6 +256,7 @@ fn runs_timed_by_different_code_get_no_speed_verdict_and_say_why() {
         processes: 3,
         shift: 1.10,
         paired: false,
+        window: 0.0,
     };
     let c = run_pair(500, p, 6, ["aaa", "bbb"]);
     let why = c.withheld.as_deref().unwrap();

@@ -193,6 +193,73 @@ pub fn shared_shift(cases: &[FamilyCase], drift: f64, resamples: usize) -> Optio
     })
 }
 
+/// The shared shift of a family whose two sides were measured in matched processes: the
+/// two sides of one paired run (`opbench ab`), where round r of the base and of the
+/// candidate took turns in the same window, so what that window's host did is in both.
+/// Per unit, each round's difference of the sides' mean logs; the shift is their mean,
+/// weighted by the unit's share of the cases, and its variance the rounds' spread over
+/// their number. A unit of fewer than 3 rounds pools its spread with the prior (a
+/// difference of two processes: twice its variance), as [`shared_shift`] does.
+pub fn paired_shift(cases: &[FamilyCase], drift: f64) -> Option<Shift> {
+    if cases.is_empty() {
+        return None;
+    }
+    let mut units: BTreeMap<u32, Vec<&FamilyCase>> = BTreeMap::new();
+    for c in cases {
+        units.entry(c.unit).or_default().push(c);
+    }
+    let n = cases.len() as f64;
+    let (mut point, mut var, mut df) = (0.0, 0.0, f64::INFINITY);
+    for members in units.values() {
+        let rounds = members
+            .iter()
+            .map(|c| c.base.len().min(c.cand.len()))
+            .min()
+            .unwrap_or(0);
+        if rounds == 0 {
+            return None;
+        }
+        let d: Vec<f64> = (0..rounds)
+            .map(|r| {
+                mean(
+                    &members
+                        .iter()
+                        .map(|c| c.cand[r] - c.base[r])
+                        .collect::<Vec<_>>(),
+                )
+            })
+            .collect();
+        let own = (rounds - 1) as f64;
+        let prior = members[0].prior;
+        let own_ss = if rounds >= 2 {
+            sd(&d).powi(2) * own
+        } else {
+            0.0
+        };
+        let (s2, dfu) = if own >= OWN_DF {
+            (own_ss / own, own)
+        } else {
+            (
+                (prior.df * 2.0 * prior.sd.powi(2) + own_ss) / (prior.df + own).max(1e-9),
+                prior.df + own,
+            )
+        };
+        let w = members.len() as f64 / n;
+        point += w * mean(&d);
+        var += w * w * s2 / rounds as f64;
+        df = df.min(dfu);
+    }
+    let se = (var + drift.powi(2)).sqrt();
+    let df = if df.is_finite() { df.max(1.0) } else { 1.0 };
+    Some(Shift {
+        cases: cases.len(),
+        ratio: point.exp(),
+        se,
+        df,
+        p: p_value(point, se, df),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -287,6 +354,42 @@ mod tests {
             .map(|c| FamilyCase { prior: NONE, ..c })
             .collect();
         assert!(shared_shift(&none, 0.0, 200).unwrap().se < 1e-3);
+    }
+
+    #[test]
+    fn matched_rounds_cancel_what_both_sides_of_a_round_share() {
+        // six rounds, each round's window moving both sides alike by ±10%; +5% planted
+        let mut rng = StdRng::seed_from_u64(13);
+        let window = N::new(0.0, 0.10).unwrap();
+        let prior = ProcessTerm { sd: 0.01, df: 4.0 };
+        let mut found = 0;
+        for _ in 0..20 {
+            let w: Vec<f64> = (0..6).map(|_| window.sample(&mut rng)).collect();
+            let cases: Vec<FamilyCase> = (0..30)
+                .map(|i| {
+                    let m = (1e3 * (1.0 + i as f64)).ln();
+                    let side = |f: f64, rng: &mut StdRng| -> Vec<f64> {
+                        w.iter()
+                            .map(|x| m + x + f + N::new(0.0, 0.005).unwrap().sample(rng))
+                            .collect()
+                    };
+                    let (base, cand) = (side(0.0, &mut rng), side(0.05, &mut rng));
+                    FamilyCase {
+                        base,
+                        cand,
+                        unit: 0,
+                        prior,
+                    }
+                })
+                .collect();
+            let paired = paired_shift(&cases, 0.0).unwrap();
+            let (lo, hi) = paired.as_test().interval(0.95);
+            found += usize::from(lo > 1.015 && hi > 1.05);
+            // read as independent sides, the windows swamp it
+            let apart = shared_shift(&cases, 0.0, 200).unwrap();
+            assert!(apart.se > 5.0 * paired.se, "{apart:?} {paired:?}");
+        }
+        assert!(found >= 18, "{found} of 20");
     }
 
     #[test]

@@ -100,8 +100,10 @@ pub(super) fn identity_lines(base: &Run, cand: &Run) -> Result<Vec<Line>, Analys
                         b.kernel.clone().unwrap_or_default(),
                         c.kernel.clone().unwrap_or_default(),
                     );
-                    // falling back to the composite kernel is the regression users must see
-                    line.fails |= ck == "math" && bk != "math";
+                    // falling back to the composite kernel from another is the regression
+                    // users must see (a case that ran no kernel before, one skipped or out
+                    // of memory, did not fall back: its status change says what it did)
+                    line.fails |= ck == "math" && !bk.is_empty() && bk != "math";
                     line.flags.push(Flag::KernelChanged(bk, ck));
                 } else {
                     let traced = key.in_mode(rundir::Mode::Pipelined);
@@ -171,6 +173,24 @@ const SETTINGS_COMPARED: &[&str] = &[
     "plant_scope",
     "plant_device_pct",
 ];
+
+/// Whether `base` and `cand` are the two sides of one paired run (`opbench ab` wrote them
+/// side by side, each naming the other as `paired_with`): their rounds are then matched,
+/// round r of each side taken in the same window.
+pub fn paired_sides(base: Option<&Env>, cand: Option<&Env>) -> bool {
+    let (Some(b), Some(c)) = (base, cand) else {
+        return false;
+    };
+    let names = |e: &Env, other: &Env| {
+        e.settings.get("design").map(String::as_str) == Some("paired")
+            && e.settings.get("paired_with").is_some_and(|p| {
+                std::path::Path::new(p)
+                    .file_name()
+                    .is_some_and(|n| n.to_string_lossy() == other.run_id)
+            })
+    };
+    names(b, c) && names(c, b)
+}
 
 /// Why speed verdicts are withheld: the runs were timed by different timing code (their
 /// `timing_method` settings differ; a run from before it was recorded has none), so a

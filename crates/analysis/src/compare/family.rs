@@ -61,7 +61,7 @@ pub(super) fn withhold(lines: &mut [Line], families: &mut [FamilyLine]) {
     for l in lines.iter_mut().filter(|l| l.verdict != Verdict::None) {
         let other = l.flags.iter().any(|f| {
             matches!(f, Flag::StatusChanged(Status::Ok, _))
-                || matches!(f, Flag::KernelChanged(_, k) if k == "math")
+                || matches!(f, Flag::KernelChanged(b, k) if k == "math" && !b.is_empty())
         });
         l.verdict = Verdict::Ambiguous;
         l.fails = other;
@@ -70,6 +70,15 @@ pub(super) fn withhold(lines: &mut [Line], families: &mut [FamilyLine]) {
     for f in families.iter_mut() {
         f.verdict = Verdict::Ambiguous;
     }
+}
+
+/// Both runs' per-call times, and whether their executions are matched (the two sides of
+/// one paired run, rounds as executions).
+#[derive(Clone, Copy)]
+pub(super) struct Sides<'a> {
+    pub(super) base: &'a PerCall,
+    pub(super) cand: &'a PerCall,
+    pub(super) paired: bool,
 }
 
 /// The fewest cases a family has: fewer get no family verdict.
@@ -197,14 +206,14 @@ fn family_cases(
 /// apart, over the per-op ones.
 pub(super) fn families(
     lines: &[Line],
-    (bs, cs): (&PerCall, &PerCall),
+    sides: Sides<'_>,
     raw: &BTreeSet<CaseKey>,
     drift: (Drift, Drift),
     dispatch: Option<stats::decide::CaseTest>,
     terms: &[ProcessTermLine],
     s: Settings,
 ) -> Vec<FamilyLine> {
-    let groups = family_cases(lines, (bs, cs), raw, terms);
+    let groups = family_cases(lines, (sides.base, sides.cand), raw, terms);
     let mut shifts: Vec<(FamilyScope, stats::family::Shift)> = Vec::new();
     for (scope, cases) in groups {
         if cases.len() < MIN_FAMILY {
@@ -224,7 +233,12 @@ pub(super) fn families(
                     ..
                 }
         );
-        if let Some(mut sh) = stats::family::shared_shift(&cases, d, s.resamples) {
+        let shift = if sides.paired {
+            stats::family::paired_shift(&cases, d)
+        } else {
+            stats::family::shared_shift(&cases, d, s.resamples)
+        };
+        if let Some(mut sh) = shift {
             if let Some(disp) = dispatch.filter(|_| host_bound) {
                 let t = sh.as_test().plus(&disp);
                 (sh.ratio, sh.se, sh.df, sh.p) = (t.ratio, t.se, t.df, t.p);

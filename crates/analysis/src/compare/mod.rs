@@ -476,6 +476,9 @@ pub struct Comparison {
     /// What a process shares among its cases, per kind of timing: every family's interval
     /// carries it.
     pub process_terms: Vec<ProcessTermLine>,
+    /// The runs are the two sides of one paired run ([`paired_sides`]): compared raw, the
+    /// families round by round.
+    pub paired: bool,
     /// Why no speed verdict was given ([`method_changed`]); `None`: they were.
     pub withheld: Option<String>,
     pub settings: Settings,
@@ -531,7 +534,7 @@ impl Comparison {
         let math = failing(&|l| {
             l.flags
                 .iter()
-                .any(|f| matches!(f, Flag::KernelChanged(_, k) if k == "math"))
+                .any(|f| matches!(f, Flag::KernelChanged(b, k) if k == "math" && !b.is_empty()))
         });
         for (lines, what) in [
             (
@@ -570,8 +573,12 @@ pub fn compare(base: &Run, cand: &Run, s: Settings) -> Result<Comparison, Analys
     let raw = raw_cases(&[base, cand]);
     let (bx, cx) = (base.samples_by_execution()?, cand.samples_by_execution()?);
     let use_host = has_host_control(&bx) && has_host_control(&cx);
-    let bs = per_call(bx, s.control, use_host, &raw);
-    let cs = per_call(cx, s.control, use_host, &raw);
+    // the two sides of one paired run share each round's host: their times are compared
+    // raw, round by round, as `opbench ab` compares them
+    let paired = paired_sides(base.env.as_ref(), cand.env.as_ref());
+    let control = if paired { Control::Raw } else { s.control };
+    let bs = per_call(bx, control, use_host, &raw);
+    let cs = per_call(cx, control, use_host, &raw);
     let same = same_boot(base.env.as_ref(), cand.env.as_ref());
     let drift = match s.drift {
         DriftChoice::Off => (Drift::NONE, Drift::NONE),
@@ -591,7 +598,12 @@ pub fn compare(base: &Run, cand: &Run, s: Settings) -> Result<Comparison, Analys
     let tests = case_tests(&mut lines, &bs, &cs, &raw, (drift.0, drift.1), raw_drift, s);
     decide_cases(&mut lines, &tests, dispatch.as_ref(), &raw, bs.used, s);
     let terms = process_terms(base.env.as_ref(), cand.env.as_ref());
-    let mut families = families(&lines, (&bs, &cs), &raw, drift, dispatch, &terms, s);
+    let sides = Sides {
+        base: &bs,
+        cand: &cs,
+        paired,
+    };
+    let mut families = families(&lines, sides, &raw, drift, dispatch, &terms, s);
     let withheld = method_changed(base.env.as_ref(), cand.env.as_ref());
     if withheld.is_some() {
         withhold(&mut lines, &mut families);
@@ -609,6 +621,7 @@ pub fn compare(base: &Run, cand: &Run, s: Settings) -> Result<Comparison, Analys
         same_boot: same,
         drift,
         process_terms: terms,
+        paired,
         withheld,
         settings: s,
     })
@@ -733,14 +746,27 @@ fn case_tests(
         }
     }
     let mut vars: BTreeMap<(rundir::Mode, bool, i32), Vec<(f64, f64)>> = BTreeMap::new();
+    let mut ops: BTreeMap<(rundir::Mode, bool, i32), BTreeSet<String>> = BTreeMap::new();
     for (i, logs) in &multi {
-        vars.entry(kind_of(&lines[*i], raw))
+        let kind = kind_of(&lines[*i], raw);
+        vars.entry(kind).or_default().push(logs.variance());
+        ops.entry(kind)
             .or_default()
-            .push(logs.variance());
+            .insert(lines[*i].key.op.to_string());
     }
+    // the cases of one op crate ran in the same processes, so their variances are one
+    // piece of evidence, not one a case: a kind's prior counts at most its crates' df
     let priors: BTreeMap<_, Option<Prior>> = vars
         .into_iter()
-        .map(|(k, v)| (k, Prior::pooled(&v)))
+        .map(|(k, v)| {
+            let dfs: Vec<f64> = v.iter().map(|x| x.1).collect();
+            let cap = ops[&k].len() as f64 * stats::median(&dfs);
+            let prior = Prior::pooled(&v).map(|p| Prior {
+                df: p.df.min(cap),
+                ..p
+            });
+            (k, prior)
+        })
         .collect();
     for (i, logs) in multi {
         let line = &lines[i];

@@ -336,6 +336,12 @@ pub(super) fn setting_md(cmp: &Comparison) {
         println!("- Environment differences: {}.", cmp.env_diff.join("; "));
     }
     let (nb, nc) = cmp.executions;
+    if cmp.paired {
+        println!(
+            "- The two sides of one paired run (opbench ab): each side's rounds are its processes, \
+             matched round by round (both sides of a round shared its host), times compared raw."
+        );
+    }
     println!(
         "- Executions (processes): base {nb}, candidate {nc}. Host-bound, host-timed cases divided by: {} \
          (the µs columns are raw medians).",
