@@ -1001,3 +1001,78 @@ fn where_a_full_round_no_longer_fits_the_device_cases_take_rounds_of_their_own()
     assert_eq!(long.device_only_rounds, 0);
     assert_eq!(visits(&long, false), visits(&long, true));
 }
+
+/// Workers whose every process runs at its own level (uniform ±`term`, samples within
+/// 0.05%); each factory call's label is logged in order.
+fn levelled(
+    term: f64,
+    factor: f64,
+    seed: u64,
+    started: &Rc<RefCell<Vec<&'static str>>>,
+) -> Vec<Group<'static>> {
+    let host = Host::shared(1.0, 0.0, seed);
+    let levels = Rc::new(RefCell::new(StdRng::seed_from_u64(seed)));
+    let make = |factor: f64, label: &'static str| {
+        let (h, l, s) = (host.clone(), levels.clone(), started.clone());
+        move || {
+            s.borrow_mut().push(label);
+            let mut f = Fake::new(&h, factor, 12, label);
+            f.level = 1.0 + term * l.borrow_mut().random_range(-1.0..1.0);
+            f.noise = 0.0005;
+            Ok(Box::new(f) as Box<dyn Worker>)
+        }
+    };
+    vec![Group {
+        name: "rmsnorm".into(),
+        base: Box::new(make(1.0, "base")),
+        cand: Box::new(make(factor, "cand")),
+    }]
+}
+
+#[test]
+fn a_planted_process_term_is_carried_measured_and_stored_and_the_sides_start_in_turns() {
+    // every process at its own level within ±4% (sd 2.3%): pairs cannot cancel it, rounds
+    // carry it. An A/A gives no verdict; +10% is found; the term the run prints and stores
+    // is the planted one's size; round r's first worker is the base's in even rounds
+    let started = Rc::new(RefCell::new(Vec::new()));
+    let sd = 0.04 / 3f64.sqrt();
+    for seed in [21, 22] {
+        let mut groups = levelled(0.04, 1.0, seed, &started);
+        let outcome = duet::run(&mut groups, &settings(), &mut |_| {}).expect("runs");
+        let v = duet::judge(&outcome);
+        assert_eq!(v.exit_code(), 0, "seed {seed}: {:?}", v.regressions);
+        let kind = rundir::noise::TermKind::Device;
+        let stored = v.noise.0.get(&kind).copied().expect("a device term");
+        assert!(
+            stored > sd / 2.0 && stored < sd * 2.0,
+            "stored {stored}, planted {sd}"
+        );
+        for f in &v.families {
+            let (_, lo, hi) = f.pooled.ratio();
+            assert!(lo < 1.0 && hi > 1.0, "{}: [{lo}, {hi}]", f.name);
+        }
+        let dir = tempfile::tempdir().expect("tmp");
+        let w = duet::write::write(dir.path(), "t", &outcome, &v, ["a", "b"]).expect("writes");
+        let env = rundir::Run::load(&w.base).expect("base").env.expect("env");
+        let back = rundir::noise::ProcessNoise::of(&env).expect("stored");
+        assert!((back.0[&kind] - stored).abs() < 1e-5);
+    }
+    // the first listing, then each round: base first in even rounds, cand first in odd
+    let order = started.borrow().clone();
+    let firsts: Vec<&str> = order.chunks(2).map(|c| c[0]).collect();
+    assert!(firsts.len() >= 4, "{order:?}");
+    for (i, f) in firsts.iter().skip(1).take(3).enumerate() {
+        assert_eq!(*f, if i % 2 == 0 { "base" } else { "cand" }, "{order:?}");
+    }
+    let mut groups = levelled(0.04, 1.10, 23, &started);
+    let outcome = duet::run(&mut groups, &settings(), &mut |_| {}).expect("runs");
+    let v = duet::judge(&outcome);
+    assert_eq!(v.exit_code(), 1);
+    let all = v
+        .families
+        .iter()
+        .find(|f| f.name == "all device cases")
+        .expect("the device family");
+    let (r, lo, _) = all.pooled.ratio();
+    assert!(lo > 1.015 && (r - 1.10).abs() < 0.03, "{r} {lo}");
+}
