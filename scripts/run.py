@@ -281,6 +281,8 @@ def test(env=None):
     subprocess.run([env["OPBENCH_TORCH_PYTHON"], str(ROOT / "scripts" / "peer_test.py")], env=env, check=True)
     step("cpu_slices.py")
     subprocess.run([sys.executable, str(ROOT / "scripts" / "cpu_slices_test.py")], env=env, check=True)
+    step("process_term.py")
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "process_term_test.py")], env=env, check=True)
     step("bench cases once (quick grid)")
     cargo(
         dict(env, OPBENCH_PROFILE="quick", OPBENCH_DEVICE=env.get("OPBENCH_DEVICE", "cpu")),

@@ -1,22 +1,25 @@
-"""Where does a worker process's device term come from? (issue 67; an experiment, not a test)
+"""The device process term: how far a GPU process's kernel times sit from another's.
 
-Each worker is a fresh Python process that times small device calls with CUDA events behind a
-spin lead (torch.cuda._sleep, the kernel opbench's device mode leads with), 256 calls a sample.
-The driver asks for samples line by line, as `opbench ab` does. Designs, interleaved in rounds:
+Each worker is a fresh Python process of the torch under test that times small device calls
+with GPU events behind a spin lead (torch.cuda._sleep, the kernel opbench's device mode leads
+with), 256 calls a sample; the driver asks for samples line by line, as `opbench ab` does.
+Designs, interleaved in rounds (each a fresh pair of workers, A and B):
 
-  alone : worker A times every kind and exits, then worker B does: one live context at a time
+  alone : A times every kind and exits, then B does: one live context at a time
   pair  : A and B alive at once, taking turns sample by sample (A B, B A, ...), as in ab
   eager : pair, both with CUDA_MODULE_LOADING=EAGER
+  conn1 : alone, with CUDA_DEVICE_MAX_CONNECTIONS=1
 
-A round's term for a kind is ln(median B / median A): what a pair of processes does not
-share. Its spread over rounds (sd, %) is the process term the paired design pays; a
-kind's pairs within a round agree to ~0.1% (their sd is printed beside).
+A round's term for a kind is ln(median B / median A). The table's figure is its sd over the
+rounds (%), what pairing cannot cancel; beside it in brackets, a pair's sd within a round.
+Kinds: one small kernel (mul on 1024 f16, on the current stream and three others), rms_norm
+[1, 1024], a KV-cache row copy, a GEMV [1, 1024] x [1024, 3072], a large add (~70 us), and
+the small mul's 256 calls captured once as a CUDA graph (hipGraph on ROCm) and replayed.
+It runs on CUDA and ROCm builds alike (torch.cuda is HIP's there); it has run on an H100.
 
-Kinds: one small kernel (mul on 1024 f16), rms_norm [1, 1024], a KV-cache row copy,
-a GEMV [1, 1024] x [1024, 3072], a large add (~100 us), and the small mul's 256 calls
-captured once as a CUDA graph and replayed (`graph`).
+    python3 scripts/process_term.py [ROUNDS] [DESIGN,...]   # 3 rounds of alone,pair: ~1.5 min
 
-    python3 probe.py ROUNDS [DESIGN,...]       # on the GPU machine; prints a table last
+Evidence and what it found: docs/experiments/process-term/README.md, docs/method.md.
 """
 import math
 import os
@@ -103,6 +106,8 @@ def worker():
 
 
 class Worker:
+    """A fresh worker process (`process_term.py worker`) under `env`."""
+
     def __init__(self, env):
         self.p = subprocess.Popen([sys.executable, __file__, "worker"], stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, text=True, env={**os.environ, **env})
@@ -130,19 +135,20 @@ class Worker:
 PAIRS = 8
 
 
-def round_alone(env):
-    """A's samples, A exits; then B's: medians per kind and the pairs' log ratios."""
+def round_alone(start, env):
+    """A's samples, A exits; then B's: the pairs' log ratios per kind, and A's samples."""
     sides = []
     for _ in range(2):
-        w = Worker(env)
+        w = start(env)
         sides.append({k: [w.ask(k) for _ in range(PAIRS)] for k in KINDS})
         w.stop()
     a, b = sides
     return {k: [math.log(y / x) for x, y in zip(a[k], b[k])] for k in KINDS}, a
 
 
-def round_pair(env):
-    a, b = Worker(env), Worker(env)
+def round_pair(start, env):
+    """A and B alive at once, taking turns: the pairs' log ratios per kind, and A's samples."""
+    a, b = start(env), start(env)
     logs, base = {}, {}
     for k in KINDS:
         xs, ys = [], []
@@ -165,9 +171,9 @@ DESIGNS = {
 }
 
 
-def main():
-    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 4
-    designs = sys.argv[2].split(",") if len(sys.argv) > 2 else list(DESIGNS)
+def probe(rounds, designs, start=Worker, say=print):
+    """Per design and kind: the round terms (%, ln B/A), a pair's sd within each round (%),
+    and A's median time per call (us) over the rounds."""
     terms = {d: {k: [] for k in KINDS} for d in designs}
     within = {d: {k: [] for k in KINDS} for d in designs}
     us = {k: [] for k in KINDS}
@@ -175,21 +181,40 @@ def main():
     for r in range(rounds):
         for d in designs:
             f, env = DESIGNS[d]
-            logs, base = f(env)
+            logs, base = f(start, env)
             for k in KINDS:
                 terms[d][k].append(100 * st.median(logs[k]))
                 within[d][k].append(100 * st.stdev(logs[k]))
                 us[k].append(st.median(base[k]))
-            print(f"round {r} {d:6s} " + " ".join(f"{k} {terms[d][k][-1]:+.2f}%" for k in KINDS)
-                  + f"  ({time.time() - t0:.0f} s)", flush=True)
-    print(f"\nprocess term: sd over {rounds} rounds of ln(B/A) per kind, % "
-          "(in brackets: a pair's sd within a round, median)")
-    print(f"{'design':8s}" + "".join(f"{k:>16s}" for k in KINDS))
-    print(f"{'us/call':8s}" + "".join(f"{st.median(us[k]):16.3f}" for k in KINDS))
+            say(f"round {r} {d:6s} " + " ".join(f"{k} {terms[d][k][-1]:+.2f}%" for k in KINDS)
+                + f"  ({time.time() - t0:.0f} s)")
+    return terms, within, us
+
+
+def table(terms, within, us):
+    """The probe's table: per design, each kind's process term (sd over rounds, %)."""
+    designs = list(terms)
+    rounds = len(next(iter(terms[designs[0]].values())))
+    out = [f"process term: sd over {rounds} rounds of ln(B/A) per kind, % "
+           "(in brackets: a pair's sd within a round, median)",
+           f"{'design':8s}" + "".join(f"{k:>16s}" for k in KINDS),
+           f"{'us/call':8s}" + "".join(f"{st.median(us[k]):16.3f}" for k in KINDS)]
     for d in designs:
-        print(f"{d:8s}" + "".join(
+        out.append(f"{d:8s}" + "".join(
             f"{st.pstdev(terms[d][k]) if rounds > 1 else float('nan'):8.2f} [{st.median(within[d][k]):5.2f}]"
             for k in KINDS))
+    return "\n".join(out)
+
+
+def main():
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+    designs = sys.argv[2].split(",") if len(sys.argv) > 2 else ["alone", "pair"]
+    unknown = [d for d in designs if d not in DESIGNS]
+    if rounds < 2 or unknown:
+        sys.stderr.write(f"process_term.py: expected ROUNDS >= 2 and designs of {', '.join(DESIGNS)}\n")
+        sys.exit(2)
+    terms, within, us = probe(rounds, designs, say=lambda s: print(s, flush=True))
+    print("\n" + table(terms, within, us))
 
 
 if __name__ == "__main__":
