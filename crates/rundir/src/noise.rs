@@ -53,7 +53,8 @@ impl TermKind {
     /// - graph: ±0.0–0.7% a round, 0.25% rms (H100, 2026-12-06, docs/experiments/
     ///   process-term): 0.3% a process, rounded up;
     /// - host: pipelined families' process term 0.7–1.0% a round on the H200 and
-    ///   0.9–2.3% on the 2-core VM (2026-12-05/06, ab fixtures): 1% a process.
+    ///   0.9–2.3% on the 2-core VM (2026-12-05/06, docs/experiments/ab-2026-12-03): 1% a
+    ///   process.
     pub fn fallback(self) -> f64 {
         match self {
             TermKind::Host => 0.01,
