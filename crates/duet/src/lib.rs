@@ -2,10 +2,9 @@
 //! turns sample by sample, each case measured until its verdict is sure or its share of
 //! the budget is spent.
 //!
-//! - [`protocol`]: the worker protocol, one JSON object a line. A bench binary started with
-//!   [`protocol::WORKER_FLAG`] is a worker (crates/harness's `worker` module).
-//! - [`cpus`]: which CPUs a process runs on; `opbench ab` puts both sides' workers on the
-//!   same ones.
+//! - [`protocol`] and [`cpus`] (from the `wire` crate, below this one and the engine): the
+//!   worker protocol, one JSON object a line, and which CPUs a process runs on; `opbench ab`
+//!   puts both sides' workers on the same ones.
 //! - [`worker`]: the driver's side of a worker ([`worker::Worker`]; [`worker::Process`], a
 //!   child process).
 //! - [`driver`]: which cases, the calibration of calls per sample, warm-up, the A B / B A
@@ -20,10 +19,8 @@
 //! Boundary: this crate never touches tch; a worker is any process that speaks the
 //! protocol. Statistics live in `stats::paired`.
 
-pub mod cpus;
 pub mod driver;
 mod plan;
-pub mod protocol;
 pub mod replay;
 pub mod solo;
 pub mod verdict;
@@ -33,3 +30,4 @@ pub mod write;
 
 pub use driver::{Group, Settings, run};
 pub use verdict::{Verdicts, judge};
+pub use wire::{cpus, protocol};

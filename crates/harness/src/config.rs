@@ -96,7 +96,7 @@ impl Config {
     /// `OPBENCH_CPUS`, with `OPBENCH_THREADS` intra-op threads.
     pub fn settle_process(&self) -> Result<(), String> {
         if let Some(cpus) = &self.cpus {
-            duet::cpus::pin(cpus).map_err(|e| format!("OPBENCH_CPUS: {e}"))?;
+            wire::cpus::pin(cpus).map_err(|e| format!("OPBENCH_CPUS: {e}"))?;
         }
         if let Some(t) = self.threads {
             tch::set_num_threads(t as i32);
@@ -315,8 +315,8 @@ fn cpus_from_env() -> Result<Option<Vec<usize>>, String> {
     let Some(list) = var("OPBENCH_CPUS") else {
         return Ok(None);
     };
-    let cpus = duet::cpus::parse(&list).map_err(|e| format!("OPBENCH_CPUS={list}: {e}"))?;
-    duet::cpus::usable(&cpus).map_err(|e| format!("OPBENCH_CPUS={list}: {e}"))?;
+    let cpus = wire::cpus::parse(&list).map_err(|e| format!("OPBENCH_CPUS={list}: {e}"))?;
+    wire::cpus::usable(&cpus).map_err(|e| format!("OPBENCH_CPUS={list}: {e}"))?;
     Ok(Some(cpus))
 }
 
@@ -330,11 +330,11 @@ fn timing_cpu_from_env(cpus: Option<&[usize]>) -> Result<Option<usize>, String> 
         .trim()
         .parse()
         .map_err(|_| format!("OPBENCH_TIMING_CPU={v}: not a CPU number"))?;
-    let may = cpus.map_or_else(duet::cpus::allowed, <[usize]>::to_vec);
+    let may = cpus.map_or_else(wire::cpus::allowed, <[usize]>::to_vec);
     if !may.contains(&c) {
         return Err(format!(
             "OPBENCH_TIMING_CPU={c}: not one of this process's CPUs ({})",
-            duet::cpus::format(&may)
+            wire::cpus::format(&may)
         ));
     }
     Ok(Some(c))

@@ -1,5 +1,5 @@
 //! The worker mode of a bench binary (`bench-linear --opbench-worker`): it answers the
-//! `duet` protocol's requests on stdin and stdout, one JSON object a line, for
+//! worker protocol (`wire::protocol`)'s requests on stdin and stdout, one JSON object a line, for
 //! `opbench ab`, which drives two builds' workers in turns.
 //!
 //! The worker knows its cases (the grid under its `OPBENCH_*` settings), how to prepare
@@ -21,11 +21,11 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use duet::protocol::{
-    CaseName, NotServed, PROTOCOL, Prepared as PreparedReply, Reply, Request, Sampled,
-};
 use rundir::CaseKey;
 use shapes::Problem;
+use wire::protocol::{
+    CaseName, NotServed, PROTOCOL, Prepared as PreparedReply, Reply, Request, Sampled,
+};
 
 use crate::devtime::DeviceClock;
 use crate::op::{Op, Prepared, Status, first_line};
@@ -35,7 +35,7 @@ use crate::timing::{
 };
 use crate::{BenchError, Config, DType, Device, select_devices};
 
-pub use duet::protocol::WORKER_FLAG;
+pub use wire::protocol::WORKER_FLAG;
 
 /// The modes a worker times.
 const SERVED: [Mode; 4] = [Mode::Pipelined, Mode::Synced, Mode::Device, Mode::Graph];
@@ -171,7 +171,7 @@ impl<'a> Worker<'a> {
         Worker {
             ops: ops.to_vec(),
             clocks: devices.iter().map(|_| None).collect(),
-            home_cpus: config.cpus.clone().unwrap_or_else(duet::cpus::allowed),
+            home_cpus: config.cpus.clone().unwrap_or_else(wire::cpus::allowed),
             config,
             devices,
             cases,
@@ -414,7 +414,7 @@ impl<'a> Worker<'a> {
         // set can be slow for a second while another is not (docs/method.md, "CPUs")
         let one_cpu = self.config.timing_cpu.filter(|_| device.is_gpu());
         if let Some(c) = one_cpu {
-            duet::cpus::pin_thread(&[c]).map_err(|e| format!("OPBENCH_TIMING_CPU: {e}"))?;
+            wire::cpus::pin_thread(&[c]).map_err(|e| format!("OPBENCH_TIMING_CPU: {e}"))?;
         }
         let plant = Plant::from_config(&self.config);
         let controls = Controls::before(self.controls[d].as_deref_mut(), device, plant);
@@ -429,7 +429,7 @@ impl<'a> Worker<'a> {
         )
         .map_err(|e| crate::classify(&e).reason);
         if one_cpu.is_some() {
-            duet::cpus::pin_thread(&self.home_cpus).map_err(|e| format!("OPBENCH_CPUS: {e}"))?;
+            wire::cpus::pin_thread(&self.home_cpus).map_err(|e| format!("OPBENCH_CPUS: {e}"))?;
         }
         let uncovered = device_clock(&mut self.clocks[d], mode).map(DeviceClock::take_uncovered);
         let (t, state) = sampled?;

@@ -52,7 +52,7 @@ fn bad_settings_are_named_errors() {
     assert!(err(&[("OPBENCH_PLANT_PCT", "-5")]).contains("OPBENCH_PLANT_PCT"));
     assert!(err(&[("OPBENCH_SAMPLES", "abc")]).contains("OPBENCH_SAMPLES=abc"));
     // the timing CPU: one of the process's CPUs, or `any`
-    let mine = duet::cpus::allowed();
+    let mine = wire::cpus::allowed();
     let last = mine.last().unwrap().to_string();
     assert_eq!(
         with(&[("OPBENCH_TIMING_CPU", &last)]).unwrap().timing_cpu,

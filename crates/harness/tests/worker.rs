@@ -2,9 +2,9 @@
 //! releases cases on request, and answers bad input with an error reply, never an exit.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
-use duet::protocol::{Reply, Request};
 use harness::worker::Worker;
 use harness::{Config, Device, Floor};
+use wire::protocol::{Reply, Request};
 
 fn talk(lines: &[String]) -> Vec<Reply> {
     let mut config = Config::from_env().unwrap();

@@ -63,13 +63,13 @@ pub struct CaseName {
     pub key: String,
     /// The key's fields in `CaseKey::COLUMNS` order.
     pub fields: Vec<String>,
-    /// How a single run's driver ([`crate::solo`]) samples it; a bench binary's cases
+    /// How a single run's driver (duet's `solo`) samples it; a bench binary's cases
     /// leave it empty (each case alone).
     #[serde(default, skip_serializing_if = "Sampling::is_alone")]
     pub sampling: Sampling,
 }
 
-/// How the cases of one worker are sampled in a single run ([`crate::solo`]): alone (its
+/// How the cases of one worker are sampled in a single run (duet's `solo`): alone (its
 /// samples back to back), or in interleaved rounds with the other cases of its group, so
 /// that all see the same host states and a reader can take their differences round by
 /// round. The worker says which cases belong together; the driver decides the rounds,
@@ -78,7 +78,7 @@ pub struct CaseName {
 #[serde(default)]
 pub struct Sampling {
     /// The group sampled in interleaved rounds (`None`: alone). Its first word names the
-    /// driver's rule for the rounds ([`crate::solo::GroupKind`]).
+    /// driver's rule for the rounds (duet's `solo::GroupKind`).
     pub group: Option<String>,
     /// Within a group's round, the cases of one block run back to back (the blocks and
     /// the cases in a block shuffled each round).
