@@ -81,6 +81,9 @@ pub fn run(args: &Args) -> Result<u8, Failure> {
         .profile("default")
         .map_err(|e| Failure::input(e.to_string()))?;
     let mut rows: Vec<Vec<String>> = Vec::new();
+    // a row that does not depend on L (the projections, the norms) is the same at every L
+    // of the grid: each is printed once
+    let mut seen = std::collections::BTreeSet::new();
     for phase in phases {
         let batches = match (args.batch.is_empty(), phase) {
             (false, _) => args.batch.clone(),
@@ -113,7 +116,7 @@ pub fn run(args: &Args) -> Result<u8, Failure> {
                             p.op, p.site
                         )));
                     };
-                    rows.push(vec![
+                    let row = vec![
                         p.op.to_string(),
                         p.site.to_string(),
                         p.model.clone(),
@@ -125,7 +128,10 @@ pub fn run(args: &Args) -> Result<u8, Failure> {
                         flops.to_string(),
                         bytes.to_string(),
                         p.calls_per_step.to_string(),
-                    ]);
+                    ];
+                    if seen.insert(row.clone()) {
+                        rows.push(row);
+                    }
                 }
             }
         }

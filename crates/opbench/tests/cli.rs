@@ -2321,3 +2321,27 @@ fn shapes_reads_a_hugging_face_config_json_by_its_family() {
     // Qwen2 has no qk-norm
     assert!(!out.contains("rmsnorm,q_norm"), "{out}");
 }
+
+#[test]
+fn shapes_prints_each_row_once_and_the_rows_that_depend_on_the_cache_at_each_length() {
+    let (code, out, err) = opbench(&["shapes", "--model", "qwen3-0.6b", "--batch", "1,8"]);
+    assert_eq!(code, 0, "{err}");
+    let rows: Vec<&str> = out.lines().skip(1).collect();
+    let unique: std::collections::BTreeSet<&str> = rows.iter().copied().collect();
+    assert_eq!(unique.len(), rows.len(), "a row printed twice");
+    // a projection does not depend on L: one row a batch; attention does: one per L too
+    let count = |op: &str, site: &str| {
+        rows.iter()
+            .filter(|r| r.starts_with(&format!("{op},{site},")))
+            .count()
+    };
+    let lens = rows
+        .iter()
+        .filter(|r| r.starts_with("sdpa,"))
+        .map(|r| r.split(',').nth(6).unwrap())
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
+    assert!(lens >= 2, "the grid's decode lengths");
+    assert_eq!(count("linear", "q_proj"), 2);
+    assert_eq!(count("sdpa", "attn"), 2 * lens);
+}
