@@ -5,7 +5,8 @@
 //!   median as `lower_value` / `upper_value`. `bencher run --adapter json` reads it.
 //! - [`otava_csv`]: an Apache Otava (formerly Hunter) CSV of many runs — one row per run,
 //!   in start order: `time` (the run's start, ISO 8601), the attributes `run`, `torch`,
-//!   `revision`, `device`, then one column per case (its key) holding the median in ns.
+//!   `revision`, `device`, then one column per case and machine (`KEY @ DEVICE`) holding the
+//!   median in ns.
 //!   Otava's change-point analysis then runs on opbench's medians.
 //!
 //! Only ok rows are exported; a case a run lacks is an empty cell in the Otava CSV.
@@ -56,6 +57,13 @@ pub fn left_out(run: &Run) -> Option<String> {
     })
 }
 
+/// A case's Otava column: its key and the machine it ran on (`cuda:0` is an H100 in one run
+/// and an H200 in another: one column for both would show the card swap as a change).
+fn column(run: &Run, key: &rundir::CaseKey) -> String {
+    let machine = run.env.as_ref().map_or("unknown", |e| e.device_label());
+    format!("{key} @ {machine}")
+}
+
 /// An Apache Otava CSV of `runs`, sorted by start time. Every run needs env.json with a
 /// start time: Otava orders points by it.
 pub fn otava_csv(runs: &[Run]) -> Result<String, AnalysisError> {
@@ -77,7 +85,7 @@ pub fn otava_csv(runs: &[Run]) -> Result<String, AnalysisError> {
     rows.sort_by(|a, b| a.0.cmp(b.0));
     let keys: BTreeSet<String> = runs
         .iter()
-        .flat_map(|r| r.ok_rows().map(|x| x.key.to_string()))
+        .flat_map(|r| r.ok_rows().map(|x| column(r, &x.key)))
         .collect();
     let mut w = csv::WriterBuilder::new().from_writer(Vec::new());
     let mut header = vec!["time", "run", "torch", "revision", "device"];
@@ -88,7 +96,7 @@ pub fn otava_csv(runs: &[Run]) -> Result<String, AnalysisError> {
         let env = run.env.clone().unwrap_or_default();
         let medians: BTreeMap<String, f64> = run
             .ok_rows()
-            .filter_map(|r| r.median_ns.map(|m| (r.key.to_string(), m)))
+            .filter_map(|r| r.median_ns.map(|m| (column(run, &r.key), m)))
             .collect();
         let name = run
             .dir

@@ -160,7 +160,8 @@ pub struct ExportArgs {
     /// bmf (one run) or otava (any number of runs).
     #[arg(long, value_enum)]
     format: ExportFormat,
-    /// Run directories.
+    /// Run directories, or folders of them (results/, an output folder's runs/), as
+    /// history reads them.
     #[arg(required = true)]
     runs: Vec<PathBuf>,
 }
@@ -172,8 +173,7 @@ enum ExportFormat {
 }
 
 fn export_verb(args: &ExportArgs) -> Result<u8, CliError> {
-    let runs = args
-        .runs
+    let runs = analysis::history::find_runs(&args.runs)?
         .iter()
         .map(|d| Run::load(d))
         .collect::<Result<Vec<_>, _>>()?;

@@ -2345,3 +2345,41 @@ fn shapes_prints_each_row_once_and_the_rows_that_depend_on_the_cache_at_each_len
     assert_eq!(count("linear", "q_proj"), 2);
     assert_eq!(count("sdpa", "attn"), 2 * lens);
 }
+
+#[test]
+fn otava_export_reads_a_folder_of_runs_and_keeps_each_card_in_its_own_column() {
+    // the same case on an H200 and an H100 (both `cuda:0`): two columns, never one
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = StdRng::seed_from_u64(6);
+    for (name, started) in [("a", "2026-12-01T00:00:00Z"), ("b", "2026-12-02T00:00:00Z")] {
+        let c = case(
+            "linear",
+            "aten",
+            "q_proj",
+            1,
+            noisy(&mut rng, 10_000.0, 0.01, 20),
+        );
+        let at = RunAt {
+            started_at: started,
+            ..RunAt::default()
+        };
+        write_run_at(&dir.path().join(name), &[c], &at);
+    }
+    let env = dir.path().join("b/env.json");
+    let text = std::fs::read_to_string(&env).unwrap();
+    std::fs::write(&env, text.replace("NVIDIA H200", "NVIDIA H100 80GB HBM3")).unwrap();
+    let (code, out, err) = opbench(&["export", "--format", "otava", dir.path().to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let header: Vec<&str> = out.lines().next().unwrap().split(',').collect();
+    let cases: Vec<&&str> = header.iter().skip(5).collect();
+    assert_eq!(cases.len(), 2, "{header:?}");
+    assert!(
+        cases.iter().any(|c| c.ends_with("@ NVIDIA H200")),
+        "{header:?}"
+    );
+    assert!(
+        cases.iter().any(|c| c.ends_with("@ NVIDIA H100 80GB HBM3")),
+        "{header:?}"
+    );
+    assert_eq!(out.lines().count(), 3, "a row a run: {out}");
+}
