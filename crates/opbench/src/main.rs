@@ -10,6 +10,7 @@
 mod ab_cmd;
 mod peer_cmd;
 mod print;
+mod run_defaults;
 mod shapes_cmd;
 
 use std::path::PathBuf;
@@ -231,14 +232,16 @@ pub struct HistoryArgs {
 pub struct PredictArgs {
     /// The run directory (target/opbench/runs/RUN_ID).
     run: PathBuf,
-    /// Model: a shapes/ name or a path to a Hugging Face config.json.
+    /// Model: a shapes/ name or a path to a Hugging Face config.json (default: the one
+    /// model the run timed).
     #[arg(long)]
-    model: String,
+    model: Option<String>,
     /// Batch size B.
     #[arg(long)]
     batch: usize,
-    /// Cache length L before the step: required for a decode step (a prefill takes --prompt).
-    #[arg(long, required_unless_present = "prompt", conflicts_with = "prompt")]
+    /// Cache length L before a decode step (default: the one L the run's decode rows of
+    /// the model timed); a prefill takes --prompt.
+    #[arg(long, conflicts_with = "prompt")]
     ctx: Option<usize>,
     /// decode: one new token per sequence on a cache of --ctx; prefill: a prompt of
     /// --prompt tokens into an empty cache (the time to first token), composed from the op
@@ -468,7 +471,8 @@ fn fit_verb(dir: &std::path::Path) -> Result<u8, CliError> {
 
 fn predict_verb(args: &PredictArgs) -> Result<u8, CliError> {
     let loaded = Run::load(&args.run)?;
-    let model = ModelConfig::by_name(&args.model).map_err(|e| CliError::input(e.to_string()))?;
+    let name = run_defaults::model(args.model.as_deref(), &loaded).map_err(CliError::input)?;
+    let model = ModelConfig::by_name(&name).map_err(|e| CliError::input(e.to_string()))?;
     if args.batch == 0 {
         return Err(CliError::input("--batch: must be positive"));
     }
@@ -479,7 +483,7 @@ fn predict_verb(args: &PredictArgs) -> Result<u8, CliError> {
             args.mode
         )));
     }
-    let (device, dtype, ctx) = predict_target(args, &loaded)?;
+    let (device, dtype, ctx) = predict_target(args, &loaded, &model.name)?;
     let q = analysis::predict::Query {
         model: &model,
         batch: args.batch,
@@ -500,6 +504,7 @@ fn predict_verb(args: &PredictArgs) -> Result<u8, CliError> {
 fn predict_target(
     args: &PredictArgs,
     run: &Run,
+    model: &str,
 ) -> Result<(rundir::DeviceId, DType, usize), CliError> {
     let device = args
         .device
@@ -510,7 +515,9 @@ fn predict_target(
         DType::F32
     });
     let ctx = match (args.phase, args.ctx, args.prompt) {
-        (Phase::Decode, Some(l), None) => l,
+        (Phase::Decode, l, None) => {
+            run_defaults::decode_ctx(l, run, model).map_err(CliError::input)?
+        }
         (Phase::Prefill, None, Some(s)) if s > 0 => s,
         (Phase::Decode, _, _) => {
             return Err(CliError::input(

@@ -2383,3 +2383,39 @@ fn otava_export_reads_a_folder_of_runs_and_keeps_each_card_in_its_own_column() {
     );
     assert_eq!(out.lines().count(), 3, "a row a run: {out}");
 }
+
+#[test]
+fn predict_takes_the_model_and_the_cache_length_from_the_run() {
+    let results = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../results");
+    let run = |name: &str| results.join(name).to_str().unwrap().to_string();
+    // one model, decode rows at one L (and generate()'s growing cache, not a grid length)
+    let help5 = run("2026-12-06-nvidia-h200-cuda-torch2.11.0-help5");
+    let args = [
+        "predict",
+        &help5,
+        "--profile",
+        "transformers",
+        "--batch",
+        "1",
+    ];
+    let (code, out, err) = opbench(&args);
+    assert_eq!(code, 0, "{err}");
+    let explicit = [&args[..], &["--model", "qwen3-0.6b", "--ctx", "1024"]].concat();
+    let (_, same, _) = opbench(&explicit);
+    assert_eq!(out, same, "the defaults are the run's model and L = 1024");
+    // a model the run did not time: one line, what to run
+    let (code, _, err) = opbench(&[&args[..], &["--model", "llama-3.2-1b"]].concat());
+    assert_eq!(code, 2);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("OPBENCH_MODEL=llama-3.2-1b scripts/bench"),
+        "{err}"
+    );
+    // several lengths: the longest, and it says so
+    let x5 = run("2026-12-01-nvidia-h200-cuda-torch2.11.0-compare-x5");
+    let (_, _, err) = opbench(&["predict", &x5, "--batch", "1"]);
+    assert!(
+        err.contains("L = 4096, the longest of 128, 1024, 4096"),
+        "{err}"
+    );
+}

@@ -159,9 +159,9 @@ fn predict_prints_what_it_printed() {
                     "--profile",
                     profile,
                 ];
-                let want = golden(&format!("predict-{i}-{profile}-{b}.txt"));
-                assert_eq!(output(&root(), &args), want, "{args:?}");
-                table_adds_up(&want, &format!("predict-{i}-{profile}-{b}"));
+                let name = format!("predict-{i}-{profile}-{b}.txt");
+                assert_golden(&name, &output(&root(), &args));
+                table_adds_up(&golden(&name), &format!("predict-{i}-{profile}-{b}"));
                 checked += 1;
             }
         }
@@ -251,11 +251,7 @@ fn predict_transformers_prints_what_it_printed_and_its_parts_add_up() {
             "transformers",
         ];
         let got = output(&fixtures, &args);
-        assert_eq!(
-            got,
-            golden(&format!("predict-transformers-{name}.txt")),
-            "{args:?}"
-        );
+        assert_golden(&format!("predict-transformers-{name}.txt"), &got);
         table_adds_up(&got, name);
         let ms = |line: &str| -> Vec<f64> {
             line.split(" ms")

@@ -590,16 +590,30 @@ impl<'a> Pricer<'a> {
     /// The error naming every case the run lacks.
     pub(super) fn missing(&self, missing: &[String]) -> AnalysisError {
         let q = self.q;
+        // the first three name what is missing; the command measures all of it
+        let named = missing
+            .iter()
+            .take(3)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ");
+        let more = missing.len().saturating_sub(3);
         AnalysisError::Input(format!(
-            "{}: no measurement or fit for {} case(s) of the {} step at {} {} {}: {} \
-             (measured decode lengths are the grid's; fits need 3 batches{})",
+            "{}: no measurement or fit for {} case(s) of {}'s {} step at {} {} {} ({named}{}); \
+             measure them: OPBENCH_MODEL={} scripts/bench (fits need 3 batches{})",
             self.run.dir.display(),
             missing.len(),
+            q.model.name,
             q.profile,
             q.dtype,
             q.device,
             q.mode,
-            missing.join(", "),
+            if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            },
+            q.model.name,
             if self.python() {
                 "; the transformers profile's rows come from `opbench peer` (scripts/peer.py), \
                  which needs transformers for the framework rows"
