@@ -1,6 +1,7 @@
 //! What would make the step faster: the changes a user can make, each priced from the run
 //! where it can be, beside its measured counterpart where the run has one, ranked by
-//! tokens/s. A change the run cannot price says what to run to price it.
+//! tokens/s: first those for the query's own sequences, then serving more of them a step
+//! ([`rank`]). A change the run cannot price says what to run to price it.
 //!
 //! Each row is one [`Lever`]. The step's price comes from [`predict_with`] with one thing
 //! of the query changed (the profile, the mode, the dtype, the batch), or from arithmetic on
@@ -93,8 +94,8 @@ impl Lever {
     }
 }
 
-/// The levers for `q`, ranked by tokens/s (the step as it is among them); those the run
-/// cannot price last. The physical limit, `bound` ([`bandwidth_bound`]), stands apart; the
+/// The levers for `q`, ranked ([`rank`]: the query's own sequences first, then serving
+/// more; the step as it is among them); those the run cannot price last in each. The physical limit, `bound` ([`bandwidth_bound`]), stands apart; the
 /// faster host's row is floored at it.
 pub fn levers(run: &Run, fits: &Fits, q: &Query, pred: &Prediction, bound: &Lever) -> Vec<Lever> {
     let measured = |q: &Query| step_row(run, q, q.mode).and_then(|r| r.median_ns);
@@ -176,13 +177,26 @@ pub fn levers(run: &Run, fits: &Fits, q: &Query, pred: &Prediction, bound: &Leve
     }
     out.push(sdpa_lever(run, q, pred));
     out.push(faster_host(q, pred, bound.predicted_ns));
-    out.sort_by(|a, b| match (a.tokens_per_s(), b.tokens_per_s()) {
-        (Some(x), Some(y)) => y.total_cmp(&x),
-        (Some(_), None) => std::cmp::Ordering::Less,
-        (None, Some(_)) => std::cmp::Ordering::Greater,
-        (None, None) => std::cmp::Ordering::Equal,
-    });
+    rank(&mut out, q.batch);
     out
+}
+
+/// Two answers in one list: first what makes the query's own sequences faster (at its
+/// batch), ranked by their tokens/s; then serving more sequences a step (another batch),
+/// ranked by tokens/s in all. A person with one chat stream gets nothing from a batch of
+/// 64, however many tokens it serves. Within each, the unpriced come last.
+pub fn rank(levers: &mut [Lever], batch: usize) {
+    levers.sort_by(|a, b| {
+        let more = |l: &Lever| l.batch != batch;
+        more(a)
+            .cmp(&more(b))
+            .then_with(|| match (a.tokens_per_s(), b.tokens_per_s()) {
+                (Some(x), Some(y)) => y.total_cmp(&x),
+                (Some(_), None) => std::cmp::Ordering::Less,
+                (None, Some(_)) => std::cmp::Ordering::Greater,
+                (None, None) => std::cmp::Ordering::Equal,
+            })
+    });
 }
 
 /// What graphs give the user's generate(): `cache_implementation="static"` with

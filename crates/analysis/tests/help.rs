@@ -80,13 +80,9 @@ fn each_row_is_the_prediction_with_one_thing_changed_and_they_rank_by_tokens_per
     let saved = pred.step_ns - sdpa.predicted_ns.unwrap();
     assert!(saved >= 0.0 && saved < 0.1 * pred.step_ns, "{saved}");
 
-    // ranked: priced rows by tokens/s, then the ones this run cannot price
-    let priced: Vec<f64> = rows.iter().filter_map(|l| l.tokens_per_s()).collect();
-    assert!(priced.windows(2).all(|w| w[0] >= w[1]), "{priced:?}");
-    let first_unpriced = rows.iter().position(|l| l.step_ns().is_none());
-    if let Some(i) = first_unpriced {
-        assert!(rows[i..].iter().all(|l| l.step_ns().is_none()));
-    }
+    // ranked: the query's own batch first, then serving more; in each, priced rows by
+    // tokens/s, then the ones this run cannot price
+    ranked(&rows, 1);
     // the quick grid has no B = 64: that row says what to run
     let b64 = row("batch 64");
     assert!(b64.predicted_ns.is_none());
@@ -234,9 +230,8 @@ fn on_the_h200_every_row_is_present_and_each_measured_change_checks_within_20_pe
             checked >= 4 + want.len() - 7,
             "B={batch}: {checked} checked"
         );
-        // ranked by tokens/s, the unpriced last
-        let priced: Vec<f64> = rows.iter().filter_map(|l| l.tokens_per_s()).collect();
-        assert!(priced.windows(2).all(|w| w[0] >= w[1]), "{priced:?}");
+        // ranked by tokens/s, the unpriced last, the query's batch before the others
+        ranked(&rows, batch);
         // a run from before the static cache's parts were measured: its generate()
         // from a prompt stands beside the row, which names the parts to measure
         let stat = rows
@@ -466,4 +461,46 @@ fn graphs_row(run: &rundir::Run, batch: usize) -> analysis::help::Lever {
     rows.into_iter()
         .find(|l| l.name == "CUDA/HIP graphs")
         .unwrap()
+}
+
+#[test]
+fn one_streams_remedies_rank_before_serving_more_sequences() {
+    // help5 (the H200, 2026-12-06) at B = 1: batch 64 serves 95× the tokens, but no single
+    // stream gets them; the remedies for the one stream come first, graphs on top
+    let run = rundir::Run::load(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../results/2026-12-06-nvidia-h200-cuda-torch2.11.0-help5"),
+    )
+    .unwrap();
+    let (_, rows) = levers_of(&run, 1);
+    let first_more = rows.iter().position(|l| l.batch != 1).expect("batch rows");
+    assert!(
+        rows[first_more..].iter().all(|l| l.batch != 1),
+        "{:?}",
+        rows.iter().map(|l| (&l.name, l.batch)).collect::<Vec<_>>()
+    );
+    assert!(rows[0].name.contains("graphs"), "{}", rows[0].name);
+    let more = &rows[first_more..];
+    assert!(
+        more.windows(2)
+            .all(|w| w[0].tokens_per_s() >= w[1].tokens_per_s()),
+        "serving more ranks by tokens/s in all"
+    );
+}
+
+/// `rows` in [`analysis::help::rank`]'s order: the query's `batch` first, then the others;
+/// in each, the priced by tokens/s, then the unpriced.
+fn ranked(rows: &[analysis::help::Lever], batch: usize) {
+    let split = rows
+        .iter()
+        .position(|l| l.batch != batch)
+        .unwrap_or(rows.len());
+    assert!(rows[split..].iter().all(|l| l.batch != batch));
+    for group in [&rows[..split], &rows[split..]] {
+        let priced: Vec<f64> = group.iter().filter_map(|l| l.tokens_per_s()).collect();
+        assert!(priced.windows(2).all(|w| w[0] >= w[1]), "{priced:?}");
+        if let Some(i) = group.iter().position(|l| l.step_ns().is_none()) {
+            assert!(group[i..].iter().all(|l| l.step_ns().is_none()));
+        }
+    }
 }

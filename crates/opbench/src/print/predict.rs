@@ -601,12 +601,26 @@ pub fn what_would_help(levers: &[analysis::help::Lever], bound: &analysis::help:
         .iter()
         .find(|l| l.name == analysis::help::AS_IS)
         .and_then(|l| l.tokens_per_s());
-    println!("\nwhat would help (ranked by tokens/s; gain against the step as it is):");
+    let batch = levers
+        .iter()
+        .find(|l| l.name == analysis::help::AS_IS)
+        .map_or(1, |l| l.batch);
+    println!(
+        "\nwhat would help your {batch} sequence{} (ranked by tokens/s; gain against the step as it is):",
+        if batch == 1 { "" } else { "s" }
+    );
     println!(
         "  {:<42} {:>9} {:>10} {:>10} {:>6} {:>10}  what to do",
         "change", "ms/step", "tokens/s", "per stream", "gain", "measured"
     );
+    let mut more = false;
     for l in levers {
+        if l.batch != batch && !more {
+            more = true;
+            println!(
+                "  serving more sequences a step instead (tokens/s in all; each stream gets fewer):"
+            );
+        }
         let gain = match (l.tokens_per_s(), base) {
             (Some(t), Some(b)) => format!("{:.2}×", t / b),
             _ => "-".into(),
