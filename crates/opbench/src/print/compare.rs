@@ -143,6 +143,16 @@ pub(super) fn families_md(cmp: &Comparison) {
     println!();
 }
 
+/// A ratio to three decimals, or to three significant digits below 0.1 (a near-zero time's
+/// interval would read as zero width).
+fn ratio(r: f64) -> String {
+    if r.abs() >= 0.1 || r == 0.0 {
+        format!("{r:.3}")
+    } else {
+        format!("{r:.2e}")
+    }
+}
+
 /// The kind of timing of a family's cases (`None` for the dispatch family).
 fn family_kind(f: &analysis::compare::FamilyLine) -> Option<rundir::noise::TermKind> {
     use analysis::compare::FamilyScope;
@@ -300,8 +310,8 @@ pub fn comparison_md(base: &Run, cand: &Run, cmp: &Comparison) {
             num(l.base.map(|x| x / 1e3), 2),
             num(l.cand.map(|x| x / 1e3), 2),
             match (l.ratio, l.ratio_ci) {
-                (Some(r), Some((lo, hi))) => format!("{r:.3} [{lo:.3}, {hi:.3}]"),
-                (Some(r), None) => format!("{r:.3}"),
+                (Some(r), Some((lo, hi))) => format!("{} [{}, {}]", ratio(r), ratio(lo), ratio(hi)),
+                (Some(r), None) => ratio(r),
                 _ => String::new(),
             },
             l.mde
