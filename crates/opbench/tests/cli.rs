@@ -2419,3 +2419,39 @@ fn predict_takes_the_model_and_the_cache_length_from_the_run() {
         "{err}"
     );
 }
+
+#[test]
+fn predict_answers_in_its_first_lines_with_one_streams_remedies_first() {
+    // help5 (the H200) at B = 1: what it gives, predicted and measured; the host as the
+    // bound; CUDA graphs the first remedy for one stream, no batch among them
+    let results = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../results");
+    let run = results.join("2026-12-06-nvidia-h200-cuda-torch2.11.0-help5");
+    let args = [
+        "predict",
+        run.to_str().unwrap(),
+        "--profile",
+        "transformers",
+        "--batch",
+        "1",
+    ];
+    let (code, out, err) = opbench(&args);
+    assert_eq!(code, 0, "{err}");
+    let head: Vec<&str> = out.lines().take(5).collect();
+    assert!(head[0].starts_with("answer: ") && head[0].contains(" tokens/s predicted, "));
+    assert!(
+        head[0].contains("measured; bound by the host"),
+        "{}",
+        head[0]
+    );
+    let faster = head
+        .iter()
+        .find(|l| l.contains("faster for your sequence: "))
+        .unwrap();
+    let first = faster.split(": ").nth(1).unwrap();
+    assert!(first.starts_with("CUDA/HIP graphs"), "{faster}");
+    assert!(!faster.contains("batch"), "{faster}");
+    assert!(
+        head.iter()
+            .any(|l| l.contains("serving more sequences instead: batch"))
+    );
+}

@@ -6,10 +6,12 @@ use analysis::history::{ChangeKind, History};
 use analysis::predict::{HostState, Prediction, Query, Source};
 use rundir::{CaseKey, FitRow, Mode, Run};
 
+mod answer;
 mod compare;
 mod history;
 mod predict;
 
+pub use answer::*;
 pub use compare::*;
 pub use history::*;
 pub use predict::*;

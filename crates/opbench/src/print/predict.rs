@@ -6,6 +6,7 @@ use super::*;
 /// Everything `opbench predict` says of one query, in order.
 pub fn explanation(e: &Explanation) {
     let (q, pred) = (&e.query, &e.prediction);
+    answer(e);
     prediction(e);
     if !e.host_models.is_empty() {
         host_model(q, pred, &e.host_models);
