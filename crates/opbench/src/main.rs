@@ -327,8 +327,8 @@ pub struct CompareArgs {
     /// alike); `raw`, nothing.
     #[arg(long, value_enum, default_value = "host")]
     control: ControlArg,
-    /// Compare host-timed cases raw (the same as `--control raw`).
-    #[arg(long)]
+    /// Compare host-timed cases raw (the same as `--control raw`; not with `--control`).
+    #[arg(long, conflicts_with = "control")]
     raw: bool,
     /// The drift between boots added to the intervals: `auto` when the runs are of two
     /// boots (another boot id, or started over 3 hours apart), `off`, or a percentage

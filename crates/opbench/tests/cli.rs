@@ -2455,3 +2455,34 @@ fn predict_answers_in_its_first_lines_with_one_streams_remedies_first() {
             .any(|l| l.contains("serving more sequences instead: batch"))
     );
 }
+
+#[test]
+fn compare_refuses_flags_that_conflict_and_its_counts_add_up() {
+    let results = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../results");
+    let run = |n: &str| results.join(n).to_str().unwrap().to_string();
+    let (a, b) = (
+        run("2026-12-01-nvidia-h200-cuda-torch2.11.0-compare-x5"),
+        run("2026-12-06-nvidia-h200-cuda-torch2.11.0-help5"),
+    );
+    let (code, _, err) = opbench(&["compare", &a, &b, "--raw", "--control", "torch"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("'--raw' cannot be used with '--control"),
+        "{err}"
+    );
+    let (code, out, err) = opbench(&["compare", &a, &b]);
+    assert_eq!(code, 0, "{err}");
+    let line = out
+        .lines()
+        .find(|l| l.contains(" cases: ") && l.contains(" not compared"))
+        .unwrap();
+    let n = |word: &str| -> usize {
+        let before = line.split(word).next().unwrap();
+        before.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    let total: usize = line.split(' ').next().unwrap().parse().unwrap();
+    let parts = n(" slower") + n(" faster") + n(" same") + n(" ambiguous") + n(" not compared");
+    assert_eq!(parts, total, "{line}");
+    // a host-timed case of one execution a side says why it has no interval
+    assert!(out.contains("ambiguous (one execution a side: no interval between processes)"));
+}

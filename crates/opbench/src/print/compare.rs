@@ -268,14 +268,16 @@ pub fn comparison_md(base: &Run, cand: &Run, cmp: &Comparison) {
     families_md(cmp);
     let moved = |l: &&Line| l.verdict == Verdict::Slower || l.verdict == Verdict::Faster;
     println!(
-        "## Cases\n\n{} cases: {} slower, {} faster, {} same (within ±{}%), {} ambiguous; {} kernel-changed, \
-         {} status-changed, {} new, {} gone (false-discovery rate {})\n",
+        "## Cases\n\n{} cases: {} slower, {} faster, {} same (within ±{}%), {} ambiguous, {} not compared \
+         (not ok in both runs); flagged: {} kernel-changed, {} status-changed, {} new, {} gone \
+         (false-discovery rate {})\n",
         cmp.lines.len(),
         cmp.count(Verdict::Slower),
         cmp.count(Verdict::Faster),
         cmp.count(Verdict::Same),
         100.0 * s.threshold,
         cmp.count(Verdict::Ambiguous),
+        cmp.count(Verdict::None),
         cmp.flagged(|f| matches!(f, Flag::KernelChanged(..))),
         cmp.flagged(|f| matches!(f, Flag::StatusChanged(..))),
         cmp.flagged(|f| *f == Flag::New),
@@ -316,7 +318,11 @@ pub fn comparison_md(base: &Run, cand: &Run, cmp: &Comparison) {
             },
             l.mde
                 .map_or(String::new(), |m| format!("±{:.1}%", 100.0 * m)),
-            verdict_word(l.verdict, l.mde, l.fails),
+            if l.mde.is_none() && l.flags.contains(&Flag::SingleExecution) {
+                "ambiguous (one execution a side: no interval between processes)".to_string()
+            } else {
+                verdict_word(l.verdict, l.mde, l.fails)
+            },
             flags(l)
         );
     }
