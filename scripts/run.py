@@ -281,6 +281,8 @@ def test(env=None):
     subprocess.run([env["OPBENCH_TORCH_PYTHON"], str(ROOT / "scripts" / "peer_test.py")], env=env, check=True)
     step("cpu_slices.py")
     subprocess.run([sys.executable, str(ROOT / "scripts" / "cpu_slices_test.py")], env=env, check=True)
+    step("run.py")
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "run_test.py")], env=env, check=True)
     step("process_term.py")
     subprocess.run([sys.executable, str(ROOT / "scripts" / "process_term_test.py")], env=env, check=True)
     step("bench cases once (quick grid)")
@@ -419,6 +421,19 @@ def leaves_out(full, smaller):
 # ---------------------------------------------------------------- bench
 
 
+def peer_wanted(args, env):
+    """(whether scripts/bench runs `opbench peer` after timing, the line saying why not):
+    OPBENCH_PEER where set; else yes for the whole workspace, and no for a selection (`-p`,
+    a filter after `--`), which picks bench cases the peer's would outlast by minutes."""
+    if "OPBENCH_PEER" in env:
+        return env["OPBENCH_PEER"] != "0", None
+    if list(args) in ([], ["--workspace"]):
+        return True, None
+    return False, ("opbench peer (the HF stack from Python) not run: a selection (-p, a filter) "
+                   "times those bench cases only; OPBENCH_PEER=1 runs it too, or `opbench peer RUN` after")
+
+
+
 def bench(args):
     env = build_env()
     # a trace pass runs after timing, in its own processes: never in a timed one
@@ -468,7 +483,9 @@ def bench(args):
         return max(0, sum(1 for _ in f.open()) - 1) if f.exists() else 0
 
     # the user's own stack: HF transformers from Python, into the same run (OPBENCH_PEER=0: not)
-    with_peer = env.get("OPBENCH_PEER", "1") != "0"
+    with_peer, why = peer_wanted(args, env)
+    if why:
+        say(why)
 
     def peer(into):
         # without transformers it writes the Python op rows and says what it skipped

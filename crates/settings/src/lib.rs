@@ -216,7 +216,7 @@ pub const ALL: &[Setting] = &[
     ),
     s(
         "OPBENCH_PEER",
-        "`1`",
+        "`1`; `0` with `-p` or a filter",
         &[Scripts],
         User,
         "scripts/bench: `0` skips `opbench peer` (the HF transformers peer), and its workers in `--against`",
