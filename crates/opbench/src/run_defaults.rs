@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use rundir::{OpKind, Phase, Run};
+use rundir::Run;
 
 /// The models whose decoder ops the run timed (shapes/ names; the floor's `none` and the
 /// ceilings' aside).
@@ -13,19 +13,6 @@ pub fn models(run: &Run) -> BTreeSet<String> {
         .iter()
         .map(|r| r.key.model.clone())
         .filter(|m| !m.is_empty() && m != "none")
-        .collect()
-}
-
-/// The cache lengths L before a decode step that the run's attention and cache rows of
-/// `model` timed (a row's `kv_len` is L + 1: the new token's entry included; generate()'s
-/// rows, whose cache grows over the call, are not a length of the grid).
-pub fn decode_lengths(run: &Run, model: &str) -> BTreeSet<usize> {
-    run.results
-        .iter()
-        .filter(|r| r.key.model == model && r.key.phase == Phase::Decode)
-        .filter(|r| matches!(r.key.op, OpKind::Sdpa | OpKind::KvCache))
-        .filter_map(|r| r.key.kv_len)
-        .map(|kv| kv.saturating_sub(1))
         .collect()
 }
 
@@ -55,7 +42,7 @@ pub fn decode_ctx(given: Option<usize>, run: &Run, model: &str) -> Result<usize,
     if let Some(l) = given {
         return Ok(l);
     }
-    let all = decode_lengths(run, model);
+    let all = analysis::predict::measured_lengths(run, model);
     let list = || {
         all.iter()
             .map(usize::to_string)

@@ -2486,3 +2486,24 @@ fn compare_refuses_flags_that_conflict_and_its_counts_add_up() {
     // a host-timed case of one execution a side says why it has no interval
     assert!(out.contains("ambiguous (one execution a side: no interval between processes)"));
 }
+
+#[test]
+fn predict_at_a_batch_or_length_the_run_lacks_names_what_it_measured() {
+    let results = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../results");
+    let run = results.join("2026-12-06-nvidia-h200-cuda-torch2.11.0-help5");
+    let run = run.to_str().unwrap();
+    for extra in [["--batch", "3"], ["--ctx", "1000"]] {
+        let mut args = vec!["predict", run, "--profile", "transformers", "--batch", "1"];
+        if extra[0] == "--batch" {
+            args.truncate(4);
+        }
+        args.extend(extra);
+        let (code, _, err) = opbench(&args);
+        assert_eq!(code, 2, "{args:?}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(
+            err.contains("the run measured B = 1, 8, 64, L = 1024"),
+            "{err}"
+        );
+    }
+}

@@ -535,3 +535,25 @@ pub fn step_row<'r>(run: &'r Run, q: &Query, mode: Mode) -> Option<&'r ResultRow
     let key = q.step_key(mode);
     run.row(&key).filter(|r| r.is_ok())
 }
+
+/// The cache lengths L before a decode step that `run`'s attention and cache rows of `model`
+/// timed (a row's `kv_len` is L + 1: the new token's entry included; generate()'s rows,
+/// whose cache grows over the call, are not a length of the grid).
+pub fn measured_lengths(run: &Run, model: &str) -> std::collections::BTreeSet<usize> {
+    run.results
+        .iter()
+        .filter(|r| r.key.model == model && r.key.phase == Phase::Decode)
+        .filter(|r| matches!(r.key.op, OpKind::Sdpa | OpKind::KvCache))
+        .filter_map(|r| r.key.kv_len)
+        .map(|kv| kv.saturating_sub(1))
+        .collect()
+}
+
+/// The batch sizes `run`'s decode rows of `model` timed.
+pub fn measured_batches(run: &Run, model: &str) -> std::collections::BTreeSet<usize> {
+    run.results
+        .iter()
+        .filter(|r| r.key.model == model && r.key.phase == Phase::Decode)
+        .map(|r| r.key.batch)
+        .collect()
+}

@@ -598,9 +598,24 @@ impl<'a> Pricer<'a> {
             .collect::<Vec<_>>()
             .join(", ");
         let more = missing.len().saturating_sub(3);
+        let list = |xs: std::collections::BTreeSet<usize>| {
+            xs.iter()
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let (bs, ls) = (
+            super::measured_batches(self.run, &q.model.name),
+            super::measured_lengths(self.run, &q.model.name),
+        );
+        let has = if bs.is_empty() {
+            format!("the run has no decode rows of {}", q.model.name)
+        } else {
+            format!("the run measured B = {}, L = {}", list(bs), list(ls))
+        };
         AnalysisError::Input(format!(
             "{}: no measurement or fit for {} case(s) of {}'s {} step at {} {} {} ({named}{}); \
-             measure them: OPBENCH_MODEL={} scripts/bench (fits need 3 batches{})",
+             {has}; measure them: OPBENCH_MODEL={} scripts/bench (fits need 3 batches{})",
             self.run.dir.display(),
             missing.len(),
             q.model.name,
