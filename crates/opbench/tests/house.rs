@@ -483,3 +483,32 @@ fn predict_is_priced_by_analysis_and_only_printed_by_the_cli() {
         .collect();
     assert!(found.is_empty(), "{found:?}");
 }
+
+#[test]
+fn the_readme_names_every_card_results_holds_a_run_of() {
+    // "Only … have run opbench": each GPU of a published run is named there (its model
+    // number: H100, H200, MI300X …)
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let line = readme
+        .lines()
+        .find(|l| l.contains("have run opbench"))
+        .expect("the README says which machines have run opbench");
+    for e in std::fs::read_dir(root().join("results")).unwrap().flatten() {
+        let Ok(text) = std::fs::read_to_string(e.path().join("env.json")) else {
+            continue;
+        };
+        let env: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let Some(name) = env["device_name"].as_str() else {
+            continue;
+        };
+        let model = name
+            .split_whitespace()
+            .find(|w| w.chars().any(|c| c.is_ascii_digit()))
+            .unwrap_or(name);
+        assert!(
+            line.contains(model),
+            "{name} ({}) is not in: {line}",
+            e.path().display()
+        );
+    }
+}
