@@ -2507,3 +2507,14 @@ fn predict_at_a_batch_or_length_the_run_lacks_names_what_it_measured() {
         );
     }
 }
+
+#[test]
+fn predict_on_a_run_with_no_rows_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    write_run(&dir.path().join("empty"), &[]);
+    let run = dir.path().join("empty");
+    let (code, _, err) = opbench(&["predict", run.to_str().unwrap(), "--batch", "1"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("results.csv has no ok row to predict from"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
