@@ -90,6 +90,12 @@ pub fn families_csv(cmp: &Comparison) -> Result<(), csv::Error> {
 /// The families table: the global families, then each op's.
 pub(super) fn families_md(cmp: &Comparison) {
     println!("## Families: the shared shift of their cases\n");
+    println!(
+        "A family is cases judged together: all *host-bound* cases (their time is the host's \
+         dispatch and launch, compared at equal host speed), all *device* cases (GPU-event \
+         time), and each op in each mode. Its shift is the geometric mean of its cases' ratios; \
+         a few percent in every case shows here before it shows in any one.\n"
+    );
     println!("| family | cases | shift [CI] | mde | verdict |");
     println!("|---|---|---|---|---|");
     let mut fams: Vec<_> = cmp.families.iter().collect();
