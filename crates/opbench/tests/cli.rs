@@ -2515,6 +2515,41 @@ fn predict_on_a_run_with_no_rows_says_so() {
     let run = dir.path().join("empty");
     let (code, _, err) = opbench(&["predict", run.to_str().unwrap(), "--batch", "1"]);
     assert_eq!(code, 2);
-    assert!(err.contains("results.csv has no ok row to predict from"), "{err}");
+    assert!(
+        err.contains("results.csv has no ok row to predict from"),
+        "{err}"
+    );
     assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
+
+#[test]
+fn report_opens_each_device_with_predicts_answer() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../results/2026-12-06-nvidia-h200-cuda-torch2.11.0-help5");
+    let dir = tempfile::tempdir().unwrap();
+    for e in std::fs::read_dir(&src).unwrap().flatten() {
+        if e.path().is_file() {
+            std::fs::copy(e.path(), dir.path().join(e.file_name())).unwrap();
+        }
+    }
+    let (code, _, err) = opbench(&["report", dir.path().to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let md = std::fs::read_to_string(dir.path().join("report.md")).unwrap();
+    let head: Vec<&str> = md.lines().take(16).collect();
+    let answer = head
+        .iter()
+        .position(|l| l.starts_with("answer: "))
+        .expect("the answer");
+    assert!(head[answer + 1].contains("faster for your sequence: CUDA/HIP graphs"));
+    // the same lines predict opens with
+    let (_, out, _) = opbench(&[
+        "predict",
+        src.to_str().unwrap(),
+        "--profile",
+        "transformers",
+        "--batch",
+        "1",
+    ]);
+    let first: Vec<&str> = out.lines().take(4).collect();
+    assert_eq!(first[1..], head[answer + 1..answer + 4]);
 }

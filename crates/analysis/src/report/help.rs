@@ -6,10 +6,12 @@ use super::*;
 use crate::help::{AS_IS, Lever};
 
 /// The section for each model the run prices a step of on `on`, at the report's cache
-/// length, one table per measured batch and a chart of the smallest batch priced. Empty
-/// where no batch is priced.
-pub(super) fn what_would_help(ctx: &Ctx, on: On) -> Result<String, AnalysisError> {
+/// length, one table per measured batch and a chart of the smallest batch priced, and the
+/// answer's lines ([`crate::help::answer`]) at that batch for the first model. Empty where
+/// no batch is priced.
+pub(super) fn what_would_help(ctx: &Ctx, on: On) -> Result<(String, Vec<String>), AnalysisError> {
     let mut md = String::new();
+    let mut answer = Vec::new();
     let ctx_len = plotted_kv(&ctx.ok, OpKind::Sdpa).map_or(1024, |k| k - 1);
     let profile = if has_peer(ctx) {
         StepProfile::Transformers
@@ -29,6 +31,12 @@ pub(super) fn what_would_help(ctx: &Ctx, on: On) -> Result<String, AnalysisError
             };
             let (rows, _) = crate::explain::help_of(ctx.run, &ctx.fits, &q, &pred);
             tables += &table(b, &rows);
+            if answer.is_empty() {
+                answer = crate::help::answer(&q, &pred, &rows);
+                if let Some(first) = answer.first_mut() {
+                    *first = format!("{first} ({}, B = {b}, L = {ctx_len})", cfg.name);
+                }
+            }
             chart.get_or_insert((b, rows));
         }
         let Some((b, rows)) = chart else {
@@ -50,7 +58,7 @@ pub(super) fn what_would_help(ctx: &Ctx, on: On) -> Result<String, AnalysisError
             cfg.name
         );
     }
-    Ok(md)
+    Ok((md, answer))
 }
 
 fn table(b: usize, rows: &[Lever]) -> String {

@@ -151,6 +151,11 @@ pub fn write_report(dir: &Path) -> Result<PathBuf, AnalysisError> {
             .unwrap_or(DType::F32);
         let on = On { device, dtype };
         let _ = writeln!(md, "## {device} ({dtype})\n");
+        // the answer first, as `opbench predict` opens
+        let (help, answer) = what_would_help(&ctx, on)?;
+        if !answer.is_empty() {
+            let _ = writeln!(md, "```\n{}\n```\n", answer.join("\n"));
+        }
         let floor = ctx
             .ok
             .iter()
@@ -172,7 +177,7 @@ pub fn write_report(dir: &Path) -> Result<PathBuf, AnalysisError> {
         // the answer first (the step, where it goes, what graphs would give, the batch),
         // then the evidence (each op, the bandwidth, host against device, the kernels)
         md += &predicted_steps(&ctx, on);
-        md += &what_would_help(&ctx, on)?;
+        md += &help;
         md += &breakdown(&ctx, on)?;
         md += &graph_replay(&ctx, on)?;
         md += &batch_curve(&ctx, on)?;
