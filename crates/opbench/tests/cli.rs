@@ -2552,4 +2552,32 @@ fn report_opens_each_device_with_predicts_answer() {
     ]);
     let first: Vec<&str> = out.lines().take(4).collect();
     assert_eq!(first[1..], head[answer + 1..answer + 4]);
+    // the plots: ticks at the batches measured; measured and predicted told apart; the
+    // fitted lines in the legend
+    let texts = |f: &str| -> Vec<String> {
+        let svg = std::fs::read_to_string(dir.path().join(f)).unwrap();
+        let lines: Vec<&str> = svg.lines().collect();
+        lines
+            .windows(2)
+            .filter(|w| w[0].starts_with("<text"))
+            .map(|w| w[1].trim().to_string())
+            .collect()
+    };
+    let curve = texts("cuda-0-qwen3-0.6b-batch-curve.svg");
+    for tick in ["1", "8", "64"] {
+        assert!(curve.iter().any(|t| t == tick), "{curve:?}");
+    }
+    assert!(curve.iter().any(|t| t.ends_with("(predicted)")));
+    assert!(curve.iter().any(|t| t.ends_with("(measured)")));
+    let svg =
+        std::fs::read_to_string(dir.path().join("cuda-0-qwen3-0.6b-batch-curve.svg")).unwrap();
+    assert!(
+        svg.contains("opacity=\"0.55\""),
+        "a prediction is drawn paler"
+    );
+    assert!(
+        texts("cuda-0-linear.svg")
+            .iter()
+            .any(|t| t == "fitted model (dashed)")
+    );
 }

@@ -42,6 +42,10 @@ pub(super) fn plot(
     } else {
         y0 / 1.5..y1 * 2.5
     };
+    // ticks at the measured x values (the batches run: 1, 8, 64), not just at decades
+    let mut xs: Vec<f64> = series.values().flatten().map(|p| p.0).collect();
+    xs.sort_by(f64::total_cmp);
+    xs.dedup();
     let root = SVGBackend::new(path, (760, 460)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| draw_err(path, e))?;
     let mut chart = ChartBuilder::on(&root)
@@ -50,7 +54,7 @@ pub(super) fn plot(
         .x_label_area_size(45)
         .y_label_area_size(70)
         .build_cartesian_2d(
-            (x0 / 1.3..x1 * 1.3).log_scale(),
+            (x0 / 1.3..x1 * 1.3).log_scale().with_key_points(xs),
             y_range
                 .clone()
                 .log_scale()
@@ -82,11 +86,36 @@ pub(super) fn plot(
             bases.push(base);
         }
     }
+    let mut fit_labelled = false;
     for (name, points) in series {
         let base = name.split(" (").next().unwrap_or(name);
         let color = COLORS[bases.iter().position(|b| *b == base).unwrap_or(0) % COLORS.len()];
         let events = name.ends_with("(GPU events)");
         let width = if events { 1 } else { 2 };
+        if name.ends_with("(predicted)") {
+            // a prediction: dashed and paler, beside the measured line of its color
+            let pale = color.mix(0.55);
+            chart
+                .draw_series(DashedLineSeries::new(
+                    points.clone(),
+                    6,
+                    4,
+                    pale.stroke_width(2),
+                ))
+                .map_err(|e| draw_err(path, e))?
+                .label(name.clone())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 6, y)], pale.stroke_width(2))
+                });
+            chart
+                .draw_series(
+                    points
+                        .iter()
+                        .map(|&p| Cross::new(p, 3, pale.stroke_width(1))),
+                )
+                .map_err(|e| draw_err(path, e))?;
+            continue;
+        }
         chart
             .draw_series(LineSeries::new(points.clone(), color.stroke_width(width)))
             .map_err(|e| draw_err(path, e))?
@@ -108,7 +137,7 @@ pub(super) fn plot(
                 .map_err(|e| draw_err(path, e))?;
         }
         if let Some(m) = models.get(name) {
-            chart
+            let fit = chart
                 .draw_series(DashedLineSeries::new(
                     m.clone(),
                     4,
@@ -116,6 +145,13 @@ pub(super) fn plot(
                     color.mix(0.7).stroke_width(1),
                 ))
                 .map_err(|e| draw_err(path, e))?;
+            if !fit_labelled {
+                // one legend entry for every fitted line
+                fit_labelled = true;
+                fit.label("fitted model (dashed)").legend(|(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 6, y)], BLACK.mix(0.6).stroke_width(1))
+                });
+            }
         }
     }
     if let Some((h, label)) = hline {
