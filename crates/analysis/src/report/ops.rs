@@ -90,69 +90,11 @@ pub(super) fn plot(
     for (name, points) in series {
         let base = name.split(" (").next().unwrap_or(name);
         let color = COLORS[bases.iter().position(|b| *b == base).unwrap_or(0) % COLORS.len()];
-        let events = name.ends_with("(GPU events)");
-        let width = if events { 1 } else { 2 };
-        if name.ends_with("(predicted)") {
-            // a prediction: dashed and paler, beside the measured line of its color
-            let pale = color.mix(0.55);
-            chart
-                .draw_series(DashedLineSeries::new(
-                    points.clone(),
-                    6,
-                    4,
-                    pale.stroke_width(2),
-                ))
-                .map_err(|e| draw_err(path, e))?
-                .label(name.clone())
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 6, y)], pale.stroke_width(2))
-                });
-            chart
-                .draw_series(
-                    points
-                        .iter()
-                        .map(|&p| Cross::new(p, 3, pale.stroke_width(1))),
-                )
-                .map_err(|e| draw_err(path, e))?;
-            continue;
-        }
-        chart
-            .draw_series(LineSeries::new(points.clone(), color.stroke_width(width)))
-            .map_err(|e| draw_err(path, e))?
-            .label(name.clone())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(width))
-            });
-        if events {
-            chart
-                .draw_series(
-                    points
-                        .iter()
-                        .map(|&p| TriangleMarker::new(p, 4, color.filled())),
-                )
-                .map_err(|e| draw_err(path, e))?;
-        } else {
-            chart
-                .draw_series(points.iter().map(|&p| Circle::new(p, 3, color.filled())))
-                .map_err(|e| draw_err(path, e))?;
-        }
-        if let Some(m) = models.get(name) {
-            let fit = chart
-                .draw_series(DashedLineSeries::new(
-                    m.clone(),
-                    4,
-                    4,
-                    color.mix(0.7).stroke_width(1),
-                ))
-                .map_err(|e| draw_err(path, e))?;
-            if !fit_labelled {
-                // one legend entry for every fitted line
-                fit_labelled = true;
-                fit.label("fitted model (dashed)").legend(|(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 6, y)], BLACK.mix(0.6).stroke_width(1))
-                });
-            }
-        }
+        let style = Style {
+            color,
+            fit: models.get(name),
+        };
+        draw_one(&mut chart, path, name, points, style, &mut fit_labelled)?;
     }
     if let Some((h, label)) = hline {
         let label = label.to_string();
@@ -174,6 +116,88 @@ pub(super) fn plot(
         .draw()
         .map_err(|e| draw_err(path, e))?;
     root.present().map_err(|e| draw_err(path, e))
+}
+
+/// How one series is drawn: its variant's color, and its fitted model's line.
+struct Style<'a> {
+    color: RGBColor,
+    fit: Option<&'a Vec<(f64, f64)>>,
+}
+
+/// One named series on `chart`: a prediction dashed and paler, with crosses; GPU events
+/// thin, with triangles; the rest solid, with circles; its fitted model dashed (one legend
+/// entry for all of them, `fit_labelled`).
+fn draw_one<DB: DrawingBackend, CT: plotters::coord::CoordTranslate<From = (f64, f64)>>(
+    chart: &mut ChartContext<'_, DB, CT>,
+    path: &Path,
+    name: &str,
+    points: &[(f64, f64)],
+    style: Style<'_>,
+    fit_labelled: &mut bool,
+) -> Result<(), AnalysisError> {
+    let color = style.color;
+    let events = name.ends_with("(GPU events)");
+    let width = if events { 1 } else { 2 };
+    if name.ends_with("(predicted)") {
+        // a prediction: dashed and paler, beside the measured line of its color
+        let pale = color.mix(0.55);
+        chart
+            .draw_series(DashedLineSeries::new(
+                points.to_vec(),
+                6,
+                4,
+                pale.stroke_width(2),
+            ))
+            .map_err(|e| draw_err(path, e))?
+            .label(name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 6, y)], pale.stroke_width(2)));
+        chart
+            .draw_series(
+                points
+                    .iter()
+                    .map(|&p| Cross::new(p, 3, pale.stroke_width(1))),
+            )
+            .map_err(|e| draw_err(path, e))?;
+        return Ok(());
+    }
+    chart
+        .draw_series(LineSeries::new(points.to_vec(), color.stroke_width(width)))
+        .map_err(|e| draw_err(path, e))?
+        .label(name)
+        .legend(move |(x, y)| {
+            PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(width))
+        });
+    if events {
+        chart
+            .draw_series(
+                points
+                    .iter()
+                    .map(|&p| TriangleMarker::new(p, 4, color.filled())),
+            )
+            .map_err(|e| draw_err(path, e))?;
+    } else {
+        chart
+            .draw_series(points.iter().map(|&p| Circle::new(p, 3, color.filled())))
+            .map_err(|e| draw_err(path, e))?;
+    }
+    if let Some(m) = style.fit {
+        let fit = chart
+            .draw_series(DashedLineSeries::new(
+                m.clone(),
+                4,
+                4,
+                color.mix(0.7).stroke_width(1),
+            ))
+            .map_err(|e| draw_err(path, e))?;
+        if !*fit_labelled {
+            // one legend entry for every fitted line
+            *fit_labelled = true;
+            fit.label("fitted model (dashed)").legend(|(x, y)| {
+                PathElement::new(vec![(x, y), (x + 6, y)], BLACK.mix(0.6).stroke_width(1))
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Per op: time per call against batch, measured and fitted, with the floor.
