@@ -111,7 +111,7 @@ fn golden(name: &str) -> String {
     .unwrap()
 }
 
-/// The table's ms/step column adds up to the "each op alone … would add up to" total it
+/// The table's `ms alone` column (a step's calls of the op, each alone) adds up to the "each op alone … would add up to" total it
 /// shares are of, within 0.5% (a refusal has no table).
 fn table_adds_up(text: &str, name: &str) {
     let Some(total) = text.lines().find_map(|l| {
@@ -120,7 +120,7 @@ fn table_adds_up(text: &str, name: &str) {
     }) else {
         return;
     };
-    // each row ends "… ms/step share source device"
+    // each row ends "… ms-alone share source device"
     let sum: f64 = text
         .lines()
         .skip_while(|l| !l.starts_with("op "))

@@ -114,7 +114,7 @@ pub fn prediction(e: &Explanation) {
         "µs/call",
         "host µs",
         "dev µs",
-        "ms/step",
+        "ms alone",
         "share",
         "source",
         "device"
