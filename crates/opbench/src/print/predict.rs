@@ -414,8 +414,20 @@ pub fn python_split(
         pct(host)
     );
     if let (Some(hf), Some(tch)) = (t.step_ns, t.tch_step_ns) {
+        // the two splits differ by the host speed the prediction prices libtorch at: say it
+        // here, not lines away
+        let scale = match pred.host_speed {
+            Some(
+                analysis::predict::HostSpeed::Beside { scale, .. }
+                | analysis::predict::HostSpeed::Layer { scale, .. },
+            ) if (scale - 1.0).abs() > 0.05 => format!(
+                "; the split above prices libtorch's calls at the HF step's own host speed, \
+                 ×{scale:.2} the rows', while the tch step ran in a process of its own"
+            ),
+            _ => String::new(),
+        };
         println!(
-            "measured: the transformers step {:.3} ms, the same step in tch (decode crate, hf-eager) {:.3} ms: Python + framework {:.3} ms ({:.0}% of the step)",
+            "measured: the transformers step {:.3} ms, the same step in tch (decode crate, hf-eager) {:.3} ms: Python + framework {:.3} ms ({:.0}% of the step){scale}",
             hf / 1e6,
             tch / 1e6,
             (hf - tch) / 1e6,
