@@ -2454,6 +2454,15 @@ fn predict_answers_in_its_first_lines_with_one_streams_remedies_first() {
         head.iter()
             .any(|l| l.contains("serving more sequences instead: batch"))
     );
+    // the measured split says in its own line at which host speed the predicted one is
+    let measured = out
+        .lines()
+        .find(|l| l.starts_with("measured: the transformers step"))
+        .unwrap();
+    assert!(
+        measured.contains("own host speed, ×1.72 the rows'"),
+        "{measured}"
+    );
 }
 
 #[test]
