@@ -123,8 +123,10 @@ enum Verb {
     },
     /// Compare two stored runs: the verdict and its reasons first, then the families, then
     /// each case: slower or faster (a discovery beyond the threshold), same (inside ± the
-    /// threshold) or ambiguous (±mde), and what changed kernel or status. Exit 1 on a
-    /// regression, with why.
+    /// threshold) or ambiguous (±mde), and what changed kernel or status. A family (3 cases
+    /// or more) carries each process's term and is slower only wholly beyond its threshold;
+    /// the two sides of one paired run are matched round by round; runs of two timing
+    /// methods get no speed verdict. Exit 1 on a regression, with why.
     Compare(CompareArgs),
     /// Compare two builds in pairs: both builds' bench binaries run at once as workers and
     /// take turns sample by sample, in rounds of fresh processes, until each case's verdict
