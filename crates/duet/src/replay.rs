@@ -140,7 +140,7 @@ fn sampled(s: &Sample) -> Sampled {
 fn prepared(r: &ResultRow) -> Prepared {
     Prepared {
         key: r.key.to_string(),
-        status: r.status.to_string(),
+        status: r.status,
         reason: (r.status != Status::Ok).then(|| r.note.clone().unwrap_or_default()),
         rel_err: r.max_rel_err,
         dims: r.dims.clone(),

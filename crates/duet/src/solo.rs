@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
 
+use rundir::Status;
+
 use crate::driver::Factory;
 use crate::protocol::{CaseName, PROTOCOL, Prepared, Reply, Request, Sampled};
 use crate::worker::{Worker, WorkerError};
@@ -147,7 +149,7 @@ pub fn run(
             let reason = format!("the worker died: {e}");
             for c in unit.all() {
                 if !out.iter().any(|o: &SoloCase| o.name.key == c.key) {
-                    out.push(ended(c, "error", &reason));
+                    out.push(ended(c, Status::Error, &reason));
                 }
             }
             w = start(factory)?;
@@ -172,12 +174,12 @@ fn start(factory: &mut Factory<'_>) -> Result<Box<dyn Worker>, SoloError> {
 }
 
 /// A case that ended without samples.
-fn ended(name: &CaseName, status: &str, reason: &str) -> SoloCase {
+fn ended(name: &CaseName, status: Status, reason: &str) -> SoloCase {
     SoloCase {
         name: name.clone(),
         prepared: Prepared {
             key: name.key.clone(),
-            status: status.into(),
+            status,
             reason: Some(reason.into()),
             ..Prepared::default()
         },
@@ -263,11 +265,14 @@ impl Unit {
                         Ok(s) => l.case.samples.push(s),
                         Err(Trouble::Refused(why)) => {
                             let l = live.remove(&k).map(|l| l.case);
-                            out.extend(l.map(|c| ended(&c.name, "error", &why)));
+                            out.extend(l.map(|c| ended(&c.name, Status::Error, &why)));
                         }
                         Err(Trouble::Lost(e)) => {
                             let why = format!("the worker died: {e}");
-                            out.extend(live.values().map(|l| ended(&l.case.name, "error", &why)));
+                            out.extend(
+                                live.values()
+                                    .map(|l| ended(&l.case.name, Status::Error, &why)),
+                            );
                             return Err(e);
                         }
                     }
@@ -310,13 +315,13 @@ fn ready(
     })? {
         Reply::Prepared(p) => p,
         Reply::Error { message } => {
-            out.push(ended(c, "error", &message));
+            out.push(ended(c, Status::Error, &message));
             return Ok(None);
         }
         other => {
             out.push(ended(
                 c,
-                "error",
+                Status::Error,
                 &format!("answered prepare with {other:?}"),
             ));
             return Ok(None);
@@ -328,12 +333,12 @@ fn ready(
         iters: 0,
         samples: Vec::new(),
     };
-    if case.prepared.status != "ok" {
+    if case.prepared.status != Status::Ok {
         out.push(case);
         return Ok(None);
     }
     if let Err(why) = judge(c, &case.prepared) {
-        case.prepared.status = "mismatch".into();
+        case.prepared.status = Status::Mismatch;
         case.prepared.reason = Some(why);
         out.push(case);
         return Ok(None);
@@ -342,7 +347,7 @@ fn ready(
     match calibrate(w, &c.key, aim, settings.warmup, c.sampling.max_iters) {
         Ok(iters) => case.iters = iters.max(c.sampling.min_iters.unwrap_or(1)),
         Err(Trouble::Refused(why)) => {
-            out.push(ended(c, "error", &why));
+            out.push(ended(c, Status::Error, &why));
             return Ok(None);
         }
         Err(Trouble::Lost(e)) => return Err(e),

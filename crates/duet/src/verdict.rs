@@ -48,7 +48,7 @@ pub enum Verdict {
     /// Timed in pairs and judged.
     Judged(Judgement),
     /// The two sides ended differently before timing (`ok` → `mismatch`, …).
-    StatusChanged { base: String, cand: String },
+    StatusChanged { base: Status, cand: Status },
     /// Not timed on both: the same status on both sides, or a side's worker failed.
     NotTimed(Status),
 }
@@ -305,7 +305,7 @@ fn case_line_inner(c: &CaseRun, est: Option<(Kind, Rounds)>, level: f64, tol: f6
         note: String::new(),
     };
     if let Some(e) = &c.ended {
-        let status = |p: &Option<crate::protocol::Prepared>| p.as_ref().map(|p| p.status.clone());
+        let status = |p: &Option<crate::protocol::Prepared>| p.as_ref().map(|p| p.status);
         line.verdict = match (status(&c.base), status(&c.cand)) {
             (Some(b), Some(k)) if b != k => Verdict::StatusChanged { base: b, cand: k },
             _ => Verdict::NotTimed(e.status),

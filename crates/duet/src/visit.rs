@@ -199,7 +199,7 @@ fn visit_inner(
     let mut c = prepare(&mut *duo.cand, Side::Cand, &key, place(opening, Side::Cand))?;
     b.judge(case.key.dtype);
     c.judge(case.key.dtype);
-    if b.status == "ok" && c.status == "oom" {
+    if b.status == Status::Ok && c.status == Status::Oom {
         // it fits once, not twice: each side alone from now on
         case.unpaired = Some(format!(
             "unpaired: does not fit in device memory twice (the candidate, with the base \
@@ -225,8 +225,8 @@ fn visit_inner(
         if placed && index != opening {
             for s in order {
                 let p = prepare(duo.side(s), s, &key, place(index, s))?;
-                if p.status != "ok" {
-                    let why = p.reason.unwrap_or(p.status);
+                if p.status != Status::Ok {
+                    let why = p.reason.unwrap_or_else(|| p.status.to_string());
                     return Err(Trouble::Refused(s, format!("made again elsewhere: {why}")));
                 }
             }
@@ -254,7 +254,7 @@ fn visit_inner(
 /// A status other than `ok` on either side ends the case (the verdict compares the
 /// statuses): whether it ended.
 fn end_on_status(case: &mut CaseRun) -> bool {
-    let ok = |p: &Option<Prepared>| p.as_ref().is_some_and(|p| p.status == "ok");
+    let ok = |p: &Option<Prepared>| p.as_ref().is_some_and(|p| p.status == Status::Ok);
     if ok(&case.base) && ok(&case.cand) {
         return false;
     }
@@ -264,7 +264,7 @@ fn end_on_status(case: &mut CaseRun) -> bool {
         (Side::Cand, case.cand.as_ref())
     };
     let p = p.cloned().unwrap_or_default();
-    let status: Status = p.status.parse().unwrap_or(Status::Error);
+    let status = p.status;
     case.ended = Some(ended(
         Some(side),
         status,
@@ -297,8 +297,8 @@ fn visit_unpaired(
             Side::Base => case.base = Some(p.clone()),
             Side::Cand => case.cand = Some(p.clone()),
         }
-        if p.status != "ok" {
-            let status: Status = p.status.parse().unwrap_or(Status::Error);
+        if p.status != Status::Ok {
+            let status = p.status;
             let why = format!("alone: {}", p.reason.as_deref().unwrap_or("-"));
             case.ended = Some(ended(Some(side), status, &why));
             return Ok(());

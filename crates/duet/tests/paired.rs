@@ -197,7 +197,7 @@ impl Worker for Fake {
                     if *used.borrow() >= *cap {
                         return Ok(Reply::Prepared(Prepared {
                             key: key.clone(),
-                            status: "oom".into(),
+                            status: rundir::Status::Oom,
                             reason: Some("CUDA out of memory (planted)".into()),
                             ..Prepared::default()
                         }));
@@ -207,7 +207,7 @@ impl Worker for Fake {
                 }
                 Reply::Prepared(Prepared {
                     key: key.clone(),
-                    status: "ok".into(),
+                    status: rundir::Status::Ok,
                     rel_err: Some(1e-4),
                     dims: "m=1".into(),
                     ..Prepared::default()

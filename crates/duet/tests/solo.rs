@@ -48,9 +48,9 @@ impl Worker for Fake {
                 },
                 Some((_, _, err)) => Reply::Prepared(Prepared {
                     key: key.clone(),
-                    status: "ok".into(),
+                    status: rundir::Status::Ok,
                     rel_err: Some(*err),
-                    check: Some("op".into()),
+                    check: Some(rundir::Check::Op),
                     ..Prepared::default()
                 }),
             },
@@ -172,7 +172,7 @@ fn a_group_takes_turns_round_by_round_with_its_companion_right_before_its_holder
     // a step group of 4 samples runs its rule's 8 rounds: one sample of each case a round
     for k in ["step", "synced", "generate", "beside"] {
         assert_eq!(by(k).samples.len(), 8, "{k}");
-        assert_eq!(by(k).prepared.status, "ok");
+        assert_eq!(by(k).prepared.status, rundir::Status::Ok);
     }
     // the companion is sampled right before each of its holder's samples, after warm-up
     let timed: Vec<&String> = log
@@ -207,7 +207,7 @@ fn an_error_over_its_tolerance_is_never_timed_and_a_refusal_ends_its_case_only()
     ];
     let (out, log) = drive(cases, None);
     let by = |k: &str| out.iter().find(|c| c.name.key == k).unwrap();
-    assert_eq!(by("off").prepared.status, "mismatch");
+    assert_eq!(by("off").prepared.status, rundir::Status::Mismatch);
     assert!(
         by("off")
             .prepared
@@ -217,7 +217,7 @@ fn an_error_over_its_tolerance_is_never_timed_and_a_refusal_ends_its_case_only()
             .contains("over 1e-3")
     );
     assert!(!log.iter().any(|k| k == "off"), "a mismatch is not sampled");
-    assert_eq!(by("refuses").prepared.status, "error");
+    assert_eq!(by("refuses").prepared.status, rundir::Status::Error);
     assert!(
         by("refuses")
             .prepared
@@ -226,7 +226,7 @@ fn an_error_over_its_tolerance_is_never_timed_and_a_refusal_ends_its_case_only()
             .unwrap()
             .contains("planted")
     );
-    assert_eq!(by("fine").prepared.status, "ok");
+    assert_eq!(by("fine").prepared.status, rundir::Status::Ok);
     assert_eq!(by("fine").samples.len(), 4);
 }
 
@@ -246,14 +246,14 @@ fn a_worker_that_dies_ends_what_it_held_and_a_fresh_one_goes_on() {
         "{log:?}"
     );
     let by = |k: &str| out.iter().find(|c| c.name.key == k).unwrap();
-    assert_eq!(by("first").prepared.status, "ok");
+    assert_eq!(by("first").prepared.status, rundir::Status::Ok);
     assert_eq!(by("first").samples.len(), 4);
     for k in ["dies", "with"] {
-        assert_eq!(by(k).prepared.status, "error", "{k}");
+        assert_eq!(by(k).prepared.status, rundir::Status::Error, "{k}");
         assert!(by(k).prepared.reason.as_ref().unwrap().contains("SIGSEGV"));
         assert!(by(k).samples.is_empty());
     }
-    assert_eq!(by("after").prepared.status, "ok");
+    assert_eq!(by("after").prepared.status, rundir::Status::Ok);
     assert_eq!(by("after").samples.len(), 4);
 }
 

@@ -287,14 +287,14 @@ impl<'a> Worker<'a> {
         let device = self.devices[d];
         let mut reply = PreparedReply {
             key: key.to_string(),
-            status: Status::Ok.to_string(),
+            status: Status::Ok,
             dims: problem.dims.to_string(),
             flops: problem.flops(),
             bytes: problem.bytes(dt.size()),
             ..PreparedReply::default()
         };
         let refusal = |status: Status, reason: String, rel_err: Option<f64>| PreparedReply {
-            status: status.to_string(),
+            status,
             reason: Some(reason),
             rel_err,
             ..reply.clone()
@@ -367,7 +367,7 @@ impl<'a> Worker<'a> {
         if mode.is_device()
             && let Some(why) = self.clock(d).err().or(waits)
         {
-            reply.status = Status::Unsupported.to_string();
+            reply.status = Status::Unsupported;
             reply.reason = Some(why);
         }
         Ok(reply)
@@ -458,7 +458,7 @@ fn captured_into(reply: &mut PreparedReply, made: &mut Made, device: Device, dt:
     match graph {
         Ok(g) => reply.note = g.note(),
         Err((failure, rel_err)) => {
-            reply.status = failure.status.to_string();
+            reply.status = failure.status;
             reply.reason = Some(failure.reason.clone());
             if rel_err.is_some() {
                 reply.rel_err = *rel_err;

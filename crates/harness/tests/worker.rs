@@ -61,7 +61,7 @@ fn a_worker_lists_prepares_times_and_releases_a_case() {
     let Reply::Prepared(p) = &replies[0] else {
         panic!("{:?}", replies[0])
     };
-    assert_eq!(p.status, "ok");
+    assert_eq!(p.status, rundir::Status::Ok);
     assert!(p.rel_err.is_some());
     let Reply::Sample(s) = &replies[1] else {
         panic!("{:?}", replies[1])
@@ -146,7 +146,7 @@ fn a_case_made_again_in_another_placement_keeps_its_check_and_is_timed() {
     let errs: Vec<f64> = replies
         .iter()
         .filter_map(|r| match r {
-            Reply::Prepared(p) if p.status == "ok" => p.rel_err,
+            Reply::Prepared(p) if p.status == rundir::Status::Ok => p.rel_err,
             _ => None,
         })
         .collect();
@@ -181,7 +181,7 @@ fn a_graph_case_is_served_unsupported_on_the_cpu_and_replayed_on_a_gpu() {
     }) else {
         panic!("prepare")
     };
-    assert_eq!(p.status, "unsupported", "{p:?}");
+    assert_eq!(p.status, rundir::Status::Unsupported, "{p:?}");
     assert!(p.reason.unwrap().contains("needs a GPU"));
     let sampled = w.handle(&Request::Sample { key, iters: 4 });
     assert!(matches!(sampled, Reply::Error { .. }), "{sampled:?}");
@@ -202,7 +202,7 @@ fn a_graph_case_is_served_unsupported_on_the_cpu_and_replayed_on_a_gpu() {
         }) else {
             panic!("prepare")
         };
-        assert_eq!(p.status, "ok", "{p:?}");
+        assert_eq!(p.status, rundir::Status::Ok, "{p:?}");
         assert!(p.note.unwrap().contains("16 calls per graph"));
         let Reply::Sample(s) = w.handle(&Request::Sample {
             key: key.clone(),

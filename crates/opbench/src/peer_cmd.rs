@@ -273,20 +273,17 @@ fn peer_case(
         pair: None,
     };
     let note = match (&p.reason, &p.note) {
-        (Some(r), Some(n)) if p.status != "ok" => Some(format!("{r}; {n}")),
-        (Some(r), _) if p.status != "ok" => Some(r.clone()),
+        (Some(r), Some(n)) if p.status != rundir::Status::Ok => Some(format!("{r}; {n}")),
+        (Some(r), _) if p.status != rundir::Status::Ok => Some(r.clone()),
         (_, n) => n.clone(),
     };
     Ok(PeerCase {
         dims,
         flops,
         bytes,
-        check: p.check.as_deref().map(str::parse).transpose()?,
+        check: p.check,
         rel_err: p.rel_err,
-        status: p
-            .status
-            .parse()
-            .map_err(|e: rundir::UnknownValue| e.to_string())?,
+        status: p.status,
         note,
         execution,
         samples: c.samples.iter().map(sample).collect(),

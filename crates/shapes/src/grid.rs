@@ -51,6 +51,20 @@ impl std::str::FromStr for Check {
     }
 }
 
+/// As its text (`op`, `step`): the worker protocol carries it.
+impl serde::Serialize for Check {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Check {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 impl DTypeName {
     /// The largest relative error ‖out − ref‖ / ‖ref‖ a case may show against the float64
     /// reference before it is a `mismatch`: the one table every case is judged by (the

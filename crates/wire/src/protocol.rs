@@ -107,13 +107,13 @@ pub struct NotServed {
     pub reason: String,
 }
 
-/// What preparing a case gave: `status` is a `rundir::Status` (`ok`, `unsupported`,
-/// `mismatch`, `error`, `oom`, `skipped`), with its reason where it is not `ok`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+/// What preparing a case gave: its status (`ok`, `unsupported`, `mismatch`, `error`,
+/// `oom`, `skipped` on the wire), with its reason where it is not `ok`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Prepared {
     pub key: String,
-    pub status: String,
+    pub status: rundir::Status,
     pub reason: Option<String>,
     /// The relative error of one call against the float64 reference.
     pub rel_err: Option<f64>,
@@ -125,9 +125,27 @@ pub struct Prepared {
     /// How the output was checked against float64 (`op`, `step`; `None`: not checked):
     /// a worker that reports its error for the driver to judge (scripts/peer.py) names
     /// it, and the driver applies the one tolerance table.
-    pub check: Option<String>,
+    pub check: Option<rundir::Check>,
     /// Bytes of model state the prepared case holds on its device.
     pub state_bytes: u64,
+}
+
+impl Default for Prepared {
+    fn default() -> Self {
+        Prepared {
+            key: String::new(),
+            status: rundir::Status::Ok,
+            reason: None,
+            rel_err: None,
+            dims: String::new(),
+            flops: 0,
+            bytes: 0,
+            kernel: None,
+            note: None,
+            check: None,
+            state_bytes: 0,
+        }
+    }
 }
 
 /// One timed sample.
@@ -187,7 +205,7 @@ impl Prepared {
     /// `mismatch`, with the reason. A bench binary's cases, judged by the worker, pass.
     pub fn judge(&mut self, dtype: rundir::DType) {
         if let Some(why) = self.over_tolerance(dtype) {
-            self.status = "mismatch".into();
+            self.status = rundir::Status::Mismatch;
             self.reason = Some(why);
         }
     }
@@ -195,18 +213,17 @@ impl Prepared {
     /// Why an `ok` case that reported its error (`check` set) is over the tolerance of
     /// `dtype`; `None` where it is within it, or was judged by its worker.
     pub fn over_tolerance(&self, dtype: rundir::DType) -> Option<String> {
-        let (Some(check), "ok") = (self.check.as_deref(), self.status.as_str()) else {
+        let (Some(c), rundir::Status::Ok) = (self.check, self.status) else {
             return None;
         };
-        match (check.parse::<rundir::Check>(), self.rel_err) {
-            (Err(e), _) => Some(format!("its check: {e}")),
-            (Ok(c), Some(e)) if e <= dtype.tolerance(c) => None,
-            (Ok(c), Some(e)) => Some(format!(
+        match self.rel_err {
+            Some(e) if e <= dtype.tolerance(c) => None,
+            Some(e) => Some(format!(
                 "relative error {e:.3e} against the float64 reference, over the {} tolerance {:e}",
                 c.as_str(),
                 dtype.tolerance(c)
             )),
-            (Ok(_), None) => Some("checked, but no error reported".into()),
+            None => Some("checked, but no error reported".into()),
         }
     }
 }
