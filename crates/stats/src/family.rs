@@ -264,21 +264,10 @@ pub fn paired_shift(cases: &[FamilyCase], drift: f64) -> Option<Shift> {
 mod tests {
     use super::*;
     use crate::decide::case_test;
+    use crate::decide::tests::execs;
     use rand_distr::{Distribution, Normal as N};
 
     const NONE: ProcessTerm = ProcessTerm { sd: 0.0, df: 0.0 };
-
-    /// `n` executions of 10 samples around `level`, each execution off by `between`.
-    fn execs(rng: &mut StdRng, level: f64, between: f64, within: f64, n: usize) -> Vec<Vec<f64>> {
-        (0..n)
-            .map(|_| {
-                let l = level * (1.0 + N::new(0.0, between).unwrap().sample(rng));
-                (0..10)
-                    .map(|_| l * (1.0 + N::new(0.0, within).unwrap().sample(rng)))
-                    .collect()
-            })
-            .collect()
-    }
 
     #[test]
     fn a_family_shift_is_found_where_its_cases_are_each_unclear() {
