@@ -373,7 +373,13 @@ pub(crate) mod tests {
 
     /// `n` executions of 10 samples around `level`, each execution off by `between`
     /// (the family tests' too).
-    pub(crate) fn execs(rng: &mut StdRng, level: f64, between: f64, within: f64, n: usize) -> Vec<Vec<f64>> {
+    pub(crate) fn execs(
+        rng: &mut StdRng,
+        level: f64,
+        between: f64,
+        within: f64,
+        n: usize,
+    ) -> Vec<Vec<f64>> {
         (0..n)
             .map(|_| {
                 let l = level * (1.0 + N::new(0.0, between).unwrap().sample(rng));
