@@ -325,7 +325,7 @@ fn a_part_of_an_execution_that_ran_slow_throughout_is_flagged_by_its_level_again
 }
 
 /// The fixtures of 2026-12-02 with two executions in one lease, kept in the repository (the
-/// others, gen6–gen19's, are in git history: the fixture's README).
+/// others, gen6–gen19's, are in git history: docs/experiments/state-2026-12-02).
 const TWO_EXECUTIONS: [&str; 4] = ["gen5", "gen9", "gen11", "gen20"];
 
 #[test]
@@ -420,7 +420,7 @@ fn on_gen20_generates_per_token_stretches_are_on_every_sample_and_none_a_stall()
 /// many of each were flagged — by `opbench state`'s rule (judged within each execution or
 /// across a merged run), or with the host control's flag read from the build-independent
 /// control (`host`) or the torch control (`torch`) at a threshold. What each block showed:
-/// the fixture's README, "The replay table".
+/// docs/experiments/state-2026-12-02, "The replay table".
 #[test]
 fn recorded_runs_replay_their_counts() {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))

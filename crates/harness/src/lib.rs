@@ -40,8 +40,15 @@ pub mod select;
 pub mod tensors;
 
 /// This build's timing code, hashed (comments left out) by build.rs: every run records it
-/// as [`rundir::TIMING_METHOD_SETTING`].
+/// as [`rundir::TIMING_METHOD_SETTING`] ([`stamp_timing_method`]).
 pub const TIMING_METHOD: &str = env!("TIMING_METHOD_HASH");
+
+/// Record [`TIMING_METHOD`] in `env`'s settings: a bench run's env.json, and a worker's
+/// hello (which `opbench ab` writes as each side's env.json).
+pub fn stamp_timing_method(env: &mut rundir::Env) {
+    env.settings
+        .insert(rundir::TIMING_METHOD_SETTING.into(), TIMING_METHOD.into());
+}
 pub mod timing;
 pub mod trace;
 pub mod worker;

@@ -229,10 +229,7 @@ impl<'a> Worker<'a> {
 
     fn hello(&self) -> Reply {
         let mut env = crate::env::collect("worker", &self.devices);
-        env.settings.insert(
-            rundir::TIMING_METHOD_SETTING.into(),
-            crate::TIMING_METHOD.into(),
-        );
+        crate::stamp_timing_method(&mut env);
         Reply::Hello {
             protocol: PROTOCOL,
             ops: self.ops.iter().map(|o| o.kind().to_string()).collect(),
@@ -450,11 +447,12 @@ impl<'a> Worker<'a> {
 /// case), and say on `reply` what the capture gave: its note, or why it failed.
 fn captured_into(reply: &mut PreparedReply, made: &mut Made, device: Device, dt: DType) {
     let graph = made.graph.get_or_insert_with(|| {
-        crate::graph::capture(made.case.as_mut(), device, dt).map(|(g, _)| g)
+        let captured = crate::graph::capture(made.case.as_mut(), device, dt).map(|(g, _)| g);
+        // the capture's kernels end before the reply: the other side's sample must not
+        // share the device with them
+        device.sync();
+        captured
     });
-    // the capture's kernels end before the reply: the other side's sample must not share
-    // the device with them
-    device.sync();
     match graph {
         Ok(g) => reply.note = g.note(),
         Err((failure, rel_err)) => {

@@ -2386,10 +2386,8 @@ fn otava_export_reads_a_folder_of_runs_and_keeps_each_card_in_its_own_column() {
 
 #[test]
 fn predict_takes_the_model_and_the_cache_length_from_the_run() {
-    let results = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../results");
-    let run = |name: &str| results.join(name).to_str().unwrap().to_string();
     // one model, decode rows at one L (and generate()'s growing cache, not a grid length)
-    let help5 = run("2026-12-06-nvidia-h200-cuda-torch2.11.0-help5");
+    let help5 = published(HELP5);
     let args = [
         "predict",
         &help5,
@@ -2412,7 +2410,7 @@ fn predict_takes_the_model_and_the_cache_length_from_the_run() {
         "{err}"
     );
     // several lengths: the longest, and it says so
-    let x5 = run("2026-12-01-nvidia-h200-cuda-torch2.11.0-compare-x5");
+    let x5 = published(X5);
     let (_, _, err) = opbench(&["predict", &x5, "--batch", "1"]);
     assert!(
         err.contains("L = 4096, the longest of 128, 1024, 4096"),
@@ -2424,16 +2422,8 @@ fn predict_takes_the_model_and_the_cache_length_from_the_run() {
 fn predict_answers_in_its_first_lines_with_one_streams_remedies_first() {
     // help5 (the H200) at B = 1: what it gives, predicted and measured; the host as the
     // bound; CUDA graphs the first remedy for one stream, no batch among them
-    let results = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../results");
-    let run = results.join("2026-12-06-nvidia-h200-cuda-torch2.11.0-help5");
-    let args = [
-        "predict",
-        run.to_str().unwrap(),
-        "--profile",
-        "transformers",
-        "--batch",
-        "1",
-    ];
+    let run = published(HELP5);
+    let args = ["predict", &run, "--profile", "transformers", "--batch", "1"];
     let (code, out, err) = opbench(&args);
     assert_eq!(code, 0, "{err}");
     let head: Vec<&str> = out.lines().take(5).collect();
@@ -2467,12 +2457,7 @@ fn predict_answers_in_its_first_lines_with_one_streams_remedies_first() {
 
 #[test]
 fn compare_refuses_flags_that_conflict_and_its_counts_add_up() {
-    let results = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../results");
-    let run = |n: &str| results.join(n).to_str().unwrap().to_string();
-    let (a, b) = (
-        run("2026-12-01-nvidia-h200-cuda-torch2.11.0-compare-x5"),
-        run("2026-12-06-nvidia-h200-cuda-torch2.11.0-help5"),
-    );
+    let (a, b) = (published(X5), published(HELP5));
     let (code, _, err) = opbench(&["compare", &a, &b, "--raw", "--control", "torch"]);
     assert_eq!(code, 2, "{err}");
     assert!(
@@ -2498,9 +2483,8 @@ fn compare_refuses_flags_that_conflict_and_its_counts_add_up() {
 
 #[test]
 fn predict_at_a_batch_or_length_the_run_lacks_names_what_it_measured() {
-    let results = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../results");
-    let run = results.join("2026-12-06-nvidia-h200-cuda-torch2.11.0-help5");
-    let run = run.to_str().unwrap();
+    let run = published(HELP5);
+    let run = run.as_str();
     for extra in [["--batch", "3"], ["--ctx", "1000"]] {
         let mut args = vec!["predict", run, "--profile", "transformers", "--batch", "1"];
         if extra[0] == "--batch" {
@@ -2533,8 +2517,7 @@ fn predict_on_a_run_with_no_rows_says_so() {
 
 #[test]
 fn report_opens_each_device_with_predicts_answer() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../results/2026-12-06-nvidia-h200-cuda-torch2.11.0-help5");
+    let src = Path::new(&published(HELP5)).to_path_buf();
     let dir = tempfile::tempdir().unwrap();
     for e in std::fs::read_dir(&src).unwrap().flatten() {
         if e.path().is_file() {
@@ -2589,4 +2572,18 @@ fn report_opens_each_device_with_predicts_answer() {
             .iter()
             .any(|t| t == "fitted model (dashed)")
     );
+}
+
+/// The published H200 runs the tests below read, in results/.
+const HELP5: &str = "2026-12-06-nvidia-h200-cuda-torch2.11.0-help5";
+const X5: &str = "2026-12-01-nvidia-h200-cuda-torch2.11.0-compare-x5";
+
+/// The path of published run `name`.
+fn published(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../results")
+        .join(name)
+        .to_str()
+        .unwrap()
+        .to_string()
 }

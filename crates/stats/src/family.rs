@@ -103,6 +103,30 @@ fn own_spread(cases: &[&FamilyCase], side: fn(&FamilyCase) -> &[f64]) -> (f64, f
     (sd(&means).powi(2) * df, df)
 }
 
+/// A family's cases by the unit whose process they ran in.
+fn by_unit(cases: &[FamilyCase]) -> BTreeMap<u32, Vec<&FamilyCase>> {
+    let mut units: BTreeMap<u32, Vec<&FamilyCase>> = BTreeMap::new();
+    for c in cases {
+        units.entry(c.unit).or_default().push(c);
+    }
+    units
+}
+
+/// A unit's variance and its df: its own (`own_ss` over `own` df) from [`OWN_DF`] on;
+/// with less, `prior_var` worth `prior_df` pooled with what there is, as limma pools.
+fn pooled(own_ss: f64, own: f64, prior_var: f64, prior_df: f64) -> (f64, f64) {
+    if own >= OWN_DF {
+        (own_ss / own, own)
+    } else if prior_df + own > 0.0 {
+        (
+            (prior_df * prior_var + own_ss) / (prior_df + own),
+            prior_df + own,
+        )
+    } else {
+        (prior_var, 0.0)
+    }
+}
+
 /// The standard error the processes alone give the family's shift, and its df: per unit,
 /// its per-process variance over the processes each side has, weighted by the unit's share
 /// of the cases. The variance is the unit's own (the spread of its executions on both
@@ -110,27 +134,13 @@ fn own_spread(cases: &[&FamilyCase], side: fn(&FamilyCase) -> &[f64]) -> (f64, f
 /// or one and two) it is the prior pooled with what there is, as limma pools. The df is
 /// the smallest unit's.
 fn process_se(cases: &[FamilyCase]) -> (f64, f64) {
-    let mut units: BTreeMap<u32, Vec<&FamilyCase>> = BTreeMap::new();
-    for c in cases {
-        units.entry(c.unit).or_default().push(c);
-    }
     let n = cases.len() as f64;
     let (mut var, mut df) = (0.0, f64::INFINITY);
-    for members in units.values() {
+    for members in by_unit(cases).values() {
         let prior = members[0].prior;
         let (sb, db) = own_spread(members, |c| &c.base);
         let (sc, dc) = own_spread(members, |c| &c.cand);
-        let own = db + dc;
-        let (s2, d) = if own >= OWN_DF {
-            ((sb + sc) / own, own)
-        } else if prior.df + own > 0.0 {
-            (
-                (prior.df * prior.sd.powi(2) + sb + sc) / (prior.df + own),
-                prior.df + own,
-            )
-        } else {
-            (prior.sd.powi(2), 0.0)
-        };
+        let (s2, d) = pooled(sb + sc, db + dc, prior.sd.powi(2), prior.df);
         let procs = |side: fn(&FamilyCase) -> usize| {
             members.iter().map(|c| side(c)).min().unwrap_or(1).max(1) as f64
         };
@@ -204,13 +214,9 @@ pub fn paired_shift(cases: &[FamilyCase], drift: f64) -> Option<Shift> {
     if cases.is_empty() {
         return None;
     }
-    let mut units: BTreeMap<u32, Vec<&FamilyCase>> = BTreeMap::new();
-    for c in cases {
-        units.entry(c.unit).or_default().push(c);
-    }
     let n = cases.len() as f64;
     let (mut point, mut var, mut df) = (0.0, 0.0, f64::INFINITY);
-    for members in units.values() {
+    for members in by_unit(cases).values() {
         let rounds = members
             .iter()
             .map(|c| c.base.len().min(c.cand.len()))
@@ -236,14 +242,8 @@ pub fn paired_shift(cases: &[FamilyCase], drift: f64) -> Option<Shift> {
         } else {
             0.0
         };
-        let (s2, dfu) = if own >= OWN_DF {
-            (own_ss / own, own)
-        } else {
-            (
-                (prior.df * 2.0 * prior.sd.powi(2) + own_ss) / (prior.df + own).max(1e-9),
-                prior.df + own,
-            )
-        };
+        // the prior of a difference of two processes: twice a process's variance
+        let (s2, dfu) = pooled(own_ss, own, 2.0 * prior.sd.powi(2), prior.df);
         let w = members.len() as f64 / n;
         point += w * mean(&d);
         var += w * w * s2 / rounds as f64;

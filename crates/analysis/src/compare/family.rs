@@ -289,3 +289,20 @@ pub(super) fn families(
         })
         .collect()
 }
+
+/// The verdict of a family's shift: `discovery` from Benjamini–Hochberg over the families,
+/// and its interval wholly beyond the family threshold (what the reasons line says, and
+/// the rule `opbench ab` judges a family by).
+fn family_verdict(t: &stats::decide::CaseTest, discovery: bool, s: Settings) -> Verdict {
+    let margin = s.family_threshold;
+    let (low, high) = t.interval(1.0 - s.alpha);
+    if discovery && low > 1.0 + margin {
+        Verdict::Slower
+    } else if discovery && high < 1.0 - margin {
+        Verdict::Faster
+    } else if t.equivalent(margin, s.alpha) {
+        Verdict::Same
+    } else {
+        Verdict::Ambiguous
+    }
+}

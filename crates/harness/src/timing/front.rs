@@ -140,10 +140,7 @@ impl Sink {
             env.settings.insert(k.to_string(), v);
         }
         env.settings.insert("seed".into(), c.seed.to_string());
-        env.settings.insert(
-            rundir::TIMING_METHOD_SETTING.into(),
-            crate::TIMING_METHOD.into(),
-        );
+        crate::stamp_timing_method(&mut env);
         if let Some(i) = c.execution {
             env.settings.insert("execution".into(), i.to_string());
         }

@@ -1,0 +1,216 @@
+//! Each case's test and verdict: from its executions (moderated towards its kind's
+//! variance) or, with one execution a side, from its samples, and the decision over the
+//! comparison's cases (Benjamini–Hochberg per timing mode, the threshold, equivalence).
+
+use super::*;
+
+/// One case's data for the decision: its test, or why it has none.
+enum Tested {
+    /// A device-timed case's test from one execution's samples.
+    Device(stats::decide::CaseTest),
+    /// A host-timed case with one execution a side: ratio and interval for information.
+    SingleHost(f64, (f64, f64)),
+    NoSamples,
+}
+
+/// The test of one case both runs have ok with a single execution on a side (cases with two
+/// or more a side take [`stats::decide::moderated_test`]): the samples' bootstrap.
+fn test_single(x: &[Vec<f64>], y: &[Vec<f64>], device: bool, drift: f64, s: Settings) -> Tested {
+    let total = |g: &[Vec<f64>]| g.iter().map(Vec::len).sum::<usize>();
+    if total(x) < 2 || total(y) < 2 {
+        return Tested::NoSamples;
+    }
+    let t = stats::decide::case_test(x, y, drift, s.resamples);
+    if device {
+        Tested::Device(t)
+    } else {
+        Tested::SingleHost(t.ratio, t.interval(1.0 - s.alpha))
+    }
+}
+
+/// The verdict of a tested case: `discovery` from Benjamini–Hochberg over the comparison.
+fn case_verdict(
+    t: &stats::decide::CaseTest,
+    single: bool,
+    discovery: bool,
+    s: Settings,
+) -> Verdict {
+    // one process a side (device time): a change must also clear the spread device times
+    // show between processes
+    let floor = if single { DEVICE_PROCESS_SPREAD } else { 0.0 };
+    let large = s.threshold.max(floor);
+    // `same` only where the interval lies inside ± threshold: noise that cannot resolve
+    // the threshold makes a case ambiguous, never `same within ± its noise`
+    let margin = s.threshold;
+    if discovery && t.ratio > 1.0 + large {
+        Verdict::Slower
+    } else if discovery && t.ratio < 1.0 - large {
+        Verdict::Faster
+    } else if t.equivalent(margin, s.alpha) {
+        Verdict::Same
+    } else {
+        Verdict::Ambiguous
+    }
+}
+
+/// Each tested case's verdict. A host-bound case's change at equal host speed is its change
+/// against the torch control times the dispatch's own change ([`dispatch_test`]): that
+/// composed test gives the ratio, interval and mde. Its discovery may come from either test
+/// — the composed one (a build that made every call dearer), or the one against the
+/// torch control alone (a change of this op, measured without the dispatch's process-to-
+/// process noise) — with Benjamini–Hochberg over all of a timing mode's tests; `slower`
+/// still needs the composed ratio beyond the threshold.
+pub(super) fn decide_cases(
+    lines: &mut [Line],
+    tests: &[(usize, stats::decide::CaseTest, bool)],
+    dispatch: Option<&stats::decide::CaseTest>,
+    raw: &BTreeSet<CaseKey>,
+    used: Control,
+    s: Settings,
+) {
+    let host_bound = |k: &CaseKey| !k.mode.is_device() && !raw.contains(k);
+    let composed: Vec<Option<stats::decide::CaseTest>> = tests
+        .iter()
+        .map(|(i, t, _)| {
+            dispatch
+                .filter(|_| host_bound(&lines[*i].key))
+                .map(|d| t.plus(d))
+        })
+        .collect();
+    // Benjamini–Hochberg per timing mode: each mode asks its own question (the kernels,
+    // the host's dispatch), and many discoveries in one must not loosen the other
+    let mut discovery = vec![false; tests.len()];
+    let modes: BTreeSet<rundir::Mode> = tests.iter().map(|(i, ..)| lines[*i].key.mode).collect();
+    for mode in modes {
+        // (test index, p) of the mode's own and composed tests
+        let mut ps: Vec<(usize, f64)> = Vec::new();
+        for (j, (i, own, _)) in tests.iter().enumerate() {
+            if lines[*i].key.mode == mode {
+                ps.push((j, own.p));
+                ps.extend(composed[j].map(|c| (j, c.p)));
+            }
+        }
+        let p: Vec<f64> = ps.iter().map(|x| x.1).collect();
+        for ((j, _), d) in ps
+            .iter()
+            .zip(stats::decide::benjamini_hochberg(&p, s.alpha))
+        {
+            discovery[*j] |= d;
+        }
+    }
+    for (j, (i, own, single)) in tests.iter().enumerate() {
+        let discovery = discovery[j];
+        let t = composed[j].unwrap_or(*own);
+        let line = &mut lines[*i];
+        line.divided_by = Some(if host_bound(&line.key) {
+            used
+        } else {
+            Control::Raw
+        });
+        line.verdict = case_verdict(&t, *single, discovery, s);
+        line.ratio = Some(t.ratio);
+        line.ratio_ci = Some(t.interval(1.0 - s.alpha));
+        line.p = Some(t.p.min(own.p));
+        // one process a side: nothing under the spread between processes can be called
+        let floor = if *single { DEVICE_PROCESS_SPREAD } else { 0.0 };
+        line.mde = Some(t.mde(s.alpha).max(floor));
+        line.fails |= line.verdict == Verdict::Slower;
+        if *single && line.verdict == Verdict::Ambiguous && discovery {
+            line.flags.push(Flag::SingleExecution);
+        }
+    }
+}
+
+/// The kind of case whose executions vary alike: mode, whether divided by the host
+/// control, and size (decades of the base median from 5 µs).
+fn kind_of(line: &Line, raw: &BTreeSet<CaseKey>) -> (rundir::Mode, bool, i32) {
+    let size = line
+        .base
+        .map_or(0, |ns| ((ns / 5_000.0).log10().floor() as i32).clamp(-1, 3));
+    (line.key.mode, raw.contains(&line.key), size)
+}
+
+/// Every comparable case's test (line index, test, single execution a side): cases with two
+/// or more executions a side by [`stats::decide::moderated_test`], their variance shrunk
+/// towards their kind's ([`kind_of`]); cases with one by the samples' bootstrap. Host-timed
+/// cases of one execution get no test, and lines without samples say so.
+pub(super) fn case_tests(
+    lines: &mut [Line],
+    bs: &PerCall,
+    cs: &PerCall,
+    raw: &BTreeSet<CaseKey>,
+    drift: (Drift, Drift),
+    raw_drift: f64,
+    s: Settings,
+) -> Vec<(usize, stats::decide::CaseTest, bool)> {
+    use stats::decide::{ExecLogs, Prior};
+    let mut multi: Vec<(usize, ExecLogs)> = Vec::new();
+    let mut tests = Vec::new();
+    for (i, line) in lines.iter_mut().enumerate() {
+        if !line.both_ok {
+            continue;
+        }
+        let device = line.key.mode.is_device();
+        let d = case_drift(line, raw, drift, raw_drift);
+        let (Some(x), Some(y)) = (bs.times.get(&line.key), cs.times.get(&line.key)) else {
+            line.no_samples();
+            continue;
+        };
+        if let Some(logs) = ExecLogs::from_groups(x, y) {
+            multi.push((i, logs));
+            continue;
+        }
+        match test_single(x, y, device, d, s) {
+            Tested::Device(t) => tests.push((i, t, true)),
+            Tested::SingleHost(r, ci) => {
+                line.verdict = Verdict::Ambiguous;
+                line.ratio = Some(r);
+                line.ratio_ci = Some(ci);
+                line.flags.push(Flag::SingleExecution);
+            }
+            Tested::NoSamples => line.no_samples(),
+        }
+    }
+    let mut vars: BTreeMap<(rundir::Mode, bool, i32), Vec<(f64, f64)>> = BTreeMap::new();
+    let mut ops: BTreeMap<(rundir::Mode, bool, i32), BTreeSet<String>> = BTreeMap::new();
+    for (i, logs) in &multi {
+        let kind = kind_of(&lines[*i], raw);
+        vars.entry(kind).or_default().push(logs.variance());
+        ops.entry(kind)
+            .or_default()
+            .insert(lines[*i].key.op.to_string());
+    }
+    // the cases of one op crate ran in the same processes, so their variances are one
+    // piece of evidence, not one a case: a kind's prior counts at most its crates' df
+    let priors: BTreeMap<_, Option<Prior>> = vars
+        .into_iter()
+        .map(|(k, v)| {
+            let dfs: Vec<f64> = v.iter().map(|x| x.1).collect();
+            let cap = ops[&k].len() as f64 * stats::median(&dfs);
+            let prior = Prior::pooled(&v).map(|p| Prior {
+                df: p.df.min(cap),
+                ..p
+            });
+            (k, prior)
+        })
+        .collect();
+    for (i, logs) in multi {
+        let line = &lines[i];
+        let d = case_drift(line, raw, drift, raw_drift);
+        let prior = priors.get(&kind_of(line, raw)).copied().flatten();
+        tests.push((i, stats::decide::moderated_test(&logs, prior, d), false));
+    }
+    tests
+}
+
+/// A case's drift between boots: the device's, the host's, or for a host-timed case
+/// compared raw, the host's with the host's change of speed between the runs.
+fn case_drift(line: &Line, raw: &BTreeSet<CaseKey>, drift: (Drift, Drift), raw_drift: f64) -> f64 {
+    if line.key.mode.is_device() {
+        drift.0.case
+    } else if raw.contains(&line.key) {
+        raw_drift
+    } else {
+        drift.1.case
+    }
+}
