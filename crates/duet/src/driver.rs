@@ -228,6 +228,23 @@ impl CaseRun {
             })
     }
 
+    /// The planted device spin each side's samples held, as a fraction of the rest of their
+    /// time (base, candidate), or `None` where no sample said
+    /// ([`Sampled::planted_ns`](crate::protocol::Sampled::planted_ns)).
+    pub fn planted(&self) -> Option<(f64, f64)> {
+        let told = |s: &crate::protocol::Sampled| s.planted_ns;
+        if !self.pairs.iter().any(|p| told(&p.base).or(told(&p.cand)).is_some()) {
+            return None;
+        }
+        let share = |side: fn(&Pair) -> &crate::protocol::Sampled| {
+            let (spin, all) = self.pairs.iter().map(side).fold((0.0, 0.0), |(sp, al), s| {
+                (sp + told(s).unwrap_or(0.0), al + s.total_ns)
+            });
+            if all > spin { spin / (all - spin) } else { 0.0 }
+        };
+        Some((share(|p| &p.base), share(|p| &p.cand)))
+    }
+
     pub(crate) fn new(name: &CaseName, group: &str) -> Result<Self, String> {
         Ok(CaseRun {
             key: CaseKey::from_fields(&name.fields).map_err(|e| format!("{}: {e}", name.key))?,

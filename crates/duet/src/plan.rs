@@ -120,6 +120,7 @@ mod tests {
             host_ns: None,
             state: Default::default(),
             uncovered: None,
+            planted_ns: None,
         };
         // two rounds of four pairs; each sample says 1 ms of GPU time
         for (i, x) in [1.0, 1.01, 0.99, 1.0, 1.02, 1.0, 0.98, 1.01]

@@ -134,6 +134,7 @@ fn sampled(s: &Sample) -> Sampled {
         host_ns: s.host_ns,
         state: s.state,
         uncovered: None,
+        planted_ns: None,
     }
 }
 

@@ -325,6 +325,7 @@ pub fn summary_md(outcome: &Outcome, v: &Verdicts, sides: [&str; 2]) -> String {
             - n("status-changed"),
     );
     noise_md(&mut o, &v.noise);
+    plant_md(&mut o, outcome);
     let amb: Vec<f64> = v.cases.iter().filter_map(|c| c.resolution).collect();
     if !amb.is_empty() {
         let _ = writeln!(
@@ -357,6 +358,32 @@ fn noise_md(o: &mut String, noise: &rundir::noise::ProcessNoise) {
          cases of a crate, sd a process, from the rounds; stored in both sides' env.json for \
          `opbench compare`): {}. A case's rounds cannot agree more closely than this.\n",
         terms.join(", ")
+    );
+}
+
+/// What a planted device spin delivered (a calibration's `OPBENCH_PLANT_DEVICE_PCT`), by
+/// the spins' own events: the median over device cases and its range, per side.
+fn plant_md(o: &mut String, outcome: &Outcome) {
+    let shares: Vec<(f64, f64)> = outcome.cases.iter().filter_map(CaseRun::planted).collect();
+    if shares.is_empty() {
+        return;
+    }
+    let side = |f: fn(&(f64, f64)) -> f64| {
+        let mut v: Vec<f64> = shares.iter().map(f).collect();
+        v.sort_by(f64::total_cmp);
+        format!(
+            "+{:.2}% [+{:.2}, +{:.2}]",
+            stats::median(&v) * 100.0,
+            v[0] * 100.0,
+            v[v.len() - 1] * 100.0
+        )
+    };
+    let _ = writeln!(
+        o,
+        "Planted device spin (a calibration), by its own events, over its calls' device time:          base {}, candidate {} (median over {} device cases [least, most]).\n",
+        side(|s| s.0),
+        side(|s| s.1),
+        shares.len()
     );
 }
 

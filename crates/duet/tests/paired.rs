@@ -110,6 +110,8 @@ struct Fake {
     prepare_host: Duration,
     /// A case whose every sample says 3 of its chunks ran uncovered.
     uncovered_on: Option<String>,
+    /// The slowdown is a planted device spin its device samples report (`planted_ns`).
+    spin: bool,
 }
 
 impl Drop for Fake {
@@ -146,6 +148,7 @@ impl Fake {
             prepare: Duration::ZERO,
             prepare_host: Duration::ZERO,
             uncovered_on: None,
+            spin: false,
         }
     }
 }
@@ -226,12 +229,15 @@ impl Worker for Fake {
                 let level = self.placed.get(key).copied().unwrap_or(self.level);
                 let state = host.next(self.noise, *iters) * level * host.after(self.label);
                 drop(host);
+                let total_ns = *iters as f64 * per * self.factor * state;
+                let spun = self.spin && key.ends_with("/device");
                 Reply::Sample(Sampled {
                     key: key.clone(),
                     calls: *iters,
-                    total_ns: *iters as f64 * per * self.factor * state,
+                    total_ns,
                     control_ns: Some(800.0 * state),
                     uncovered: self.uncovered_on.as_ref().filter(|k| *k == key).map(|_| 3),
+                    planted_ns: spun.then(|| total_ns * (1.0 - 1.0 / self.factor)),
                     ..Sampled::default()
                 })
             }
@@ -793,6 +799,35 @@ fn a_comparison_says_and_stores_where_its_device_cases_were_placed() {
     let once = run_placed(1.0, Placement::Once, 1);
     let text = duet::write::summary_md(&once, &duet::judge(&once), ["a", "b"]);
     assert!(!text.contains("fresh placement"), "{text}");
+}
+
+#[test]
+fn a_planted_device_spin_is_reported_as_its_events_timed_it() {
+    let host = Host::shared(1.0, 0.0, 3);
+    let make = |factor: f64, label: &'static str| {
+        let h = host.clone();
+        move || {
+            let mut f = Fake::new(&h, factor, 6, label);
+            f.spin = true;
+            f.noise = 0.0005;
+            Ok(Box::new(f) as Box<dyn Worker>)
+        }
+    };
+    let mut groups = vec![Group {
+        name: "linear".into(),
+        base: Box::new(make(1.0, "base")),
+        cand: Box::new(make(1.05, "cand")),
+    }];
+    let outcome = duet::run(&mut groups, &settings(), &mut |_| {}).expect("runs");
+    let text = duet::write::summary_md(&outcome, &duet::judge(&outcome), ["a", "b"]);
+    assert!(
+        text.contains("base +0.00% [+0.00, +0.00], candidate +5.00% [+5.00, +5.00] (median over 6 device cases"),
+        "{text}"
+    );
+    // no plant, no line
+    let plain = run_placed(1.05, duet::driver::Placement::Once, 3);
+    let text = duet::write::summary_md(&plain, &duet::judge(&plain), ["a", "b"]);
+    assert!(!text.contains("Planted device spin"), "{text}");
 }
 
 #[test]

@@ -26,6 +26,7 @@
 //! served from L2. [`DeviceClock::time_cold`] flushes L2 (writes a buffer twice its size)
 //! before every call and times each call with its own events.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use tch::{Kind, TchError, Tensor};
@@ -53,6 +54,8 @@ pub struct DeviceClock {
     timer: atenx::DeviceTimer,
     /// Events around the lead: how long it ran.
     lead_timer: atenx::DeviceTimer,
+    /// Events around a planted spin (`OPBENCH_PLANT_DEVICE_PCT`): what it delivered.
+    plant_timer: atenx::DeviceTimer,
     delay: Delay,
     host_ns_per_call: f64,
     flush: Option<Tensor>,
@@ -63,15 +66,38 @@ pub struct DeviceClock {
 
 /// A planted device slowdown (`OPBENCH_PLANT_DEVICE_PCT`): a spin kernel of `pct` percent
 /// of the chunk's own device time, enqueued after each chunk's calls inside its events.
-/// The calls' device time per call is estimated from the case's previous covered chunk
-/// (its events less the spin planted in it); a case's first chunk (criterion's warm-up) is
-/// not planted. One spin per chunk of up to 256 calls keeps the spin kernel's own launch gap
-/// (~1 µs) under 0.5% of a chunk of 2 µs kernels.
-#[derive(Debug, Clone, Copy, Default)]
+/// The calls' device time per call is estimated from the case's previous covered chunk:
+/// its events less the spin planted in it, as the spin's own events timed it. A case's
+/// first chunk (criterion's warm-up; a paired worker's first sample of a case) is not
+/// planted. The spin is asked for what the last spin delivered short of its ask (a short
+/// spin does not run at the rate a long lead was fitted at), so it delivers what is asked,
+/// and what it delivered is counted ([`DeviceClock::take_planted`]). One spin per chunk of
+/// up to 256 calls keeps the spin kernel's own launch gap (~1 µs) under 0.5% of a chunk of
+/// 2 µs kernels.
+#[derive(Debug, Clone, Default)]
 struct DevicePlant {
     pct: f64,
+    /// Each case's estimates, by the case's address (a paired worker's samples of cases
+    /// interleave).
+    cases: HashMap<usize, CasePlant>,
+    /// Device ns of the planted spins kept since the last take, as their events timed them.
+    ran_ns: f64,
+}
+
+/// One case's plant estimates.
+#[derive(Debug, Clone, Copy)]
+struct CasePlant {
     /// The case's device time per call, unplanted, from its last covered chunk.
-    per_call_ns: Option<f64>,
+    per_call_ns: f64,
+    /// What the case's last spin ran over what it was asked (1 until one ran).
+    delivered: f64,
+}
+
+/// A planted spin: the case it was planted for and the ns it was asked.
+#[derive(Debug, Clone, Copy, Default)]
+struct Spin {
+    case: usize,
+    asked: f64,
 }
 
 /// How many timed chunks ran behind a lead that outlasted the host's enqueue.
@@ -187,6 +213,7 @@ impl DeviceClock {
         }
         let mut timer = atenx::DeviceTimer::new(device.index)?;
         let lead_timer = atenx::DeviceTimer::new(device.index)?;
+        let plant_timer = atenx::DeviceTimer::new(device.index)?;
         let delay = match find_sleep() {
             Some(f) => {
                 let cycles = 2_000_000i64;
@@ -221,6 +248,7 @@ impl DeviceClock {
             device,
             timer,
             lead_timer,
+            plant_timer,
             delay,
             host_ns_per_call: 20_000.0,
             flush: None,
@@ -246,7 +274,7 @@ impl DeviceClock {
     /// The lead coverage since the last call, and start counting afresh (once per case;
     /// the device plant's estimate of the case's time starts afresh too).
     pub fn take_coverage(&mut self) -> Coverage {
-        self.plant.per_call_ns = None;
+        self.plant.cases.clear();
         std::mem::take(&mut self.coverage)
     }
 
@@ -254,6 +282,13 @@ impl DeviceClock {
     /// stays (a paired run's samples of one case, between which the other side runs).
     pub fn take_uncovered(&mut self) -> u64 {
         std::mem::take(&mut self.coverage).uncovered
+    }
+
+    /// The device ns the planted spins ran since the last call (their own events), counting
+    /// afresh; `None` without a device plant.
+    pub fn take_planted(&mut self) -> Option<f64> {
+        let ran = std::mem::take(&mut self.plant.ran_ns);
+        (self.plant.pct > 0.0).then_some(ran)
     }
 
     pub fn delay_name(&self) -> &'static str {
@@ -302,25 +337,47 @@ impl DeviceClock {
         Ok(ran)
     }
 
-    /// Enqueue the planted spin after a chunk of `chunk` calls; returns its planned ns.
-    fn plant_after(&self, chunk: u64) -> Result<f64, TchError> {
-        let Some(per_call) = self.plant.per_call_ns.filter(|_| self.plant.pct > 0.0) else {
-            return Ok(0.0);
+    /// Enqueue the planted spin of case `case` after a chunk of `chunk` calls, between the
+    /// plant's events; what it was asked (nothing before the case's first covered chunk).
+    fn plant_after(&mut self, case: usize, chunk: u64) -> Result<Spin, TchError> {
+        let known = self.plant.cases.get(&case).copied();
+        let Some(c) = known.filter(|_| self.plant.pct > 0.0) else {
+            return Ok(Spin::default());
         };
-        let ns = self.plant.pct / 100.0 * per_call * chunk as f64;
-        self.lead(ns)?;
-        Ok(ns)
+        let asked = self.plant.pct / 100.0 * c.per_call_ns * chunk as f64 / c.delivered;
+        self.plant_timer.start()?;
+        self.lead(asked)?;
+        self.plant_timer.stop()?;
+        Ok(Spin { case, asked })
+    }
+
+    /// After a chunk's events completed: the ns its planted spin ran (0 without one), and
+    /// what the next spin's ask is corrected by.
+    fn spin_ran(&mut self, spin: Spin) -> Result<f64, TchError> {
+        if spin.asked <= 0.0 {
+            return Ok(0.0);
+        }
+        let ran = self.plant_timer.elapsed_ms()? * 1e6;
+        if let Some(c) = self.plant.cases.get_mut(&spin.case)
+            && ran.is_finite()
+            && ran > 0.0
+        {
+            c.delivered = ran / spin.asked;
+        }
+        Ok(ran)
     }
 
     /// Device time of `iters` back-to-back calls of `p` (warm: same buffers).
     pub fn time(&mut self, p: &mut dyn Prepared, iters: u64) -> Result<Duration, TchError> {
+        // the case's address keys its plant estimate
+        let case = std::ptr::from_mut(p).cast::<()>() as usize;
         let mut total_ns = 0.0;
         let mut left = iters;
         while left > 0 {
             let chunk = left.min(CHUNK);
             total_ns += self.behind_lead(
                 chunk,
-                true,
+                Some(case),
                 |c| {
                     c.device.sync();
                     Ok(())
@@ -329,7 +386,7 @@ impl DeviceClock {
                     for _ in 0..chunk {
                         p.run()?;
                     }
-                    c.plant_after(chunk)
+                    c.plant_after(case, chunk)
                 },
             )?;
             left -= chunk;
@@ -350,14 +407,14 @@ impl DeviceClock {
         for _ in 0..iters {
             total_ns += self.behind_lead(
                 1,
-                false,
+                None,
                 |c| {
                     if let Some(buf) = c.flush.as_mut() {
                         drop(buf.f_fill_(1.0)?);
                     }
                     Ok(())
                 },
-                |_| p.run().map(|()| 0.0),
+                |_| p.run().map(|()| Spin::default()),
             )?;
         }
         Ok(Duration::from_nanos(total_ns.round() as u64))
@@ -367,14 +424,14 @@ impl DeviceClock {
     /// lead sized by the host's enqueue time per call; `before` readies each try. A try
     /// whose enqueue outlasted the lead as it ran is done again behind one 1.5× that
     /// enqueue, up to [`RETRIES`] tries, the last kept and counted uncovered. `enqueue`
-    /// returns the planted spin's ns, which `plant` (warm chunks) learns the calls' own
-    /// time per call without.
+    /// returns the planted spin, which the plant of case `plant` (warm chunks) learns the
+    /// calls' own time per call without.
     fn behind_lead(
         &mut self,
         calls: u64,
-        plant: bool,
+        plant: Option<usize>,
         mut before: impl FnMut(&mut Self) -> Result<(), TchError>,
-        mut enqueue: impl FnMut(&mut Self) -> Result<f64, TchError>,
+        mut enqueue: impl FnMut(&mut Self) -> Result<Spin, TchError>,
     ) -> Result<f64, TchError> {
         let mut lead = (1.25 * self.host_ns_per_call * calls as f64).max(50_000.0);
         let mut tries = 0;
@@ -383,20 +440,30 @@ impl DeviceClock {
             self.timed_lead(lead)?;
             let t0 = Instant::now();
             self.timer.start()?;
-            let planted = enqueue(self)?;
+            let spin = enqueue(self)?;
             self.timer.stop()?;
             let host = t0.elapsed().as_nanos() as f64;
             let device_ns = self.timer.elapsed_ms()? * 1e6;
+            let planted = self.spin_ran(spin)?;
             let ran = self.lead_ran(lead)?;
             tries += 1;
             // the lead, as it ran, covered the host's enqueue: the calls ran back to back
             let covered = learn_enqueue(&mut self.host_ns_per_call, host, ran, calls);
             // the plant's estimate too, only from calls that ran back to back: an
             // uncovered chunk's events hold the GPU's wait for the host as well
-            if plant && covered && self.plant.pct > 0.0 {
-                self.plant.per_call_ns = Some((device_ns - planted).max(1.0) / calls as f64);
+            if let Some(case) = plant.filter(|_| covered && self.plant.pct > 0.0) {
+                let per_call_ns = (device_ns - planted).max(1.0) / calls as f64;
+                self.plant
+                    .cases
+                    .entry(case)
+                    .and_modify(|c| c.per_call_ns = per_call_ns)
+                    .or_insert(CasePlant {
+                        per_call_ns,
+                        delivered: 1.0,
+                    });
             }
             if covered || tries >= RETRIES {
+                self.plant.ran_ns += planted;
                 self.coverage.chunks += 1;
                 self.coverage.uncovered += u64::from(!covered);
                 return Ok(device_ns);

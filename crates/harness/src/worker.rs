@@ -428,7 +428,10 @@ impl<'a> Worker<'a> {
         if one_cpu.is_some() {
             wire::cpus::pin_thread(&self.home_cpus).map_err(|e| format!("OPBENCH_CPUS: {e}"))?;
         }
-        let uncovered = device_clock(&mut self.clocks[d], mode).map(DeviceClock::take_uncovered);
+        let clock = device_clock(&mut self.clocks[d], mode);
+        let (uncovered, planted_ns) = clock.map_or((None, None), |c| {
+            (Some(c.take_uncovered()), c.take_planted())
+        });
         let (t, state) = sampled?;
         Ok(Sampled {
             key: key.to_string(),
@@ -439,6 +442,7 @@ impl<'a> Worker<'a> {
             host_ns: controls.host,
             state,
             uncovered,
+            planted_ns,
         })
     }
 }
