@@ -66,20 +66,21 @@ pub struct DeviceClock {
 
 /// A planted device slowdown (`OPBENCH_PLANT_DEVICE_PCT`): a spin kernel of `pct` percent
 /// of the chunk's own device time, enqueued after each chunk's calls inside its events.
-/// The calls' device time per call is estimated from the case's previous covered chunk:
-/// its events less the spin planted in it, as the spin's own events timed it. A case's
-/// first chunk (criterion's warm-up; a paired worker's first sample of a case) is not
-/// planted. The spin is asked for what the last spin delivered short of its ask (a short
-/// spin does not run at the rate a long lead was fitted at), so it delivers what is asked,
-/// and what it delivered is counted ([`DeviceClock::take_planted`]). One spin per chunk of
-/// up to 256 calls keeps the spin kernel's own launch gap (~1 µs) under 0.5% of a chunk of
-/// 2 µs kernels.
+/// The calls' device time per call is estimated from the case's previous covered chunk of
+/// as many calls: its events less the spin planted in it, as the spin's own events timed
+/// it. A case's first chunk of a size (criterion's warm-up; a paired worker's calibration)
+/// is not planted. The spin is asked for what the last spin of that chunk size delivered
+/// short of its ask, so it delivers what is asked, and what it delivered is counted
+/// ([`DeviceClock::take_planted`]). By chunk size, because a spin has a fixed cost of its
+/// own (~3 µs on an H100, 2026-12-06): the 1-call warm sample before each paired sample
+/// asked ~1 µs and ran ~4, and its ratio, applied to the next sample's spin, made that
+/// one a quarter of its ask. One spin per chunk of up to 256 calls keeps that cost under
+/// 0.5% of a chunk of 2 µs kernels.
 #[derive(Debug, Clone, Default)]
 struct DevicePlant {
     pct: f64,
-    /// Each case's estimates, by the case's address (a paired worker's samples of cases
-    /// interleave).
-    cases: HashMap<usize, CasePlant>,
+    /// Each case's estimates by chunk size, by the case's address and the chunk's calls.
+    cases: HashMap<(usize, u64), CasePlant>,
     /// Device ns of the planted spins kept since the last take, as their events timed them.
     ran_ns: f64,
 }
@@ -93,10 +94,10 @@ struct CasePlant {
     delivered: f64,
 }
 
-/// A planted spin: the case it was planted for and the ns it was asked.
+/// A planted spin: the case and chunk size it was planted for and the ns it was asked.
 #[derive(Debug, Clone, Copy, Default)]
 struct Spin {
-    case: usize,
+    case: (usize, u64),
     asked: f64,
 }
 
@@ -340,6 +341,7 @@ impl DeviceClock {
     /// Enqueue the planted spin of case `case` after a chunk of `chunk` calls, between the
     /// plant's events; what it was asked (nothing before the case's first covered chunk).
     fn plant_after(&mut self, case: usize, chunk: u64) -> Result<Spin, TchError> {
+        let case = (case, chunk);
         let known = self.plant.cases.get(&case).copied();
         let Some(c) = known.filter(|_| self.plant.pct > 0.0) else {
             return Ok(Spin::default());
@@ -452,6 +454,7 @@ impl DeviceClock {
             // the plant's estimate too, only from calls that ran back to back: an
             // uncovered chunk's events hold the GPU's wait for the host as well
             if let Some(case) = plant.filter(|_| covered && self.plant.pct > 0.0) {
+                let case = (case, calls);
                 let per_call_ns = (device_ns - planted).max(1.0) / calls as f64;
                 self.plant
                     .cases
