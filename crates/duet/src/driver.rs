@@ -233,7 +233,11 @@ impl CaseRun {
     /// ([`Sampled::planted_ns`](crate::protocol::Sampled::planted_ns)).
     pub fn planted(&self) -> Option<(f64, f64)> {
         let told = |s: &crate::protocol::Sampled| s.planted_ns;
-        if !self.pairs.iter().any(|p| told(&p.base).or(told(&p.cand)).is_some()) {
+        if !self
+            .pairs
+            .iter()
+            .any(|p| told(&p.base).or(told(&p.cand)).is_some())
+        {
             return None;
         }
         let share = |side: fn(&Pair) -> &crate::protocol::Sampled| {

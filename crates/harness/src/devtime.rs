@@ -94,6 +94,43 @@ struct CasePlant {
     delivered: f64,
 }
 
+impl DevicePlant {
+    /// The spin to plant after a chunk of `chunk` calls of `case`, where one is planted.
+    fn ask(&self, case: usize, chunk: u64) -> Option<Spin> {
+        let c = self.cases.get(&(case, chunk)).filter(|_| self.pct > 0.0)?;
+        Some(Spin {
+            case: (case, chunk),
+            asked: self.pct / 100.0 * c.per_call_ns * chunk as f64 / c.delivered,
+        })
+    }
+
+    /// A planted spin ran `ran` ns on the device (its own events).
+    fn ran(&mut self, spin: Spin, ran: f64) {
+        if let Some(c) = self.cases.get_mut(&spin.case)
+            && ran.is_finite()
+            && ran > 0.0
+        {
+            c.delivered = ran / spin.asked;
+        }
+    }
+
+    /// A covered chunk of `calls` calls of `case` took `calls_ns` on the device, less its
+    /// spin: what the next chunk of as many calls is planted by.
+    fn learn(&mut self, case: usize, calls: u64, calls_ns: f64) {
+        if self.pct <= 0.0 {
+            return;
+        }
+        let per_call_ns = calls_ns.max(1.0) / calls.max(1) as f64;
+        self.cases
+            .entry((case, calls))
+            .and_modify(|c| c.per_call_ns = per_call_ns)
+            .or_insert(CasePlant {
+                per_call_ns,
+                delivered: 1.0,
+            });
+    }
+}
+
 /// A planted spin: the case and chunk size it was planted for and the ns it was asked.
 #[derive(Debug, Clone, Copy, Default)]
 struct Spin {
@@ -341,16 +378,13 @@ impl DeviceClock {
     /// Enqueue the planted spin of case `case` after a chunk of `chunk` calls, between the
     /// plant's events; what it was asked (nothing before the case's first covered chunk).
     fn plant_after(&mut self, case: usize, chunk: u64) -> Result<Spin, TchError> {
-        let case = (case, chunk);
-        let known = self.plant.cases.get(&case).copied();
-        let Some(c) = known.filter(|_| self.plant.pct > 0.0) else {
+        let Some(spin) = self.plant.ask(case, chunk) else {
             return Ok(Spin::default());
         };
-        let asked = self.plant.pct / 100.0 * c.per_call_ns * chunk as f64 / c.delivered;
         self.plant_timer.start()?;
-        self.lead(asked)?;
+        self.lead(spin.asked)?;
         self.plant_timer.stop()?;
-        Ok(Spin { case, asked })
+        Ok(spin)
     }
 
     /// After a chunk's events completed: the ns its planted spin ran (0 without one), and
@@ -360,12 +394,7 @@ impl DeviceClock {
             return Ok(0.0);
         }
         let ran = self.plant_timer.elapsed_ms()? * 1e6;
-        if let Some(c) = self.plant.cases.get_mut(&spin.case)
-            && ran.is_finite()
-            && ran > 0.0
-        {
-            c.delivered = ran / spin.asked;
-        }
+        self.plant.ran(spin, ran);
         Ok(ran)
     }
 
@@ -453,17 +482,8 @@ impl DeviceClock {
             let covered = learn_enqueue(&mut self.host_ns_per_call, host, ran, calls);
             // the plant's estimate too, only from calls that ran back to back: an
             // uncovered chunk's events hold the GPU's wait for the host as well
-            if let Some(case) = plant.filter(|_| covered && self.plant.pct > 0.0) {
-                let case = (case, calls);
-                let per_call_ns = (device_ns - planted).max(1.0) / calls as f64;
-                self.plant
-                    .cases
-                    .entry(case)
-                    .and_modify(|c| c.per_call_ns = per_call_ns)
-                    .or_insert(CasePlant {
-                        per_call_ns,
-                        delivered: 1.0,
-                    });
+            if let Some(case) = plant.filter(|_| covered) {
+                self.plant.learn(case, calls, device_ns - planted);
             }
             if covered || tries >= RETRIES {
                 self.plant.ran_ns += planted;
@@ -478,7 +498,7 @@ impl DeviceClock {
 
 #[cfg(test)]
 mod tests {
-    use super::{Coverage, learn_enqueue, refit};
+    use super::{Coverage, DevicePlant, learn_enqueue, refit};
 
     #[test]
     fn an_enqueue_that_waited_for_the_lead_does_not_size_the_next_one() {
@@ -505,6 +525,43 @@ mod tests {
         assert!((rate - 1.98).abs() < 1e-9, "{rate}");
         assert_eq!(refit(0.345, 1e6, 0.0), 0.345);
         assert_eq!(refit(0.345, 1e6, f64::NAN), 0.345);
+    }
+
+    /// A spin with a fixed cost of 3 µs, planted after alternating 1-call warm samples and
+    /// 228-call samples of a 34-µs call (as a paired worker takes them): the big samples'
+    /// spins deliver what the plant asks, whatever the small ones do.
+    #[test]
+    fn a_spin_of_each_chunk_size_delivers_its_own_share() {
+        let mut plant = DevicePlant {
+            pct: 3.0,
+            ..DevicePlant::default()
+        };
+        let spin_ns = |asked: f64| 3_000.0 + asked.max(0.0);
+        let (case, per_call) = (0xbeef, 34_000.0);
+        let mut shares = Vec::new();
+        for _ in 0..12 {
+            for calls in [1u64, 228] {
+                let calls_ns = per_call * calls as f64;
+                let ran = plant.ask(case, calls).map(|s| {
+                    let ran = spin_ns(s.asked);
+                    plant.ran(s, ran);
+                    ran
+                });
+                plant.learn(case, calls, calls_ns);
+                if calls == 228 {
+                    shares.push(ran.unwrap_or(0.0) / calls_ns);
+                }
+            }
+        }
+        // the first sample of a size is not planted; from the third on, 3% to 0.1%
+        assert_eq!(shares[0], 0.0);
+        for s in &shares[2..] {
+            assert!((s - 0.03).abs() < 0.001, "{shares:?}");
+        }
+        // no plant: nothing asked
+        let mut none = DevicePlant::default();
+        none.learn(case, 228, 1e6);
+        assert!(none.ask(case, 228).is_none());
     }
 
     #[test]
