@@ -63,6 +63,12 @@ pub struct Transformers {
     pub step_ns: Option<f64>,
     /// The same step measured in tch (the decode crate's hf-eager, pipelined).
     pub tch_step_ns: Option<f64>,
+    /// The tch step as it would run in the transformers step's host state: where both
+    /// steps are host-bound and both predictions scale the host to their own process
+    /// (`controlled`), the tch step × the transformers process's host scale over the tch
+    /// process's, with the two scales. The measured split in one host state with the
+    /// predicted one.
+    pub tch_at_step_host: Option<HostShift>,
     /// One decoder layer: as called (in sequence), its calls flat, each alone.
     pub layer: Option<LayerReading>,
     pub slope: Option<LayerSlope>,
@@ -70,6 +76,45 @@ pub struct Transformers {
     /// generate() from a prompt as the user calls it: (how, ns a token) for the peer's
     /// `generate`, `generate_static`, `generate_graph` rows the run has.
     pub from_prompt: Vec<(&'static str, f64)>,
+}
+
+/// The tch step moved into the transformers step's host state.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HostShift {
+    pub ns: f64,
+    /// The tch step's process's host scale, and the transformers step's (× the rows').
+    pub tch_scale: f64,
+    pub step_scale: f64,
+}
+
+/// The host scale a prediction priced its host costs at, where it scaled to its own process.
+fn host_scale(pred: &Prediction) -> Option<f64> {
+    match pred.host_speed? {
+        crate::predict::HostSpeed::Beside { scale, .. }
+        | crate::predict::HostSpeed::Layer { scale, .. } => Some(scale),
+        crate::predict::HostSpeed::Control { .. } => None,
+    }
+}
+
+/// `tch_ns`, the tch step measured in its own process, in the host state `pred` (the
+/// transformers step's) priced its host at: both host-bound, both scaled to their process.
+fn tch_in_step_host(
+    run: &Run,
+    fits: &Fits,
+    tch: &Query,
+    tch_ns: Option<f64>,
+    pred: &Prediction,
+) -> Option<HostShift> {
+    let tch_pred = predict_with(run, fits, tch).ok()?;
+    if !(tch_pred.host_bound() && pred.host_bound()) {
+        return None;
+    }
+    let (tch_scale, step_scale) = (host_scale(&tch_pred)?, host_scale(pred)?);
+    Some(HostShift {
+        ns: tch_ns? * step_scale / tch_scale,
+        tch_scale,
+        step_scale,
+    })
 }
 
 /// One decoder layer read from the peer's interleaved layer rows.
@@ -207,6 +252,7 @@ pub fn transformers_of(run: &Run, fits: &Fits, q: &Query, pred: &Prediction) -> 
         split,
         step_ns: measured(q),
         tch_step_ns: measured(&tch),
+        tch_at_step_host: tch_in_step_host(run, fits, &tch, measured(&tch), pred),
         layer,
         slope: layer_slope(run, q),
         from_prompt,

@@ -414,25 +414,29 @@ pub fn python_split(
         pct(host)
     );
     if let (Some(hf), Some(tch)) = (t.step_ns, t.tch_step_ns) {
-        // the two splits differ by the host speed the prediction prices libtorch at: say it
-        // here, not lines away
-        let scale = match pred.host_speed {
-            Some(
-                analysis::predict::HostSpeed::Beside { scale, .. }
-                | analysis::predict::HostSpeed::Layer { scale, .. },
-            ) if (scale - 1.0).abs() > 0.05 => format!(
-                "; the split above prices libtorch's calls at the HF step's own host speed, \
-                 ×{scale:.2} the rows', while the tch step ran in a process of its own"
+        // the measured split in the predicted one's host state, where the two processes'
+        // host speeds are known; else as measured, each in its own process
+        match t.tch_at_step_host {
+            Some(shift) => println!(
+                "measured, in the same host state: the transformers step {:.3} ms, the same step in tch \
+                 (decode crate, hf-eager) {:.3} ms in its own process (host ×{:.2} the rows'), \
+                 {:.3} ms at the transformers step's (×{:.2}): Python + framework {:.3} ms ({:.0}% of the step)",
+                hf / 1e6,
+                tch / 1e6,
+                shift.tch_scale,
+                shift.ns / 1e6,
+                shift.step_scale,
+                (hf - shift.ns) / 1e6,
+                100.0 * (hf - shift.ns) / hf
             ),
-            _ => String::new(),
-        };
-        println!(
-            "measured: the transformers step {:.3} ms, the same step in tch (decode crate, hf-eager) {:.3} ms: Python + framework {:.3} ms ({:.0}% of the step){scale}",
-            hf / 1e6,
-            tch / 1e6,
-            (hf - tch) / 1e6,
-            100.0 * (hf - tch) / hf
-        );
+            None => println!(
+                "measured: the transformers step {:.3} ms, the same step in tch (decode crate, hf-eager) {:.3} ms: Python + framework {:.3} ms ({:.0}% of the step)",
+                hf / 1e6,
+                tch / 1e6,
+                (hf - tch) / 1e6,
+                100.0 * (hf - tch) / hf
+            ),
+        }
     }
     if let Some(analysis::explain::LayerReading {
         own,
@@ -467,8 +471,15 @@ pub fn python_split(
         if s.resolved == Some(false) {
             println!("{head}: their intervals overlap, so no layer's cost is read from them");
         } else {
+            // the line through two short steps, carried to the model's layers, against the
+            // model's own step: a check of the layer reading, not a part of the prediction
             let measured = t.step_ns.map_or(String::new(), |hf| {
-                format!(" (measured {:.3} ms)", hf / 1e6)
+                format!(
+                    " (measured {:.3} ms: the line through the short steps reads {:.2}× it; \
+                     the prediction does not use it)",
+                    hf / 1e6,
+                    s.step_ns(layers) / hf
+                )
             });
             let unsure = if s.resolved.is_none() {
                 " (no intervals in this host state: whether the difference is noise is read in the typical state)"
