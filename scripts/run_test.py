@@ -1,9 +1,13 @@
 """scripts/run.py's decisions that need no build: whether scripts/bench runs the HF peer
-after timing, and the timing modes `--against` gives its workers."""
+after timing, the timing modes `--against` gives its workers, and `--knobs`' knob lists,
+choice and table."""
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+import knobs  # noqa: E402
+import paired  # noqa: E402
 import run  # noqa: E402
 
 
@@ -17,13 +21,58 @@ def main():
     assert run.peer_wanted(["-p", "rmsnorm"], {"OPBENCH_PEER": "1"}) == (True, None)
     assert run.peer_wanted([], {"OPBENCH_PEER": "0"}) == (False, None)
     # --against keeps the modes the user set, and without a GPU leaves the default
-    run.has_gpu = lambda py: False
-    assert run.ab_modes({"OPBENCH_MODES": "pipelined,device", "OPBENCH_TORCH_PYTHON": "x"}) == "pipelined,device"
-    assert run.ab_modes({"OPBENCH_TORCH_PYTHON": "x"}) is None
-    run.has_gpu = lambda py: True
+    paired.has_gpu = lambda py: False
+    assert paired.ab_modes({"OPBENCH_MODES": "pipelined,device", "OPBENCH_TORCH_PYTHON": "x"}) == "pipelined,device"
+    assert paired.ab_modes({"OPBENCH_TORCH_PYTHON": "x"}) is None
+    paired.has_gpu = lambda py: True
     run.say = lambda *a, **k: None
-    assert run.ab_modes({"OPBENCH_TORCH_PYTHON": "x"}) == "pipelined,graph"
+    assert paired.ab_modes({"OPBENCH_TORCH_PYTHON": "x"}) == "pipelined,graph"
+    knob_lists()
     print("run_test: ok")
+
+
+def exits_2(f, *args):
+    try:
+        f(*args)
+    except SystemExit as e:
+        return e.code == 2
+    return False
+
+
+def knob_lists():
+    # every backend's list loads, each knob with its fields, a name once, a source named
+    for backend in ("cuda", "rocm", "cpu"):
+        ks = knobs.load(run.ROOT / "knobs" / f"{backend}.toml")
+        names = [k["name"] for k in ks]
+        assert ks and len(names) == len(set(names)), backend
+        assert all(k["source"] and k["said"] and k["ran"] for k in ks), backend
+    cuda = knobs.load(run.ROOT / "knobs" / "cuda.toml")
+    assert [k["name"] for k in knobs.chosen(cuda, ["CUDA_MODULE_LOADING"])] == ["CUDA_MODULE_LOADING"]
+    assert len(knobs.chosen(cuda, [])) == len(cuda)
+    assert exits_2(knobs.chosen, cuda, ["HIP_FORCE_DEV_KERNARG"])
+    with tempfile.TemporaryDirectory() as d:
+        bad = Path(d) / "bad.toml"
+        bad.write_text('[[knob]]\nname = "X"\nvalues = ["1"]\n')
+        assert exits_2(knobs.load, bad)
+        # an ab table whose HF step ran 1.25x slower with the knob: "leave unset", 40 -> 32
+        ab = Path(d) / "k-ab.csv"
+        ab.write_text(
+            "level,name,kind,verdict,ratio,ratio_low,ratio_high,pairs,resolution_pct,note\n"
+            'family,"all host-bound cases","host-bound",slower,1.10,1.08,1.12,,,""\n'
+            'case,"decode/transformers/step/qwen3-0.6b/decode/b1/q1/kv1025/f16/cuda:0/pipelined",'
+            '"host-bound",slower,1.25,1.2,1.3,16,,""\n')
+        base = Path(d) / "k-base"
+        base.mkdir()
+        (base / "results.csv").write_text(
+            "op,variant,site,model,phase,batch,median_ns\n"
+            "decode,transformers,step,qwen3-0.6b,decode,1,25000000\n")
+        fams, step = knobs.families(ab)
+        assert fams["all host-bound cases"] == ("slower", 1.10) and step[0] == "slower"
+        table = knobs.summary([(cuda[0], "1", 1, fams, step, base)])
+        assert "slower (+10.0%)" in table and "40.0 → 32.0" in table, table
+        assert "leave unset" in table, table
+        faster = knobs.summary([(cuda[0], "1", 0, fams, ("faster", 0.8, step[2]), base)])
+        assert f"set {cuda[0]['name']}=1" in faster and "40.0 → 50.0" in faster, faster
 
 
 if __name__ == "__main__":

@@ -35,15 +35,24 @@ const KERNEL_VARS: &[&str] = &[
     "CUBLAS_WORKSPACE_CONFIG",
     "OMP_NUM_THREADS",
 ];
-/// Families of such variables: TunableOp, rocBLAS, hipBLASLt, MIOpen, the HSA runtime
-/// (`HSA_OVERRIDE_GFX_VERSION` among them), cuBLASLt logging.
+/// Families of such variables (issue 71's knobs): the HSA runtime (`HSA_OVERRIDE_GFX_VERSION`
+/// among them), HIP's (`HIP_FORCE_DEV_KERNARG`), rocBLAS, hipBLASLt, MIOpen, PyTorch's own
+/// (`TORCH_*`, `PYTORCH_*`: TunableOp, the allocators, the GEMM library), ATen's CPU dispatch
+/// (`ATEN_CPU_CAPABILITY`), the CUDA driver's (`CUDA_*`), cuBLAS and cuBLASLt, OpenMP and MKL.
 const KERNEL_VAR_PREFIXES: &[&str] = &[
-    "PYTORCH_TUNABLEOP_",
+    "HSA_",
+    "HIP_",
     "ROCBLAS_",
     "HIPBLASLT_",
     "MIOPEN_",
-    "HSA_",
+    "TORCH_",
+    "PYTORCH_",
+    "ATEN_",
+    "CUDA_",
+    "CUBLAS_",
     "CUBLASLT_",
+    "OMP_",
+    "MKL_",
 ];
 
 /// The fingerprint's type: `env.json` as the `rundir` crate defines it.
@@ -229,6 +238,10 @@ mod tests {
             ("AMD_SERIALIZE_KERNEL", "3"),
             ("PYTORCH_ALLOC_CONF", "expandable_segments:True"),
             ("HIP_PATH", "C:\\Program Files\\AMD\\ROCm\\6.4"),
+            ("ATEN_CPU_CAPABILITY", "default"),
+            ("HIP_FORCE_DEV_KERNARG", "1"),
+            ("CUDA_MODULE_LOADING", "EAGER"),
+            ("MKL_NUM_THREADS", "1"),
             ("HOME", "/root"),
             ("PATH", "/usr/bin"),
             ("OPBENCH_SAMPLES", "10"),
@@ -237,6 +250,7 @@ mod tests {
         assert_eq!(got.len(), vars.len() - 3, "{got:?}");
         assert_eq!(got["TORCH_BLAS_PREFER_HIPBLASLT"], "0");
         assert_eq!(got["PYTORCH_TUNABLEOP_FILENAME"], "tuned.csv");
+        assert_eq!(got["ATEN_CPU_CAPABILITY"], "default");
         assert!(!got.contains_key("HOME") && !got.contains_key("OPBENCH_SAMPLES"));
     }
 }

@@ -144,6 +144,7 @@ pub fn env_diff(base: Option<&Env>, cand: Option<&Env>) -> Vec<String> {
     if b["build_config"] != c["build_config"] {
         out.push("build_config: differs (see env.json of each run)".into());
     }
+    out.extend(knob_diff(&b["env"], &c["env"]));
     let setting = |e: &serde_json::Value, k: &str| {
         e["settings"][k]
             .as_str()
@@ -156,6 +157,29 @@ pub fn env_diff(base: Option<&Env>, cand: Option<&Env>) -> Vec<String> {
         }
     }
     out
+}
+
+/// Each recorded variable (env.json `env`: the knobs that change kernels or timings) set
+/// differently on the two sides, one line each: `knob NAME: base -> cand` (`unset` where a
+/// side did not set it).
+fn knob_diff(b: &serde_json::Value, c: &serde_json::Value) -> Vec<String> {
+    let vars = |v: &serde_json::Value| -> BTreeMap<String, String> {
+        v.as_object().map_or_else(BTreeMap::new, |m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                .collect()
+        })
+    };
+    let (b, c) = (vars(b), vars(c));
+    let names: std::collections::BTreeSet<&String> = b.keys().chain(c.keys()).collect();
+    let side = |m: &BTreeMap<String, String>, k: &str| {
+        m.get(k).map_or("unset", |v| v.as_str()).to_string()
+    };
+    names
+        .into_iter()
+        .filter(|k| b.get(*k) != c.get(*k))
+        .map(|k| format!("knob {k}: {} -> {}", side(&b, k), side(&c, k)))
+        .collect()
 }
 
 /// The settings (env.json `settings`) whose difference can change what a sample measures.
@@ -225,9 +249,40 @@ const ENV_FIELDS: &[&str] = &[
     "miopen_version",
     "hipblaslt_version",
     "sdp_enabled",
-    "env",
     "threads",
     "cpu_model",
     "os",
     "git_revision",
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A knob set on one side only, or to another value, is named with both sides; one set
+    /// alike on both is not.
+    #[test]
+    fn a_knob_that_differs_is_named_with_both_sides() {
+        let env = |vars: &[(&str, &str)]| Env {
+            env: vars
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ..Env::default()
+        };
+        let base = env(&[("HIP_FORCE_DEV_KERNARG", "1"), ("OMP_NUM_THREADS", "2")]);
+        let cand = env(&[
+            ("TORCH_BLAS_PREFER_HIPBLASLT", "1"),
+            ("OMP_NUM_THREADS", "2"),
+        ]);
+        let diff = env_diff(Some(&base), Some(&cand));
+        assert_eq!(
+            diff,
+            vec![
+                "knob HIP_FORCE_DEV_KERNARG: 1 -> unset".to_string(),
+                "knob TORCH_BLAS_PREFER_HIPBLASLT: unset -> 1".to_string(),
+            ]
+        );
+        assert!(env_diff(Some(&base), Some(&base)).is_empty());
+    }
+}

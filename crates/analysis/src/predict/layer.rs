@@ -10,6 +10,18 @@ pub struct LayerRows {
     pub batch: usize,
     pub in_sequence_ns: f64,
     pub alone_ns: f64,
+    /// What the step's rows price one layer's calls for reading their state from memory
+    /// (set where the CPU's `in_sequence` part is priced: that part is the excess beyond it).
+    pub memory_ns: f64,
+}
+
+impl LayerRows {
+    /// The CPU's `in_sequence` part per layer: what the calls cost more in their sequence
+    /// than each alone, beyond what their rows price for reading state from memory (on the
+    /// CPU most of the sequence's excess is that cache effect), floored at 0.
+    pub fn excess_ns(&self) -> f64 {
+        (self.in_sequence_ns - self.alone_ns - self.memory_ns).max(0.0)
+    }
 }
 
 /// `q`'s [`LayerRows`] at the smallest batch the run has both (where the host costs come
@@ -40,6 +52,7 @@ pub fn layer_rows_at(run: &Run, q: &Query, batch: usize) -> Option<LayerRows> {
         batch,
         in_sequence_ns: seq,
         alone_ns: each,
+        memory_ns: 0.0,
     })
 }
 

@@ -137,6 +137,9 @@ pub struct Component {
     pub host_ns: f64,
     /// Kernel time per call.
     pub device_ns: f64,
+    /// What reading the call's state from memory adds to `per_call_ns`: on the CPU its
+    /// `pipelined_cold` penalty, or the copy ceiling over its warm time; 0 where none.
+    pub memory_ns: f64,
     pub source: Source,
     pub device_source: DeviceSource,
 }
@@ -464,9 +467,19 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
             Err(m) => missing.push(m),
         }
     }
-    let sequence = pricer.cpu_sequence();
+    let sequence = pricer.cpu_sequence().map(|l| {
+        // what the calls' rows already price for reading their state from memory is taken
+        // off the sequence's excess: on the CPU it is mostly the same cache effect (issue
+        // 69: counted twice, a step priced 1.34× its measurement)
+        let layers = q.model.num_hidden_layers.max(1);
+        let memory_ns = components
+            .iter()
+            .map(|c| (c.calls / layers) as f64 * c.memory_ns)
+            .sum();
+        LayerRows { memory_ns, ..l }
+    });
     if let Some(l) = sequence {
-        let t = (l.in_sequence_ns - l.alone_ns).max(0.0);
+        let t = l.excess_ns();
         components.push(Component {
             op: None,
             variant: "-",
@@ -475,6 +488,7 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
             per_call_ns: t,
             host_ns: t,
             device_ns: 0.0,
+            memory_ns: 0.0,
             source: Source::Measured,
             device_source: DeviceSource::None,
         });

@@ -302,6 +302,7 @@ impl<'a> Pricer<'a> {
             per_call_ns: host.max(device),
             host_ns: host,
             device_ns: device,
+            memory_ns: 0.0,
             source: Source::Floor,
             device_source,
         }
@@ -383,6 +384,7 @@ impl<'a> Pricer<'a> {
             .map_or(per_call, |h| h.min(per_call))
             * speed;
         let kernel = q.profile.kernel_variant(p.op, p.site).unwrap_or(variant);
+        let warm = per_call;
         let (per_call, source, cold) = self.with_memory(p, kernel, bytes, per_call, source);
         let (host, device, device_source) =
             if self.gpu && shapes::moe::waits_for_device(p.op, variant) {
@@ -402,6 +404,7 @@ impl<'a> Pricer<'a> {
             per_call_ns: per_call,
             host_ns: host,
             device_ns: device,
+            memory_ns: (per_call - warm).max(0.0),
             source,
             device_source,
         }))
@@ -570,6 +573,7 @@ impl<'a> Pricer<'a> {
             per_call_ns: t,
             host_ns: host,
             device_ns: 0.0,
+            memory_ns: 0.0,
             source,
             device_source: DeviceSource::None,
         }))

@@ -203,11 +203,12 @@ pub(super) fn sources(q: &Query, pred: &Prediction) {
     if let Some(l) = pred.sequence {
         let (variant, in_sequence, alone) = q.profile.layer_context();
         println!(
-            "  {:<16} what one decoder layer's calls cost more in their sequence than each repeated alone, as an op case repeats it (decode/{variant} {in_sequence} − {alone} at B={}: {:.3} − {:.3} ms per layer, floored at 0); on the CPU the calls' times add up, so the step is priced with it",
+            "  {:<16} what one decoder layer's calls cost more in their sequence than each repeated alone, as an op case repeats it, beyond what the rows price for reading their state from memory (decode/{variant} {in_sequence} − {alone} at B={} − memory: {:.3} − {:.3} − {:.3} ms per layer, floored at 0); on the CPU the calls' times add up, so the step is priced with it",
             analysis::predict::IN_SEQUENCE,
             l.batch,
             l.in_sequence_ns / 1e6,
-            l.alone_ns / 1e6
+            l.alone_ns / 1e6,
+            l.memory_ns / 1e6
         );
     }
 }
@@ -430,11 +431,16 @@ pub fn python_split(
                 100.0 * (hf - shift.ns) / hf
             ),
             None => println!(
-                "measured: the transformers step {:.3} ms, the same step in tch (decode crate, hf-eager) {:.3} ms: Python + framework {:.3} ms ({:.0}% of the step)",
+                "measured: the transformers step {:.3} ms, the same step in tch (decode crate, hf-eager) {:.3} ms: Python + framework {:.3} ms ({:.0}% of the step){}",
                 hf / 1e6,
                 tch / 1e6,
                 (hf - tch) / 1e6,
-                100.0 * (hf - tch) / hf
+                100.0 * (hf - tch) / hf,
+                if hf < tch {
+                    "; negative: two steps of two processes, inside their spread, not a saving"
+                } else {
+                    ""
+                }
             ),
         }
     }

@@ -1,0 +1,202 @@
+"""`scripts/bench --knobs [NAME...] [--budget S] [-- FILTER]`: which of my settings would help.
+
+Each runtime knob of this machine's backend (knobs/cuda.toml, knobs/rocm.toml or
+knobs/cpu.toml: data, one file a backend) is compared, value by value, against the same
+build with the knob unset: `opbench ab` runs the op crates the knob can touch with the
+knob set in the candidate's workers only (`--cand-env NAME=VALUE`), and, with OPBENCH_PEER
+unset or 1, scripts/peer.py on both sides (your HF step with the knob set). The budget
+(--budget, default 120 s a knob value) is shared out over the knob values; each comparison
+says what it ran and what it found as it ends, and the table at the end gives, per knob
+value, the verdicts of the host-bound and device-timed cases and of the HF step, and where
+the HF step was measured, its tokens/s with and without the knob. Tuning knobs (TunableOp)
+tune in the comparison's warm-up. The run directories are runs/<RUN>-<i>-base, -cand and
+-ab.csv; the table is runs/<RUN>-knobs.md. Exit 0 whatever the knobs do (a knob that hurts
+is a finding, not a failure); 2 on bad input.
+"""
+import csv
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import paired as p
+import run as r
+
+FIELDS = ("name", "values", "crates", "said", "source", "ran")
+CRATES = ("linear", "rmsnorm", "rope", "kvcache", "sdpa")
+PER_VALUE = 120.0
+
+
+def backend(py):
+    """`cuda`, `rocm` or `cpu`: what `py`'s torch runs on here."""
+    code = ("import torch; print('rocm' if torch.version.hip and torch.cuda.is_available() "
+            "else 'cuda' if torch.cuda.is_available() else 'cpu')")
+    out = subprocess.run([str(py), "-c", code], capture_output=True, text=True)
+    return out.stdout.strip() or "cpu"
+
+
+def load(path):
+    """The knobs of one backend's file, each checked for its fields; a one-line error (exit
+    2) names what is wrong."""
+    try:
+        import tomllib
+    except ImportError:
+        r.fail("--knobs reads knobs/*.toml with tomllib: it needs Python 3.11 or newer")
+    try:
+        with open(path, "rb") as f:
+            knobs = tomllib.load(f).get("knob", [])
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        r.fail(f"{path}: {e}")
+    for i, k in enumerate(knobs):
+        missing = [f for f in FIELDS if f not in k]
+        if missing:
+            r.fail(f"{path}: knob {i + 1} ({k.get('name', '?')}) lacks {', '.join(missing)}")
+        bad = [c for c in k["crates"] if c not in CRATES]
+        if bad or not k["values"]:
+            r.fail(f"{path}: {k['name']}: crates must be of {', '.join(CRATES)} and values not empty")
+    return knobs
+
+
+def chosen(knobs, names):
+    """The knobs `names` picks (all where none is named), or exit 2 naming an unknown one."""
+    known = [k["name"] for k in knobs]
+    for n in names:
+        if n not in known:
+            r.fail(f"--knobs {n}: not a knob of this backend; its knobs: {', '.join(known)}")
+    return [k for k in knobs if not names or k["name"] in names]
+
+
+def parse(args):
+    """(knob names, seconds a knob value, filter, cargo args) of `--knobs NAME... [--budget
+    S] [-- FILTER]` (args after --knobs)."""
+    rest = list(args)
+    filt = None
+    if "--" in rest:
+        i = rest.index("--")
+        after = [a for a in rest[i + 1:] if not a.startswith("-")]
+        filt = after[0] if after else None
+        rest = rest[:i]
+    budget = None
+    if "--budget" in rest:
+        i = rest.index("--budget")
+        try:
+            budget = float(rest[i + 1])
+        except (IndexError, ValueError):
+            r.fail("--budget needs seconds (a number)")
+        if budget <= 0:
+            r.fail(f"--budget {rest[i + 1]}: expected seconds above 0")
+        del rest[i:i + 2]
+    names = [a for a in rest if not a.startswith("-")]
+    return names, budget, filt
+
+
+def families(ab_csv):
+    """{family name: (verdict, ratio)} of an `opbench ab` table, and the HF step's case row
+    where the peer ran (verdict, ratio), else None."""
+    fams, step = {}, None
+    try:
+        with open(ab_csv, newline="") as f:
+            for row in csv.DictReader(f):
+                if row["level"] == "family":
+                    fams[row["name"]] = (row["verdict"], float(row["ratio"] or "nan"))
+                elif row["level"] == "case" and "/transformers/step/" in row["name"]:
+                    step = (row["verdict"], float(row["ratio"] or "nan"), row["name"])
+    except OSError:
+        pass
+    return fams, step
+
+
+def step_ns(run_dir, case):
+    """The base side's median ns of `case` (a case key) in its results.csv, or None."""
+    try:
+        with open(Path(run_dir) / "results.csv", newline="") as f:
+            for row in csv.DictReader(f):
+                key = "/".join(row[c] for c in ("op", "variant", "site", "model", "phase"))
+                if case.startswith(f"{key}/b{row['batch']}/") and row.get("median_ns"):
+                    return float(row["median_ns"])
+    except OSError:
+        pass
+    return None
+
+
+def cell(fams, name):
+    v = fams.get(name)
+    return "-" if v is None else f"{v[0]} ({(v[1] - 1) * 100:+.1f}%)"
+
+
+def bench_knobs(args):
+    """See the module's doc."""
+    names, budget, filt = parse(args)
+    env = r.build_env()
+    py = env["OPBENCH_TORCH_PYTHON"]
+    which = backend(py)
+    path = r.ROOT / "knobs" / f"{which}.toml"
+    knobs = chosen(load(path), names)
+    plan = [(k, v) for k in knobs for v in k["values"]]
+    share = budget if budget else PER_VALUE
+    model = env.get("OPBENCH_MODEL", "qwen3-0.6b")
+    filt = filt or f"/{model}/decode/b1/"
+    lay = r.layout(env)
+    run_id = env.get("OPBENCH_RUN") or time.strftime(lay["run_id_format"], time.gmtime())
+    out = Path(env.get("OPBENCH_OUT") or r.ROOT / "target" / "opbench")
+    exes = p.bench_executables(env, ["--workspace"])
+    modes = p.ab_modes(env)
+    if modes:
+        env["OPBENCH_MODES"] = modes
+    r.say(f"{len(plan)} knob value(s) of {path.name}, ~{share:.0f} s each, cases matching {filt}")
+    rows, t0 = [], time.time()
+    for i, (k, value) in enumerate(plan, 1):
+        crates = [c for c in k["crates"] if c in exes]
+        name = f"{run_id}-{i}"
+        r.say(f"knob {i} of {len(plan)}: {k['name']}={value} over {', '.join(crates)} "
+              f"({time.time() - t0:.0f} s spent)")
+        cmd = [str(r.opbench_exe(env)), "ab", "--out", str(out), "--run", name,
+               "--base", *[exes[c] for c in crates], "--cand", *[exes[c] for c in crates],
+               "--cand-env", f"{k['name']}={value}", "--filter", filt, "--budget", str(share),
+               "--base-name", "unset", "--cand-name", f"{k['name']}={value}"]
+        for v in p.side_vars(env):
+            cmd += ["--base-env", v, "--cand-env", v]
+        if env.get("OPBENCH_PEER", "1") != "0":
+            cmd += ["--base-python", py, "--cand-python", py]
+        code = subprocess.run(cmd, env=env).returncode
+        runs = Path(out) / lay["runs"]
+        fams, step = families(runs / f"{name}-ab.csv")
+        rows.append((k, value, code, fams, step, runs / f"{name}-base"))
+    table = summary(rows)
+    dest = Path(out) / lay["runs"] / f"{run_id}-knobs.md"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(table)
+    print(table)
+    r.say(f"knobs: {dest}")
+    return 0
+
+
+def summary(rows):
+    """The knobs' table: per knob value its verdicts and, where the HF step ran, its
+    tokens/s unset and set (one sequence: 1e9 / the step's ns)."""
+    lines = ["| knob | ab exit | host-bound cases | device cases | HF step | tokens/s unset → set | what to do |",
+             "|---|---|---|---|---|---|---|"]
+    for k, value, code, fams, step, base in rows:
+        tok = "-"
+        todo = "no verdict: see its ab table"
+        if step is not None:
+            ns = step_ns(base, step[2])
+            if ns:
+                tok = f"{1e9 / ns:.1f} → {1e9 / (ns * step[1]):.1f}"
+            verdict = step[0]
+        else:
+            verdict = fams.get("all host-bound cases", ("-",))[0]
+        if verdict == "faster":
+            todo = f"set {k['name']}={value}"
+        elif verdict == "slower":
+            todo = "leave unset: it costs time"
+        elif verdict == "same":
+            todo = "no difference found"
+        hf = "-" if step is None else f"{step[0]} ({(step[1] - 1) * 100:+.1f}%)"
+        lines.append(f"| {k['name']}={value} | {code} | {cell(fams, 'all host-bound cases')} | "
+                     f"{cell(fams, 'all device cases')} | {hf} | {tok} | {todo} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.exit(bench_knobs(sys.argv[1:]))
