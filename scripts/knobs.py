@@ -140,9 +140,8 @@ def bench_knobs(args):
     run_id = env.get("OPBENCH_RUN") or time.strftime(lay["run_id_format"], time.gmtime())
     out = Path(env.get("OPBENCH_OUT") or r.ROOT / "target" / "opbench")
     exes = p.bench_executables(env, ["--workspace"])
-    modes = p.ab_modes(env)
-    if modes:
-        env["OPBENCH_MODES"] = modes
+    # on the CPU the cold modes run through scripts/bench only: ab times pipelined
+    env["OPBENCH_MODES"] = p.ab_modes(env) or "pipelined"
     r.say(f"{len(plan)} knob value(s) of {path.name}, ~{share:.0f} s each, cases matching {filt}")
     rows, t0 = [], time.time()
     for i, (k, value) in enumerate(plan, 1):
