@@ -179,3 +179,24 @@ pub fn layer_slope(run: &Run, q: &Query) -> Option<LayerSlope> {
         resolved,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::LayerRows;
+
+    /// A layer whose calls cost 2 ms more in sequence than alone, 1.5 ms of it the cache
+    /// the cold rows already price: 0.5 ms is left as its own part; where the cold rows
+    /// price more than the whole excess, nothing is.
+    #[test]
+    fn the_in_sequence_part_is_what_the_cold_rows_do_not_already_price() {
+        let rows = |memory_ns| LayerRows {
+            batch: 1,
+            in_sequence_ns: 5.0e6,
+            alone_ns: 3.0e6,
+            memory_ns,
+        };
+        assert!((rows(1.5e6).excess_ns() - 0.5e6).abs() < 1e-6);
+        assert_eq!(rows(2.5e6).excess_ns(), 0.0);
+        assert!((rows(0.0).excess_ns() - 2.0e6).abs() < 1e-6);
+    }
+}
