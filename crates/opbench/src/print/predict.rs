@@ -414,36 +414,7 @@ pub fn python_split(
         host / 1e6,
         pct(host)
     );
-    if let (Some(hf), Some(tch)) = (t.step_ns, t.tch_step_ns) {
-        // the measured split in the predicted one's host state, where the two processes'
-        // host speeds are known; else as measured, each in its own process
-        match t.tch_at_step_host {
-            Some(shift) => println!(
-                "measured, in the same host state: the transformers step {:.3} ms, the same step in tch \
-                 (decode crate, hf-eager) {:.3} ms in its own process (host ×{:.2} the rows'), \
-                 {:.3} ms at the transformers step's (×{:.2}): Python + framework {:.3} ms ({:.0}% of the step)",
-                hf / 1e6,
-                tch / 1e6,
-                shift.tch_scale,
-                shift.ns / 1e6,
-                shift.step_scale,
-                (hf - shift.ns) / 1e6,
-                100.0 * (hf - shift.ns) / hf
-            ),
-            None => println!(
-                "measured: the transformers step {:.3} ms, the same step in tch (decode crate, hf-eager) {:.3} ms: Python + framework {:.3} ms ({:.0}% of the step){}",
-                hf / 1e6,
-                tch / 1e6,
-                (hf - tch) / 1e6,
-                100.0 * (hf - tch) / hf,
-                if hf < tch {
-                    "; negative: two steps of two processes, inside their spread, not a saving"
-                } else {
-                    ""
-                }
-            ),
-        }
-    }
+    measured_split(t);
     if let Some(analysis::explain::LayerReading {
         own,
         flat_ns: flat,
@@ -499,6 +470,42 @@ pub fn python_split(
                 s.per_step_ns / 1e6,
                 s.step_ns(layers) / 1e6,
             );
+        }
+    }
+}
+
+/// The transformers step against the same step in tch, measured: Python + framework as
+/// their difference, in the predicted split's host state where both processes' host
+/// speeds are known.
+fn measured_split(t: &analysis::explain::Transformers) {
+    if let (Some(hf), Some(tch)) = (t.step_ns, t.tch_step_ns) {
+        // the measured split in the predicted one's host state, where the two processes'
+        // host speeds are known; else as measured, each in its own process
+        match t.tch_at_step_host {
+            Some(shift) => println!(
+                "measured, in the same host state: the transformers step {:.3} ms, the same step in tch \
+                 (decode crate, hf-eager) {:.3} ms in its own process (host ×{:.2} the rows'), \
+                 {:.3} ms at the transformers step's (×{:.2}): Python + framework {:.3} ms ({:.0}% of the step)",
+                hf / 1e6,
+                tch / 1e6,
+                shift.tch_scale,
+                shift.ns / 1e6,
+                shift.step_scale,
+                (hf - shift.ns) / 1e6,
+                100.0 * (hf - shift.ns) / hf
+            ),
+            None => println!(
+                "measured: the transformers step {:.3} ms, the same step in tch (decode crate, hf-eager) {:.3} ms: Python + framework {:.3} ms ({:.0}% of the step){}",
+                hf / 1e6,
+                tch / 1e6,
+                (hf - tch) / 1e6,
+                100.0 * (hf - tch) / hf,
+                if hf < tch {
+                    "; negative: two steps of two processes, inside their spread, not a saving"
+                } else {
+                    ""
+                }
+            ),
         }
     }
 }
