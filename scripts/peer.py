@@ -181,6 +181,14 @@ def text(key):
     return "/".join(key)
 
 
+def shown(key):
+    """A case key as opbench writes it (rundir's CaseKey: `…/decode/b1/q1/kv129/…`), what a
+    filter (`opbench ab --filter`) is matched against, as the bench workers match theirs."""
+    op, variant, site, model, phase, b, q, kv, dt, dev, mode = key
+    kv = f"/kv{kv}" if kv != "" else ""
+    return f"{op}/{variant}/{site}/{model}/{phase}/b{b}/q{q}{kv}/{dt}/{dev}/{mode}"
+
+
 def serve(c, lines, reply):
     """Answer the protocol's requests, one JSON object a line, until `quit`."""
     import re
@@ -203,7 +211,7 @@ def serve(c, lines, reply):
                 pat = re.compile(req["filter"]) if req.get("filter") else None
                 reply({"reply": "cases", "unsupported": [], "cases": [
                     {"key": text(k), "fields": list(k), "sampling": s}
-                    for f in fams for k, s in f.specs if pat is None or pat.search(text(k))]})
+                    for f in fams for k, s in f.specs if pat is None or pat.search(shown(k))]})
             elif what == "prepare":
                 reply(prepare(index, live, req["key"]))
             elif what == "sample":

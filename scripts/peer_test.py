@@ -118,11 +118,13 @@ class Handover(unittest.TestCase):
         # the same worker on both sides of `opbench ab` (an A/A): each side's run directory
         # holds the Python rows, and the verdict finds no regression. What is tested is the
         # handover, not the statistics (crates/duet/tests/paired.rs): at ±3% one of ~15 such
-        # 20-s A/A runs on the 2-core VM called a case `slower` (CI, 2026-12-05), so ±20%
+        # 20-s A/A runs on the 2-core VM called a case `slower` (CI, 2026-12-05), so ±20%.
+        # The filter is matched against the key as opbench writes it (`b1/q1`), as the bench
+        # workers match theirs
         with tempfile.TemporaryDirectory() as t:
             py = without_transformers(Path(t))
             out = subprocess.run([opbench(), "ab", "--base-python", str(py), "--cand-python", str(py),
-                                  "--filter", "^floor/py-(add|view)/", "--budget", "20", "--out", t, "--run", "aa",
+                                  "--filter", "^floor/py-(add|view)/add1/none/decode/b1/q1/", "--budget", "20", "--out", t, "--run", "aa",
                                   "--tolerance", "20", "--family-tolerance", "20"],
                                  capture_output=True, text=True,
                                  env=dict(os.environ, OPBENCH_PROFILE="quick", OPBENCH_DEVICE="cpu"))
