@@ -112,7 +112,11 @@ def step_ns(run_dir, case):
         with open(Path(run_dir) / "results.csv", newline="") as f:
             for row in csv.DictReader(f):
                 key = "/".join(row[c] for c in ("op", "variant", "site", "model", "phase"))
-                if case.startswith(f"{key}/b{row['batch']}/") and row.get("median_ns"):
+                # the peer's cases are named by its own key (`…/decode/1/1/129/…`), the
+                # bench workers' as opbench writes keys (`…/decode/b1/q1/kv129/…`)
+                parts = case.split("/")
+                batch = parts[5].removeprefix("b") if len(parts) > 5 else None
+                if "/".join(parts[:5]) == key and batch == row["batch"] and row.get("median_ns"):
                     return float(row["median_ns"])
     except OSError:
         pass
@@ -177,7 +181,7 @@ def summary(rows):
              "|---|---|---|---|---|---|---|"]
     for k, value, code, fams, step, base in rows:
         tok = "-"
-        todo = "no verdict: see its ab table"
+        todo = "undecided: a larger --budget narrows it (see its ab table)"
         if step is not None:
             ns = step_ns(base, step[2])
             if ns:
