@@ -85,25 +85,24 @@ fn on_the_cpu_the_prefill_of_128_tokens_is_priced_within_a_percent() {
 
 #[test]
 fn on_a_quiet_cpu_generates_token_is_priced_within_a_fifth_at_every_batch() {
-    // gen3: the same command on the same kind of VM with nothing else running (4649e33):
-    // predicted / measured generate() per token, B = 1 / 2 / 8: 1.096 / 0.987 / 0.903 (read
-    // against the step as generate() runs it, round by round, since 2026-12-02; 1.070 /
-    // 1.011 / 0.892 from generate()'s own median); the HF step 1.119 / 0.988 / 0.895 —
-    // issue 31's ±20% at every batch (from the rows' medians, before the peer's rounds
-    // were read pair by pair: 1.099 / 1.022 / 0.940)
+    // gen3: the same command on the same kind of VM with nothing else running (4649e33),
+    // issue 31's ±20% at every batch, for generate() per token and the HF step. The rule
+    // is the bar, not the recorded figures: those move when the method improves (issue 70;
+    // the in-sequence part less the cold rows' memory term moved the step from 1.119 /
+    // 0.988 / 0.895 to 1.119 / 0.903 / 0.876 of its measurement, 2026-12-06)
     let run = cpu_fixture("gen3");
     let cfg = ModelConfig::by_name("qwen3-0.6b").unwrap();
-    for (b, want, step_want) in [(1, 1.096, 1.119), (2, 0.987, 0.988), (8, 0.903, 0.895)] {
+    for b in [1, 2, 8] {
         let q = common::cpu_query(&cfg, Phase::Decode, b, 128, StepProfile::Transformers);
         let step = predict(&run, &q).unwrap();
         let measured = step.measured.as_ref().unwrap().median_ns.unwrap();
         let s = step.step_ns / measured;
-        assert!((s - step_want).abs() < 0.005, "B={b} step: {s}");
         let r = analysis::generate::price(&run, &q, &step)
             .unwrap()
             .ratio()
             .unwrap();
-        assert!((r - want).abs() < 0.005, "B={b}: {r}");
+        println!("B={b}: step {s:.3}, generate() {r:.3}");
+        assert!((s - 1.0).abs() < 0.2, "B={b} step: {s}");
         assert!((r - 1.0).abs() < 0.2, "B={b}: {r}");
     }
 }

@@ -891,9 +891,14 @@ fn the_layers_in_turn_price_transformers_own_code_on_both_machines() {
         let measured = measured_step(&run, &q);
         let err = p.step_ns / measured - 1.0;
         assert!(err.abs() <= 0.20, "B={b}: {err:.3}");
+        // the in-sequence part is the layer's excess in sequence beyond what its cold rows
+        // price for memory (2026-12-06: on this run the memory term covers it at every
+        // batch, and the step reads 0.88 / 0.95 / 0.85 of its measurement)
+        let rows = p
+            .sequence
+            .expect("the CPU transformers step has its layer rows");
+        assert!(rows.memory_ns > 0.0, "B={b}");
         let seq = p.components.iter().find(|c| c.site == IN_SEQUENCE).unwrap();
-        assert!(seq.per_call_ns > 0.0, "B={b}");
-        let without = p.step_ns - seq.per_call_ns * seq.calls as f64;
-        assert!(without < p.step_ns && without / measured < 1.0, "B={b}");
+        assert!((seq.per_call_ns - rows.excess_ns()).abs() < 1e-6, "B={b}");
     }
 }
