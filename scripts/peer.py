@@ -77,6 +77,8 @@ def parse_args(argv):
     ap.add_argument("--stretches", type=int, required=True, help="stretches a sample's calls are timed in")
     ap.add_argument("--control-span-ns", type=int, required=True, help="the torch control's span")
     ap.add_argument("--control-chunk", type=int, required=True, help="the torch control's calls between clock reads")
+    ap.add_argument("--beside-layers", type=int, required=True,
+                    help="layers a layer_beside sample makes (shapes::LAYER_REPEATS, as the decode crate's)")
     a = ap.parse_args(argv)
     if not a.worker:
         fail("scripts/peer.py is opbench's worker: run `opbench peer RUN` (it starts this)")
@@ -119,6 +121,7 @@ def setup(argv):
     c.dt_name = a.dtype or ("f16" if dev == "cuda" else "f32")
     c.dtype = DTYPES[c.dt_name]
     c.timer = Timer(c.device, c.dtype, a.control_span_ns, a.control_chunk, a.stretches)
+    c.beside_layers = a.beside_layers
     c.H, c.Hkv, c.D = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
     c.hidden, c.inter, c.vocab = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
     c.tf, c.model = load_model(c)

@@ -103,7 +103,8 @@ class Handover(unittest.TestCase):
     def test_the_worker_answers_a_bad_request_and_goes_on(self):
         worker = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "peer.py"), "--opbench-worker", "--model",
                                    "qwen3-0.6b", "--batches", "1", "--ctx", "16", "--device", "cpu", "--only", "ops",
-                                   "--stretches", "32", "--control-span-ns", "200000", "--control-chunk", "16"],
+                                   "--stretches", "32", "--control-span-ns", "200000", "--control-chunk", "16",
+                                   "--beside-layers", "8"],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         out, _ = worker.communicate('not json\n{"req":"prepare","key":"no/such/case"}\n{"req":"frobnicate"}\n'
                                     '{"req":"hello"}\n{"req":"quit"}\n', timeout=300)

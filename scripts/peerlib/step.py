@@ -192,8 +192,9 @@ GENERATE_SITES = ("step", "step_synced", "step_as_generate", "generate_from_l", 
 
 
 STATIC_WHOLE = ("step_static", "generate_static_from_l", "generate_graph_from_l")
-# at most this many steps a step sample; layers a layer_beside sample (the decode crate's LAYER_REPEATS)
-STEPS, BESIDE_LAYERS = 16, 8
+# at most this many steps a step sample (the layers of a layer_beside sample: opbench passes
+# them, `--beside-layers`, from shapes::LAYER_REPEATS)
+STEPS = 16
 
 
 def step_specs(c, b):
@@ -210,7 +211,7 @@ def step_specs(c, b):
     if c.user_generate:
         out += [(c.step_key(s_, b), {"group": g, "block": "static", "max_iters": STEPS if s_ == "step_static" else 1})
                 for s_ in STATIC_WHOLE]
-    return out + [(beside, {"max_iters": BESIDE_LAYERS, "min_iters": BESIDE_LAYERS})]
+    return out + [(beside, {"max_iters": c.beside_layers, "min_iters": c.beside_layers})]
 
 
 def step_cases(c, b):

@@ -61,9 +61,7 @@ pub fn tolerance(dt: DType) -> f64 {
     dt.tolerance(shapes::Check::Step)
 }
 
-/// Layers one timed call of a `layer` or `layer_blocked` case makes (each call repeated so
-/// often in a row under `layer_blocked`); rows are per layer.
-pub const LAYER_REPEATS: usize = 8;
+pub use shapes::LAYER_REPEATS;
 
 /// One decoder layer of a profile's step (sites `layer`, `layer_blocked`).
 struct PreparedLayer {

@@ -205,6 +205,8 @@ pub fn worker_spawn(
         rundir::TORCH_CONTROL_SPAN.as_nanos().to_string(),
         "--control-chunk".into(),
         rundir::TORCH_CONTROL_CHUNK.to_string(),
+        "--beside-layers".into(),
+        shapes::LAYER_REPEATS.to_string(),
     ];
     for (flag, v) in [
         ("--device", &w.device),

@@ -36,7 +36,7 @@ pub use derive::derive;
 pub use family::Family;
 pub use grid::{Check, DTypeName, Grid, MAX_BATCH, MAX_LEN, Profile};
 pub use plan::{
-    BESIDE_PAIRED_AT_MOST_NS, CallKind, GENERATE_LOOP, GenerateLoop, OtherCall, PairedSite,
-    Pairing, PlannedCall, STATIC_GENERATE, StepPlan, StepProfile,
+    BESIDE_PAIRED_AT_MOST_NS, CallKind, GENERATE_LOOP, GenerateLoop, LAYER_REPEATS, OtherCall,
+    PairedSite, Pairing, PlannedCall, STATIC_GENERATE, StepPlan, StepProfile,
 };
 pub use problem::{Dims, OpKind, Phase, Problem, Step, StepWork, UnknownValue, step_work};

@@ -393,6 +393,11 @@ pub struct PairedSite {
 /// layer timed first no longer saw the state its sample ran in (docs/method.md, host models).
 pub const BESIDE_PAIRED_AT_MOST_NS: f64 = 100e6;
 
+/// Layers one timed call of a decoder-layer case makes: the decode crate's `layer` and
+/// `layer_blocked` (each call repeated so often in a row under `layer_blocked`) and the
+/// peer's `layer_beside` (`opbench peer` passes it to scripts/peer.py); rows are per layer.
+pub const LAYER_REPEATS: usize = 8;
+
 /// How a row sampled beside a base is read against it: what a prediction uses of the two.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pairing {
