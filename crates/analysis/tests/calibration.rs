@@ -78,7 +78,10 @@ fn share(
         .iter()
         .filter(|l| l.mde.is_some() && pick(l))
         .collect();
-    (lines.iter().filter(|l| l.verdict == v).count(), lines.len())
+    (
+        lines.iter().filter(|l| l.verdict == Some(v)).count(),
+        lines.len(),
+    )
 }
 
 fn host_bound(l: &analysis::compare::Line) -> bool {
@@ -133,7 +136,7 @@ fn a_same_lease_a_a_pair_flags_at_most_one_percent_and_calls_most_cases_the_same
 fn same_claims_no_more_than_the_threshold(c: &analysis::compare::Comparison) {
     let t = c.settings.threshold;
     let mut same = 0;
-    for l in c.lines.iter().filter(|l| l.verdict == Verdict::Same) {
+    for l in c.lines.iter().filter(|l| l.verdict == Some(Verdict::Same)) {
         let r = l.ratio.unwrap();
         assert!((r - 1.0).abs() < t, "{}: same at {r}", l.key);
         same += 1;
@@ -142,7 +145,7 @@ fn same_claims_no_more_than_the_threshold(c: &analysis::compare::Comparison) {
         .lines
         .iter()
         .filter(|l| l.mde.is_some_and(|m| m > 3.0 * t))
-        .filter(|l| l.verdict == Verdict::Same)
+        .filter(|l| l.verdict == Some(Verdict::Same))
         .count();
     assert!(
         same > 0 && wide * 10 <= same,

@@ -148,7 +148,10 @@ fn compare_gives_the_published_verdicts() {
     let s = Settings::new(0.05, 0.01).unwrap();
     let same = compare(&load(CPU), &load(CPU), s).unwrap();
     assert_eq!(same.fails(), 0);
-    assert_eq!(same.count(Verdict::Slower) + same.count(Verdict::Faster), 0);
+    assert_eq!(
+        same.count(Some(Verdict::Slower)) + same.count(Some(Verdict::Faster)),
+        0
+    );
     let c = compare(&load(H200), &load(H200_CROSSCHECK), s).unwrap();
     assert_eq!(c.lines.len(), 1959);
     assert_eq!(c.executions, (1, 1));
@@ -163,14 +166,15 @@ fn compare_gives_the_published_verdicts() {
         Verdict::Same,
         Verdict::Ambiguous,
     ];
-    // `same` only within ±5% (one case `same` within its mde before 2026-12-03 is ambiguous)
-    assert_eq!(counts.map(|v| c.count(v)), [0, 0, 113, 607]);
+    // `same` only within ±5% (one case `same` within its mde before 2026-12-03 is ambiguous;
+    // since the one rule of stats::verdict the bound below is 1/1.05, not 0.95: two more)
+    assert_eq!(counts.map(|v| c.count(Some(v))), [0, 0, 111, 609]);
     for l in c
         .lines
         .iter()
         .filter(|l| !l.key.mode.is_device() && l.ratio.is_some())
     {
-        assert_eq!(l.verdict, Verdict::Ambiguous, "{}", l.key);
+        assert_eq!(l.verdict, Some(Verdict::Ambiguous), "{}", l.key);
         assert!(l.flags.contains(&Flag::SingleExecution), "{}", l.key);
     }
     assert_eq!(
@@ -370,10 +374,13 @@ fn a_trace_pass_leaves_timing_unchanged() {
         .lines
         .iter()
         .filter(|l| l.key.series.op == rundir::OpKind::Linear && l.key.mode.is_device())
-        .filter(|l| l.verdict != Verdict::None)
+        .filter(|l| l.verdict.is_some())
         .collect();
     assert!(lines.len() >= 50, "{}", lines.len());
-    let same = lines.iter().filter(|l| l.verdict == Verdict::Same).count();
+    let same = lines
+        .iter()
+        .filter(|l| l.verdict == Some(Verdict::Same))
+        .count();
     assert!(same * 10 >= lines.len() * 9, "{same} of {}", lines.len());
 }
 

@@ -262,7 +262,7 @@ fn runs_timed_by_different_code_get_no_speed_verdict_and_say_why() {
     let why = c.withheld.as_deref().unwrap();
     assert!(why.contains("timing_method aaa -> bbb"), "{why}");
     assert_eq!(c.fails(), 0);
-    assert!(c.lines.iter().all(|l| l.verdict != Verdict::Slower));
+    assert!(c.lines.iter().all(|l| l.verdict != Some(Verdict::Slower)));
     assert!(c.env_diff.iter().any(|d| d.starts_with("timing_method")));
     // the same code: the +10% is found
     assert!(run_pair(500, p, 6, ["aaa", "aaa"]).fails() > 0);

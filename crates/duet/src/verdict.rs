@@ -16,7 +16,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use rundir::Status;
-use stats::paired::{Judgement, Pooled, Rounds, median_se, pooled, prior, process_sd};
+use stats::Verdict;
+use stats::paired::{Pooled, Rounds, median_se, pooled, prior, process_sd};
+use stats::verdict::{Intervals, judge as rule};
 
 use crate::driver::{CaseRun, Outcome, Settings};
 
@@ -44,21 +46,21 @@ impl Kind {
 
 /// One case's verdict.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Verdict {
+pub enum CaseVerdict {
     /// Timed in pairs and judged.
-    Judged(Judgement),
+    Judged(Verdict),
     /// The two sides ended differently before timing (`ok` → `mismatch`, …).
     StatusChanged { base: Status, cand: Status },
     /// Not timed on both: the same status on both sides, or a side's worker failed.
     NotTimed(Status),
 }
 
-impl Verdict {
+impl CaseVerdict {
     pub fn word(&self) -> String {
         match self {
-            Verdict::Judged(j) => j.as_str().to_string(),
-            Verdict::StatusChanged { .. } => "status-changed".into(),
-            Verdict::NotTimed(s) => s.to_string(),
+            CaseVerdict::Judged(j) => j.as_str().to_string(),
+            CaseVerdict::StatusChanged { .. } => "status-changed".into(),
+            CaseVerdict::NotTimed(s) => s.to_string(),
         }
     }
 }
@@ -69,7 +71,7 @@ pub struct CaseLine {
     pub name: String,
     pub group: String,
     pub kind: Option<Kind>,
-    pub verdict: Verdict,
+    pub verdict: CaseVerdict,
     /// cand / base: median, low, high.
     pub ratio: Option<(f64, f64, f64)>,
     pub pairs: usize,
@@ -86,7 +88,7 @@ pub struct FamilyLine {
     pub name: String,
     pub kind: Kind,
     pub pooled: Pooled,
-    pub judgement: Judgement,
+    pub judgement: Verdict,
     /// The process term was measured (two or more processes a group) or not.
     pub process_measured: bool,
 }
@@ -191,7 +193,9 @@ pub fn decided(cases: &[&CaseRun], s: &Settings) -> BTreeSet<String> {
     let level = s.looks.level();
     estimates(cases)
         .into_iter()
-        .filter(|(_, (_, e))| stats::paired::judge(e.interval(level), s.tolerance).is_decided())
+        .filter(|(_, (_, e))| {
+            rule(Intervals::of_log(e.interval(level)), s.tolerance, true).is_decided()
+        })
         .map(|(n, _)| n)
         .collect()
 }
@@ -222,13 +226,15 @@ pub fn judge(outcome: &Outcome) -> Verdicts {
         .collect();
     let found = stats::decide::benjamini_hochberg(&ps, 0.05);
     for (&i, &f) in judged.iter().zip(&found) {
-        if let Verdict::Judged(j @ (Judgement::Slower | Judgement::Faster)) = cases[i].verdict
-            && !f
+        let (_, e) = est[&cases[i].name];
+        let j = rule(Intervals::of_log(e.interval(level)), s.tolerance, f);
+        if let CaseVerdict::Judged(was @ (Verdict::Slower | Verdict::Faster)) = cases[i].verdict
+            && j != was
         {
-            cases[i].verdict = Verdict::Judged(Judgement::Ambiguous);
+            cases[i].verdict = CaseVerdict::Judged(j);
             cases[i].note = format!(
                 "{} beyond ±{:.1}% at its look, not a discovery at a 5% false-discovery rate",
-                j.as_str(),
+                was.as_str(),
                 s.tolerance * 100.0
             );
         }
@@ -238,7 +244,7 @@ pub fn judge(outcome: &Outcome) -> Verdicts {
     let mut regressions = Vec::new();
     let slower: Vec<&CaseLine> = cases
         .iter()
-        .filter(|c| c.verdict == Verdict::Judged(Judgement::Slower))
+        .filter(|c| c.verdict == CaseVerdict::Judged(Verdict::Slower))
         .collect();
     if !slower.is_empty() {
         regressions.push(format!(
@@ -249,7 +255,7 @@ pub fn judge(outcome: &Outcome) -> Verdicts {
             slower[0].name
         ));
     }
-    for f in families.iter().filter(|f| f.judgement == Judgement::Slower) {
+    for f in families.iter().filter(|f| f.judgement == Verdict::Slower) {
         let (r, lo, hi) = f.pooled.ratio();
         regressions.push(format!(
             "{}: {} [{}, {}] lies wholly above +{:.1}%",
@@ -297,7 +303,7 @@ fn case_line_inner(c: &CaseRun, est: Option<(Kind, Rounds)>, level: f64, tol: f6
         name: c.name.clone(),
         group: c.group.clone(),
         kind: est.map(|e| e.0),
-        verdict: Verdict::NotTimed(Status::Error),
+        verdict: CaseVerdict::NotTimed(Status::Error),
         ratio: None,
         pairs: c.pairs.len(),
         resolution: None,
@@ -307,8 +313,8 @@ fn case_line_inner(c: &CaseRun, est: Option<(Kind, Rounds)>, level: f64, tol: f6
     if let Some(e) = &c.ended {
         let status = |p: &Option<crate::protocol::Prepared>| p.as_ref().map(|p| p.status);
         line.verdict = match (status(&c.base), status(&c.cand)) {
-            (Some(b), Some(k)) if b != k => Verdict::StatusChanged { base: b, cand: k },
-            _ => Verdict::NotTimed(e.status),
+            (Some(b), Some(k)) if b != k => CaseVerdict::StatusChanged { base: b, cand: k },
+            _ => CaseVerdict::NotTimed(e.status),
         };
         let side = e
             .side
@@ -322,9 +328,10 @@ fn case_line_inner(c: &CaseRun, est: Option<(Kind, Rounds)>, level: f64, tol: f6
     };
     let (lo, hi) = e.interval(level);
     line.ratio = Some((e.mean.exp(), lo.exp(), hi.exp()));
-    let j = stats::paired::judge((lo, hi), tol);
-    line.verdict = Verdict::Judged(j);
-    if j == Judgement::Ambiguous {
+    // the look's verdict: a discovery is judged over all cases once the comparison ends
+    let j = rule(Intervals::of_log((lo, hi)), tol, true);
+    line.verdict = CaseVerdict::Judged(j);
+    if j == Verdict::Ambiguous {
         line.resolution = Some(((hi - lo) / 2.0).exp_m1());
         line.note = format!(
             "undecided after {} round{} ({} pairs, {:.1} s)",
@@ -402,7 +409,7 @@ fn families(members: &[Member], s: &Settings) -> Vec<FamilyLine> {
             out.push(FamilyLine {
                 name,
                 kind,
-                judgement: stats::paired::judge((p.low, p.high), s.family_tolerance),
+                judgement: rule(Intervals::of_log((p.low, p.high)), s.family_tolerance, true),
                 pooled: p,
                 process_measured: term.is_some(),
             });

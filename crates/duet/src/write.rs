@@ -9,7 +9,7 @@ use rundir::{Env, ResultRow, RunWriter, Sample, Status};
 
 use crate::driver::{CaseRun, Outcome, Side};
 use crate::protocol::{Prepared, Sampled};
-use crate::verdict::{CaseLine, Verdict, Verdicts, pct};
+use crate::verdict::{CaseLine, CaseVerdict, Verdicts, pct};
 
 /// Where a comparison's files went.
 #[derive(Debug, Clone, PartialEq)]
@@ -401,7 +401,7 @@ fn families_md(o: &mut String, v: &Verdicts, tol: f64) {
     for f in &v.families {
         let (r, lo, hi) = f.pooled.ratio();
         let word = match f.judgement {
-            stats::paired::Judgement::Ambiguous => {
+            stats::Verdict::Ambiguous => {
                 format!("ambiguous (±{:.1}%)", ((hi - lo) / 2.0) * 100.0)
             }
             j => j.as_str().to_string(),
@@ -431,7 +431,7 @@ fn cases_md(o: &mut String, cases: &[CaseLine]) {
     );
     let mut listed: Vec<&CaseLine> = cases
         .iter()
-        .filter(|c| c.verdict != Verdict::Judged(stats::paired::Judgement::Same) || c.unpaired)
+        .filter(|c| c.verdict != CaseVerdict::Judged(stats::Verdict::Same) || c.unpaired)
         .collect();
     listed.sort_by(|a, b| {
         let r = |c: &CaseLine| c.ratio.map_or(0.0, |r| -(r.0 - 1.0).abs());

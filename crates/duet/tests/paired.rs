@@ -10,11 +10,11 @@ use std::time::Duration;
 
 use duet::driver::{Group, Settings, Side};
 use duet::protocol::{CaseName, PROTOCOL, Prepared, Reply, Request, Sampled};
-use duet::verdict::Verdict;
+use duet::verdict::CaseVerdict;
 use duet::worker::{Worker, WorkerError};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use stats::paired::Judgement;
+use stats::Verdict;
 
 /// The machine both sides run on: its state (1.0 fast, `slow` slow) switches at random
 /// before a sample of more than one call with probability `switch`. A sample right after the other side's
@@ -283,16 +283,16 @@ fn compare_on(host: Rc<RefCell<Host>>, factor: f64, n: usize) -> duet::Verdicts 
     duet::judge(&outcome)
 }
 
-fn share(v: &duet::Verdicts, j: Judgement) -> f64 {
+fn share(v: &duet::Verdicts, j: Verdict) -> f64 {
     let judged = v
         .cases
         .iter()
-        .filter(|c| matches!(c.verdict, Verdict::Judged(_)))
+        .filter(|c| matches!(c.verdict, CaseVerdict::Judged(_)))
         .count();
     let hit = v
         .cases
         .iter()
-        .filter(|c| c.verdict == Verdict::Judged(j))
+        .filter(|c| c.verdict == CaseVerdict::Judged(j))
         .count();
     hit as f64 / judged as f64
 }
@@ -303,16 +303,16 @@ fn a_slow_state_both_sides_share_at_random_gives_no_verdict() {
     for seed in 1..=3 {
         let v = compare(1.0, 20, 1.4, seed);
         assert_eq!(v.exit_code(), 0, "seed {seed}: {:?}", v.regressions);
-        assert_eq!(share(&v, Judgement::Slower), 0.0);
-        assert_eq!(share(&v, Judgement::Faster), 0.0);
+        assert_eq!(share(&v, Verdict::Slower), 0.0);
+        assert_eq!(share(&v, Verdict::Faster), 0.0);
         assert!(
-            share(&v, Judgement::Same) >= 0.9,
+            share(&v, Verdict::Same) >= 0.9,
             "seed {seed}: {:?}",
             v.counts()
         );
         for f in &v.families {
-            assert_ne!(f.judgement, Judgement::Slower, "{}", f.name);
-            assert_ne!(f.judgement, Judgement::Faster, "{}", f.name);
+            assert_ne!(f.judgement, Verdict::Slower, "{}", f.name);
+            assert_ne!(f.judgement, Verdict::Faster, "{}", f.name);
         }
     }
 }
@@ -329,18 +329,18 @@ fn a_sample_after_the_other_side_costing_more_gives_no_verdict() {
         let v = compare_on(host, 1.0, 20);
         assert_eq!(v.exit_code(), 0, "seed {seed}: {:?}", v.regressions);
         assert_eq!(
-            share(&v, Judgement::Faster),
+            share(&v, Verdict::Faster),
             0.0,
             "seed {seed}: {:?}",
             v.counts()
         );
         assert!(
-            share(&v, Judgement::Same) >= 0.9,
+            share(&v, Verdict::Same) >= 0.9,
             "seed {seed}: {:?}",
             v.counts()
         );
         for f in &v.families {
-            assert_eq!(f.judgement, Judgement::Same, "seed {seed}: {}", f.name);
+            assert_eq!(f.judgement, Verdict::Same, "seed {seed}: {}", f.name);
         }
     }
 }
@@ -349,12 +349,12 @@ fn a_sample_after_the_other_side_costing_more_gives_no_verdict() {
 fn five_percent_on_one_side_is_found_per_case_and_globally() {
     let v = compare(1.05, 20, 1.4, 7);
     assert_eq!(v.exit_code(), 1);
-    assert!(share(&v, Judgement::Slower) >= 0.8, "{:?}", v.counts());
-    assert_eq!(share(&v, Judgement::Faster), 0.0);
-    assert_eq!(share(&v, Judgement::Same), 0.0);
+    assert!(share(&v, Verdict::Slower) >= 0.8, "{:?}", v.counts());
+    assert_eq!(share(&v, Verdict::Faster), 0.0);
+    assert_eq!(share(&v, Verdict::Same), 0.0);
     for name in ["all host-bound cases", "all device cases"] {
         let f = v.families.iter().find(|f| f.name == name).expect(name);
-        assert_eq!(f.judgement, Judgement::Slower, "{name}");
+        assert_eq!(f.judgement, Verdict::Slower, "{name}");
         let (r, _, _) = f.pooled.ratio();
         assert!((r - 1.05).abs() < 0.01, "{name}: {r}");
     }
@@ -390,11 +390,11 @@ fn same_never_claims_more_than_its_interval_resolves() {
         let (_, lo, hi) = c.ratio.expect("judged");
         let inside = lo >= 1.0 / 1.03 && hi <= 1.03;
         assert_eq!(
-            c.verdict == Verdict::Judged(Judgement::Same),
+            c.verdict == CaseVerdict::Judged(Verdict::Same),
             inside,
             "{c:?}"
         );
-        if c.verdict == Verdict::Judged(Judgement::Ambiguous) {
+        if c.verdict == CaseVerdict::Judged(Verdict::Ambiguous) {
             assert!(c.resolution.is_some_and(|x| x > 0.0), "{c:?}");
         }
     }
@@ -434,7 +434,7 @@ fn a_worker_that_dies_ends_its_case_as_error_and_the_run_goes_on() {
     let judged = v
         .cases
         .iter()
-        .filter(|c| matches!(c.verdict, Verdict::Judged(_)))
+        .filter(|c| matches!(c.verdict, CaseVerdict::Judged(_)))
         .count();
     assert_eq!(
         judged,
@@ -478,7 +478,7 @@ fn a_case_one_side_does_not_list_is_a_row_not_a_crash() {
     assert_eq!(gone.len(), 1);
     assert_eq!(
         gone[0].verdict,
-        Verdict::NotTimed(rundir::Status::Unsupported)
+        CaseVerdict::NotTimed(rundir::Status::Unsupported)
     );
     let names: BTreeSet<&str> = v.cases.iter().map(|c| c.name.as_str()).collect();
     assert_eq!(names.len(), 8);
@@ -541,7 +541,7 @@ fn with_one_device(factor: f64, seed: u64) -> (duet::driver::Outcome, String) {
 
 #[test]
 fn a_case_that_does_not_fit_twice_runs_unpaired_and_says_so() {
-    for (factor, want) in [(1.05, Judgement::Slower), (1.0, Judgement::Same)] {
+    for (factor, want) in [(1.05, Verdict::Slower), (1.0, Verdict::Same)] {
         let (outcome, big) = with_one_device(factor, 11);
         let run = outcome
             .cases
@@ -569,7 +569,7 @@ fn a_case_that_does_not_fit_twice_runs_unpaired_and_says_so() {
         );
         assert_eq!(
             line.verdict,
-            Verdict::Judged(want),
+            CaseVerdict::Judged(want),
             "factor {factor}: {line:?}"
         );
         let (r, _, _) = line.ratio.expect("judged");
@@ -604,7 +604,7 @@ fn a_stored_comparison_judged_again_gives_the_same_verdicts() {
     };
     let outcome = duet::run(&mut groups, &s, &mut |_| {}).expect("runs");
     let v = duet::judge(&outcome);
-    assert!(share(&v, Judgement::Slower) > 0.5, "{:?}", v.counts());
+    assert!(share(&v, Verdict::Slower) > 0.5, "{:?}", v.counts());
     let dir = tempfile::tempdir().expect("tmp");
     let w = duet::write::write(dir.path(), "t", &outcome, &v, ["a", "b"]).expect("writes");
     let base = rundir::Run::load(&w.base).expect("base");
@@ -626,7 +626,7 @@ fn a_stored_comparison_judged_again_gives_the_same_verdicts() {
         let (r, r2) = (c.ratio.expect("ratio").0, d.ratio.expect("ratio").0);
         assert!((r / r2 - 1.0).abs() < 1e-6, "{}: {r} {r2}", c.name);
     }
-    let fam = |v: &duet::Verdicts| -> Vec<(String, Judgement)> {
+    let fam = |v: &duet::Verdicts| -> Vec<(String, Verdict)> {
         v.families
             .iter()
             .map(|f| (f.name.clone(), f.judgement))
@@ -839,13 +839,13 @@ fn a_fresh_placement_each_pair_averages_what_a_process_shares_among_its_device_c
         let each = compare_placed(1.0, Placement::EachPair, seed);
         assert_eq!(each.exit_code(), 0, "seed {seed}: {:?}", each.regressions);
         assert!(
-            share(&each, Judgement::Same) >= 0.9,
+            share(&each, Verdict::Same) >= 0.9,
             "seed {seed}: {:?}",
             each.counts()
         );
         let slow = compare_placed(1.05, Placement::EachPair, seed);
         assert!(
-            share(&slow, Judgement::Slower) >= 0.9,
+            share(&slow, Verdict::Slower) >= 0.9,
             "seed {seed}: {:?}",
             slow.counts()
         );

@@ -70,6 +70,15 @@ impl CaseTest {
         mde(self.se, self.df, alpha)
     }
 
+    /// The intervals its verdict is judged by ([`crate::verdict`]): the (1 − alpha) interval
+    /// for a change, the (1 − 2·alpha) one for equivalence (two one-sided tests at alpha).
+    pub fn intervals(&self, alpha: f64) -> crate::verdict::Intervals {
+        crate::verdict::Intervals {
+            change: self.interval(1.0 - alpha),
+            equivalence: self.interval(1.0 - 2.0 * alpha),
+        }
+    }
+
     /// Equivalence within ±`margin` (TOST at `alpha`): the 1 − 2·alpha interval inside
     /// [1 − margin, 1 + margin].
     pub fn equivalent(&self, margin: f64, alpha: f64) -> bool {

@@ -11,7 +11,8 @@
 //!   across cases; [`family`]: a family's shared shift, whose interval carries what a
 //!   process shares among its cases.
 //! - [`paired`]: duet comparisons: each case's paired log ratios, the order-statistic
-//!   interval of their median, a sequential design and `judge` against a tolerance.
+//!   interval of their median, a sequential design; [`verdict`]: the one vocabulary and
+//!   rule every comparison judges by.
 //! - [`changepoint`]: E-Divisive means with a t-test (as Apache Otava): where in a sequence
 //!   of builds a case's time changed.
 //!
@@ -25,11 +26,13 @@ pub mod family;
 pub mod fit;
 pub mod paired;
 pub mod twosample;
+pub mod verdict;
 
 pub use changepoint::{ChangePoint, CpSettings, change_points};
 pub use estimate::{Estimate, bootstrap_ci, estimate, mad, median, per_call, quantile_sorted};
 pub use fit::{Fit, ModelKind, Point, crossover_batch, fit_affine, fit_best, fit_floor};
 pub use twosample::{hier_median_ci, hier_ratio_ci, mann_whitney, ratio_ci};
+pub use verdict::Verdict;
 
 /// What these functions refuse.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

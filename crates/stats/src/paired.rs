@@ -9,56 +9,11 @@
 //! - [`Looks`]: the sequential design. A case is judged after 2, 4, 8 rounds, and each
 //!   look's interval is a (1 − α/K) interval, K the looks (Bonferroni over looks):
 //!   stopping at the first decided look keeps the error at α.
-//! - [`judge`]: `same`, `slower`, `faster` against a tolerance, as BenchmarkTools.jl's
-//!   `judge`: `same` only where the whole interval lies inside ± the tolerance.
+//! - Verdicts: [`crate::verdict`], the one rule every comparison of opbench judges by.
 //! - [`pooled`]: a family's shift over its cases (cases as random effects, bootstrap over
 //!   cases), its interval widened by the process term that pairing cannot cancel.
 
 use rand::{Rng, SeedableRng};
-
-/// A verdict against a tolerance.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Judgement {
-    /// The whole interval lies inside ± the tolerance.
-    Same,
-    /// The whole interval lies above + the tolerance.
-    Slower,
-    /// The whole interval lies below − the tolerance.
-    Faster,
-    /// Neither: the interval straddles a bound of the tolerance.
-    Ambiguous,
-}
-
-impl Judgement {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Judgement::Same => "same",
-            Judgement::Slower => "slower",
-            Judgement::Faster => "faster",
-            Judgement::Ambiguous => "ambiguous",
-        }
-    }
-
-    /// Whether the judgement is final (the sequential design stops on it).
-    pub fn is_decided(self) -> bool {
-        self != Judgement::Ambiguous
-    }
-}
-
-/// Judge the interval `(low, high)` of a log ratio against the tolerance `tol` (a
-/// fraction: 0.03 for ±3%, taken as ln(1 + tol) above and −ln(1 + tol) below).
-pub fn judge((low, high): (f64, f64), tol: f64) -> Judgement {
-    let t = (1.0 + tol).ln();
-    if low > t {
-        Judgement::Slower
-    } else if high < -t {
-        Judgement::Faster
-    } else if low >= -t && high <= t {
-        Judgement::Same
-    } else {
-        Judgement::Ambiguous
-    }
-}
 
 /// The looks of the sequential design: after `first` rounds, then each twice the last, up
 /// to `max` rounds. Few looks keep each look's interval narrow (Bonferroni over K looks).
@@ -439,18 +394,17 @@ mod tests {
     }
 
     use super::*;
+    use crate::verdict::{Intervals, Verdict, judge};
 
     #[test]
-    fn judge_says_same_only_inside_the_tolerance() {
+    fn a_log_interval_is_judged_as_its_ratios() {
         let t = 0.03;
-        assert_eq!(judge((-0.01, 0.01), t), Judgement::Same);
-        assert_eq!(judge((-0.01, 0.05), t), Judgement::Ambiguous);
-        assert_eq!(judge((0.04, 0.06), t), Judgement::Slower);
-        assert_eq!(judge((-0.08, -0.04), t), Judgement::Faster);
-        assert_eq!(
-            judge((f64::NEG_INFINITY, f64::INFINITY), t),
-            Judgement::Ambiguous
-        );
+        let j = |lo: f64, hi: f64| judge(Intervals::of_log((lo, hi)), t, true);
+        assert_eq!(j(-0.01, 0.01), Verdict::Same);
+        assert_eq!(j(-0.01, 0.05), Verdict::Ambiguous);
+        assert_eq!(j(0.04, 0.06), Verdict::Slower);
+        assert_eq!(j(-0.08, -0.04), Verdict::Faster);
+        assert_eq!(j(f64::NEG_INFINITY, f64::INFINITY), Verdict::Ambiguous);
     }
 
     #[test]
@@ -505,7 +459,10 @@ mod tests {
             df: PRIOR_DF,
         };
         let r = Rounds::of(&[0.095, 0.097], Some(tight)).expect("judged");
-        assert_eq!(judge(r.interval(0.983), 0.03), Judgement::Slower);
+        assert_eq!(
+            judge(Intervals::of_log(r.interval(0.983)), 0.03, true),
+            Verdict::Slower
+        );
         let (up, down) = r.p_beyond(0.03);
         assert!(up < 1e-3 && down > 0.99);
     }

@@ -81,7 +81,7 @@ pub(super) fn identity_lines(base: &Run, cand: &Run) -> Result<Vec<Line>, Analys
             ratio_ci: None,
             p: None,
             mde: None,
-            verdict: Verdict::None,
+            verdict: None,
             flags: Vec::new(),
             fails: false,
             both_ok: false,

@@ -58,12 +58,12 @@ impl std::fmt::Display for FamilyScope {
 /// becomes `ambiguous`, a case flagged `method-changed`, none fails for its speed (a
 /// status change or a fall-back to the math kernel still does).
 pub(super) fn withhold(lines: &mut [Line], families: &mut [FamilyLine]) {
-    for l in lines.iter_mut().filter(|l| l.verdict != Verdict::None) {
+    for l in lines.iter_mut().filter(|l| l.verdict.is_some()) {
         let other = l.flags.iter().any(|f| {
             matches!(f, Flag::StatusChanged(Status::Ok, _))
                 || matches!(f, Flag::KernelChanged(b, k) if k == "math" && !b.is_empty())
         });
-        l.verdict = Verdict::Ambiguous;
+        l.verdict = Some(Verdict::Ambiguous);
         l.fails = other;
         l.flags.push(Flag::MethodChanged);
     }
@@ -294,15 +294,5 @@ pub(super) fn families(
 /// and its interval wholly beyond the family threshold (what the reasons line says, and
 /// the rule `opbench ab` judges a family by).
 fn family_verdict(t: &stats::decide::CaseTest, discovery: bool, s: Settings) -> Verdict {
-    let margin = s.family_threshold;
-    let (low, high) = t.interval(1.0 - s.alpha);
-    if discovery && low > 1.0 + margin {
-        Verdict::Slower
-    } else if discovery && high < 1.0 - margin {
-        Verdict::Faster
-    } else if t.equivalent(margin, s.alpha) {
-        Verdict::Same
-    } else {
-        Verdict::Ambiguous
-    }
+    stats::verdict::judge(t.intervals(s.alpha), s.family_threshold, discovery)
 }

@@ -56,27 +56,13 @@ use case::*;
 pub use env::*;
 pub use family::*;
 
-/// The verdict on one case.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Verdict {
-    Slower,
-    Faster,
-    Ambiguous,
-    Same,
-    /// Not both ok: no speed verdict (see the flags).
-    None,
-}
+/// The verdict vocabulary and rule of every comparison ([`stats::verdict`]); a case line
+/// holds `None` where it has no speed verdict (see its flags).
+pub use stats::Verdict;
 
-impl Verdict {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Verdict::Slower => "slower",
-            Verdict::Faster => "faster",
-            Verdict::Ambiguous => "ambiguous",
-            Verdict::Same => "same",
-            Verdict::None => "-",
-        }
-    }
+/// A case line's verdict as a word: `-` where it has none.
+pub fn word(v: Option<Verdict>) -> &'static str {
+    v.map_or("-", Verdict::as_str)
 }
 
 /// What changed about a case besides its speed.
@@ -124,7 +110,7 @@ pub struct Line {
     /// The smallest change this case's noise resolves (fraction, 80% power). `same` means
     /// within ± threshold; a case whose noise cannot resolve that is `ambiguous (± mde)`.
     pub mde: Option<f64>,
-    pub verdict: Verdict,
+    pub verdict: Option<Verdict>,
     pub flags: Vec<Flag>,
     /// A regression the exit code reports.
     pub fails: bool,
@@ -137,7 +123,7 @@ pub struct Line {
 
 impl Line {
     fn no_samples(&mut self) {
-        self.verdict = Verdict::Ambiguous;
+        self.verdict = Some(Verdict::Ambiguous);
         self.ratio = self.cand.zip(self.base).map(|(c, b)| c / b);
         self.flags.push(Flag::NoSamples);
     }
@@ -421,7 +407,8 @@ pub struct Comparison {
 }
 
 impl Comparison {
-    pub fn count(&self, v: Verdict) -> usize {
+    /// Lines with verdict `v` (`None`: without a speed verdict).
+    pub fn count(&self, v: Option<Verdict>) -> usize {
         self.lines.iter().filter(|l| l.verdict == v).count()
     }
     /// Lines with a flag `pred` accepts.
@@ -461,7 +448,7 @@ impl Comparison {
         let failing = |why: &dyn Fn(&Line) -> bool| -> Vec<&Line> {
             self.lines.iter().filter(|l| l.fails && why(l)).collect()
         };
-        let slower = failing(&|l| l.verdict == Verdict::Slower);
+        let slower = failing(&|l| l.verdict == Some(Verdict::Slower));
         let status = failing(&|l| {
             l.flags
                 .iter()

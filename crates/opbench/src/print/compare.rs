@@ -5,10 +5,16 @@ use super::*;
 
 /// Lines in report order: regressions first, then by verdict, flagged before unflagged.
 pub(super) fn sorted(cmp: &Comparison) -> Vec<&Line> {
+    // what moved first: slower, faster, ambiguous, same, then the lines without a verdict
+    let rank = |v: Option<Verdict>| match v {
+        Some(Verdict::Slower) => 0,
+        Some(Verdict::Faster) => 1,
+        Some(Verdict::Ambiguous) => 2,
+        Some(Verdict::Same) => 3,
+        None => 4,
+    };
     let mut out: Vec<&Line> = cmp.lines.iter().collect();
-    out.sort_by(|a, b| {
-        (!a.fails, a.verdict, a.flags.is_empty()).cmp(&(!b.fails, b.verdict, b.flags.is_empty()))
-    });
+    out.sort_by_key(|l| (!l.fails, rank(l.verdict), l.flags.is_empty()));
     out
 }
 
@@ -45,7 +51,7 @@ pub fn comparison_csv(cmp: &Comparison) -> Result<(), csv::Error> {
             num(l.ratio_ci.map(|c| c.0), 4),
             num(l.ratio_ci.map(|c| c.1), 4),
             l.p.map_or(String::new(), |p| format!("{p:.3e}")),
-            l.verdict.as_str().into(),
+            analysis::compare::word(l.verdict).into(),
             flags(l),
             num(l.mde, 4),
             l.divided_by.map_or(String::new(), |c| c.as_str().into()),
@@ -109,7 +115,7 @@ pub(super) fn families_md(cmp: &Comparison) {
             pct(f.ci.0),
             pct(f.ci.1),
             100.0 * f.mde,
-            verdict_word(f.verdict, Some(f.mde), f.verdict == Verdict::Slower),
+            verdict_word(Some(f.verdict), Some(f.mde), f.verdict == Verdict::Slower),
         );
     }
     let terms: Vec<String> = cmp
@@ -172,10 +178,10 @@ fn family_kind(f: &analysis::compare::FamilyLine) -> Option<rundir::noise::TermK
 }
 
 /// A verdict in words: `ambiguous (±X%)` with its resolution, ✗ where it fails.
-pub(super) fn verdict_word(v: Verdict, mde: Option<f64>, fails: bool) -> String {
+pub(super) fn verdict_word(v: Option<Verdict>, mde: Option<f64>, fails: bool) -> String {
     let word = match (v, mde) {
-        (Verdict::Ambiguous, Some(m)) => format!("ambiguous (±{:.1}%)", 100.0 * m),
-        _ => v.as_str().to_string(),
+        (Some(Verdict::Ambiguous), Some(m)) => format!("ambiguous (±{:.1}%)", 100.0 * m),
+        _ => analysis::compare::word(v).to_string(),
     };
     if fails { format!("{word} ✗") } else { word }
 }
@@ -272,18 +278,18 @@ pub fn comparison_md(base: &Run, cand: &Run, cmp: &Comparison) {
         }
     }
     families_md(cmp);
-    let moved = |l: &&Line| l.verdict == Verdict::Slower || l.verdict == Verdict::Faster;
+    let moved = |l: &&Line| matches!(l.verdict, Some(Verdict::Slower | Verdict::Faster));
     println!(
         "## Cases\n\n{} cases: {} slower, {} faster, {} same (within ±{}%), {} ambiguous, {} not compared \
          (not ok in both runs); flagged: {} kernel-changed, {} status-changed, {} new, {} gone \
          (false-discovery rate {})\n",
         cmp.lines.len(),
-        cmp.count(Verdict::Slower),
-        cmp.count(Verdict::Faster),
-        cmp.count(Verdict::Same),
+        cmp.count(Some(Verdict::Slower)),
+        cmp.count(Some(Verdict::Faster)),
+        cmp.count(Some(Verdict::Same)),
         100.0 * s.threshold,
-        cmp.count(Verdict::Ambiguous),
-        cmp.count(Verdict::None),
+        cmp.count(Some(Verdict::Ambiguous)),
+        cmp.count(None),
         cmp.flagged(|f| matches!(f, Flag::KernelChanged(..))),
         cmp.flagged(|f| matches!(f, Flag::StatusChanged(..))),
         cmp.flagged(|f| *f == Flag::New),
@@ -300,7 +306,7 @@ pub fn comparison_md(base: &Run, cand: &Run, cmp: &Comparison) {
     let mut ambiguous: Vec<&Line> = cmp
         .lines
         .iter()
-        .filter(|l| l.verdict == Verdict::Ambiguous && l.flags.is_empty() && !l.fails)
+        .filter(|l| l.verdict == Some(Verdict::Ambiguous) && l.flags.is_empty() && !l.fails)
         .collect();
     ambiguous.sort_by(|a, b| {
         let m = |l: &Line| -(l.ratio.unwrap_or(1.0).ln().abs());
