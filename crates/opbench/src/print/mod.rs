@@ -10,11 +10,13 @@ mod answer;
 mod compare;
 mod history;
 mod predict;
+mod transformers;
 
 pub use answer::*;
 pub use compare::*;
 pub use history::*;
 pub use predict::*;
+pub use transformers::*;
 
 pub(super) fn opt(v: Option<f64>, digits: usize) -> String {
     v.map_or("-".into(), |x| format!("{x:.digits$}"))
