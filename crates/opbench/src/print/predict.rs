@@ -1,5 +1,5 @@
-//! predict's printers: the step, its parts, the host models, the transformers split,
-//! generate(), graphs, the traced step and what would help.
+//! predict's printers: the step, its parts, the host models, graphs, the traced step and
+//! what would help (the transformers split and generate(): `transformers.rs`).
 
 use super::*;
 
