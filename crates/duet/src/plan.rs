@@ -46,21 +46,17 @@ pub(crate) fn planned_pairs(cases: &[&CaseRun], device: bool, max: usize) -> Vis
                 by.entry(p.round).or_default().push((a / b).ln());
             }
         }
-        let rounds: Vec<&Vec<f64>> = by.values().filter(|v| v.len() >= 2).collect();
-        if rounds.len() < 2 || c.unpaired.is_some() {
-            continue;
-        }
-        let medians: Vec<f64> = rounds.iter().map(|v| stats::median(v)).collect();
-        let dev: Vec<f64> = rounds
-            .iter()
-            .zip(&medians)
-            .flat_map(|(v, m)| v.iter().map(move |x| (x - m).abs()))
+        let rounds: Vec<&[f64]> = by
+            .values()
+            .filter(|v| v.len() >= 2)
+            .map(Vec::as_slice)
             .collect();
-        within.push((1.4826 * stats::median(&dev)).powi(2));
-        let mean = medians.iter().sum::<f64>() / medians.len() as f64;
-        between.push(
-            medians.iter().map(|m| (m - mean).powi(2)).sum::<f64>() / (medians.len() - 1) as f64,
-        );
+        let Some((w, b)) = stats::paired::round_spreads(&rounds).filter(|_| c.unpaired.is_none())
+        else {
+            continue;
+        };
+        within.push(w);
+        between.push(b);
         per_round.push(c.pairs.len() as f64 / rounds.len() as f64);
         let pair_ns = c.pairs.iter().map(Pair::cost_ns).sum::<f64>() / c.pairs.len() as f64;
         let visit_ns = c.spent.as_nanos() as f64 / f64::from(c.visits.max(1));

@@ -125,6 +125,27 @@ pub struct Spread {
     pub pair_cost: f64,
 }
 
+/// One case's spreads from its rounds of paired log ratios (two or more rounds of two or
+/// more pairs each): (within, between). Within: the variance of a pair around its round's
+/// median, from the MAD (1.4826 · MAD, a normal's σ); between: the sample variance of the
+/// round medians. `None` with fewer rounds.
+pub fn round_spreads(rounds: &[&[f64]]) -> Option<(f64, f64)> {
+    if rounds.len() < 2 || rounds.iter().any(|r| r.len() < 2) {
+        return None;
+    }
+    let medians: Vec<f64> = rounds.iter().map(|r| crate::median(r)).collect();
+    let dev: Vec<f64> = rounds
+        .iter()
+        .zip(&medians)
+        .flat_map(|(r, m)| r.iter().map(move |x| (x - m).abs()))
+        .collect();
+    let within = (1.4826 * crate::median(&dev)).powi(2);
+    let mean = medians.iter().sum::<f64>() / medians.len() as f64;
+    let between =
+        medians.iter().map(|m| (m - mean).powi(2)).sum::<f64>() / (medians.len() - 1) as f64;
+    Some((within, between))
+}
+
 /// The pairs a visit (one round's look at a case) should take so that a budget buys the
 /// narrowest interval: Cochran's two-stage optimum, k = √(σ²_w / σ²_p · c₀ / c₁). σ²_w is
 /// a pair's variance within its round (a median of k pairs has π/2 · σ²_w / k), σ²_p the
@@ -395,6 +416,20 @@ mod tests {
 
     use super::*;
     use crate::verdict::{Intervals, Verdict, judge};
+
+    #[test]
+    fn round_spreads_read_the_pairs_and_the_rounds_apart() {
+        // two rounds 0.02 apart, each pair ±0.01 around its round's median
+        let (a, b) = ([0.09, 0.10, 0.11], [0.11, 0.12, 0.13]);
+        let (within, between) = round_spreads(&[&a, &b]).expect("two rounds");
+        assert!(
+            (within - (1.4826 * 0.01f64).powi(2)).abs() < 1e-12,
+            "{within}"
+        );
+        assert!((between - 0.0002).abs() < 1e-12, "{between}");
+        assert_eq!(round_spreads(&[&a]), None);
+        assert_eq!(round_spreads(&[&a, &[0.1]]), None);
+    }
 
     #[test]
     fn a_log_interval_is_judged_as_its_ratios() {
