@@ -185,7 +185,7 @@ def layer_cases(c, b):
 
 
 def layer_specs(c, b):
-    return [(c.step_key(s_, b), {"group": f"layers-b{b}"}) for s_ in LAYER_SITES]
+    return [(c.step_key(s_, b), {"group": f"layers-b{b}", "kind": "layers"}) for s_ in LAYER_SITES]
 
 
 GENERATE_SITES = ("step", "step_synced", "step_as_generate", "generate_from_l", "generate_loop")
@@ -205,11 +205,12 @@ def step_specs(c, b):
     sample."""
     g = f"step-b{b}"
     beside = c.step_key("layer_beside", b)
-    out = [(c.step_key(s_, b), {"group": g, "block": "step", "max_iters": STEPS}) for s_ in GENERATE_SITES[:3]]
+    out = [(c.step_key(s_, b), {"group": g, "kind": "step", "block": "step", "max_iters": STEPS}) for s_ in GENERATE_SITES[:3]]
     out[0][1]["before"] = "/".join(str(v) for v in beside)
-    out += [(c.step_key(s_, b), {"group": g, "block": "generate", "max_iters": 1}) for s_ in GENERATE_SITES[3:]]
+    out += [(c.step_key(s_, b), {"group": g, "kind": "step", "block": "generate", "max_iters": 1}) for s_ in GENERATE_SITES[3:]]
     if c.user_generate:
-        out += [(c.step_key(s_, b), {"group": g, "block": "static", "max_iters": STEPS if s_ == "step_static" else 1})
+        out += [(c.step_key(s_, b), {"group": g, "kind": "step", "block": "static",
+                                  "max_iters": STEPS if s_ == "step_static" else 1})
                 for s_ in STATIC_WHOLE]
     return out + [(beside, {"max_iters": c.beside_layers, "min_iters": c.beside_layers})]
 

@@ -16,13 +16,13 @@ use rand::seq::SliceRandom;
 use rundir::Status;
 
 use crate::driver::Factory;
-use crate::protocol::{CaseName, PROTOCOL, Prepared, Reply, Request, Sampled};
+use crate::protocol::{CaseName, GroupKind, PROTOCOL, Prepared, Reply, Request, Sampled};
 use crate::worker::{Worker, WorkerError};
 
 /// What the driver is told (a run's budget, from its env.json).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SoloSettings {
-    /// Samples a case alone takes; a group's rounds follow [`GroupKind::rounds`].
+    /// Samples a case alone takes; a group's rounds follow [`group_rounds`].
     pub samples: usize,
     /// Warm-up per case.
     pub warmup: Duration,
@@ -34,34 +34,15 @@ pub struct SoloSettings {
     pub deadline: Option<Instant>,
 }
 
-/// A group's rule for its rounds, named by the group's first word (`layers-b8`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GroupKind {
-    /// A decoder layer five ways: predict reads differences of ~10% of each row, so twice
-    /// the run's samples.
-    Layers,
-    /// The step and generate() taken apart: each sample is a whole step or generate()
-    /// call, so half the run's samples, at least 8.
-    Step,
-    /// Any other group: the run's samples.
-    Other,
-}
-
-impl GroupKind {
-    pub fn of(group: &str) -> Self {
-        match group.split(['-', '/', ' ']).next() {
-            Some("layers") => GroupKind::Layers,
-            Some("step") => GroupKind::Step,
-            _ => GroupKind::Other,
-        }
-    }
-
-    pub fn rounds(self, samples: usize) -> usize {
-        match self {
-            GroupKind::Layers => 2 * samples,
-            GroupKind::Step => (samples / 2).max(8),
-            GroupKind::Other => samples,
-        }
+/// Rounds a group of `kind` takes (`None`: any other group): a decoder layer five ways
+/// twice the run's samples (predict reads differences of ~10% of each row); the step and
+/// generate() taken apart half of them, at least 8 (each sample a whole step or call);
+/// any other group the run's samples.
+pub fn group_rounds(kind: Option<GroupKind>, samples: usize) -> usize {
+    match kind {
+        Some(GroupKind::Layers) => 2 * samples,
+        Some(GroupKind::Step) => (samples / 2).max(8),
+        None => samples,
     }
 }
 
@@ -246,9 +227,10 @@ impl Unit {
             }
         }
         let mut order: Vec<Vec<String>> = self.blocks(&live);
-        let rounds = match self.members.first().and_then(|c| c.sampling.group.as_ref()) {
-            Some(g) => GroupKind::of(g).rounds(settings.samples),
-            None => alone_samples(settings.samples, self.members[0].sampling.max_iters),
+        let first = &self.members[0].sampling;
+        let rounds = match first.group {
+            Some(_) => group_rounds(first.kind, settings.samples),
+            None => alone_samples(settings.samples, first.max_iters),
         };
         let mut rng = rand::rngs::StdRng::seed_from_u64(settings.seed);
         for _ in 0..rounds {
@@ -412,12 +394,14 @@ mod tests {
 
     #[test]
     fn a_groups_rounds_follow_its_kind() {
-        assert_eq!(GroupKind::of("layers-b8"), GroupKind::Layers);
-        assert_eq!(GroupKind::of("step-b1"), GroupKind::Step);
-        assert_eq!(GroupKind::of("whatever"), GroupKind::Other);
-        assert_eq!(GroupKind::Layers.rounds(20), 40);
-        assert_eq!(GroupKind::Step.rounds(20), 10);
-        assert_eq!(GroupKind::Step.rounds(4), 8);
+        assert_eq!(group_rounds(Some(GroupKind::Layers), 20), 40);
+        assert_eq!(group_rounds(Some(GroupKind::Step), 20), 10);
+        assert_eq!(group_rounds(Some(GroupKind::Step), 4), 8);
+        assert_eq!(group_rounds(None, 20), 20);
+        // the kind travels typed, whatever the group is called
+        let s: crate::protocol::Sampling =
+            serde_json::from_str(r#"{"group": "anything", "kind": "layers"}"#).expect("a sampling");
+        assert_eq!(s.kind, Some(GroupKind::Layers));
         assert_eq!(alone_samples(20, Some(1)), 6);
         assert_eq!(alone_samples(4, Some(1)), 3);
         assert_eq!(alone_samples(20, Some(16)), 20);

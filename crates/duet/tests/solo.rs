@@ -140,6 +140,7 @@ fn drive_until(
 fn group(block: &str, before: Option<&str>) -> Sampling {
     Sampling {
         group: Some("step-b1".into()),
+        kind: Some(duet::protocol::GroupKind::Step),
         block: Some(block.into()),
         before: before.map(str::to_string),
         max_iters: Some(16),

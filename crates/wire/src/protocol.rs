@@ -77,9 +77,11 @@ pub struct CaseName {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(default)]
 pub struct Sampling {
-    /// The group sampled in interleaved rounds (`None`: alone). Its first word names the
-    /// driver's rule for the rounds (duet's `solo::GroupKind`).
+    /// The group sampled in interleaved rounds (`None`: alone).
     pub group: Option<String>,
+    /// What the group's cases are, which sets the driver's rule for its rounds
+    /// (`None`: any other group).
+    pub kind: Option<GroupKind>,
     /// Within a group's round, the cases of one block run back to back (the blocks and
     /// the cases in a block shuffled each round).
     pub block: Option<String>,
@@ -98,6 +100,17 @@ impl Sampling {
     pub fn is_alone(&self) -> bool {
         *self == Sampling::default()
     }
+}
+
+/// What a group of interleaved cases is: the driver samples each kind in rounds of its own
+/// rule (duet's `solo`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GroupKind {
+    /// A decoder layer five ways: a reader takes differences of ~10% of each row.
+    Layers,
+    /// The step and generate() taken apart: each sample a whole step or generate() call.
+    Step,
 }
 
 /// A case the worker lists but cannot time in this protocol, and why.
