@@ -112,8 +112,8 @@ def step_ns(run_dir, case):
         with open(Path(run_dir) / "results.csv", newline="") as f:
             for row in csv.DictReader(f):
                 key = "/".join(row[c] for c in ("op", "variant", "site", "model", "phase"))
-                # the peer's cases are named by its own key (`…/decode/1/1/129/…`), the
-                # bench workers' as opbench writes keys (`…/decode/b1/q1/kv129/…`)
+                # a case as opbench writes keys (`…/decode/b1/q1/kv129/…`; before
+                # 2026-12-06 the peer's went by its raw fields, `…/decode/1/1/129/…`)
                 parts = case.split("/")
                 batch = parts[5].removeprefix("b") if len(parts) > 5 else None
                 if "/".join(parts[:5]) == key and batch == row["batch"] and row.get("median_ns"):

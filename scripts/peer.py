@@ -47,7 +47,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # peerlib, however this file is run
 
-from peerlib.base import DTYPES, fail, load_toml, say, shapes_dir, torch
+from peerlib.base import DTYPES, fail, key_text, load_toml, say, shapes_dir, torch
 from peerlib.case import Family, alone, refused
 from peerlib.clock import Timer
 from peerlib.model import FAMILIES, Ctx, load_model, new_tokens
@@ -181,15 +181,7 @@ def op_families(c, b):
 
 
 def text(key):
-    return "/".join(key)
-
-
-def shown(key):
-    """A case key as opbench writes it (rundir's CaseKey: `…/decode/b1/q1/kv129/…`), what a
-    filter (`opbench ab --filter`) is matched against, as the bench workers match theirs."""
-    op, variant, site, model, phase, b, q, kv, dt, dev, mode = key
-    kv = f"/kv{kv}" if kv != "" else ""
-    return f"{op}/{variant}/{site}/{model}/{phase}/b{b}/q{q}{kv}/{dt}/{dev}/{mode}"
+    return key_text(key)
 
 
 def serve(c, lines, reply):
@@ -214,7 +206,7 @@ def serve(c, lines, reply):
                 pat = re.compile(req["filter"]) if req.get("filter") else None
                 reply({"reply": "cases", "unsupported": [], "cases": [
                     {"key": text(k), "fields": list(k), "sampling": s}
-                    for f in fams for k, s in f.specs if pat is None or pat.search(shown(k))]})
+                    for f in fams for k, s in f.specs if pat is None or pat.search(text(k))]})
             elif what == "prepare":
                 reply(prepare(index, live, req["key"]))
             elif what == "sample":

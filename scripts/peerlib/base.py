@@ -54,3 +54,12 @@ def load_toml(path):
 def shapes_dir():
     d = os.environ.get("OPBENCH_SHAPES")
     return Path(d) if d else ROOT / "shapes"
+
+
+def key_text(key):
+    """A case key as opbench writes it (rundir's CaseKey: `…/decode/b1/q1/kv129/…`): the name
+    the worker's cases go by in requests, in `opbench ab`'s tables and in filters
+    (`--filter`), as the bench workers' do."""
+    op, variant, site, model, phase, b, q, kv, dt, dev, mode = (str(v) for v in key)
+    kv = f"/kv{kv}" if kv != "" else ""
+    return f"{op}/{variant}/{site}/{model}/{phase}/b{b}/q{q}{kv}/{dt}/{dev}/{mode}"

@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from peerlib.base import rel_err
+from peerlib.base import key_text, rel_err
 from peerlib.case import Case, refused
 from peerlib.clock import Timed
 from peerlib.model import MOE_CHECK_LAYERS, cache_tensors, cropper, eos_of, graphed, new_tokens, static_cache, step_inputs
@@ -206,7 +206,7 @@ def step_specs(c, b):
     g = f"step-b{b}"
     beside = c.step_key("layer_beside", b)
     out = [(c.step_key(s_, b), {"group": g, "kind": "step", "block": "step", "max_iters": STEPS}) for s_ in GENERATE_SITES[:3]]
-    out[0][1]["before"] = "/".join(str(v) for v in beside)
+    out[0][1]["before"] = key_text(beside)
     out += [(c.step_key(s_, b), {"group": g, "kind": "step", "block": "generate", "max_iters": 1}) for s_ in GENERATE_SITES[3:]]
     if c.user_generate:
         out += [(c.step_key(s_, b), {"group": g, "kind": "step", "block": "static",
