@@ -69,13 +69,7 @@ def chosen(knobs, names):
 def parse(args):
     """(knob names, seconds a knob value, filter, cargo args) of `--knobs NAME... [--budget
     S] [-- FILTER]` (args after --knobs)."""
-    rest = list(args)
-    filt = None
-    if "--" in rest:
-        i = rest.index("--")
-        after = [a for a in rest[i + 1:] if not a.startswith("-")]
-        filt = after[0] if after else None
-        rest = rest[:i]
+    rest, filt = p.split_filter(args)
     budget = None
     if "--budget" in rest:
         i = rest.index("--budget")
@@ -112,11 +106,7 @@ def step_ns(run_dir, case):
         with open(Path(run_dir) / "results.csv", newline="") as f:
             for row in csv.DictReader(f):
                 key = "/".join(row[c] for c in ("op", "variant", "site", "model", "phase"))
-                # a case as opbench writes keys (`…/decode/b1/q1/kv129/…`; before
-                # 2026-12-06 the peer's went by its raw fields, `…/decode/1/1/129/…`)
-                parts = case.split("/")
-                batch = parts[5].removeprefix("b") if len(parts) > 5 else None
-                if "/".join(parts[:5]) == key and batch == row["batch"] and row.get("median_ns"):
+                if case.startswith(f"{key}/b{row['batch']}/") and row.get("median_ns"):
                     return float(row["median_ns"])
     except OSError:
         pass

@@ -63,6 +63,16 @@ def side_vars(env):
     return [f"LD_LIBRARY_PATH={lib}" + (os.pathsep + old if old else "")]
 
 
+def split_filter(args):
+    """(the arguments before `--`, the first filter after it or None): `[...] [-- FILTER]`,
+    as `cargo bench` takes it."""
+    if "--" not in args:
+        return list(args), None
+    i = args.index("--")
+    after = [a for a in args[i + 1 :] if not a.startswith("-")]
+    return list(args[:i]), (after[0] if after else None)
+
+
 def bench_against(args, against):
     """Two builds alive at once, compared in pairs: `run.py bench --against OLD_PYTHON
     [--cand-env NAME=VALUE]... [--budget SECONDS] [cargo bench args] [-- FILTER]`. The
@@ -85,12 +95,7 @@ def bench_against(args, against):
                 r.fail(f"{flag} needs a value")
             ours += [flag, rest[i + 1]]
             del rest[i : i + 2]
-    filt = None
-    if "--" in rest:
-        i = rest.index("--")
-        after = [a for a in rest[i + 1 :] if not a.startswith("-")]
-        filt = after[0] if after else None
-        rest = rest[:i]
+    rest, filt = split_filter(rest)
     cand = r.build_env()
     base = r.build_env(old)
     modes = ab_modes(cand)

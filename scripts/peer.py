@@ -180,15 +180,11 @@ def op_families(c, b):
     return out + [Family(alone(keys), functools.partial(fn, c, b)) for fn, keys in ops]
 
 
-def text(key):
-    return key_text(key)
-
-
 def serve(c, lines, reply):
     """Answer the protocol's requests, one JSON object a line, until `quit`."""
     import re
     fams = [] if c.nothing else families(c)
-    index = {text(k): f for f in fams for k, _ in f.specs}
+    index = {key_text(k): f for f in fams for k, _ in f.specs}
     live = {}
     if c.nothing:
         say(f"{c.nothing}; no cases")
@@ -205,8 +201,8 @@ def serve(c, lines, reply):
             elif what == "cases":
                 pat = re.compile(req["filter"]) if req.get("filter") else None
                 reply({"reply": "cases", "unsupported": [], "cases": [
-                    {"key": text(k), "fields": list(k), "sampling": s}
-                    for f in fams for k, s in f.specs if pat is None or pat.search(text(k))]})
+                    {"key": key_text(k), "fields": list(k), "sampling": s}
+                    for f in fams for k, s in f.specs if pat is None or pat.search(key_text(k))]})
             elif what == "prepare":
                 reply(prepare(index, live, req["key"]))
             elif what == "sample":
@@ -253,14 +249,14 @@ def prepare(index, live, key):
     if fam.built is None:
         # one idle family at most: those whose cases are all released go
         for other in set(index.values()) - {fam}:
-            if other.built is not None and not any(text(k) in live for k, _ in other.specs):
+            if other.built is not None and not any(key_text(k) in live for k, _ in other.specs):
                 other.built = None
         try:
-            fam.built = {text(tuple(str(v) for v in k)): case for k, case in fam.build().items()}
+            fam.built = {key_text(k): case for k, case in fam.build().items()}
         except Exception as e:  # the family's cases end with the reason, the worker goes on
             oom = "out of memory" in str(e).lower()
             why = f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
-            fam.built = {text(k): refused("oom" if oom else "error", why) for k, _ in fam.specs}
+            fam.built = {key_text(k): refused("oom" if oom else "error", why) for k, _ in fam.specs}
     case = fam.built.get(key)
     if case is None:
         return {"reply": "error", "message": f"{key}: its family did not build it"}

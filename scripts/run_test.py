@@ -59,7 +59,7 @@ def knob_lists():
         ab.write_text(
             "level,name,kind,verdict,ratio,ratio_low,ratio_high,pairs,resolution_pct,note\n"
             'family,"all host-bound cases","host-bound",slower,1.10,1.08,1.12,,,""\n'
-            'case,"decode/transformers/step/qwen3-0.6b/decode/1/1/1025/f16/cuda:0/pipelined",'
+            'case,"decode/transformers/step/qwen3-0.6b/decode/b1/q1/kv1025/f16/cuda:0/pipelined",'
             '"host-bound",slower,1.25,1.2,1.3,16,,""\n')
         base = Path(d) / "k-base"
         base.mkdir()

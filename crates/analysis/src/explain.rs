@@ -87,13 +87,11 @@ pub struct HostShift {
     pub step_scale: f64,
 }
 
-/// The host scale a prediction priced its host costs at, where it scaled to its own process.
+/// The host scale a prediction priced its host costs at ([`Prediction::host_scale`]), where
+/// it scaled them to its own process (`controlled` with a layer).
 fn host_scale(pred: &Prediction) -> Option<f64> {
-    match pred.host_speed? {
-        crate::predict::HostSpeed::Beside { scale, .. }
-        | crate::predict::HostSpeed::Layer { scale, .. } => Some(scale),
-        crate::predict::HostSpeed::Control { .. } => None,
-    }
+    use crate::predict::HostSpeed::{Beside, Layer};
+    matches!(pred.host_speed, Some(Beside { .. } | Layer { .. })).then(|| pred.host_scale())
 }
 
 /// `tch_ns`, the tch step measured in its own process, in the host state `pred` (the

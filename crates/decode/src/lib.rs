@@ -34,6 +34,7 @@
 //! sequence; its logits are compared with the case's.
 
 pub mod model;
+pub mod weights;
 
 use std::cell::RefCell;
 use std::rc::Rc;

@@ -40,12 +40,6 @@ impl Verdict {
     }
 }
 
-impl std::fmt::Display for Verdict {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 /// The intervals of one change, ratios candidate / base: `change` decides `slower` and
 /// `faster`, `equivalence` decides `same` (the same interval where a tool uses one; a
 /// two one-sided tests' (1 − 2α) interval where it tests equivalence at α).
