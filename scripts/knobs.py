@@ -10,10 +10,22 @@ says what it ran and what it found as it ends, and the table at the end gives, p
 value, the verdicts of the host-bound and device-timed cases and of the HF step, and where
 the HF step was measured, its tokens/s with and without the knob. Tuning knobs (TunableOp)
 tune in the comparison's warm-up. The run directories are runs/<RUN>-<i>-base, -cand and
--ab.csv; the table is runs/<RUN>-knobs.md. Exit 0 whatever the knobs do (a knob that hurts
-is a finding, not a failure); 2 on bad input.
+-ab.csv; the table is runs/<RUN>-knobs.md.
+
+Each knob is then priced: `opbench predict PRICE --knob <RUN>-<i>-ab.csv ...` moves the
+rows of a whole run of this machine (PRICE: --price RUN_DIR, else one made first,
+runs/<RUN>-price: every crate's cases matching the filter, and the peer at its batch) by
+each pair's ratios and composes the step as for every other change; its "what would help"
+gives each knob's verdict, predicted and measured tokens/s, and the line to set (or "leave
+it unset", with its cost). With OPBENCH_BIN=DIR (bench-<crate> executables and opbench
+built elsewhere: a machine without cargo) the tools come from DIR and --price is needed.
+Exit 0 whatever the knobs do (a knob that hurts is a finding, not a failure); 2 on bad
+input.
 """
 import csv
+import json
+import os
+import re
 import subprocess
 import sys
 import time
@@ -67,10 +79,10 @@ def chosen(knobs, names):
 
 
 def parse(args):
-    """(knob names, seconds a knob value, filter, cargo args) of `--knobs NAME... [--budget
-    S] [-- FILTER]` (args after --knobs)."""
+    """(knob names, seconds a knob value, the pricing run or None, filter) of `--knobs
+    NAME... [--budget S] [--price RUN_DIR] [-- FILTER]` (args after --knobs)."""
     rest, filt = p.split_filter(args)
-    budget = None
+    budget = price = None
     if "--budget" in rest:
         i = rest.index("--budget")
         try:
@@ -80,8 +92,47 @@ def parse(args):
         if budget <= 0:
             r.fail(f"--budget {rest[i + 1]}: expected seconds above 0")
         del rest[i:i + 2]
+    if "--price" in rest:
+        i = rest.index("--price")
+        if i + 1 >= len(rest) or not (Path(rest[i + 1]) / "results.csv").is_file():
+            r.fail("--price needs a run directory with a results.csv (scripts/bench makes one)")
+        price = Path(rest[i + 1])
+        del rest[i:i + 2]
     names = [a for a in rest if not a.startswith("-")]
-    return names, budget, filt
+    return names, budget, price, filt
+
+
+def tools(env):
+    """(opbench, {bench target: executable}, the layout): OPBENCH_BIN's (a folder of
+    bench-<crate> executables and opbench, for a machine without cargo) or this workspace's,
+    built."""
+    b = env.get("OPBENCH_BIN")
+    if not b:
+        lay = r.layout(env)
+        return r.opbench_exe(env), p.bench_executables(env, ["--workspace"]), lay
+    d = Path(b)
+    exe = d / ("opbench.exe" if r.WINDOWS else "opbench")
+    if not exe.is_file():
+        r.fail(f"OPBENCH_BIN={b}: no opbench executable there")
+    exes = {f.stem.removeprefix("bench-"): str(f) for f in d.glob("bench-*")}
+    out = subprocess.run([str(exe), "layout"], capture_output=True, text=True, check=True)
+    return exe, exes, json.loads(out.stdout)
+
+
+def knob_env():
+    """The environment knobs run in: the build's (run.py's) where cargo builds the tools,
+    else this one, with OPBENCH_TORCH_PYTHON the Python whose torch the executables use."""
+    if not os.environ.get("OPBENCH_BIN"):
+        return r.build_env()
+    env = dict(os.environ)
+    env.setdefault("OPBENCH_TORCH_PYTHON", env.get("OPBENCH_PYTHON", "python3"))
+    return env
+
+
+def batch_of(filt):
+    """The batch a filter picks (`/b8/`), else 1."""
+    m = re.search(r"/b(\d+)/", filt)
+    return int(m.group(1)) if m else 1
 
 
 def families(ab_csv):
@@ -120,8 +171,8 @@ def cell(fams, name):
 
 def bench_knobs(args):
     """See the module's doc."""
-    names, budget, filt = parse(args)
-    env = r.build_env()
+    names, budget, price, filt = parse(args)
+    env = knob_env()
     py = env["OPBENCH_TORCH_PYTHON"]
     which = backend(py)
     path = r.ROOT / "knobs" / f"{which}.toml"
@@ -130,38 +181,78 @@ def bench_knobs(args):
     share = budget if budget else PER_VALUE
     model = env.get("OPBENCH_MODEL", "qwen3-0.6b")
     filt = filt or f"/{model}/decode/b1/"
-    lay = r.layout(env)
+    opbench, exes, lay = tools(env)
     run_id = env.get("OPBENCH_RUN") or time.strftime(lay["run_id_format"], time.gmtime())
     out = Path(env.get("OPBENCH_OUT") or r.ROOT / "target" / "opbench")
-    exes = p.bench_executables(env, ["--workspace"])
+    runs = out / lay["runs"]
+    peer = env.get("OPBENCH_PEER", "1") != "0"
+    t0 = time.time()
+    if price is None:
+        price = pricing_run(env, opbench, runs / f"{run_id}-price", filt, peer)
     # on the CPU the cold modes run through scripts/bench only: ab times pipelined
     env["OPBENCH_MODES"] = p.ab_modes(env) or "pipelined"
     r.say(f"{len(plan)} knob value(s) of {path.name}, ~{share:.0f} s each, cases matching {filt}")
-    rows, t0 = [], time.time()
+    rows = []
     for i, (k, value) in enumerate(plan, 1):
         crates = [c for c in k["crates"] if c in exes]
         name = f"{run_id}-{i}"
         r.say(f"knob {i} of {len(plan)}: {k['name']}={value} over {', '.join(crates)} "
               f"({time.time() - t0:.0f} s spent)")
-        cmd = [str(r.opbench_exe(env)), "ab", "--out", str(out), "--run", name,
+        cmd = [str(opbench), "ab", "--out", str(out), "--run", name,
                "--base", *[exes[c] for c in crates], "--cand", *[exes[c] for c in crates],
                "--cand-env", f"{k['name']}={value}", "--filter", filt, "--budget", str(share),
                "--base-name", "unset", "--cand-name", f"{k['name']}={value}"]
         for v in p.side_vars(env):
             cmd += ["--base-env", v, "--cand-env", v]
-        if env.get("OPBENCH_PEER", "1") != "0":
+        if peer:
             cmd += ["--base-python", py, "--cand-python", py]
         code = subprocess.run(cmd, env=env).returncode
-        runs = Path(out) / lay["runs"]
         fams, step = families(runs / f"{name}-ab.csv")
         rows.append((k, value, code, fams, step, runs / f"{name}-base"))
     table = summary(rows)
-    dest = Path(out) / lay["runs"] / f"{run_id}-knobs.md"
+    priced = price_knobs(opbench, price, batch_of(filt), peer,
+                         [runs / f"{run_id}-{i}-ab.csv" for i in range(1, len(plan) + 1)])
+    text = f"{table}\n{priced}"
+    dest = runs / f"{run_id}-knobs.md"
     dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_text(table)
-    print(table)
-    r.say(f"knobs: {dest}")
+    dest.write_text(text)
+    print(text)
+    r.say(f"knobs: {dest} ({time.time() - t0:.0f} s in all)")
     return 0
+
+
+def pricing_run(env, opbench, run, filt, peer):
+    """A run of this machine to price the knobs on: every crate's cases matching `filt`
+    (`scripts/bench --workspace -- FILTER`), and where the peer runs, its rows at the
+    filter's batch. Made once per knobs run; --price gives one instead."""
+    if env.get("OPBENCH_BIN"):
+        r.fail("with OPBENCH_BIN give the run to price the knobs on: --price RUN_DIR")
+    r.say(f"the run the knobs are priced on: {run} (every crate matching {filt})")
+    e = dict(env, OPBENCH_RUN=run.name, OPBENCH_OUT=str(run.parent.parent), OPBENCH_PEER="0")
+    rc = subprocess.run([sys.executable, str(Path(__file__).with_name("run.py")), "bench",
+                         "--workspace", "--", filt], env=e).returncode
+    if rc != 0:
+        r.fail(f"the pricing run failed (exit {rc})", rc)
+    if peer:
+        subprocess.run([str(opbench), "peer", str(run), "--batches", str(batch_of(filt))], env=e)
+    return run
+
+
+def price_knobs(opbench, price, batch, peer, tables):
+    """predict's answer with every knob's pair priced among what would help, as text."""
+    have = [t for t in tables if t.is_file()]
+    cmd = [str(opbench), "predict", str(price), "--batch", str(batch),
+           "--profile", "transformers" if peer else "hf-eager"]
+    for t in have:
+        cmd += ["--knob", str(t)]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0 and peer:
+        # a pricing run without the peer's rows: the tch step instead
+        cmd[cmd.index("transformers")] = "hf-eager"
+        out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        return f"not priced: `{' '.join(cmd)}` said: {out.stderr.strip()}\n"
+    return f"priced on {price}:\n\n```\n{out.stdout}```\n"
 
 
 def summary(rows):

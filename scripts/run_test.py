@@ -66,6 +66,11 @@ def knob_lists():
         (base / "results.csv").write_text(
             "op,variant,site,model,phase,batch,median_ns\n"
             "decode,transformers,step,qwen3-0.6b,decode,1,25000000\n")
+        # --price takes a run directory; the filter's batch is the one priced
+        assert knobs.parse(["A", "--budget", "30", "--price", str(base), "--", "/m/decode/b8/"]) == (
+            ["A"], 30.0, base, "/m/decode/b8/")
+        assert exits_2(knobs.parse, ["--price", str(Path(d) / "none")])
+        assert knobs.batch_of("/m/decode/b8/") == 8 and knobs.batch_of("/m/decode/") == 1
         fams, step = knobs.families(ab)
         assert fams["all host-bound cases"] == ("slower", 1.10) and step[0] == "slower"
         table = knobs.summary([(cuda[0], "1", 1, fams, step, base)])

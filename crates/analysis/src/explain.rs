@@ -11,6 +11,7 @@ use crate::AnalysisError;
 use crate::fit::{Fits, fit_run};
 use crate::generate::Generate;
 use crate::help::Lever;
+use crate::knob::KnobPair;
 use crate::predict::{
     HostModel, HostState, InSequence, LayerSlope, Prediction, Query, Split, at_host_state,
     in_sequence, layer_slope, predict, predict_with, step_row,
@@ -125,12 +126,13 @@ pub struct LayerReading {
 
 /// Everything `opbench predict` shows for `q` on the run loaded as `loaded`, its rows read
 /// at host state `state`, with host model `host` (default: [`HostModel::default_for`],
-/// the report's too).
+/// the report's too); each knob measured in pairs (`knobs`) priced among what would help.
 pub fn explain<'a>(
     loaded: &Run,
     mut q: Query<'a>,
     host: Option<HostModel>,
     state: HostState,
+    knobs: &[KnobPair],
 ) -> Result<Explanation<'a>, AnalysisError> {
     let run = at_host_state(loaded, state)?;
     q.host = host.unwrap_or_else(|| HostModel::default_for(&run, &q));
@@ -145,7 +147,7 @@ pub fn explain<'a>(
             .then(|| transformers_of(&run, &fits, &q, &prediction)),
         graph: graph(&run, &fits, &q),
         step_check: crate::traced::step_check(&traces, &q),
-        help: (q.phase == Phase::Decode).then(|| help_of(&run, &fits, &q, &prediction)),
+        help: (q.phase == Phase::Decode).then(|| help_of(&run, &fits, &q, &prediction, knobs)),
         run_dir: run.dir.clone(),
         prediction,
         query: q,
@@ -202,9 +204,18 @@ fn other_state(loaded: &Run, q: &Query, state: HostState, pred: &Prediction) -> 
 
 /// What would help `q` (its levers ranked, and the bandwidth bound): predict's and the
 /// report's.
-pub fn help_of(run: &Run, fits: &Fits, q: &Query, pred: &Prediction) -> (Vec<Lever>, Lever) {
+pub fn help_of(
+    run: &Run,
+    fits: &Fits,
+    q: &Query,
+    pred: &Prediction,
+    knobs: &[KnobPair],
+) -> (Vec<Lever>, Lever) {
     let bound = crate::help::bandwidth_bound(run, q, pred);
-    (crate::help::levers(run, fits, q, pred, &bound), bound)
+    (
+        crate::help::levers(run, fits, q, pred, &bound, knobs),
+        bound,
+    )
 }
 
 /// The transformers profile's readings beside its prediction `pred`: predict's and the

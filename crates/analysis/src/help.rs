@@ -11,6 +11,7 @@ use rundir::{DType, Mode, OpKind, Run};
 use shapes::StepProfile;
 
 use crate::fit::Fits;
+use crate::knob::KnobPair;
 use crate::predict::{Prediction, Query, predict_with, step_row};
 
 /// The name of the row every gain is read against.
@@ -34,11 +35,14 @@ pub struct Lever {
     pub measured_ns: Option<f64>,
     /// Why it is not priced, and what to run to price it.
     pub unpriced: Option<String>,
+    /// A change measured in pairs (a knob): the pair's verdict on the step (or, where the
+    /// pair did not time the step, on its host-bound cases).
+    pub verdict: Option<stats::Verdict>,
 }
 
 impl Lever {
     /// A row the run prices at `ns` a step.
-    fn priced(
+    pub(crate) fn priced(
         name: impl Into<String>,
         action: impl Into<String>,
         batch: usize,
@@ -52,11 +56,12 @@ impl Lever {
             predicted_ns: Some(ns),
             measured_ns,
             unpriced: None,
+            verdict: None,
         }
     }
 
     /// A row the run cannot price, and why.
-    fn unpriced(
+    pub(crate) fn unpriced(
         name: impl Into<String>,
         action: impl Into<String>,
         batch: usize,
@@ -70,6 +75,7 @@ impl Lever {
             predicted_ns: None,
             measured_ns,
             unpriced: Some(why.into()),
+            verdict: None,
         }
     }
 
@@ -95,9 +101,18 @@ impl Lever {
 }
 
 /// The levers for `q`, ranked ([`rank`]: the query's own sequences first, then serving
-/// more; the step as it is among them); those the run cannot price last in each. The physical limit, `bound` ([`bandwidth_bound`]), stands apart; the
-/// faster host's row is floored at it.
-pub fn levers(run: &Run, fits: &Fits, q: &Query, pred: &Prediction, bound: &Lever) -> Vec<Lever> {
+/// more; the step as it is among them); those the run cannot price last in each. The
+/// physical limit, `bound` ([`bandwidth_bound`]), stands apart; the faster host's row is
+/// floored at it. Each knob measured in pairs (`knobs`) is a row of its own
+/// ([`KnobPair::lever`]).
+pub fn levers(
+    run: &Run,
+    fits: &Fits,
+    q: &Query,
+    pred: &Prediction,
+    bound: &Lever,
+    knobs: &[KnobPair],
+) -> Vec<Lever> {
     let measured = |q: &Query| step_row(run, q, q.mode).and_then(|r| r.median_ns);
     let mut out = vec![Lever::priced(
         AS_IS,
@@ -177,6 +192,7 @@ pub fn levers(run: &Run, fits: &Fits, q: &Query, pred: &Prediction, bound: &Leve
     }
     out.push(sdpa_lever(run, q, pred));
     out.push(faster_host(q, pred, bound.predicted_ns));
+    out.extend(knobs.iter().map(|k| k.lever(run, q, pred)));
     rank(&mut out, q.batch);
     out
 }

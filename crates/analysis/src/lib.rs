@@ -13,6 +13,8 @@
 //! - [`report::write_report`]: report.md and its SVG plots.
 //! - [`publish::publish`]: a run copied into `results/`, with its fits and report, and
 //!   listed in `results/README.md`.
+//! - [`knob::KnobPair`]: a runtime knob's paired comparison, priced into a step by
+//!   [`help::levers`].
 //! - [`traced::step_check`]: the trace pass's decode step against predict's plan.
 //! - [`history::history`]: many runs as series of builds per machine, with change points
 //!   (E-Divisive with a t-test); [`history_report::write_history_report`] draws the trends.
@@ -27,6 +29,7 @@ pub mod help;
 pub mod history;
 pub mod history_report;
 pub mod ingest;
+pub mod knob;
 pub mod merge;
 pub mod predict;
 pub mod publish;

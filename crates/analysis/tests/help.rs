@@ -19,7 +19,14 @@ fn each_row_is_the_prediction_with_one_thing_changed_and_they_rank_by_tokens_per
     let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
     let q = common::cpu_query(&cfg, Phase::Decode, 1, 128, StepProfile::HfEager);
     let pred = predict_with(&run, &fits, &q).unwrap();
-    let rows = levers(&run, &fits, &q, &pred, &bandwidth_bound(&run, &q, &pred));
+    let rows = levers(
+        &run,
+        &fits,
+        &q,
+        &pred,
+        &bandwidth_bound(&run, &q, &pred),
+        &[],
+    );
     let row = |name: &str| rows.iter().find(|l| l.name.starts_with(name)).unwrap();
 
     let as_is = row("the step as it is");
@@ -107,7 +114,14 @@ fn on_the_cpu_the_transformers_table_prices_what_it_can_and_names_the_rest() {
     let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
     let q = common::cpu_query(&cfg, Phase::Decode, 1, 128, StepProfile::Transformers);
     let pred = predict_with(&run, &fits, &q).unwrap();
-    let rows = levers(&run, &fits, &q, &pred, &bandwidth_bound(&run, &q, &pred));
+    let rows = levers(
+        &run,
+        &fits,
+        &q,
+        &pred,
+        &bandwidth_bound(&run, &q, &pred),
+        &[],
+    );
     let row = |name: &str| rows.iter().find(|l| l.name.starts_with(name)).unwrap();
     // the peer's step and the decode crate's fused step measured beside their prices
     for name in ["the step as it is", "fused kernels", "batch 8"] {
@@ -137,7 +151,14 @@ fn on_the_h200_the_transformers_rows_say_what_to_run_and_the_batches_check_withi
         ..q
     };
     let pred = predict_with(&run, &fits, &q).unwrap();
-    let rows = levers(&run, &fits, &q, &pred, &bandwidth_bound(&run, &q, &pred));
+    let rows = levers(
+        &run,
+        &fits,
+        &q,
+        &pred,
+        &bandwidth_bound(&run, &q, &pred),
+        &[],
+    );
     let row = |name: &str| rows.iter().find(|l| l.name.starts_with(name)).unwrap();
     for b in ["batch 8", "batch 64"] {
         let c = row(b).check().unwrap();
@@ -188,7 +209,7 @@ fn levers_of(
     let q = h200_query(run, &cfg, batch);
     let pred = predict_with(run, &fits, &q).unwrap();
     let bound = bandwidth_bound(run, &q, &pred);
-    let rows = levers(run, &fits, &q, &pred, &bound);
+    let rows = levers(run, &fits, &q, &pred, &bound, &[]);
     (bound, rows)
 }
 

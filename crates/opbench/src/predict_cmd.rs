@@ -79,6 +79,13 @@ pub struct PredictArgs {
     /// their differences). The other is printed beside it.
     #[arg(long, default_value = "typical", value_parser = PossibleValuesParser::new(HostState::ALL.map(HostState::as_str)).try_map(|s| s.parse::<HostState>()))]
     host_state: HostState,
+    /// A runtime knob measured in pairs: an `opbench ab` table (runs/RUN-ab.csv) of this
+    /// build against itself with the knob set on the candidate side (`scripts/bench
+    /// --knobs` writes them). Each becomes a row of what would help: the step priced on
+    /// this run's rows moved by the pair's ratios, the step measured with it, the
+    /// verdict, and what to do. Repeatable.
+    #[arg(long = "knob", value_name = "AB_CSV")]
+    knobs: Vec<PathBuf>,
 }
 
 pub fn run(args: &PredictArgs) -> Result<u8, CliError> {
@@ -113,7 +120,12 @@ pub fn run(args: &PredictArgs) -> Result<u8, CliError> {
         mode: args.mode,
         host: HostModel::AsMeasured,
     };
-    let e = analysis::explain::explain(&loaded, q, args.host_model, args.host_state)?;
+    let knobs = args
+        .knobs
+        .iter()
+        .map(|p| analysis::knob::KnobPair::load(p))
+        .collect::<Result<Vec<_>, _>>()?;
+    let e = analysis::explain::explain(&loaded, q, args.host_model, args.host_state, &knobs)?;
     print::explanation(&e);
     Ok(0)
 }

@@ -40,6 +40,23 @@ impl Verdict {
     }
 }
 
+impl std::str::FromStr for Verdict {
+    type Err = String;
+
+    /// The word [`Verdict::as_str`] writes (a table read back).
+    fn from_str(s: &str) -> Result<Self, String> {
+        [
+            Verdict::Same,
+            Verdict::Slower,
+            Verdict::Faster,
+            Verdict::Ambiguous,
+        ]
+        .into_iter()
+        .find(|v| v.as_str() == s)
+        .ok_or_else(|| format!("`{s}` is not a verdict (same, slower, faster, ambiguous)"))
+    }
+}
+
 /// The intervals of one change, ratios candidate / base: `change` decides `slower` and
 /// `faster`, `equivalence` decides `same` (the same interval where a tool uses one; a
 /// two one-sided tests' (1 − 2α) interval where it tests equivalence at α).
@@ -113,5 +130,7 @@ mod tests {
         };
         assert_eq!(judge(tost, t, false), Verdict::Same);
         assert_eq!(Intervals::of_log((0.0, 0.0)).change, (1.0, 1.0));
+        assert_eq!("slower".parse::<Verdict>(), Ok(Verdict::Slower));
+        assert!("status-changed".parse::<Verdict>().is_err());
     }
 }

@@ -444,6 +444,29 @@ pub fn predict(run: &Run, q: &Query) -> Result<Prediction, AnalysisError> {
 
 /// [`predict`] with the run's fits already made.
 pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, AnalysisError> {
+    compose(run, fits, q, None)
+}
+
+/// [`predict_with`] with the host speed `held` (another prediction's, of the same query)
+/// instead of the one this run's rows give: a change priced on the rows (a knob, say) that
+/// the layer the scale is read from was not measured with moves that layer as it moves its
+/// calls, which leaves the scale as it was. A `Control` speed is each row's own and is
+/// read as usual.
+pub fn predict_holding(
+    run: &Run,
+    fits: &Fits,
+    q: &Query,
+    held: Option<HostSpeed>,
+) -> Result<Prediction, AnalysisError> {
+    compose(run, fits, q, held)
+}
+
+fn compose(
+    run: &Run,
+    fits: &Fits,
+    q: &Query,
+    held: Option<HostSpeed>,
+) -> Result<Prediction, AnalysisError> {
     if let Some(why) = q.model.family.not_composed() {
         return Err(AnalysisError::Input(format!(
             "{} ({} family): opbench cannot compose its step: {why}",
@@ -496,7 +519,7 @@ pub fn predict_with(run: &Run, fits: &Fits, q: &Query) -> Result<Prediction, Ana
     if !missing.is_empty() {
         return Err(pricer.missing(&missing));
     }
-    let host_speed = pricer.host_speed(&plan, &mut components);
+    let host_speed = pricer.host_speed(&plan, &mut components, held);
     // with the layer beside the step, no context factor was applied on top
     let context = match host_speed {
         Some(HostSpeed::Beside { .. }) => None,

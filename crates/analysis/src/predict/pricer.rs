@@ -649,6 +649,7 @@ impl<'a> Pricer<'a> {
         &self,
         plan: &StepPlan,
         components: &mut [Component],
+        held: Option<HostSpeed>,
     ) -> Option<HostSpeed> {
         let in_sequence_parts: Vec<&str> = plan
             .other
@@ -670,8 +671,16 @@ impl<'a> Pricer<'a> {
                 c.host_ns *= by;
             }
         };
-        match (self.adjust, self.beside, self.layer) {
-            (true, Some(ns), _) if priced > 0.0 => {
+        match (held, self.adjust, self.beside, self.layer) {
+            (Some(HostSpeed::Beside { scale, .. }), ..) => {
+                rescale(scale / self.factor);
+                held
+            }
+            (Some(HostSpeed::Layer { scale, .. }), ..) => {
+                rescale(scale);
+                held
+            }
+            (_, true, Some(ns), _) if priced > 0.0 => {
                 let scale = ns / priced;
                 rescale(scale / self.factor);
                 Some(HostSpeed::Beside {
@@ -681,6 +690,7 @@ impl<'a> Pricer<'a> {
                 })
             }
             (
+                _,
                 true,
                 _,
                 Some(LayerRows {

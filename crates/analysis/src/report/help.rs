@@ -29,7 +29,7 @@ pub(super) fn what_would_help(ctx: &Ctx, on: On) -> Result<(String, Vec<String>)
             let Ok(pred) = predict_with(ctx.run, &ctx.fits, &q) else {
                 continue;
             };
-            let (rows, _) = crate::explain::help_of(ctx.run, &ctx.fits, &q, &pred);
+            let (rows, _) = crate::explain::help_of(ctx.run, &ctx.fits, &q, &pred, &[]);
             tables += &table(b, &rows);
             if answer.is_empty() {
                 answer = crate::help::answer(&q, &pred, &rows);

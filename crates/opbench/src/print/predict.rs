@@ -449,10 +449,15 @@ pub fn what_would_help(levers: &[analysis::help::Lever], bound: &analysis::help:
         let measured = l
             .measured_ns
             .map_or("-".into(), |m| format!("{:.3}", m / 1e6));
+        // a change measured in pairs says what the pair found
+        let name = match l.verdict {
+            Some(v) => format!("{} ({})", l.name, v.as_str()),
+            None => l.name.clone(),
+        };
         match l.step_ns() {
             Some(ns) if l.predicted_ns.is_some() || l.unpriced.is_none() => println!(
                 "  {:<42} {:>9.3} {:>10.1} {:>10.1} {:>6} {:>10}  {}",
-                l.name,
+                name,
                 ns / 1e6,
                 l.tokens_per_s().unwrap_or_default(),
                 l.per_stream().unwrap_or_default(),
@@ -462,7 +467,7 @@ pub fn what_would_help(levers: &[analysis::help::Lever], bound: &analysis::help:
             ),
             _ => println!(
                 "  {:<42} {:>9} {:>10} {:>10} {:>6} {:>10}  {}; not priced: {}",
-                l.name,
+                name,
                 "-",
                 l.measured_ns
                     .map_or("-".into(), |m| format!("{:.1}", l.batch as f64 * 1e9 / m)),

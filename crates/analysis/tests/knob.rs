@@ -1,0 +1,209 @@
+//! A runtime knob measured in pairs, priced into the step: synthetic `opbench ab` tables
+//! with a planted effect, on two published runs (the CPU's, and the H200's made for what
+//! would help).
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use analysis::fit::fit_run;
+use analysis::help::{bandwidth_bound, levers};
+use analysis::knob::KnobPair;
+use analysis::predict::{Query, predict_with};
+use rundir::{OpKind, Phase, Run};
+use shapes::{ModelConfig, StepProfile};
+use stats::Verdict;
+
+const CPU_RUN: &str =
+    "published/results/2026-12-01-intel-r-xeon-r-processor-cpu-torch2.11.0-stack-x1";
+
+/// Writes `dir/k-ab.csv` with `cases` (key text, ratio, verdict) and one host-bound family,
+/// and the two sides' env.json, the candidate with `knob` set; returns the table's path.
+fn pair(dir: &Path, knob: (&str, &str), cases: &[(String, f64, &str)]) -> PathBuf {
+    for (side, env) in [
+        ("base", BTreeMap::new()),
+        ("cand", BTreeMap::from([(knob.0.into(), knob.1.into())])),
+    ] {
+        let d = dir.join(format!("k-{side}"));
+        std::fs::create_dir_all(&d).unwrap();
+        let e = rundir::Env {
+            schema_version: rundir::SCHEMA_VERSION,
+            run_id: format!("k-{side}"),
+            started_at: "2026-12-06T17:00:00Z".into(),
+            backend: "cpu".into(),
+            devices: vec!["cpu".into()],
+            cpu_model: "a test's".into(),
+            libtorch_version: "2.11.0".into(),
+            env,
+            ..Default::default()
+        };
+        std::fs::write(d.join(rundir::layout::ENV), e.to_json()).unwrap();
+    }
+    let mut csv = String::from(
+        "level,name,kind,verdict,ratio,ratio_low,ratio_high,pairs,resolution_pct,note\n",
+    );
+    csv.push_str("family,\"all host-bound cases\",\"host-bound\",slower,1.1,1.09,1.11,,,\"\"\n");
+    for (name, ratio, verdict) in cases {
+        csv.push_str(&format!(
+            "case,\"{name}\",\"host-bound\",{verdict},{ratio},{ratio},{ratio},16,,\"\"\n"
+        ));
+    }
+    let path = dir.join("k-ab.csv");
+    std::fs::write(&path, csv).unwrap();
+    path
+}
+
+/// Every ok row of `op` at `batch` in `run`, as ab names cases.
+fn cases_of(run: &Run, op: OpKind, batch: usize, ratio: f64) -> Vec<(String, f64, &'static str)> {
+    run.ok_rows()
+        .filter(|r| r.op == op && r.batch == batch && r.phase == Phase::Decode)
+        .map(|r| (r.key.to_string(), ratio, "slower"))
+        .collect()
+}
+
+#[test]
+fn a_planted_knob_moves_the_step_by_its_ops_share_and_says_leave_it_unset() {
+    let run = common::fixture(CPU_RUN);
+    let fits = fit_run(&run);
+    let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
+    let q = common::cpu_query(&cfg, Phase::Decode, 1, 128, StepProfile::HfEager);
+    let pred = predict_with(&run, &fits, &q).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cases = cases_of(&run, OpKind::Linear, 1, 1.10);
+    cases.push((q.step_key(q.mode).to_string(), 1.04, "slower"));
+    let knob = KnobPair::load(&pair(tmp.path(), ("OMP_NUM_THREADS", "1"), &cases)).unwrap();
+    assert_eq!(knob.label(), "OMP_NUM_THREADS=1");
+
+    let rows = levers(
+        &run,
+        &fits,
+        &q,
+        &pred,
+        &bandwidth_bound(&run, &q, &pred),
+        &[knob],
+    );
+    let row = rows
+        .iter()
+        .find(|l| l.name == "knob OMP_NUM_THREADS=1")
+        .unwrap();
+    // planted: +10% on every linear call; the step moves by 10% of what linear costs in it
+    let linear: f64 = pred
+        .components
+        .iter()
+        .filter(|c| c.op == Some(OpKind::Linear))
+        .map(|c| c.calls as f64 * c.per_call_ns)
+        .sum();
+    assert!(
+        linear > 0.1 * pred.step_ns,
+        "linear is a real share of the step"
+    );
+    let moved = row.predicted_ns.unwrap() - pred.step_ns;
+    assert!(
+        (moved / (0.10 * linear) - 1.0).abs() < 0.02,
+        "moved {moved} ns, planted {}",
+        0.10 * linear
+    );
+    // measured: the run's step moved by the pair's ratio of it
+    let as_is = rows
+        .iter()
+        .find(|l| l.name == analysis::help::AS_IS)
+        .unwrap();
+    let m = row.measured_ns.unwrap() / as_is.measured_ns.unwrap();
+    assert!((m - 1.04).abs() < 1e-9);
+    assert_eq!(row.verdict, Some(Verdict::Slower));
+    assert!(
+        row.action.starts_with("leave it unset: it costs +4.0%"),
+        "{}",
+        row.action
+    );
+    // a knob that costs time ranks below the step as it is
+    let pos = |n: &str| rows.iter().position(|l| l.name == n).unwrap();
+    assert!(pos(analysis::help::AS_IS) < pos("knob OMP_NUM_THREADS=1"));
+}
+
+#[test]
+fn a_knob_that_helps_is_set_and_a_pair_of_other_cases_prices_nothing() {
+    let run = common::fixture(CPU_RUN);
+    let fits = fit_run(&run);
+    let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
+    let q = common::cpu_query(&cfg, Phase::Decode, 1, 128, StepProfile::HfEager);
+    let pred = predict_with(&run, &fits, &q).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cases: Vec<_> = cases_of(&run, OpKind::RmsNorm, 1, 0.8)
+        .into_iter()
+        .map(|(n, r, _)| (n, r, "faster"))
+        .collect();
+    cases.push((q.step_key(q.mode).to_string(), 0.95, "faster"));
+    let knob = KnobPair::load(&pair(tmp.path(), ("ATEN_CPU_CAPABILITY", "avx2"), &cases)).unwrap();
+    let row = knob.lever(&run, &q, &pred);
+    assert!(row.predicted_ns.unwrap() < pred.step_ns);
+    assert_eq!(row.verdict, Some(Verdict::Faster));
+    assert_eq!(
+        row.action,
+        "set ATEN_CPU_CAPABILITY=avx2 where the Python process starts"
+    );
+
+    // a pair at another batch times none of this step's cases: not priced, and says so
+    let other = tempfile::tempdir().unwrap();
+    let cases = cases_of(&run, OpKind::Linear, 8, 1.1);
+    let knob = KnobPair::load(&pair(other.path(), ("OMP_NUM_THREADS", "1"), &cases)).unwrap();
+    let row = knob.lever(&run, &q, &pred);
+    assert!(row.predicted_ns.is_none() && row.measured_ns.is_none());
+    assert!(
+        row.unpriced
+            .unwrap()
+            .contains("timed none of this step's cases")
+    );
+}
+
+#[test]
+fn on_a_gpu_a_knob_on_dispatch_is_not_cancelled_by_the_host_scale() {
+    // the transformers step on the H200, its host costs scaled to the layer timed beside
+    // the step (`controlled`): a knob that adds 10% to every linear call's dispatch moves
+    // the step's host time; re-deriving the scale from the moved rows would undo it
+    let run = common::fixture("help-2026-12-03");
+    let fits = fit_run(&run);
+    let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
+    let q = Query {
+        device: "cuda:0".parse().unwrap(),
+        dtype: rundir::DType::F16,
+        ..common::cpu_query(&cfg, Phase::Decode, 1, 1024, StepProfile::Transformers)
+    };
+    let q = Query {
+        host: analysis::predict::HostModel::default_for(&run, &q),
+        ..q
+    };
+    let pred = predict_with(&run, &fits, &q).unwrap();
+    assert!(pred.host_bound() && pred.host_speed.is_some());
+    let host_linear: f64 = pred
+        .components
+        .iter()
+        .filter(|c| c.op == Some(OpKind::Linear))
+        .map(|c| c.calls as f64 * c.host_ns)
+        .sum();
+    let tmp = tempfile::tempdir().unwrap();
+    let cases: Vec<_> = cases_of(&run, OpKind::Linear, 1, 1.10)
+        .into_iter()
+        .filter(|(n, ..)| !n.contains("/graph") && !n.contains("/device"))
+        .collect();
+    let knob = KnobPair::load(&pair(
+        tmp.path(),
+        ("TORCH_BLAS_PREFER_CUBLASLT", "1"),
+        &cases,
+    ))
+    .unwrap();
+    let held = knob.lever(&run, &q, &pred).predicted_ns.unwrap() - pred.step_ns;
+    assert!(
+        (held / (0.10 * host_linear) - 1.0).abs() < 0.05,
+        "held {held} ns, planted {}",
+        0.10 * host_linear
+    );
+    let (moved, _) = knob.applied(&run);
+    let rescaled = predict_with(&moved, &fit_run(&moved), &q).unwrap().step_ns - pred.step_ns;
+    assert!(
+        rescaled.abs() < 0.5 * held,
+        "the scale read again cancels most of it: {rescaled} vs {held}"
+    );
+}
