@@ -14,7 +14,8 @@ tune in the comparison's warm-up. The run directories are runs/<RUN>-<i>-base, -
 
 Each knob is then priced: `opbench predict PRICE --knob <RUN>-<i>-ab.csv ...` moves the
 rows of a whole run of this machine (PRICE: --price RUN_DIR, else one made first,
-runs/<RUN>-price: every crate's cases matching the filter, and the peer at its batch) by
+runs/<RUN>-price: every crate's decode cases of the model at the filter's batch, the
+floor and the ceilings, and the peer at that batch) by
 each pair's ratios and composes the step as for every other change; its "what would help"
 gives each knob's verdict, predicted and measured tokens/s, and the line to set (or "leave
 it unset", with its cost). With OPBENCH_BIN=DIR (bench-<crate> executables and opbench
@@ -188,7 +189,8 @@ def bench_knobs(args):
     peer = env.get("OPBENCH_PEER", "1") != "0"
     t0 = time.time()
     if price is None:
-        price = pricing_run(env, opbench, runs / f"{run_id}-price", filt, peer)
+        every = f"/{model}/decode/b{batch_of(filt)}/|^floor/|^ceiling/"
+        price = pricing_run(env, opbench, runs / f"{run_id}-price", every, peer)
     # on the CPU the cold modes run through scripts/bench only: ab times pipelined
     env["OPBENCH_MODES"] = p.ab_modes(env) or "pipelined"
     r.say(f"{len(plan)} knob value(s) of {path.name}, ~{share:.0f} s each, cases matching {filt}")
@@ -223,8 +225,9 @@ def bench_knobs(args):
 
 def pricing_run(env, opbench, run, filt, peer):
     """A run of this machine to price the knobs on: every crate's cases matching `filt`
-    (`scripts/bench --workspace -- FILTER`), and where the peer runs, its rows at the
-    filter's batch. Made once per knobs run; --price gives one instead."""
+    (the model's decode at the batch, the floor and the ceilings: `scripts/bench
+    --workspace -- FILTER`), and where the peer runs, its rows at that batch. Made once per
+    knobs run; --price gives one instead."""
     if env.get("OPBENCH_BIN"):
         r.fail("with OPBENCH_BIN give the run to price the knobs on: --price RUN_DIR")
     r.say(f"the run the knobs are priced on: {run} (every crate matching {filt})")

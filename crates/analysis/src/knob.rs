@@ -5,11 +5,14 @@
 //! knob (from the sides' env.json), each case's ratio candidate / base and verdict.
 //!
 //! Priced as every other change is ([`crate::help`]): the run the user asks about, each
-//! row the pair measured moved by its measured ratio ([`KnobPair::applied`]), composed into
-//! a step by the same [`crate::predict::predict_with`]. A host-timed row moves by the
-//! pair's host-timed ratio of its case; a device-timed row (`device`, `graph`, their cold
-//! modes) by the pair's device-timed ratio of its case, whichever device mode the pair
-//! timed (on a GPU `opbench ab` times kernels as graph replays).
+//! row moved by the change the pair found in it ([`KnobPair::found`]), composed into a step
+//! by the same [`crate::predict::predict_with`]. Only found changes move a row: a case the
+//! pair judged `slower` or `faster` by its own ratio, else a case of a family judged so by
+//! the family's pooled ratio; nothing else (a step priced from the peer's rows takes
+//! differences of rows, and their undecided ±5% would be priced as if found). A host-timed
+//! row moves by its case's host-timed change; a device-timed row (`device`, `graph`, their
+//! cold modes) by its case's device-timed change, whichever device mode the pair timed (on
+//! a GPU `opbench ab` times kernels as graph replays).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -23,12 +26,14 @@ use crate::help::Lever;
 use crate::predict::{Prediction, Query, predict_holding, step_row};
 
 /// One case's change with the knob set.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CaseChange {
     /// Candidate (knob set) over base (unset), the pair's estimate.
     pub ratio: f64,
     /// The pair's verdict; `None` where it judged none (failed, status changed).
     pub verdict: Option<Verdict>,
+    /// The family the pair pooled it in, where the table names it.
+    pub family: Option<String>,
 }
 
 /// What one paired comparison of a knob measured.
@@ -64,13 +69,23 @@ impl KnobPair {
         let stem = ab_csv
             .file_name()
             .and_then(|n| n.to_str())
-            .and_then(|n| n.strip_suffix("-ab.csv"))
+            .and_then(|n| {
+                // `opbench ab --judge` writes <RUN>-judged-ab.csv beside the same sides
+                n.strip_suffix("-judged-ab.csv")
+                    .or_else(|| n.strip_suffix("-ab.csv"))
+            })
             .ok_or_else(|| bad("not an `opbench ab` table (<RUN>-ab.csv)".into()))?;
         let side = |s: &str| -> Result<Option<Env>, AnalysisError> {
             Ok(Run::env_of(&ab_csv.with_file_name(format!("{stem}-{s}")))?)
         };
         let setting = setting_of(side("base")?.as_ref(), side("cand")?.as_ref());
         let mut reader = csv::Reader::from_path(ab_csv).map_err(|e| bad(e.to_string()))?;
+        // tables before 2026-12-06 name no family
+        let family_at = reader
+            .headers()
+            .map_err(|e| bad(e.to_string()))?
+            .iter()
+            .position(|h| h == "family");
         let mut pair = KnobPair {
             path: ab_csv.to_path_buf(),
             setting,
@@ -93,7 +108,16 @@ impl KnobPair {
                 "case" => {
                     let key = case_class(field(1))
                         .ok_or_else(|| bad(format!("`{}` is not a case key", field(1))))?;
-                    pair.cases.insert(key, CaseChange { ratio, verdict });
+                    let family = family_at
+                        .map(field)
+                        .filter(|f| !f.is_empty())
+                        .map(str::to_string);
+                    let change = CaseChange {
+                        ratio,
+                        verdict,
+                        family,
+                    };
+                    pair.cases.insert(key, change);
                 }
                 other => return Err(bad(format!("level `{other}`: expected family or case"))),
             }
@@ -114,19 +138,32 @@ impl KnobPair {
         words.join(" ")
     }
 
-    /// The change of `key`'s class, where the pair measured it.
-    pub fn change(&self, key: &CaseKey) -> Option<CaseChange> {
-        self.cases.get(&class_key(key)).copied()
+    /// What the pair measured of `key`'s class, found or not.
+    pub fn change(&self, key: &CaseKey) -> Option<&CaseChange> {
+        self.cases.get(&class_key(key))
     }
 
-    /// `run` with every ok row the pair measured moved by its ratio (median, mean, its
-    /// interval and spread alike; the host control beside it is left: it times no knob's
-    /// op), and how many rows moved.
+    /// The change the pair found in `key`'s class (see the module): its own ratio where
+    /// the case was judged `slower` or `faster`, else its family's where the family was;
+    /// `None` where the pair found none or did not time it.
+    pub fn found(&self, key: &CaseKey) -> Option<f64> {
+        let found = |v: Option<Verdict>| matches!(v, Some(Verdict::Slower | Verdict::Faster));
+        let c = self.change(key)?;
+        if found(c.verdict) {
+            return Some(c.ratio);
+        }
+        let (v, ratio) = self.families.get(c.family.as_deref()?)?;
+        found(Some(*v)).then_some(*ratio)
+    }
+
+    /// `run` with every ok row moved by the change the pair found in it ([`Self::found`]:
+    /// median, mean, its interval and spread alike; the host control beside it is left: it
+    /// times no knob's op), and how many rows moved.
     pub fn applied(&self, run: &Run) -> (Run, usize) {
         let mut out = run.clone();
         let mut moved = 0;
         for r in out.results.iter_mut().filter(|r| r.is_ok()) {
-            let Some(c) = self.change(&r.key) else {
+            let Some(ratio) = self.found(&r.key) else {
                 continue;
             };
             for v in [
@@ -136,7 +173,7 @@ impl KnobPair {
                 &mut r.ci_high_ns,
                 &mut r.mad_ns,
             ] {
-                *v = v.map(|x| x * c.ratio);
+                *v = v.map(|x| x * ratio);
             }
             moved += 1;
         }
@@ -185,8 +222,6 @@ impl KnobPair {
         let label = self.label();
         let name = format!("knob {label}");
         let step = self.change(&q.step_key(q.mode));
-        let host_bound = self.families.get(HOST_BOUND).map(|f| f.0);
-        let verdict = step.and_then(|c| c.verdict).or(host_bound);
         let measured = step_row(run, q, q.mode)
             .and_then(|r| r.median_ns)
             .zip(step)
@@ -197,7 +232,7 @@ impl KnobPair {
             .ok_rows()
             .filter(|r| r.batch == q.batch && r.model == q.model.name)
             .any(|r| self.change(&r.key).is_some());
-        let (moved, _) = self.applied(run);
+        let (moved, n) = self.applied(run);
         let priced = if !timed {
             Err(format!(
                 "the pair ({}) timed none of this step's cases: run it with this model and batch",
@@ -209,18 +244,28 @@ impl KnobPair {
                 .map(|p| p.step_ns)
                 .map_err(|e| e.to_string())
         };
+        let priced_change = priced.as_ref().ok().map(|ns| ns / pred.step_ns);
+        let (verdict, from) = verdict_of(step.and_then(|c| c.verdict), priced_change, n);
         let action = match verdict {
-            Some(Verdict::Faster) => format!("set {label} where the Python process starts"),
+            Some(Verdict::Faster) => format!("set {label} where the Python process starts{from}"),
             Some(Verdict::Slower) => {
-                // measured where the pair timed the step, else as priced
-                let priced_change = priced.as_ref().ok().map(|ns| ns / pred.step_ns);
-                let cost = step.map(|c| c.ratio).or(priced_change).map(|r| r - 1.0);
+                // measured where the pair found the step slower, else as priced
+                let cost = match from {
+                    "" => step.map(|c| c.ratio),
+                    _ => priced_change,
+                };
                 format!(
-                    "leave it unset: it costs {}",
-                    cost.map_or("time".into(), |c| format!("{:+.1}% a step", c * 100.0))
+                    "leave it unset: it costs {}{from}",
+                    cost.map_or("time".into(), |c| format!(
+                        "{:+.1}% a step",
+                        (c - 1.0) * 100.0
+                    ))
                 )
             }
-            Some(Verdict::Same) => "either way: the pair found no difference".into(),
+            Some(Verdict::Same) if from.is_empty() => {
+                "either way: the pair found no difference".into()
+            }
+            Some(Verdict::Same) => format!("either way: it moves the step under ±1%{from}"),
             _ => "undecided: a larger --budget narrows the pair".into(),
         };
         let mut lever = match priced {
@@ -232,5 +277,21 @@ impl KnobPair {
     }
 }
 
-/// The family of an ab table that pools its host-bound cases.
-const HOST_BOUND: &str = "all host-bound cases";
+/// The knob's verdict on the step, and where it comes from (`""`: the step's own pairs):
+/// the step's where they decided it; else, where the pair found changes in `moved` of the
+/// step's rows, the direction they move the priced step (`ratio`, predicted over as is)
+/// beyond ±1%, or `same` within; else the step's undecided verdict.
+fn verdict_of(
+    step: Option<Verdict>,
+    ratio: Option<f64>,
+    moved: usize,
+) -> (Option<Verdict>, &'static str) {
+    const OPS: &str = " (as its ops price the step; the step's own pairs undecided)";
+    match (step, ratio) {
+        (Some(v), _) if v.is_decided() => (Some(v), ""),
+        (_, Some(r)) if moved > 0 && r > 1.01 => (Some(Verdict::Slower), OPS),
+        (_, Some(r)) if moved > 0 && r < 1.0 / 1.01 => (Some(Verdict::Faster), OPS),
+        (_, Some(_)) if moved > 0 => (Some(Verdict::Same), OPS),
+        _ => (step, ""),
+    }
+}

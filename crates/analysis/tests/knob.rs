@@ -22,6 +22,17 @@ const CPU_RUN: &str =
 /// Writes `dir/k-ab.csv` with `cases` (key text, ratio, verdict) and one host-bound family,
 /// and the two sides' env.json, the candidate with `knob` set; returns the table's path.
 fn pair(dir: &Path, knob: (&str, &str), cases: &[(String, f64, &str)]) -> PathBuf {
+    pair_in(dir, knob, cases, &[])
+}
+
+/// [`pair`] with `families` (name, ratio, verdict) besides, each case in the family its
+/// op's name begins (`linear …`), as `opbench ab` writes them.
+fn pair_in(
+    dir: &Path,
+    knob: (&str, &str),
+    cases: &[(String, f64, &str)],
+    families: &[(&str, f64, &str)],
+) -> PathBuf {
     for (side, env) in [
         ("base", BTreeMap::new()),
         ("cand", BTreeMap::from([(knob.0.into(), knob.1.into())])),
@@ -42,12 +53,21 @@ fn pair(dir: &Path, knob: (&str, &str), cases: &[(String, f64, &str)]) -> PathBu
         std::fs::write(d.join(rundir::layout::ENV), e.to_json()).unwrap();
     }
     let mut csv = String::from(
-        "level,name,kind,verdict,ratio,ratio_low,ratio_high,pairs,resolution_pct,note\n",
+        "level,name,kind,verdict,ratio,ratio_low,ratio_high,pairs,resolution_pct,note,family\n",
     );
-    csv.push_str("family,\"all host-bound cases\",\"host-bound\",slower,1.1,1.09,1.11,,,\"\"\n");
-    for (name, ratio, verdict) in cases {
+    csv.push_str("family,\"all host-bound cases\",\"host-bound\",slower,1.1,1.09,1.11,,,\"\",\n");
+    for (name, ratio, verdict) in families {
         csv.push_str(&format!(
-            "case,\"{name}\",\"host-bound\",{verdict},{ratio},{ratio},{ratio},16,,\"\"\n"
+            "family,\"{name}\",\"host-bound\",{verdict},{ratio},{ratio},{ratio},,,\"\",\n"
+        ));
+    }
+    for (name, ratio, verdict) in cases {
+        let family = families
+            .iter()
+            .find(|f| name.starts_with(f.0.split(' ').next().unwrap()))
+            .map_or("", |f| f.0);
+        csv.push_str(&format!(
+            "case,\"{name}\",\"host-bound\",{verdict},{ratio},{ratio},{ratio},16,,\"\",\"{family}\"\n"
         ));
     }
     let path = dir.join("k-ab.csv");
@@ -205,5 +225,50 @@ fn on_a_gpu_a_knob_on_dispatch_is_not_cancelled_by_the_host_scale() {
     assert!(
         rescaled.abs() < 0.5 * held,
         "the scale read again cancels most of it: {rescaled} vs {held}"
+    );
+}
+
+#[test]
+fn only_found_changes_move_a_row_a_case_alone_or_by_its_family() {
+    let run = common::fixture(CPU_RUN);
+    let fits = fit_run(&run);
+    let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
+    let q = common::cpu_query(&cfg, Phase::Decode, 1, 128, StepProfile::HfEager);
+    let pred = predict_with(&run, &fits, &q).unwrap();
+    let undecided = |op, ratio| -> Vec<(String, f64, &'static str)> {
+        cases_of(&run, op, 1, ratio)
+            .into_iter()
+            .map(|(n, r, _)| (n, r, "ambiguous"))
+            .collect()
+    };
+    // linear's cases undecided one by one (+30% each, noisy), their family found +10%;
+    // rmsnorm's undecided, and its family too: only linear moves, by the family's ratio
+    let mut cases = undecided(OpKind::Linear, 1.30);
+    cases.extend(undecided(OpKind::RmsNorm, 1.50));
+    let families = [
+        ("linear pipelined (host-bound)", 1.10, "slower"),
+        ("rmsnorm pipelined (host-bound)", 1.50, "ambiguous"),
+    ];
+    let tmp = tempfile::tempdir().unwrap();
+    let knob = KnobPair::load(&pair_in(tmp.path(), ("K", "1"), &cases, &families)).unwrap();
+    let linear: f64 = pred
+        .components
+        .iter()
+        .filter(|c| c.op == Some(OpKind::Linear))
+        .map(|c| c.calls as f64 * c.per_call_ns)
+        .sum();
+    let row = knob.lever(&run, &q, &pred);
+    let moved = row.predicted_ns.unwrap() - pred.step_ns;
+    assert!(
+        (moved / (0.10 * linear) - 1.0).abs() < 0.02,
+        "moved {moved} ns, the family's +10% of linear {}",
+        0.10 * linear
+    );
+    // the step's own pairs undecided (not timed here): the verdict is what the ops price
+    assert_eq!(row.verdict, Some(Verdict::Slower));
+    assert!(
+        row.action.contains("as its ops price the step"),
+        "{}",
+        row.action
     );
 }

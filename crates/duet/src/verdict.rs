@@ -71,6 +71,8 @@ pub struct CaseLine {
     pub name: String,
     pub group: String,
     pub kind: Option<Kind>,
+    /// The family it is pooled in (`linear pipelined (host-bound)`), where it was judged.
+    pub family: Option<String>,
     pub verdict: CaseVerdict,
     /// cand / base: median, low, high.
     pub ratio: Option<(f64, f64, f64)>,
@@ -303,6 +305,7 @@ fn case_line_inner(c: &CaseRun, est: Option<(Kind, Rounds)>, level: f64, tol: f6
         name: c.name.clone(),
         group: c.group.clone(),
         kind: est.map(|e| e.0),
+        family: est.map(|e| format!("{} ({})", family_of(&c.key), e.0.as_str())),
         verdict: CaseVerdict::NotTimed(Status::Error),
         ratio: None,
         pairs: c.pairs.len(),
@@ -355,22 +358,27 @@ fn members(outcome: &Outcome, est: &BTreeMap<String, (Kind, Rounds)>) -> Vec<Mem
         let Some((kind, e)) = est.get(&c.name) else {
             continue;
         };
-        // scripts/peer.py's rows (the same op from Python) are a family of their own
-        let python = rundir::Timer::of(&c.key.variant) != rundir::Timer::Rust;
         members.push((
             *kind,
-            format!(
-                "{} {}{}",
-                c.key.op,
-                c.key.mode,
-                if python { " from Python" } else { "" }
-            ),
+            family_of(&c.key),
             e.mean,
             c.round_estimates(),
             rundir::noise::TermKind::of(c.key.mode),
         ));
     }
     members
+}
+
+/// A case's family, less its kind: its op in its mode; scripts/peer.py's rows (the same op
+/// from Python) are a family of their own.
+fn family_of(key: &rundir::CaseKey) -> String {
+    let python = rundir::Timer::of(&key.variant) != rundir::Timer::Rust;
+    format!(
+        "{} {}{}",
+        key.op,
+        key.mode,
+        if python { " from Python" } else { "" }
+    )
 }
 
 /// What one process of this run shared among its cases, per kind of timing: each kind's

@@ -215,7 +215,7 @@ fn side_row(c: &CaseRun, side: Side, run_id: &str) -> (ResultRow, Vec<Sample>) {
 /// `<RUN>-ab.csv`: one line per family and per case.
 pub fn ab_csv(v: &Verdicts) -> String {
     let mut out = String::from(
-        "level,name,kind,verdict,ratio,ratio_low,ratio_high,pairs,resolution_pct,note\n",
+        "level,name,kind,verdict,ratio,ratio_low,ratio_high,pairs,resolution_pct,note,family\n",
     );
     let q = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
     let num = |x: Option<f64>| x.map_or(String::new(), |x| format!("{x:.5}"));
@@ -223,7 +223,7 @@ pub fn ab_csv(v: &Verdicts) -> String {
         let (r, lo, hi) = f.pooled.ratio();
         let _ = writeln!(
             out,
-            "family,{},{},{},{r:.5},{lo:.5},{hi:.5},,,{}",
+            "family,{},{},{},{r:.5},{lo:.5},{hi:.5},,,{},",
             q(&f.name),
             q(f.kind.as_str()),
             f.judgement.as_str(),
@@ -233,7 +233,7 @@ pub fn ab_csv(v: &Verdicts) -> String {
     for c in &v.cases {
         let _ = writeln!(
             out,
-            "case,{},{},{},{},{},{},{},{},{}",
+            "case,{},{},{},{},{},{},{},{},{},{}",
             q(&c.name),
             q(c.kind.map_or("", |k| k.as_str())),
             c.verdict.word(),
@@ -242,7 +242,8 @@ pub fn ab_csv(v: &Verdicts) -> String {
             num(c.ratio.map(|r| r.2)),
             c.pairs,
             num(c.resolution.map(|r| r * 100.0)),
-            q(&c.note)
+            q(&c.note),
+            q(c.family.as_deref().unwrap_or_default())
         );
     }
     out
