@@ -255,34 +255,35 @@ def price_knobs(opbench, price, batch, peer, tables):
         out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         return f"not priced: `{' '.join(cmd)}` said: {out.stderr.strip()}\n"
-    return f"priced on {price}:\n\n```\n{out.stdout}```\n"
+    return (f"priced on {price} (`opbench predict` with --knob for each pair):\n\n```\n"
+            f"{answer_and_help(out.stdout)}```\n")
 
 
 def summary(rows):
-    """The knobs' table: per knob value its verdicts and, where the HF step ran, its
-    tokens/s unset and set (one sequence: 1e9 / the step's ns)."""
-    lines = ["| knob | ab exit | host-bound cases | device cases | HF step | tokens/s unset → set | what to do |",
-             "|---|---|---|---|---|---|---|"]
+    """The knobs' table: per knob value what its pair found (the verdicts of its host-bound
+    and device-timed cases and of the HF step) and, where the HF step ran, its tokens/s
+    unset and set in the pair's two processes (one sequence: 1e9 / the step's ns). What to
+    do is said once, by the priced rows below it (`opbench predict --knob`)."""
+    lines = ["| knob | ab exit | host-bound cases | device cases | HF step | tokens/s unset → set (the pair) |",
+             "|---|---|---|---|---|---|"]
     for k, value, code, fams, step, base in rows:
         tok = "-"
-        todo = "undecided: a larger --budget narrows it (see its ab table)"
         if step is not None:
             ns = step_ns(base, step[2])
             if ns:
                 tok = f"{1e9 / ns:.1f} → {1e9 / (ns * step[1]):.1f}"
-            verdict = step[0]
-        else:
-            verdict = fams.get("all host-bound cases", ("-",))[0]
-        if verdict == "faster":
-            todo = f"set {k['name']}={value}"
-        elif verdict == "slower":
-            todo = "leave unset: it costs time"
-        elif verdict == "same":
-            todo = "no difference found"
         hf = "-" if step is None else f"{step[0]} ({(step[1] - 1) * 100:+.1f}%)"
         lines.append(f"| {k['name']}={value} | {code} | {cell(fams, 'all host-bound cases')} | "
-                     f"{cell(fams, 'all device cases')} | {hf} | {tok} | {todo} |")
+                     f"{cell(fams, 'all device cases')} | {hf} | {tok} |")
     return "\n".join(lines) + "\n"
+
+
+def answer_and_help(text):
+    """predict's answer (its first lines) and its "what would help" block, of its printout."""
+    lines = text.splitlines()
+    head = lines[: next((i for i, l in enumerate(lines) if not l.startswith(("answer", "  "))), len(lines))]
+    at = next((i for i, l in enumerate(lines) if l.startswith("what would help")), len(lines))
+    return "\n".join(head + [""] + lines[at:]) + "\n"
 
 
 if __name__ == "__main__":

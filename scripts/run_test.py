@@ -75,9 +75,12 @@ def knob_lists():
         assert fams["all host-bound cases"] == ("slower", 1.10) and step[0] == "slower"
         table = knobs.summary([(cuda[0], "1", 1, fams, step, base)])
         assert "slower (+10.0%)" in table and "40.0 → 32.0" in table, table
-        assert "leave unset" in table, table
         faster = knobs.summary([(cuda[0], "1", 0, fams, ("faster", 0.8, step[2]), base)])
-        assert f"set {cuda[0]['name']}=1" in faster and "40.0 → 50.0" in faster, faster
+        assert "faster (-20.0%)" in faster and "40.0 → 50.0" in faster, faster
+        # the priced rows keep predict's answer and its "what would help", not the rest
+        shown = knobs.answer_and_help("answer: 1\n  first: x\nqwen3 decode\nsplit\n"
+                                      "what would help your 1 sequence:\n  knob K=1 (slower) leave it unset\n")
+        assert "answer: 1" in shown and "knob K=1" in shown and "split" not in shown, shown
 
 
 if __name__ == "__main__":
