@@ -23,6 +23,7 @@ pub mod driver;
 mod plan;
 pub mod replay;
 pub mod solo;
+pub mod state;
 pub mod verdict;
 mod visit;
 pub mod worker;

@@ -1,7 +1,7 @@
 //! The pairs a visit takes after two rounds, per kind of case, and what a round costs:
 //! the driver's plan from what the first rounds showed.
 
-use crate::driver::{CaseRun, Pair};
+use crate::state::{CaseRun, Pair};
 
 /// A count for the (host-timed, device-timed) cases.
 pub(crate) type Kinds = (usize, usize);
@@ -91,8 +91,8 @@ pub(crate) fn planned_pairs(cases: &[&CaseRun], device: bool, max: usize) -> Vis
 #[cfg(test)]
 mod tests {
     use super::planned_pairs;
-    use crate::driver::{CaseRun, Pair};
     use crate::protocol::{CaseName, Sampled};
+    use crate::state::{CaseRun, Pair};
     use std::time::Duration;
 
     fn device_case(wall_ns: Option<f64>) -> Result<CaseRun, String> {

@@ -9,8 +9,8 @@ use std::time::Duration;
 use rundir::{ResultRow, Run, Sample, Status};
 use stats::paired::Looks;
 
-use crate::driver::{CaseRun, Ended, Outcome, Pair, Placement, Settings, Side};
 use crate::protocol::{Prepared, Sampled};
+use crate::state::{CaseRun, Ended, Outcome, Pair, Placement, Settings, Side};
 
 /// Why a stored comparison cannot be read back.
 #[derive(Debug, thiserror::Error)]

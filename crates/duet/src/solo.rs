@@ -15,8 +15,8 @@ use rand::seq::SliceRandom;
 
 use rundir::Status;
 
-use crate::driver::Factory;
 use crate::protocol::{CaseName, GroupKind, PROTOCOL, Prepared, Reply, Request, Sampled};
+use crate::state::Factory;
 use crate::worker::{Worker, WorkerError};
 
 /// What the driver is told (a run's budget, from its env.json).

@@ -20,7 +20,7 @@ use stats::Verdict;
 use stats::paired::{Pooled, Rounds, median_se, pooled, prior, process_sd};
 use stats::verdict::{Intervals, judge as rule};
 
-use crate::driver::{CaseRun, Outcome, Settings};
+use crate::state::{CaseRun, Outcome, Settings};
 
 /// What a host-timed case's time is made of, for its family: host-bound (dispatch) cases
 /// move with every torch call, the others with the kernels or the CPU's compute.

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use rundir::Status;
 
-use crate::driver::{CaseRun, DriverError, Group, Pair, Placement, Settings, Side, ended};
 use crate::protocol::{Prepared, Reply, Request, Sampled};
+use crate::state::{CaseRun, DriverError, Group, Pair, Placement, Settings, Side, ended};
 use crate::worker::{Worker, WorkerError};
 
 /// The two live workers of a group.

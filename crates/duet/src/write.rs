@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use rundir::{Env, ResultRow, RunWriter, Sample, Status};
 
-use crate::driver::{CaseRun, Outcome, Side};
 use crate::protocol::{Prepared, Sampled};
+use crate::state::{CaseRun, Outcome, Side};
 use crate::verdict::{CaseLine, CaseVerdict, Verdicts, pct};
 
 /// Where a comparison's files went.
@@ -286,7 +286,7 @@ pub fn summary_md(outcome: &Outcome, v: &Verdicts, sides: [&str; 2]) -> String {
             .map_or(String::new(), |c| format!(
                 " (a GPU case's samples on CPU {c})"
             )),
-        if s.placement == crate::driver::Placement::EachPair {
+        if s.placement == crate::state::Placement::EachPair {
             ", each device-timed pair in a fresh placement"
         } else {
             ""

@@ -2,6 +2,7 @@
 
 use crate::ModelConfig;
 use crate::problem::*;
+use crate::work::step_work;
 
 /// Every problem of one step of `cfg`, site by site (DESIGN.md's table).
 ///

@@ -30,6 +30,7 @@ mod grid;
 pub mod moe;
 mod plan;
 mod problem;
+mod work;
 
 pub use config::{ModelConfig, ShapesError, builtin_models, check_shapes_env, shapes_dir};
 pub use derive::derive;
@@ -39,4 +40,5 @@ pub use plan::{
     BESIDE_PAIRED_AT_MOST_NS, CallKind, GENERATE_LOOP, GenerateLoop, LAYER_REPEATS, OtherCall,
     PairedSite, Pairing, PlannedCall, STATIC_GENERATE, StepPlan, StepProfile,
 };
-pub use problem::{Dims, OpKind, Phase, Problem, Step, StepWork, UnknownValue, step_work};
+pub use problem::{Dims, OpKind, Phase, Problem, Step, StepWork, UnknownValue};
+pub use work::step_work;

@@ -13,7 +13,6 @@
 //! the same k experts (k hit, T tokens each): the fewest weights read, the largest GEMMs.
 
 use crate::ModelConfig;
-use crate::plan::{CallKind, OtherCall};
 use crate::problem::{Dims, OpKind, Problem, Step};
 
 /// How the step's tokens spread over the experts.
@@ -97,19 +96,4 @@ pub fn sites(
 /// device-clock or graph time, and a step that makes it cannot run ahead of the device.
 pub fn waits_for_device(op: OpKind, variant: &str) -> bool {
     op == OpKind::Moe && variant == "loop"
-}
-
-/// The routing's own calls per layer, which no op crate measures (the routed experts' case
-/// takes the routing as given): the router logits' softmax, top-k, the k weights' sum and
-/// division, and their cast back to the model's dtype (Qwen3MoeTopKRouter) — priced at the
-/// dispatch floor. None for a dense model.
-pub fn routing_calls(cfg: &ModelConfig) -> Option<OtherCall> {
-    cfg.is_moe().then_some(OtherCall {
-        name: "routing",
-        kind: CallKind::Kernel,
-        calls: 5 * cfg.num_hidden_layers,
-        what: "the MoE router logits' softmax, top-k, the k weights' sum and division, and their cast",
-        in_sequence: &[],
-        stand_in: &[],
-    })
 }

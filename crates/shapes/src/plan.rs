@@ -456,7 +456,7 @@ impl StepPlan {
                     stand_in,
                 }
             })
-            .chain(crate::moe::routing_calls(cfg))
+            .chain(routing_calls(cfg))
             .filter(|c| c.calls > 0)
             .collect();
         StepPlan {
@@ -488,4 +488,19 @@ impl StepPlan {
                 .map(|c| c.calls)
                 .sum::<usize>()
     }
+}
+
+/// The routing's own calls per layer, which no op crate measures (the routed experts' case
+/// takes the routing as given): the router logits' softmax, top-k, the k weights' sum and
+/// division, and their cast back to the model's dtype (Qwen3MoeTopKRouter) — priced at the
+/// dispatch floor. None for a dense model.
+pub fn routing_calls(cfg: &ModelConfig) -> Option<OtherCall> {
+    cfg.is_moe().then_some(OtherCall {
+        name: "routing",
+        kind: CallKind::Kernel,
+        calls: 5 * cfg.num_hidden_layers,
+        what: "the MoE router logits' softmax, top-k, the k weights' sum and division, and their cast",
+        in_sequence: &[],
+        stand_in: &[],
+    })
 }
