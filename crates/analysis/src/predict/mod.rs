@@ -24,6 +24,7 @@ use shapes::{
 use crate::AnalysisError;
 use crate::fit::{Fits, fit_run};
 
+mod host;
 mod layer;
 mod pricer;
 mod split;

@@ -39,7 +39,26 @@ pub fn explanation(e: &Explanation) {
 
 /// A predicted step: summary, breakdown, and the measured step where the run has it.
 pub fn prediction(e: &Explanation) {
-    let (q, pred, state) = (&e.query, &e.prediction, e.state);
+    let (q, pred) = (&e.query, &e.prediction);
+    title(e);
+    println!(
+        "predicted: {:.3} ms/step, {}",
+        pred.step_ns / 1e6,
+        rate(q, pred.step_ns)
+    );
+    if pred.gpu {
+        host_and_kernels(q, pred);
+    }
+    costliest(pred);
+    components(pred);
+    sources(q, pred);
+    measured_step(q, pred);
+}
+
+/// The query's line: model, phase, batch, context, profile, device, dtype, mode, host
+/// state and run.
+fn title(e: &Explanation) {
+    let (q, state) = (&e.query, e.state);
     println!(
         "{} {} B={} {}={}, profile {}, {} {} {}{} (run {})",
         q.model.name,
@@ -64,47 +83,48 @@ pub fn prediction(e: &Explanation) {
         },
         e.run_dir.display()
     );
+}
+
+/// A GPU step's host and kernel times, what bounds it, and the Python calls priced at
+/// the interpreter's pace.
+fn host_and_kernels(q: &analysis::predict::Query, pred: &Prediction) {
+    let bound = if pred.host_bound() {
+        "host-bound: launch overhead sets the pace"
+    } else {
+        "device-bound: the kernels set the pace"
+    };
+    let host = if q.profile == shapes::StepProfile::Transformers {
+        "host (libtorch dispatch and launch, and Python + framework: split below)"
+    } else {
+        "host dispatch+launch"
+    };
     println!(
-        "predicted: {:.3} ms/step, {}",
-        pred.step_ns / 1e6,
-        rate(q, pred.step_ns)
+        "  {host} {:.3} ms, kernels {:.3} ms per step ({bound}); the GPU is busy ~{:.0}% of the step",
+        pred.host_ns / 1e6,
+        pred.device_ns / 1e6,
+        100.0 * pred.device_ns / pred.step_ns
     );
-    if pred.gpu {
-        let bound = if pred.host_bound() {
-            "host-bound: launch overhead sets the pace"
-        } else {
-            "device-bound: the kernels set the pace"
-        };
-        let host = if q.profile == shapes::StepProfile::Transformers {
-            "host (libtorch dispatch and launch, and Python + framework: split below)"
-        } else {
-            "host dispatch+launch"
+    println!(
+        "  (each op alone, back to back, would add up to {:.3} ms)",
+        pred.serial_ns / 1e6
+    );
+    let bounded: Vec<_> = pred.python_bounded().collect();
+    if !bounded.is_empty() {
+        let calls: usize = bounded.iter().map(|c| c.calls).sum();
+        let upper: f64 = bounded.iter().map(|c| c.calls as f64 * c.per_call_ns).sum();
+        let sites = match bounded.len() {
+            1 => "1 site".to_string(),
+            n => format!("{n} sites"),
         };
         println!(
-            "  {host} {:.3} ms, kernels {:.3} ms per step ({bound}); the GPU is busy ~{:.0}% of the step",
-            pred.host_ns / 1e6,
-            pred.device_ns / 1e6,
-            100.0 * pred.device_ns / pred.step_ns
+            "  ({calls} Python calls a step at {sites} have no device time but their pipelined time, the interpreter's pace: their kernels are priced at the dispatch floor's where the run has it, and would add up to at most {:.3} ms)",
+            upper / 1e6
         );
-        println!(
-            "  (each op alone, back to back, would add up to {:.3} ms)",
-            pred.serial_ns / 1e6
-        );
-        let bounded: Vec<_> = pred.python_bounded().collect();
-        if !bounded.is_empty() {
-            let calls: usize = bounded.iter().map(|c| c.calls).sum();
-            let upper: f64 = bounded.iter().map(|c| c.calls as f64 * c.per_call_ns).sum();
-            let sites = match bounded.len() {
-                1 => "1 site".to_string(),
-                n => format!("{n} sites"),
-            };
-            println!(
-                "  ({calls} Python calls a step at {sites} have no device time but their pipelined time, the interpreter's pace: their kernels are priced at the dispatch floor's where the run has it, and would add up to at most {:.3} ms)",
-                upper / 1e6
-            );
-        }
     }
-    costliest(pred);
+}
+
+/// Every priced call, costliest first: calls, per-call host and device times, its share.
+fn components(pred: &Prediction) {
     println!(
         "{:<10} {:<13} {:<15} {:>6} {:>9} {:>9} {:>9} {:>8} {:>6}  {:<8} {:<9}",
         "op",
@@ -142,8 +162,6 @@ pub fn prediction(e: &Explanation) {
             c.device_source.as_str()
         );
     }
-    sources(q, pred);
-    measured_step(q, pred);
 }
 
 /// The three costliest ops, each op's sites together, against the calls' sum alone.
