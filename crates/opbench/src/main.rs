@@ -495,8 +495,19 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    let cli = Cli::parse();
-    let result = match cli.verb {
+    let result = dispatch(Cli::parse().verb);
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(f) => {
+            eprintln!("opbench: {}", f.message);
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+/// The verb run: its exit code, or what went wrong.
+fn dispatch(verb: Verb) -> Result<u8, CliError> {
+    match verb {
         Verb::Shapes(args) => shapes_cmd::run(&args),
         Verb::Ingest { run, file } => {
             let file = file.unwrap_or_else(|| run.join(rundir::layout::PEER));
@@ -580,12 +591,5 @@ fn main() -> ExitCode {
             0
         })
         .map_err(CliError::from),
-    };
-    match result {
-        Ok(code) => ExitCode::from(code),
-        Err(f) => {
-            eprintln!("opbench: {}", f.message);
-            ExitCode::from(f.code)
-        }
     }
 }

@@ -45,37 +45,7 @@ const COLUMNS: [&str; 11] = [
 ];
 
 pub fn run(args: &Args) -> Result<u8, Failure> {
-    let cfg = ModelConfig::by_name(&args.model).map_err(|e| Failure::input(e.to_string()))?;
-    let dtype = shapes::DTypeName::parse(&args.dtype).ok_or_else(|| {
-        Failure::input(format!("--dtype {}: expected f32, f16 or bf16", args.dtype))
-    })?;
-    let phases = match args.phase.as_str() {
-        "all" => vec![Phase::Decode, Phase::Prefill],
-        p => vec![Phase::parse(p).ok_or_else(|| {
-            Failure::input(format!("--phase {p}: expected decode, prefill or all"))
-        })?],
-    };
-    let op = match &args.op {
-        None => None,
-        Some(o) => {
-            Some(OpKind::parse(o).ok_or_else(|| Failure::input(format!("--op {o}: unknown op")))?)
-        }
-    };
-    if args.batch.contains(&0) {
-        return Err(Failure::input("--batch: sizes must be positive"));
-    }
-    if let Some(b) = args.batch.iter().find(|b| **b > shapes::MAX_BATCH) {
-        return Err(Failure::input(format!(
-            "--batch {b}: above {}, more than any device holds",
-            shapes::MAX_BATCH
-        )));
-    }
-    if let Some(l) = args.ctx.iter().find(|l| **l > shapes::MAX_LEN) {
-        return Err(Failure::input(format!(
-            "--ctx {l}: above {}, more than any device holds",
-            shapes::MAX_LEN
-        )));
-    }
+    let (cfg, dtype, phases, op) = checked(args)?;
     let grid = Grid::load_default().map_err(|e| Failure::input(e.to_string()))?;
     let profile = grid
         .profile("default")
@@ -108,27 +78,7 @@ pub fn run(args: &Args) -> Result<u8, Failure> {
                     if op.is_some_and(|o| o != p.op) {
                         continue;
                     }
-                    let (Some(flops), Some(bytes)) =
-                        (p.checked_flops(), p.checked_bytes(dtype.size()))
-                    else {
-                        return Err(Failure::input(format!(
-                            "{} {} at B={b} L={l}: its FLOP or byte count does not fit 64 bits",
-                            p.op, p.site
-                        )));
-                    };
-                    let row = vec![
-                        p.op.to_string(),
-                        p.site.to_string(),
-                        p.model.clone(),
-                        p.phase.to_string(),
-                        p.batch.to_string(),
-                        p.q_len.to_string(),
-                        p.kv_len.map_or(String::new(), |k| k.to_string()),
-                        p.dims.to_string(),
-                        flops.to_string(),
-                        bytes.to_string(),
-                        p.calls_per_step.to_string(),
-                    ];
+                    let row = problem_row(&p, dtype.size(), b, l)?;
                     if seen.insert(row.clone()) {
                         rows.push(row);
                     }
@@ -136,7 +86,80 @@ pub fn run(args: &Args) -> Result<u8, Failure> {
             }
         }
     }
-    match args.format.as_str() {
+    write_rows(&args.format, &rows)?;
+    Ok(0)
+}
+
+/// The model, dtype, phases and op `args` ask for, each checked; a bad one is a
+/// one-line error.
+fn checked(
+    args: &Args,
+) -> Result<(ModelConfig, shapes::DTypeName, Vec<Phase>, Option<OpKind>), Failure> {
+    let cfg = ModelConfig::by_name(&args.model).map_err(|e| Failure::input(e.to_string()))?;
+    let dtype = shapes::DTypeName::parse(&args.dtype).ok_or_else(|| {
+        Failure::input(format!("--dtype {}: expected f32, f16 or bf16", args.dtype))
+    })?;
+    let phases = match args.phase.as_str() {
+        "all" => vec![Phase::Decode, Phase::Prefill],
+        p => vec![Phase::parse(p).ok_or_else(|| {
+            Failure::input(format!("--phase {p}: expected decode, prefill or all"))
+        })?],
+    };
+    let op = match &args.op {
+        None => None,
+        Some(o) => {
+            Some(OpKind::parse(o).ok_or_else(|| Failure::input(format!("--op {o}: unknown op")))?)
+        }
+    };
+    if args.batch.contains(&0) {
+        return Err(Failure::input("--batch: sizes must be positive"));
+    }
+    if let Some(b) = args.batch.iter().find(|b| **b > shapes::MAX_BATCH) {
+        return Err(Failure::input(format!(
+            "--batch {b}: above {}, more than any device holds",
+            shapes::MAX_BATCH
+        )));
+    }
+    if let Some(l) = args.ctx.iter().find(|l| **l > shapes::MAX_LEN) {
+        return Err(Failure::input(format!(
+            "--ctx {l}: above {}, more than any device holds",
+            shapes::MAX_LEN
+        )));
+    }
+    Ok((cfg, dtype, phases, op))
+}
+
+/// One problem's row at batch `b`, length `l`, elements of `elem` bytes.
+fn problem_row(
+    p: &shapes::Problem,
+    elem: usize,
+    b: usize,
+    l: usize,
+) -> Result<Vec<String>, Failure> {
+    let (Some(flops), Some(bytes)) = (p.checked_flops(), p.checked_bytes(elem)) else {
+        return Err(Failure::input(format!(
+            "{} {} at B={b} L={l}: its FLOP or byte count does not fit 64 bits",
+            p.op, p.site
+        )));
+    };
+    Ok(vec![
+        p.op.to_string(),
+        p.site.to_string(),
+        p.model.clone(),
+        p.phase.to_string(),
+        p.batch.to_string(),
+        p.q_len.to_string(),
+        p.kv_len.map_or(String::new(), |k| k.to_string()),
+        p.dims.to_string(),
+        flops.to_string(),
+        bytes.to_string(),
+        p.calls_per_step.to_string(),
+    ])
+}
+
+/// The rows as CSV or a Markdown table on stdout.
+fn write_rows(format: &str, rows: &[Vec<String>]) -> Result<(), Failure> {
+    match format {
         "csv" => {
             let mut w = csv::Writer::from_writer(std::io::stdout());
             let io = |e: csv::Error| Failure {
@@ -144,7 +167,7 @@ pub fn run(args: &Args) -> Result<u8, Failure> {
                 message: format!("stdout: {e}"),
             };
             w.write_record(COLUMNS).map_err(io)?;
-            for r in &rows {
+            for r in rows {
                 w.write_record(r).map_err(io)?;
             }
             w.flush().map_err(|e| Failure {
@@ -155,11 +178,11 @@ pub fn run(args: &Args) -> Result<u8, Failure> {
         "md" => {
             println!("| {} |", COLUMNS.join(" | "));
             println!("|{}", "---|".repeat(COLUMNS.len()));
-            for r in &rows {
+            for r in rows {
                 println!("| {} |", r.join(" | "));
             }
         }
         f => return Err(Failure::input(format!("--format {f}: expected csv or md"))),
     }
-    Ok(0)
+    Ok(())
 }

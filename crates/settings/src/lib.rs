@@ -348,6 +348,13 @@ pub const ALL: &[Setting] = &[
         "the tch version matching it",
     ),
     s(
+        "OPBENCH_BIN",
+        "unset",
+        &[Scripts],
+        Plumbing,
+        "scripts/bench --knobs: a folder of bench-<crate> executables and opbench built elsewhere, for a machine without cargo (docs/experiments/knobs-2026-12-06/run.sh)",
+    ),
+    s(
         "OPBENCH_WS",
         "unset",
         &[Scripts],
