@@ -271,6 +271,53 @@ struct Loaded {
 
 /// Read the runs under `dirs`, build the series and find their change points.
 pub fn history(dirs: &[PathBuf], s: &Settings) -> Result<History, AnalysisError> {
+    let (loaded, skipped) = load_all(dirs)?;
+    if loaded.is_empty() {
+        let names: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+        return Err(AnalysisError::Input(format!(
+            "{}: no readable run with env.json{}",
+            names.join(", "),
+            if skipped.is_empty() {
+                String::new()
+            } else {
+                format!(" ({} skipped)", skipped.len())
+            }
+        )));
+    }
+    // group into series, then into points (builds) in build order
+    let mut groups: BTreeMap<Machine, Vec<Loaded>> = BTreeMap::new();
+    for l in loaded {
+        groups.entry(Machine::of(&l.env)).or_default().push(l);
+    }
+    let mut series = Vec::new();
+    let mut changes = Vec::new();
+    for (machine, runs) in groups {
+        // runs of one build are one point; points go in build order: versions first, then
+        // the earliest start (commits and revisions have no order of their own)
+        let points = points_of(runs);
+        let cases = values(&points, &s.modes);
+        let one = Series {
+            machine,
+            points: points.into_iter().map(|(p, _)| p).collect(),
+            cases,
+        };
+        changes.extend(detect(series.len(), &one, &s.cp));
+        series.push(one);
+    }
+    Ok(History {
+        series,
+        changes,
+        skipped,
+        settings: s.clone(),
+    })
+}
+
+/// The runs skipped, each with why.
+type Skipped = Vec<(PathBuf, String)>;
+
+/// Every run under `dirs` that can be placed (its machine and build known), and those
+/// skipped with why; a run whose env.json is damaged is an error.
+fn load_all(dirs: &[PathBuf]) -> Result<(Vec<Loaded>, Skipped), AnalysisError> {
     let mut skipped = Vec::new();
     let mut loaded = Vec::new();
     for dir in find_runs(dirs)? {
@@ -314,78 +361,48 @@ pub fn history(dirs: &[PathBuf], s: &Settings) -> Result<History, AnalysisError>
             execs,
         });
     }
-    if loaded.is_empty() {
-        let names: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
-        return Err(AnalysisError::Input(format!(
-            "{}: no readable run with env.json{}",
-            names.join(", "),
-            if skipped.is_empty() {
-                String::new()
-            } else {
-                format!(" ({} skipped)", skipped.len())
-            }
-        )));
+    Ok((loaded, skipped))
+}
+
+/// One machine's runs as points, a build each, in build order: versions first, then the
+/// earliest start (commits and revisions have no order of their own).
+fn points_of(runs: Vec<Loaded>) -> Vec<(Point, Vec<Loaded>)> {
+    let mut by_build: BTreeMap<Build, Vec<Loaded>> = BTreeMap::new();
+    for l in runs {
+        by_build.entry(Build::of(&l.env)).or_default().push(l);
     }
-    // group into series, then into points (builds) in build order
-    let mut groups: BTreeMap<Machine, Vec<Loaded>> = BTreeMap::new();
-    for l in loaded {
-        groups.entry(Machine::of(&l.env)).or_default().push(l);
-    }
-    let mut series = Vec::new();
-    let mut changes = Vec::new();
-    for (machine, runs) in groups {
-        // runs of one build are one point; points go in build order: versions first, then
-        // the earliest start (commits and revisions have no order of their own)
-        let mut by_build: BTreeMap<Build, Vec<Loaded>> = BTreeMap::new();
-        for l in runs {
-            by_build.entry(Build::of(&l.env)).or_default().push(l);
-        }
-        let mut points: Vec<(Point, Vec<Loaded>)> = by_build
-            .into_iter()
-            .map(|(build, mut members)| {
-                members.sort_by(|a, b| {
-                    (a.env.started_at.as_str(), a.name.as_str())
-                        .cmp(&(b.env.started_at.as_str(), b.name.as_str()))
-                });
-                let runs = members
-                    .iter()
-                    .map(|l| RunRef {
-                        name: l.name.clone(),
-                        started_at: l.env.started_at.clone(),
-                    })
-                    .collect();
-                (Point { build, runs }, members)
-            })
-            .collect();
-        points.sort_by(|(a, _), (b, _)| {
-            let first = |p: &Point| {
-                p.runs
-                    .first()
-                    .map(|r| r.started_at.clone())
-                    .unwrap_or_default()
-            };
-            (&a.build.torch, &a.build.runtime, &a.build.driver, first(a)).cmp(&(
-                &b.build.torch,
-                &b.build.runtime,
-                &b.build.driver,
-                first(b),
-            ))
-        });
-        let cases = values(&points, &s.modes);
-        let one = Series {
-            machine,
-            points: points.into_iter().map(|(p, _)| p).collect(),
-            cases,
+    let mut points: Vec<(Point, Vec<Loaded>)> = by_build
+        .into_iter()
+        .map(|(build, mut members)| {
+            members.sort_by(|a, b| {
+                (a.env.started_at.as_str(), a.name.as_str())
+                    .cmp(&(b.env.started_at.as_str(), b.name.as_str()))
+            });
+            let runs = members
+                .iter()
+                .map(|l| RunRef {
+                    name: l.name.clone(),
+                    started_at: l.env.started_at.clone(),
+                })
+                .collect();
+            (Point { build, runs }, members)
+        })
+        .collect();
+    points.sort_by(|(a, _), (b, _)| {
+        let first = |p: &Point| {
+            p.runs
+                .first()
+                .map(|r| r.started_at.clone())
+                .unwrap_or_default()
         };
-        changes.extend(detect(series.len(), &one, &s.cp));
-        series.push(one);
-    }
-    Ok(History {
-        series,
-        changes,
-        skipped,
-        settings: s.clone(),
-    })
+        (&a.build.torch, &a.build.runtime, &a.build.driver, first(a)).cmp(&(
+            &b.build.torch,
+            &b.build.runtime,
+            &b.build.driver,
+            first(b),
+        ))
+    });
+    points
 }
 
 /// A case's values at one point: each member run's (its executions'), its status, kernel.

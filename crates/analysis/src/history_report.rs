@@ -45,24 +45,7 @@ fn trend(h: &History, si: usize, op: OpKind, path: &Path) -> Result<bool, Analys
         .filter(|c| matches!(c.kind, ChangeKind::Step { .. }))
         .map(|c| (&c.key, c.point, c.is_regression()))
         .collect();
-    let mut lines: Vec<Line> = Vec::new();
-    for (key, vals) in series.cases.iter().filter(|(k, _)| k.op == op) {
-        let pts: Vec<(usize, f64)> = vals
-            .iter()
-            .enumerate()
-            .filter_map(|(i, v)| v.as_ref().and_then(|v| v.ns).map(|ns| (i, ns)))
-            .collect();
-        if pts.is_empty() {
-            continue;
-        }
-        let mid = stats::median(&pts.iter().map(|p| p.1).collect::<Vec<_>>());
-        let rel: Vec<(f64, f64)> = pts.iter().map(|&(i, v)| (i as f64, v / mid)).collect();
-        lines.push(Line {
-            pts: rel,
-            slower: changed.iter().find(|c| c.0 == key).map(|c| c.2),
-            host: !key.mode.is_device(),
-        });
-    }
+    let mut lines = trend_lines(series, op, &changed);
     if lines.is_empty() {
         return Ok(false);
     }
@@ -137,6 +120,34 @@ fn trend(h: &History, si: usize, op: OpKind, path: &Path) -> Result<bool, Analys
     }
     root.present().map_err(|e| draw_err(path, e))?;
     Ok(true)
+}
+
+/// Each case of `op` in the series as a line of its values over its median, marked
+/// slower or faster where a change point of `changed` is its.
+fn trend_lines(
+    series: &Series,
+    op: OpKind,
+    changed: &[(&rundir::CaseKey, usize, bool)],
+) -> Vec<Line> {
+    let mut lines: Vec<Line> = Vec::new();
+    for (key, vals) in series.cases.iter().filter(|(k, _)| k.op == op) {
+        let pts: Vec<(usize, f64)> = vals
+            .iter()
+            .enumerate()
+            .filter_map(|(i, v)| v.as_ref().and_then(|v| v.ns).map(|ns| (i, ns)))
+            .collect();
+        if pts.is_empty() {
+            continue;
+        }
+        let mid = stats::median(&pts.iter().map(|p| p.1).collect::<Vec<_>>());
+        let rel: Vec<(f64, f64)> = pts.iter().map(|&(i, v)| (i as f64, v / mid)).collect();
+        lines.push(Line {
+            pts: rel,
+            slower: changed.iter().find(|c| c.0 == key).map(|c| c.2),
+            host: !key.mode.is_device(),
+        });
+    }
+    lines
 }
 
 fn points_table(series: &Series) -> String {

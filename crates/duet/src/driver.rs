@@ -212,34 +212,16 @@ pub fn run(
         let device_only = visits.0 == 0 && visiting.0 > 0;
         device_only_rounds += u32::from(device_only);
         let r0 = Instant::now();
-        let mut starts = Duration::ZERO;
         tally.visited = 0;
         tally.cases = visits.0 + visits.1;
-        for (g, list) in groups.iter_mut().zip(lists.iter_mut()) {
-            let mut order: Vec<usize> = (0..list.len())
-                .filter(|&i| active(&list[i]) && (!device_only || list[i].key.mode.is_device()))
-                .collect();
-            if order.is_empty() {
-                continue;
-            }
-            order.shuffle(&mut rand::rngs::StdRng::seed_from_u64(
-                settings.seed + u64::from(round),
-            ));
-            let s0 = Instant::now();
-            let mut duo = Duo::start(g, round)?;
-            starts += s0.elapsed();
-            for i in order {
-                let k = if list[i].key.mode.is_device() {
-                    pairs.1
-                } else {
-                    pairs.0
-                };
-                visit(&mut duo, &mut list[i], round, settings, k)?;
-                tally.visited += 1;
-                tally.elapsed = t0.elapsed();
-                progress(&tally);
-            }
-        }
+        let starts = visit_round(
+            (groups, &mut lists),
+            round,
+            settings,
+            (pairs, device_only),
+            (&mut tally, t0),
+            progress,
+        )?;
         last_round = Some(LastRound {
             took: r0.elapsed(),
             starts,
@@ -275,6 +257,49 @@ pub fn run(
         pairs,
         device_only_rounds,
     })
+}
+
+/// One round's visits: in each group, a fresh pair of workers visits each active case
+/// (only the device-timed ones where `device_only`) once, in an order shuffled by the
+/// round, for the pairs of its kind. Returns the time the workers took to start.
+fn visit_round(
+    (groups, lists): (&mut [Group<'_>], &mut [Vec<CaseRun>]),
+    round: u32,
+    settings: &Settings,
+    (pairs, device_only): ((usize, usize), bool),
+    (tally, t0): (&mut Progress, Instant),
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<Duration, DriverError> {
+    let mut starts = Duration::ZERO;
+    for (g, list) in groups.iter_mut().zip(lists.iter_mut()) {
+        let mut order: Vec<usize> = (0..list.len())
+            .filter(|&i| {
+                (list[i].ended.is_none() && !list[i].decided)
+                    && (!device_only || list[i].key.mode.is_device())
+            })
+            .collect();
+        if order.is_empty() {
+            continue;
+        }
+        order.shuffle(&mut rand::rngs::StdRng::seed_from_u64(
+            settings.seed + u64::from(round),
+        ));
+        let s0 = Instant::now();
+        let mut duo = Duo::start(g, round)?;
+        starts += s0.elapsed();
+        for i in order {
+            let k = if list[i].key.mode.is_device() {
+                pairs.1
+            } else {
+                pairs.0
+            };
+            visit(&mut duo, &mut list[i], round, settings, k)?;
+            tally.visited += 1;
+            tally.elapsed = t0.elapsed();
+            progress(tally);
+        }
+    }
+    Ok(starts)
 }
 
 #[cfg(test)]

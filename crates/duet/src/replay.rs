@@ -29,35 +29,7 @@ pub fn outcome(base: &Run, cand: &Run) -> Result<Outcome, ReplayError> {
             .and_then(|e| e.settings.get(name).cloned())
             .ok_or_else(|| ReplayError::NotPaired(run.dir.display().to_string(), name))
     };
-    setting(base, "pairs_per_round")?;
-    let rounds = base
-        .env
-        .as_ref()
-        .and_then(rundir::paired::PairRounds::of)
-        .ok_or_else(|| ReplayError::NotPaired(base.dir.display().to_string(), "design"))?;
-    let pairs = rounds.first;
-    let mut settings = Settings {
-        pairs: pairs as usize,
-        ..Settings::default()
-    };
-    if let Ok(t) = setting(base, "tolerance_pct")?.parse::<f64>() {
-        settings.tolerance = t / 100.0;
-    }
-    // the looks it was judged at: "first..max" (runs before the setting existed ran 2..8)
-    settings.looks = setting(base, "rounds")
-        .ok()
-        .and_then(|r| Looks::from_setting(&r))
-        .unwrap_or(Looks {
-            max: 8,
-            ..Looks::default()
-        });
-    // where the workers ran (runs before a setting existed lack it)
-    settings.cpus = setting(base, "cpus").ok().filter(|c| c != "any");
-    settings.timing_cpu = setting(base, "timing_cpu").ok();
-    // a run from before the option was placed once a visit
-    if setting(base, "placement").is_ok_and(|p| p == Placement::EachPair.as_str()) {
-        settings.placement = Placement::EachPair;
-    }
+    let (settings, rounds) = stored_settings(base)?;
     let (bs, cs) = (base.samples()?, cand.samples()?);
     let none = Vec::new();
     let mut cases = Vec::new();
@@ -122,6 +94,47 @@ pub fn outcome(base: &Run, cand: &Run) -> Result<Outcome, ReplayError> {
             .and_then(|n| n.parse().ok())
             .unwrap_or(0),
     })
+}
+
+/// The settings a paired run was made with, as its base side's env.json records them, and
+/// how its pairs fall into rounds.
+fn stored_settings(base: &Run) -> Result<(Settings, rundir::paired::PairRounds), ReplayError> {
+    let setting = |run: &Run, name: &'static str| -> Result<String, ReplayError> {
+        run.env
+            .as_ref()
+            .and_then(|e| e.settings.get(name).cloned())
+            .ok_or_else(|| ReplayError::NotPaired(run.dir.display().to_string(), name))
+    };
+    setting(base, "pairs_per_round")?;
+    let rounds = base
+        .env
+        .as_ref()
+        .and_then(rundir::paired::PairRounds::of)
+        .ok_or_else(|| ReplayError::NotPaired(base.dir.display().to_string(), "design"))?;
+    let pairs = rounds.first;
+    let mut settings = Settings {
+        pairs: pairs as usize,
+        ..Settings::default()
+    };
+    if let Ok(t) = setting(base, "tolerance_pct")?.parse::<f64>() {
+        settings.tolerance = t / 100.0;
+    }
+    // the looks it was judged at: "first..max" (runs before the setting existed ran 2..8)
+    settings.looks = setting(base, "rounds")
+        .ok()
+        .and_then(|r| Looks::from_setting(&r))
+        .unwrap_or(Looks {
+            max: 8,
+            ..Looks::default()
+        });
+    // where the workers ran (runs before a setting existed lack it)
+    settings.cpus = setting(base, "cpus").ok().filter(|c| c != "any");
+    settings.timing_cpu = setting(base, "timing_cpu").ok();
+    // a run from before the option was placed once a visit
+    if setting(base, "placement").is_ok_and(|p| p == Placement::EachPair.as_str()) {
+        settings.placement = Placement::EachPair;
+    }
+    Ok((settings, rounds))
 }
 
 fn sampled(s: &Sample) -> Sampled {

@@ -333,43 +333,7 @@ pub fn run(a: &Args) -> Result<u8, CliError> {
         timing_cpu,
         ..settings(a)?
     };
-    let mut groups: Vec<Group<'_>> = Vec::new();
-    for (b, c) in a.base.iter().zip(&a.cand) {
-        let name = group_name(b);
-        if group_name(c) != name {
-            return Err(CliError::input(format!(
-                "--base {} and --cand {} are not the same bench",
-                b.display(),
-                c.display()
-            )));
-        }
-        let spawn = |exe: &PathBuf, env: &Vec<(String, String)>, side: &str| {
-            let sp = Spawn::bench(exe.clone(), env.clone(), format!("{side} {name}"));
-            Box::new(move || sp.start().map(|p| Box::new(p) as Box<dyn Worker>))
-                as duet::driver::Factory<'_>
-        };
-        groups.push(Group {
-            name: name.clone(),
-            base: spawn(b, &base_env, "base"),
-            cand: spawn(c, &cand_env, "cand"),
-        });
-    }
-    if let (Some(bp), Some(cp)) = (&a.base_python, &a.cand_python) {
-        let w = peer_worker_args(a)?;
-        let spawn = |py: &PathBuf, env: &Vec<(String, String)>, side: &str| {
-            let sp =
-                crate::peer_cmd::worker_spawn(py.clone(), &w, env.clone(), format!("{side} peer"));
-            sp.map(|sp| {
-                Box::new(move || sp.start().map(|p| Box::new(p) as Box<dyn Worker>))
-                    as duet::driver::Factory<'_>
-            })
-        };
-        groups.push(Group {
-            name: "peer".into(),
-            base: spawn(bp, &base_env, "base")?,
-            cand: spawn(cp, &cand_env, "cand")?,
-        });
-    }
+    let mut groups = groups(a, &base_env, &cand_env)?;
     let out = a
         .out
         .clone()
@@ -416,6 +380,53 @@ pub fn run(a: &Args) -> Result<u8, CliError> {
         w.summary.display()
     );
     Ok(verdicts.exit_code() as u8)
+}
+
+/// One group per bench binary (the same bench on both sides), and the peer's where both
+/// sides name a Python: each side's workers started with that side's variables.
+fn groups<'a>(
+    a: &'a Args,
+    base_env: &'a Vec<(String, String)>,
+    cand_env: &'a Vec<(String, String)>,
+) -> Result<Vec<Group<'a>>, CliError> {
+    let mut groups: Vec<Group<'_>> = Vec::new();
+    for (b, c) in a.base.iter().zip(&a.cand) {
+        let name = group_name(b);
+        if group_name(c) != name {
+            return Err(CliError::input(format!(
+                "--base {} and --cand {} are not the same bench",
+                b.display(),
+                c.display()
+            )));
+        }
+        let spawn = |exe: &PathBuf, env: &Vec<(String, String)>, side: &str| {
+            let sp = Spawn::bench(exe.clone(), env.clone(), format!("{side} {name}"));
+            Box::new(move || sp.start().map(|p| Box::new(p) as Box<dyn Worker>))
+                as duet::driver::Factory<'_>
+        };
+        groups.push(Group {
+            name: name.clone(),
+            base: spawn(b, base_env, "base"),
+            cand: spawn(c, cand_env, "cand"),
+        });
+    }
+    if let (Some(bp), Some(cp)) = (&a.base_python, &a.cand_python) {
+        let w = peer_worker_args(a)?;
+        let spawn = |py: &PathBuf, env: &Vec<(String, String)>, side: &str| {
+            let sp =
+                crate::peer_cmd::worker_spawn(py.clone(), &w, env.clone(), format!("{side} peer"));
+            sp.map(|sp| {
+                Box::new(move || sp.start().map(|p| Box::new(p) as Box<dyn Worker>))
+                    as duet::driver::Factory<'_>
+            })
+        };
+        groups.push(Group {
+            name: "peer".into(),
+            base: spawn(bp, base_env, "base")?,
+            cand: spawn(cp, cand_env, "cand")?,
+        });
+    }
+    Ok(groups)
 }
 
 /// The peer workers' model, batches and cache length: OPBENCH_MODEL's first model and

@@ -118,6 +118,10 @@ pub(super) fn ttft(ctx: &Ctx, on: On, cfg: &ModelConfig, steps: &[&ResultRow]) -
 /// not hidden by the host, libtorch's dispatch and Python + framework, beside the measured
 /// step. Profiles: hf-eager and fused (tch), transformers (scripts/peer.py) where the run
 /// has them, and the graphed fused step where it has graph rows.
+/// A bar of the breakdown: its label, [kernels beyond the host, dispatch, Python +
+/// framework, generate()'s loop] in ms, and the measured step in ms.
+type Bar = (String, [f64; 4], Option<f64>);
+
 pub(super) fn breakdown(ctx: &Ctx, on: On) -> Result<String, AnalysisError> {
     let mut md = String::new();
     let steps: BTreeSet<(String, usize, usize)> = step_rows(ctx, on, Mode::Pipelined)
@@ -141,7 +145,7 @@ pub(super) fn breakdown(ctx: &Ctx, on: On) -> Result<String, AnalysisError> {
             .map(|(_, _, b)| *b)
             .collect();
         // (label, [kernels beyond the host, dispatch, python, generate()'s loop], measured)
-        let mut bars: Vec<(String, [f64; 4], Option<f64>)> = Vec::new();
+        let mut bars: Vec<Bar> = Vec::new();
         let profiles: Vec<(StepProfile, Mode)> = StepProfile::EVERY
             .into_iter()
             .map(|p| (p, Mode::Pipelined))
@@ -203,32 +207,50 @@ pub(super) fn breakdown(ctx: &Ctx, on: On) -> Result<String, AnalysisError> {
             ),
             &bars,
         )?;
-        let _ = writeln!(md, "### Where the step goes: {model}, L = {ctx_len}\n");
-        let _ = writeln!(md, "![breakdown]({file})\n");
-        let _ = writeln!(
-            md,
-            "| step | kernels beyond the host ms | libtorch dispatch ms | Python + framework ms | generate()'s own cost ms | predicted ms | measured ms | predicted / measured |"
-        );
-        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|");
-        for (label, [k, d, p, l], m) in &bars {
-            let total = k + d + p + l;
-            let _ = writeln!(
-                md,
-                "| {label} | {k:.2} | {d:.2} | {p:.2} | {l:.2} | {total:.2} | {} | {} |",
-                m.map_or("-".into(), |m| format!("{m:.2}")),
-                m.map_or("-".into(), |m| format!(
-                    "{:+.1}%",
-                    100.0 * (total / m - 1.0)
-                ))
-            );
-        }
-        let _ = writeln!(
-            md,
-            "\nPredicted bars stack the host's time — libtorch's dispatch and launch (the calls as tch makes them) and, for transformers, Python and the framework (the same calls from Python, module calls, mask, cache bookkeeping: scripts/peer.py) — and the kernel time the host does not hide; a `generate()` bar is one new token as the user's `model.generate()` makes it: the step less its argmax, plus generate()'s own cost — its loop (Python, logits processing, stopping checks: scripts/peer.py's `generate_loop`), the host's sync with the device every token and its inputs to the forward (the peer's `step_synced`, `step_as_generate`) — against the peer's generate() from the step's cache; the grey bar beside each is the measured step (`opbench predict --profile P` prints the parts). On the CPU, \"dispatch\" is libtorch's whole call, work included. {}\n",
-            host_models(on, &chosen)
+        breakdown_table(
+            &mut md,
+            (&model, ctx_len),
+            &file,
+            &bars,
+            host_models(on, &chosen),
         );
     }
     Ok(md)
+}
+
+/// One step's bars as report.md's section: the chart, the table of parts with the
+/// prediction against the measurement, and what the bars stack.
+fn breakdown_table(
+    md: &mut String,
+    (model, ctx_len): (&str, usize),
+    file: &str,
+    bars: &[Bar],
+    models: String,
+) {
+    let _ = writeln!(md, "### Where the step goes: {model}, L = {ctx_len}\n");
+    let _ = writeln!(md, "![breakdown]({file})\n");
+    let _ = writeln!(
+        md,
+        "| step | kernels beyond the host ms | libtorch dispatch ms | Python + framework ms | generate()'s own cost ms | predicted ms | measured ms | predicted / measured |"
+    );
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|");
+    for (label, [k, d, p, l], m) in bars {
+        let total = k + d + p + l;
+        let _ = writeln!(
+            md,
+            "| {label} | {k:.2} | {d:.2} | {p:.2} | {l:.2} | {total:.2} | {} | {} |",
+            m.map_or("-".into(), |m| format!("{m:.2}")),
+            m.map_or("-".into(), |m| format!(
+                "{:+.1}%",
+                100.0 * (total / m - 1.0)
+            ))
+        );
+    }
+    let _ = writeln!(
+        md,
+        "\nPredicted bars stack the host's time — libtorch's dispatch and launch (the calls as tch makes them) and, for transformers, Python and the framework (the same calls from Python, module calls, mask, cache bookkeeping: scripts/peer.py) — and the kernel time the host does not hide; a `generate()` bar is one new token as the user's `model.generate()` makes it: the step less its argmax, plus generate()'s own cost — its loop (Python, logits processing, stopping checks: scripts/peer.py's `generate_loop`), the host's sync with the device every token and its inputs to the forward (the peer's `step_synced`, `step_as_generate`) — against the peer's generate() from the step's cache; the grey bar beside each is the measured step (`opbench predict --profile P` prints the parts). On the CPU, \"dispatch\" is libtorch's whole call, work included. {}\n",
+        models
+    );
 }
 
 /// Stacked bars (kernels beyond the host, dispatch, Python + framework) with the measured

@@ -278,7 +278,6 @@ pub fn comparison_md(base: &Run, cand: &Run, cmp: &Comparison) {
         }
     }
     families_md(cmp);
-    let moved = |l: &&Line| matches!(l.verdict, Some(Verdict::Slower | Verdict::Faster));
     println!(
         "## Cases\n\n{} cases: {} slower, {} faster, {} same (within ±{}%), {} ambiguous, {} not compared \
          (not ok in both runs); flagged: {} kernel-changed, {} status-changed, {} new, {} gone \
@@ -296,6 +295,22 @@ pub fn comparison_md(base: &Run, cand: &Run, cmp: &Comparison) {
         cmp.flagged(|f| *f == Flag::Gone),
         s.alpha
     );
+    let listed = cases_table(cmp);
+    if listed.iter().any(|l| l.flags.contains(&Flag::UpperBound)) {
+        println!(
+            "`upper-bound`: on a side the host's enqueue outlasted the lead the device clock \
+             needs (`uncovered_chunks` > 0): its device time is only an upper bound and is not \
+             compared."
+        );
+    }
+    println!();
+    setting_md(cmp);
+}
+
+/// The cases' table: those that moved, failed or carry a flag, then the ambiguous ones
+/// that moved most; returns the first kind, for the notes under it.
+fn cases_table(cmp: &Comparison) -> Vec<&Line> {
+    let moved = |l: &&Line| matches!(l.verdict, Some(Verdict::Slower | Verdict::Faster));
     println!("| case | base µs | cand µs | ratio [CI] | mde | verdict | flags |");
     println!("|---|---|---|---|---|---|---|");
     let listed: Vec<&Line> = sorted(cmp)
@@ -344,15 +359,7 @@ pub fn comparison_md(base: &Run, cand: &Run, cmp: &Comparison) {
         ambiguous.len().min(AMBIGUOUS_SHOWN),
         ambiguous.len()
     );
-    if listed.iter().any(|l| l.flags.contains(&Flag::UpperBound)) {
-        println!(
-            "`upper-bound`: on a side the host's enqueue outlasted the lead the device clock \
-             needs (`uncovered_chunks` > 0): its device time is only an upper bound and is not \
-             compared."
-        );
-    }
-    println!();
-    setting_md(cmp);
+    listed
 }
 
 /// How the comparison was made: environment, executions, control, drift.
