@@ -230,32 +230,7 @@ class OpPass(unittest.TestCase):
             self.assertEqual(got["generate_loop"]["max_rel_err"], "")
             self.assertIn("stand-in returning fixed logits", got["generate_loop"]["note"])
             self.assertLess(float(got["generate_loop"]["median_ns"]), float(got["generate_from_l"]["median_ns"]))
-            # every timed sample carries the host's state: the Python control before and
-            # after it and the process's CPU time (a sum of samples, layer_calls, the first's
-            # control before and the last's after, and no slowest stretch); cache_update's
-            # samples are differences of two timings and carry none
-            states = [r for r in rows_of(run / "samples.csv") if r["variant"] == "transformers"]
-            self.assertTrue(states)
-            for r in states:
-                if r["site"] == "cache_update":
-                    self.assertEqual((r["host_ns"], r["cpu_ns"], r["slowest_ns"], r["control_ns"]),
-                                     ("", "", "", ""), r)
-                    continue
-                self.assertTrue(float(r["host_ns"]) > 0 and float(r["host_after_ns"]) > 0, r)
-                # and the torch control (Python's one-element add over ~200 µs) before and after
-                # (a sample's may catch the host in a stall: their median is an add's time)
-                self.assertTrue(float(r["control_ns"]) > 0 and float(r["control_after_ns"]) > 0, r)
-                self.assertNotEqual(r["cpu_ns"], "", r)
-                self.assertEqual(r["sm_mhz"], "", r)
-                if r["site"] in ("layer_calls", "generate_loop"):
-                    self.assertEqual((r["slowest_ns"], r["typical_ns"]), ("", ""), r)
-                # generate() is timed per token (the clock read as each forward starts): its
-                # slowest and median token, each within the call (8 tokens on the CPU)
-                if r["site"] == "generate_from_l":
-                    slowest, typical = float(r["slowest_ns"]), float(r["typical_ns"])
-                    self.assertTrue(0 < typical <= slowest <= float(r["total_ns"]), r)
-            controls = [float(r[k]) for r in states if r["control_ns"] for k in ("control_ns", "control_after_ns")]
-            self.assertLess(statistics.median(controls), 200_000)
+            self.check_sample_states(run)
             # graphs need a GPU: a row that says so
             for site in ["generate_graph", "sdpa_static_graph"]:
                 self.assertEqual(got[site]["status"], "unsupported", got[site])
@@ -285,6 +260,35 @@ class OpPass(unittest.TestCase):
             self.assertTrue(0.33 < ratio < 3.0, ratio)
             beside = [x for x in rows_of(run / "samples.csv") if x["site"] == "layer_beside"]
             self.assertEqual({x["iters"] for x in beside}, {"8"})
+
+    def check_sample_states(self, run):
+        """Every timed sample of the peer's run carries the host's state."""
+        # every timed sample carries the host's state: the Python control before and
+        # after it and the process's CPU time (a sum of samples, layer_calls, the first's
+        # control before and the last's after, and no slowest stretch); cache_update's
+        # samples are differences of two timings and carry none
+        states = [r for r in rows_of(run / "samples.csv") if r["variant"] == "transformers"]
+        self.assertTrue(states)
+        for r in states:
+            if r["site"] == "cache_update":
+                self.assertEqual((r["host_ns"], r["cpu_ns"], r["slowest_ns"], r["control_ns"]),
+                                 ("", "", "", ""), r)
+                continue
+            self.assertTrue(float(r["host_ns"]) > 0 and float(r["host_after_ns"]) > 0, r)
+            # and the torch control (Python's one-element add over ~200 µs) before and after
+            # (a sample's may catch the host in a stall: their median is an add's time)
+            self.assertTrue(float(r["control_ns"]) > 0 and float(r["control_after_ns"]) > 0, r)
+            self.assertNotEqual(r["cpu_ns"], "", r)
+            self.assertEqual(r["sm_mhz"], "", r)
+            if r["site"] in ("layer_calls", "generate_loop"):
+                self.assertEqual((r["slowest_ns"], r["typical_ns"]), ("", ""), r)
+            # generate() is timed per token (the clock read as each forward starts): its
+            # slowest and median token, each within the call (8 tokens on the CPU)
+            if r["site"] == "generate_from_l":
+                slowest, typical = float(r["slowest_ns"]), float(r["typical_ns"])
+                self.assertTrue(0 < typical <= slowest <= float(r["total_ns"]), r)
+        controls = [float(r[k]) for r in states if r["control_ns"] for k in ("control_ns", "control_after_ns")]
+        self.assertLess(statistics.median(controls), 200_000)
 
     @unittest.skipIf(importlib.util.find_spec("transformers") is None, "transformers is not importable")
     def test_a_llama_is_built_from_its_family_without_qk_norm(self):

@@ -436,6 +436,20 @@ def peer_wanted(args, env):
 
 
 
+def run_peer(env, into):
+    """`opbench peer` into a run directory; its time in seconds (a failure keeps the timed
+    rows)."""
+    # without transformers it writes the Python op rows and says what it skipped
+    t1 = time.monotonic()
+    rc = subprocess.run([str(opbench_exe(env)), "peer", str(into)], env=env).returncode
+    took = time.monotonic() - t1
+    if rc != 0:
+        say(f"opbench peer failed (exit {rc}); the timed rows are kept")
+    else:
+        say(f"peer rows took {hms(took)}")
+    return took
+
+
 def bench(args):
     env = build_env()
     # a trace pass runs after timing, in its own processes: never in a timed one
@@ -489,17 +503,6 @@ def bench(args):
     if why:
         say(why)
 
-    def peer(into):
-        # without transformers it writes the Python op rows and says what it skipped
-        t1 = time.monotonic()
-        rc = subprocess.run([str(opbench_exe(env)), "peer", str(into)], env=env).returncode
-        took = time.monotonic() - t1
-        if rc != 0:
-            say(f"opbench peer failed (exit {rc}); the timed rows are kept")
-        else:
-            say(f"peer rows took {hms(took)}")
-        return took
-
     t0 = time.monotonic()
     peer_secs = 0.0
     run = run_dir(lay, out, run_id)
@@ -526,14 +529,14 @@ def bench(args):
             elif with_peer:
                 # the HF step beside the tch step of the same execution, minutes apart rather
                 # than the whole run apart: the host drifts between them (docs/findings.md)
-                peer_secs += peer(run_dir(lay, out, run_id, i))
+                peer_secs += run_peer(env, run_dir(lay, out, run_id, i))
         subprocess.run([str(opbench_exe(env)), "merge", str(run)], check=True)
         if failed:
             say(f"{failed} of {n} executions failed")
     took = time.monotonic() - t0 - peer_secs
     say(f"timing took {hms(took)} (estimated {hms(secs)})")
     if with_peer and n == 1:
-        peer(run)
+        run_peer(env, run)
     if trace not in ("", "0"):
         say(f"trace pass (OPBENCH_TRACE={trace}): traces.csv and kernels.csv, no timing")
         t = dict(env, OPBENCH_TRACE=trace)

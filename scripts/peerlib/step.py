@@ -309,13 +309,17 @@ def step_cases(c, b):
     out = {c.step_key(s_, b): k for s_, k in cases.items()}
     if c.user_generate:
         out.update(static_cases(c, b, new))
-    flat, beside_err = layer_beside(c, b)
-    out[c.step_key("layer_beside", b)] = Case(flat, beside_err, "step", "layer 0's calls written out flat (as "
-                                              "layer_flat), timed right before every step sample: the layer in the "
-                                              "step's host state; per layer", dims)
+    out[c.step_key("layer_beside", b)] = beside_case(c, b, dims)
     for k in out.values():
         k.note = f"{k.note}; sampled in the rounds of the step's sites; {tail}"
     return out
+
+
+def beside_case(c, b, dims):
+    """The case of layer 0's calls flat, timed right before every step sample."""
+    flat, beside_err = layer_beside(c, b)
+    return Case(flat, beside_err, "step", "layer 0's calls written out flat (as layer_flat), timed right before "
+                "every step sample: the layer in the step's host state; per layer", dims)
 
 
 def layer_beside(c, b):

@@ -380,26 +380,8 @@ impl Op for Decode {
         dt: DType,
         device: Device,
     ) -> Result<Box<dyn Prepared>, Failure> {
-        let Dims::Step {
-            batch,
-            q_len,
-            cache_len,
-            ..
-        } = problem.dims
-        else {
-            return Err(Failure::error(format!("decode got dims {}", problem.dims)));
-        };
-        let profile: StepProfile = variant
-            .parse()
-            .map_err(|e| Failure::error(format!("decode profile: {e}")))?;
+        let (batch, q_len, cache_len, profile, cfg) = step_target(variant, problem)?;
         let flavor = Flavor::from(profile);
-        let cfg = ModelConfig::by_name(&problem.model)?;
-        if let Some(why) = cfg.family.not_composed() {
-            return Err(Failure::unsupported(format!(
-                "{} ({} family): {why}",
-                cfg.name, cfg.family
-            )));
-        }
         let weights = self.weights_for(&cfg, dt, device)?;
         if flavor == Flavor::Fused {
             for l in weights.borrow_mut().layers.iter_mut() {
@@ -459,25 +441,8 @@ impl Op for Decode {
         let weight_bytes = weights.borrow().bytes();
         let kv_bytes =
             2 * cfg.num_hidden_layers as u64 * (b * hkv * (l + q) * d) as u64 * dt.size() as u64;
-        let phase = if problem.phase == Phase::Prefill {
-            "prefill (time to first token)"
-        } else {
-            "one decode step"
-        };
         let check = check_layers(&cfg);
-        let checked = if check < cfg.num_hidden_layers {
-            format!(
-                "; checked through its first {check} of {} layers, routed as the forward chose",
-                cfg.num_hidden_layers
-            )
-        } else {
-            String::new()
-        };
-        let note = format!(
-            "{phase}; weights {:.0} MiB, KV cache {:.0} MiB; random weights, fixed seed{checked}",
-            weight_bytes as f64 / 1048576.0,
-            kv_bytes as f64 / 1048576.0
-        );
+        let note = step_note(&cfg, problem.phase, (weight_bytes, kv_bytes), check);
         Ok(Box::new(PreparedStep {
             weights,
             reference,
@@ -492,6 +457,62 @@ impl Op for Decode {
             routes: Routes::Off,
         }))
     }
+}
+
+/// A step case's batch, query length, cache length, profile and model, each checked: a
+/// model whose family opbench cannot compose is `unsupported`.
+fn step_target(
+    variant: &str,
+    problem: &Problem,
+) -> Result<(usize, usize, usize, StepProfile, ModelConfig), Failure> {
+    let Dims::Step {
+        batch,
+        q_len,
+        cache_len,
+        ..
+    } = problem.dims
+    else {
+        return Err(Failure::error(format!("decode got dims {}", problem.dims)));
+    };
+    let profile: StepProfile = variant
+        .parse()
+        .map_err(|e| Failure::error(format!("decode profile: {e}")))?;
+    let cfg = ModelConfig::by_name(&problem.model)?;
+    if let Some(why) = cfg.family.not_composed() {
+        return Err(Failure::unsupported(format!(
+            "{} ({} family): {why}",
+            cfg.name, cfg.family
+        )));
+    }
+    Ok((batch, q_len, cache_len, profile, cfg))
+}
+
+/// A whole step's note: what it is, the bytes its weights and cache take, how far the
+/// check against float64 went.
+fn step_note(
+    cfg: &ModelConfig,
+    phase: Phase,
+    (weight_bytes, kv_bytes): (u64, u64),
+    check: usize,
+) -> String {
+    let what = if phase == Phase::Prefill {
+        "prefill (time to first token)"
+    } else {
+        "one decode step"
+    };
+    let checked = if check < cfg.num_hidden_layers {
+        format!(
+            "; checked through its first {check} of {} layers, routed as the forward chose",
+            cfg.num_hidden_layers
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "{what}; weights {:.0} MiB, KV cache {:.0} MiB; random weights, fixed seed{checked}",
+        weight_bytes as f64 / 1048576.0,
+        kv_bytes as f64 / 1048576.0
+    )
 }
 
 /// How a layer case makes its calls, for its note.

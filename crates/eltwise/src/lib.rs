@@ -113,26 +113,7 @@ impl Op for Eltwise {
         dt: DType,
         device: Device,
     ) -> Result<Box<dyn Prepared>, Failure> {
-        let chunk = match variant {
-            "aten" => false,
-            "chunk" => true,
-            other => return Err(Failure::error(format!("unknown eltwise variant `{other}`"))),
-        };
-        let site = match problem.site {
-            "residual_add" => Site::ResidualAdd,
-            "silu" => Site::Silu,
-            "swiglu_mul" => Site::SwigluMul,
-            "attn_contiguous" => Site::AttnContiguous,
-            "embedding" => Site::Embedding,
-            "argmax" => Site::Argmax,
-            other => return Err(Failure::error(format!("unknown eltwise site `{other}`"))),
-        };
-        if chunk && !matches!(site, Site::Silu | Site::SwigluMul) {
-            return Err(Failure::error(format!(
-                "`chunk` is the fused step's SiLU and product, not `{}`",
-                problem.site
-            )));
-        }
+        let (site, chunk) = site_of(variant, problem)?;
         let t = problem.batch.saturating_mul(problem.q_len).max(1);
         // the `[T, width]` rows of an element-wise site's `numel` elements
         let rows = |numel: usize| -> Result<(i64, i64), Failure> {
@@ -214,4 +195,30 @@ impl Op for Eltwise {
         };
         Ok(Box::new(PreparedEltwise { site, a, b }))
     }
+}
+
+/// The site a case times and whether its gate and up come as the halves of one fused
+/// output (`chunk`), each checked against the variant.
+fn site_of(variant: &str, problem: &Problem) -> Result<(Site, bool), Failure> {
+    let chunk = match variant {
+        "aten" => false,
+        "chunk" => true,
+        other => return Err(Failure::error(format!("unknown eltwise variant `{other}`"))),
+    };
+    let site = match problem.site {
+        "residual_add" => Site::ResidualAdd,
+        "silu" => Site::Silu,
+        "swiglu_mul" => Site::SwigluMul,
+        "attn_contiguous" => Site::AttnContiguous,
+        "embedding" => Site::Embedding,
+        "argmax" => Site::Argmax,
+        other => return Err(Failure::error(format!("unknown eltwise site `{other}`"))),
+    };
+    if chunk && !matches!(site, Site::Silu | Site::SwigluMul) {
+        return Err(Failure::error(format!(
+            "`chunk` is the fused step's SiLU and product, not `{}`",
+            problem.site
+        )));
+    }
+    Ok((site, chunk))
 }

@@ -268,19 +268,8 @@ pub fn run_op(
         &problems,
     ) {
         let device = devices[d];
-        let keys: Vec<(Mode, CaseKey)> = config
-            .modes_for(device.is_gpu())
-            .into_iter()
-            // a cold mode of a case without model state: its warm row holds ([`Op::holds_state`])
-            .filter(|&m| op.holds_state(variant, problem) || !copies_state(m, device))
-            .map(|m| (m, key_for(op, variant, problem, dt, device, m)))
-            .filter(|(_, k)| selection.matches(&k.to_string()))
-            .filter(|(_, k)| {
-                let had = sink.has(k);
-                skipped += usize::from(had);
-                !had
-            })
-            .collect();
+        let (keys, had) = case_keys((op, variant, problem, dt, device), config, selection, &sink);
+        skipped += had;
         if keys.is_empty() {
             continue;
         }
@@ -337,7 +326,42 @@ pub fn run_op(
     groups.host.finish();
     groups.device.finish();
     crate::plan::write_plan(&plan_lines);
-    // the GPU's state at this process's end beside its start in env.json
+    finish(&sink, &per_device, (op, &run_id, skipped))?;
+    summary(&sink)
+}
+
+/// The modes `selection` picks of one case, each with its key, less those the run
+/// already has (counted: the second item).
+fn case_keys(
+    (op, variant, problem, dt, device): (&dyn Op, &str, &Problem, DType, Device),
+    config: &Config,
+    selection: &Selection,
+    sink: &Sink,
+) -> (Vec<(Mode, CaseKey)>, usize) {
+    let mut skipped = 0;
+    let keys = config
+        .modes_for(device.is_gpu())
+        .into_iter()
+        // a cold mode of a case without model state: its warm row holds ([`Op::holds_state`])
+        .filter(|&m| op.holds_state(variant, problem) || !copies_state(m, device))
+        .map(|m| (m, key_for(op, variant, problem, dt, device, m)))
+        .filter(|(_, k)| selection.matches(&k.to_string()))
+        .filter(|(_, k)| {
+            let had = sink.has(k);
+            skipped += usize::from(had);
+            !had
+        })
+        .collect();
+    (keys, skipped)
+}
+
+/// The process's end: the GPU's state beside its start in env.json, and the cases kept
+/// from an earlier process.
+fn finish(
+    sink: &Sink,
+    per_device: &PerDevice,
+    (op, run_id, skipped): (&dyn Op, &str, usize),
+) -> Result<(), BenchError> {
     if let (Some(run), Some(probe)) = (sink.run.as_ref(), per_device.probes.iter().flatten().next())
     {
         run.note_state(&machine::state::state_entries("end", Some(probe)))?;
@@ -348,7 +372,7 @@ pub fn run_op(
             op.kind()
         );
     }
-    summary(&sink)
+    Ok(())
 }
 
 /// What the run wrote: its rows and where.

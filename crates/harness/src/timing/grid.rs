@@ -378,20 +378,38 @@ impl GridCase<'_> {
         row.max_rel_err = Some(err);
         sink.write(&row, &samples)?;
         if let Some(b) = beside {
-            let (brow, bsamples) = if row.status == Status::Ok {
-                b.row(run_id, dt, execution, &beside_samples)
-            } else {
-                // nothing was timed beside a case that failed
-                let why = not_timed_beside(key, row.status, row.note.as_deref().unwrap_or("-"));
-                (
-                    failure_row(run_id, &b.key, &b.problem, dt, why, None),
-                    Vec::new(),
-                )
-            };
-            sink.write(&brow, &bsamples)?;
+            write_beside(
+                sink,
+                b,
+                (&row, key),
+                (run_id, dt, execution),
+                &beside_samples,
+            )?;
         }
         Ok(())
     }
+}
+
+/// The case timed beside `row`'s: its row from its runs before the case's samples, or,
+/// where the case failed, a row saying nothing was timed beside it.
+fn write_beside(
+    sink: &mut Sink,
+    b: &Beside,
+    (row, key): (&ResultRow, &CaseKey),
+    (run_id, dt, execution): (&str, DType, u32),
+    runs: &[(u64, f64)],
+) -> Result<(), BenchError> {
+    let (brow, bsamples) = if row.status == Status::Ok {
+        b.row(run_id, dt, execution, runs)
+    } else {
+        // nothing was timed beside a case that failed
+        let why = not_timed_beside(key, row.status, row.note.as_deref().unwrap_or("-"));
+        (
+            failure_row(run_id, &b.key, &b.problem, dt, why, None),
+            Vec::new(),
+        )
+    };
+    sink.write(&brow, &bsamples)
 }
 
 /// A bench group of each front ([`Fronts`]): the host modes' and the device modes'.
@@ -468,6 +486,13 @@ pub(super) fn after_failure(iters: u64) -> Duration {
     wait
 }
 
+/// One run of the case beside, before a sample: (its calls, ns), its other calls planted
+/// as the plant's scope says.
+fn run_beside(b: &mut dyn Prepared, device: Device, plant: Plant) -> Result<(u64, f64), TchError> {
+    let d = time_calls_planted(b, device, Mode::Pipelined, 1, None, plant.for_other_calls())?;
+    Ok((b.calls_per_run().max(1), d.total.as_nanos() as f64))
+}
+
 /// Time one case in one mode through criterion (the group of the clock that times the
 /// mode); returns its row and raw samples.
 pub(super) fn time_case<M>(
@@ -496,16 +521,12 @@ where
         execution,
         probe,
     } = t;
-    let bytes = case_bytes(prepared, problem, dt);
-    let host_control = crate::hostspeed::HostControl::shared();
     // calls per timed unit: a graph replay runs many
     let calls = prepared.calls_per_run().max(1);
     group.throughput(Throughput::ElementsAndBytes {
         elements: problem.flops(),
-        bytes,
+        bytes: case_bytes(prepared, problem, dt),
     });
-    // (iters, total ns, (torch control ns, host control ns)) of every call criterion makes
-    type Record = Vec<(u64, f64, Controls)>;
     let record: Rc<RefCell<Record>> = Rc::default();
     // (calls, total ns) of the case beside, one run before every call criterion makes
     let beside_record: Rc<RefCell<Vec<(u64, f64)>>> = Rc::default();
@@ -521,13 +542,10 @@ where
                 if failed.borrow().is_some() {
                     return after_failure(iters);
                 }
-                let mut host = Controls::before(control.as_deref_mut(), device, plant);
+                let host = Controls::before(control.as_deref_mut(), device, plant);
                 if let Some(b) = beside.as_deref_mut() {
-                    let other = plant.for_other_calls();
-                    match time_calls_planted(b, device, Mode::Pipelined, 1, None, other) {
-                        Ok(d) => beside_record
-                            .borrow_mut()
-                            .push((b.calls_per_run().max(1), d.total.as_nanos() as f64)),
+                    match run_beside(b, device, plant) {
+                        Ok(run) => beside_record.borrow_mut().push(run),
                         Err(e) => {
                             *failed.borrow_mut() = Some(e);
                             beside_failed.set(true);
@@ -543,12 +561,7 @@ where
                     probe,
                 ) {
                     Ok((t, state)) => {
-                        host.state = state;
-                        // the controls again: a slow burst that began during the sample
-                        host.state.host_after_ns = host.host.map(|_| host_control.time_ns());
-                        host.state.control_after_ns = control
-                            .as_deref_mut()
-                            .and_then(|c| control_ns(c, device, plant));
+                        let host = host.after(state, control.as_deref_mut(), device, plant);
                         record
                             .borrow_mut()
                             .push((iters * calls, t.total.as_nanos() as f64, host));
@@ -562,106 +575,24 @@ where
             })
         });
     }));
-
     let mut row = timed_row(run_id, key, problem, dt, prepared);
     // only the device modes use the clock, so only their rows get a coverage count
     if let Some(c) = clock.filter(|_| mode.is_device()) {
         note_coverage(&mut row, c);
     }
-    if let Err(panic) = outcome {
-        row.status = Status::Error;
-        row.note = Some(format!("panicked while timing: {}", panic_message(&panic)));
-        return (row, Vec::new(), Vec::new());
-    }
-    if let Some(e) = failed.borrow_mut().take() {
-        end_as_failed(&mut row, e, beside_failed.get());
-        return (row, Vec::new(), Vec::new());
-    }
-    // criterion calls us once per warm-up round, then once per sample: the samples are the
-    // last `samples_per_case` calls (in test mode, the single call)
-    let all = record.borrow();
-    let tail = &all[all.len().saturating_sub(samples_per_case)..];
-    let samples = summarize_samples(&mut row, tail, key, execution);
-    // the case beside: its runs before the same samples
-    let beside = beside_record.borrow();
-    let beside_tail = beside[beside.len().saturating_sub(samples_per_case)..].to_vec();
-    (row, samples, beside_tail)
-}
-
-/// `row` ended by `e`, raised by the case timed beside it where `beside`.
-fn end_as_failed(row: &mut ResultRow, e: TchError, beside: bool) {
-    let f = Failure::from(e);
-    row.status = f.status;
-    row.note = Some(if beside {
-        format!("the case timed beside it failed: {}", f.reason)
-    } else {
-        f.reason
-    });
-}
-
-/// The device clock's coverage of a device-mode row's samples: its uncovered chunks, and
-/// a note where there were gaps.
-fn note_coverage(row: &mut ResultRow, clock: &mut DeviceClock) {
-    let coverage = clock.take_coverage();
-    row.uncovered_chunks = Some(coverage.uncovered);
-    if let Some(gaps) = coverage.note() {
-        row.note = Some(match row.note.take() {
-            Some(n) => format!("{n}; {gaps}"),
-            None => gaps,
-        });
-    }
-}
-
-/// The samples of a case's row (its last calls of criterion's, with their controls and
-/// state), and the row summarized from them: its flags, torch control and estimate.
-fn summarize_samples(
-    row: &mut ResultRow,
-    tail: &[(u64, f64, Controls)],
-    key: &CaseKey,
-    execution: u32,
-) -> Vec<Sample> {
-    let samples: Vec<Sample> = tail
-        .iter()
-        .map(|&(iters, total_ns, c)| Sample {
-            key: key.clone(),
-            execution,
-            iters,
-            total_ns,
-            control_ns: c.torch,
-            host_ns: c.host,
-            state: c.state,
-            pair: None,
-        })
-        .collect();
-    row.flagged = rundir::flagged(&samples);
-    let controls: Vec<f64> = tail.iter().filter_map(|s| s.2.torch).collect();
-    if !controls.is_empty() {
-        row.control_ns = Some(stats::median(&controls));
-    }
-    let pairs: Vec<(u64, f64)> = tail.iter().map(|&(i, t, _)| (i, t)).collect();
-    row.summarize(&pairs);
-    samples
-}
-
-/// Bytes one call of a prepared case moves: its own count where the variant moves more
-/// than the problem's minimum, else the problem's.
-pub(crate) fn case_bytes(prepared: &dyn Prepared, problem: &Problem, dt: DType) -> u64 {
-    prepared.bytes().unwrap_or_else(|| problem.bytes(dt.size()))
-}
-
-/// An ok row of a timed case before its timing: identity, work, the kernel and note.
-pub(super) fn timed_row(
-    run_id: &str,
-    key: &CaseKey,
-    problem: &Problem,
-    dt: DType,
-    prepared: &dyn Prepared,
-) -> ResultRow {
-    let mut row = base_row(run_id, key, problem, dt, Status::Ok);
-    row.bytes = case_bytes(prepared, problem, dt);
-    row.kernel = prepared.kernel();
-    row.note = prepared.note();
-    row
+    let ended = Ended {
+        outcome: outcome.err(),
+        failed: failed.borrow_mut().take(),
+        beside_failed: beside_failed.get(),
+    };
+    let (record, beside) = (record.borrow(), beside_record.borrow());
+    case_result(
+        row,
+        ended,
+        (&record, &beside),
+        samples_per_case,
+        (key, execution),
+    )
 }
 
 /// The case timed beside another's pipelined samples ([`Op::beside`]), prepared and

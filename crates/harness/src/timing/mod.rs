@@ -28,6 +28,7 @@ use crate::{Config, DType, Device, dtype, select_devices};
 
 pub use rundir::Mode;
 
+mod case_row;
 mod front;
 mod grid;
 mod measure;
@@ -36,17 +37,19 @@ mod preflight;
 mod sample;
 mod trace_pass;
 
+pub(crate) use case_row::case_bytes;
 pub use front::{
     BenchError, CRITERION_BASELINE, Fronts, RunSummary, bench_op, criterion_config,
     criterion_for_main, run_op,
 };
-pub(crate) use grid::{case_bytes, grid_cases, key_for, panic_message};
+pub(crate) use grid::{grid_cases, key_for, panic_message};
 pub use measure::{DeviceEvents, EventsFormatter};
 pub use plant::{Plant, PlantScope, planted_total, time_calls_planted};
 pub use preflight::{Refused, preflight};
-pub(crate) use sample::{Controls, control_ns, sample_in_state};
+pub(crate) use sample::{Controls, sample_in_state};
 pub use sample::{SampleTime, Stretches, time_calls, time_sample};
 
+use case_row::*;
 use front::*;
 use grid::*;
 use plant::*;

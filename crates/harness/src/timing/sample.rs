@@ -174,6 +174,23 @@ impl Controls {
             state: rundir::SampleState::default(),
         }
     }
+
+    /// With the sample's `state` and the controls again right after it: a slow burst
+    /// that began during the sample shows in them.
+    pub(crate) fn after(
+        mut self,
+        state: rundir::SampleState,
+        control: Option<&mut (dyn Prepared + '_)>,
+        device: Device,
+        plant: Plant,
+    ) -> Self {
+        self.state = state;
+        self.state.host_after_ns = self
+            .host
+            .map(|_| crate::hostspeed::HostControl::shared().time_ns());
+        self.state.control_after_ns = control.and_then(|c| control_ns(c, device, plant));
+        self
+    }
 }
 
 /// One sample of `iters` calls of `p` and the host's and GPU's state over it, its
