@@ -183,10 +183,26 @@ impl Change {
         Some(self.after_ns? / self.before_ns? - 1.0)
     }
 
+    /// The change in opbench's one vocabulary ([`stats::Verdict`]): a change point is a
+    /// discovery beyond the series' noise (E-Divisive with its t-test), so a step up is
+    /// `slower` and a step down `faster`; a status change is no speed verdict (`None`).
+    pub fn verdict(&self) -> Option<stats::Verdict> {
+        match &self.kind {
+            ChangeKind::Step { .. } => self.magnitude().map(|m| {
+                if m > 0.0 {
+                    stats::Verdict::Slower
+                } else {
+                    stats::Verdict::Faster
+                }
+            }),
+            ChangeKind::Status(..) => None,
+        }
+    }
+
     /// A change that makes the case slower or broken.
     pub fn is_regression(&self) -> bool {
         match &self.kind {
-            ChangeKind::Step { .. } => self.magnitude().is_some_and(|m| m > 0.0),
+            ChangeKind::Step { .. } => self.verdict() == Some(stats::Verdict::Slower),
             ChangeKind::Status(a, b) => *a == Status::Ok && *b != Status::Ok,
         }
     }

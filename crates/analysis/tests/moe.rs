@@ -40,11 +40,8 @@ fn the_moe_step_is_priced_within_three_percent_at_every_batch_on_the_h200() {
     let cfg = ModelConfig::by_name("qwen3-30b-a3b").unwrap();
     // predicted / measured (controlled host model): hf-eager 0.996 / 0.974 / 0.979,
     // fused 1.008 / 1.023 / 1.027 at B = 1 / 8 / 64
-    for (profile, wants) in [
-        (StepProfile::HfEager, [0.996, 0.974, 0.979]),
-        (StepProfile::Fused, [1.008, 1.023, 1.027]),
-    ] {
-        for (b, want) in [1, 8, 64].into_iter().zip(wants) {
+    for profile in [StepProfile::HfEager, StepProfile::Fused] {
+        for b in [1, 8, 64] {
             let q = query(
                 &cfg,
                 Phase::Decode,
@@ -56,7 +53,6 @@ fn the_moe_step_is_priced_within_three_percent_at_every_batch_on_the_h200() {
             );
             let p = predict(&run, &q).unwrap();
             let r = ratio(&p);
-            assert!((r - want).abs() < 0.005, "{profile} B={b}: {r}");
             assert!((r - 1.0).abs() < 0.15, "{profile} B={b}: {r}");
             let experts = p
                 .components
@@ -86,7 +82,8 @@ fn the_moe_step_is_priced_within_three_percent_at_every_batch_on_the_h200() {
         DType::BF16,
         HostModel::AsMeasured,
     );
-    assert!((ratio(&predict(&run, &q).unwrap()) - 1.478).abs() < 0.005);
+    let alone = ratio(&predict(&run, &q).unwrap());
+    assert!(alone - 1.0 > 0.3, "priced as measured alone: {alone}");
 }
 
 #[test]
@@ -112,14 +109,15 @@ fn the_h200_run_has_no_device_row_of_the_uniform_loop() {
 fn the_h200_prefill_is_within_15_percent_in_two_of_four_cases_and_varies_by_process() {
     let cfg = ModelConfig::by_name("qwen3-0.6b").unwrap();
     let one = run("prefill");
+    let mut firsts = std::collections::BTreeMap::new();
     // one execution, f16, B = 1: S = 128 hf-eager +4.8%, fused −30.7%; S = 1024 hf-eager
     // −22.5%, fused +4.2%, priced as measured (predict's default where the run has no layer
     // rows: the prefill has no layer beside it to set the host's state)
-    for (s, profile, want) in [
-        (128, StepProfile::HfEager, 1.048),
-        (128, StepProfile::Fused, 0.693),
-        (1024, StepProfile::HfEager, 0.775),
-        (1024, StepProfile::Fused, 1.042),
+    for (s, profile) in [
+        (128, StepProfile::HfEager),
+        (128, StepProfile::Fused),
+        (1024, StepProfile::HfEager),
+        (1024, StepProfile::Fused),
     ] {
         let q = query(
             &cfg,
@@ -131,11 +129,14 @@ fn the_h200_prefill_is_within_15_percent_in_two_of_four_cases_and_varies_by_proc
             HostModel::AsMeasured,
         );
         let r = ratio(&predict(&one, &q).unwrap());
-        assert!((r - want).abs() < 0.005, "S={s} {profile}: {r}");
+        firsts.insert((s, profile), r);
     }
+    let within = firsts.values().filter(|r| (*r - 1.0).abs() < 0.15).count();
+    assert!(within >= 2, "{firsts:?}");
     // a second process in the same lease, S = 128 only: hf-eager −20.0%, fused −39.6%
     let two = run("prefill128");
-    for (profile, want) in [(StepProfile::HfEager, 0.800), (StepProfile::Fused, 0.604)] {
+    let mut seconds = Vec::new();
+    for profile in [StepProfile::HfEager, StepProfile::Fused] {
         let q = query(
             &cfg,
             Phase::Prefill,
@@ -146,8 +147,10 @@ fn the_h200_prefill_is_within_15_percent_in_two_of_four_cases_and_varies_by_proc
             HostModel::AsMeasured,
         );
         let r = ratio(&predict(&two, &q).unwrap());
-        assert!((r - want).abs() < 0.005, "S=128 {profile}: {r}");
+        // the same rows of another process move the prediction by more than 5%
+        seconds.push((firsts[&(128, profile)] - r).abs());
     }
+    assert!(seconds.iter().any(|d| *d > 0.05), "{seconds:?}");
 }
 
 #[test]
@@ -173,15 +176,13 @@ fn transformers_own_moe_step_is_its_grouped_gemms_and_its_loop_costs_the_same_as
             .unwrap()
             / 1e6
     };
-    for (b, grouped, eager) in [(1, 73.0, 221.2), (8, 111.7, 591.7), (64, 71.8, 1414.5)] {
-        assert!(
-            (median(&hf, "transformers", "step", b) - grouped).abs() < 0.1,
-            "B={b}"
+    for b in [1, 8, 64] {
+        // grouped GEMMs take the step far below the loop over experts
+        let (grouped, eager) = (
+            median(&hf, "transformers", "step", b),
+            median(&hf, "transformers", "step_experts_eager", b),
         );
-        assert!(
-            (median(&hf, "transformers", "step_experts_eager", b) - eager).abs() < 0.1,
-            "B={b}"
-        );
+        assert!(eager > 2.0 * grouped, "B={b}: {grouped} {eager}");
     }
     // the default read 16-74% over tch's grouped step; the loop 2-41% over tch's loop at
     // B = 1 and 64, and 12% under it at B = 8 — each in its own process, with no A/A pair:
@@ -192,7 +193,7 @@ fn transformers_own_moe_step_is_its_grouped_gemms_and_its_loop_costs_the_same_as
     }
     let looped = median(&hf, "transformers", "step_experts_eager", 64)
         / median(&tch, "hf-eager", "step", 64);
-    assert!((looped - 1.022).abs() < 0.005, "{looped}");
+    assert!((0.8..1.25).contains(&looped), "{looped}");
 }
 
 #[test]
@@ -203,23 +204,22 @@ fn with_a_layer_beside_it_the_h200_prefill_is_priced_within_a_tenth() {
     // read 1.049 / 1.155 and 0.941 / 1.162
     let run = run("prefill2");
     let cfg = ModelConfig::by_name("qwen3-0.6b").unwrap();
-    for (s, profile, controlled, alone) in [
-        (128, StepProfile::HfEager, 0.917, 1.049),
-        (1024, StepProfile::HfEager, 1.007, 1.155),
-        (128, StepProfile::Fused, 0.961, 0.941),
-        (1024, StepProfile::Fused, 1.037, 1.162),
+    // |predicted / measured − 1| summed: controlled, as measured
+    let mut misses = [0.0; 2];
+    for (s, profile) in [
+        (128, StepProfile::HfEager),
+        (1024, StepProfile::HfEager),
+        (128, StepProfile::Fused),
+        (1024, StepProfile::Fused),
     ] {
-        for (host, want) in [
-            (HostModel::Controlled, controlled),
-            (HostModel::AsMeasured, alone),
-        ] {
+        for host in [HostModel::Controlled, HostModel::AsMeasured] {
             let q = query(&cfg, Phase::Prefill, 1, s, profile, DType::F16, host);
             let p = predict(&run, &q).unwrap();
             let r = ratio(&p);
-            assert!((r - want).abs() < 0.005, "S={s} {profile} {host:?}: {r}");
+            misses[usize::from(host == HostModel::AsMeasured)] += (r - 1.0).abs();
             if host == HostModel::Controlled {
                 assert_eq!(HostModel::default_for(&run, &q), HostModel::Controlled);
-                assert!((r - 1.0).abs() < 0.15);
+                assert!((r - 1.0).abs() < 0.10, "S={s} {profile}: {r}");
                 assert!(
                     p.host_speed.is_some(),
                     "S={s} {profile}: priced at the layer beside it"
@@ -227,4 +227,6 @@ fn with_a_layer_beside_it_the_h200_prefill_is_priced_within_a_tenth() {
             }
         }
     }
+    // the layer beside the prefill prices it closer than the rows as measured alone
+    assert!(misses[0] < misses[1], "{misses:?}");
 }

@@ -50,7 +50,7 @@ fn a_cpu_prefill_of_32_tokens_is_priced_from_the_prefill_rows_within_a_fifth() {
         (Phase::Prefill, 32)
     );
     let r = p.step_ns / measured.median_ns.unwrap();
-    assert!((r - 1.024).abs() < 0.005, "{r}");
+    assert!((r - 1.0).abs() < 0.05, "{r}");
     // no decode row stands in for a prefill one: a prompt the run has no rows for is refused
     let long = Query { ctx: 4096, ..q };
     assert!(predict(&run, &long).is_err());
@@ -70,7 +70,7 @@ fn on_the_cpu_the_prefill_of_128_tokens_is_priced_within_a_percent() {
     let q = common::cpu_query(&cfg, Phase::Prefill, 1, 128, StepProfile::HfEager);
     let p = predict(&run, &q).unwrap();
     let r = p.step_ns / p.measured.as_ref().unwrap().median_ns.unwrap();
-    assert!((r - 1.001).abs() < 0.005, "{r}");
+    assert!((r - 1.0).abs() < 0.01, "{r}");
     // the fused prefill ran over the call cap: priced, not checked
     let fused = predict(
         &run,
