@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 
 use rundir::{Run, Status};
 
