@@ -5,7 +5,6 @@
 
 mod common;
 
-
 use rundir::{Run, Status};
 
 fn load(name: &str) -> Run {
