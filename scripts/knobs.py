@@ -241,11 +241,30 @@ def pricing_run(env, opbench, run, filt, peer):
     return run
 
 
+def priced_ctx(price, batch, peer):
+    """The cache length L to price at: the shortest the run measured its step at, at
+    `batch` (the HF step's where the peer ran: it times one L), or None."""
+    lengths = {}
+    try:
+        with open(Path(price) / "results.csv", newline="") as f:
+            for row in csv.DictReader(f):
+                if (row["op"], row["site"], row["batch"], row["status"]) == ("decode", "step", str(batch), "ok") \
+                        and row["kv_len"]:
+                    lengths.setdefault(row["variant"], set()).add(int(row["kv_len"]) - 1)
+    except OSError:
+        return None
+    found = lengths.get("transformers" if peer else "hf-eager") or set().union(*lengths.values())
+    return min(found) if found else None
+
+
 def price_knobs(opbench, price, batch, peer, tables):
     """predict's answer with every knob's pair priced among what would help, as text."""
     have = [t for t in tables if t.is_file()]
     cmd = [str(opbench), "predict", str(price), "--batch", str(batch),
            "--profile", "transformers" if peer else "hf-eager"]
+    ctx = priced_ctx(price, batch, peer)
+    if ctx is not None:
+        cmd += ["--ctx", str(ctx)]
     for t in have:
         cmd += ["--knob", str(t)]
     out = subprocess.run(cmd, capture_output=True, text=True)

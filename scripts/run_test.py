@@ -71,6 +71,17 @@ def knob_lists():
             ["A"], 30.0, base, "/m/decode/b8/")
         assert exits_2(knobs.parse, ["--price", str(Path(d) / "none")])
         assert knobs.batch_of("/m/decode/b8/") == 8 and knobs.batch_of("/m/decode/") == 1
+        # priced at the shortest L the step was measured at (the HF step's where the peer ran)
+        (base / "results.csv").write_text(
+            "op,variant,site,model,phase,batch,kv_len,status,median_ns\n"
+            "decode,hf-eager,step,m,decode,1,4097,skipped,\n"
+            "decode,hf-eager,step,m,decode,1,1025,ok,2\n"
+            "decode,transformers,step,m,decode,1,129,ok,3\n")
+        assert knobs.priced_ctx(base, 1, True) == 128 and knobs.priced_ctx(base, 1, False) == 1024
+        assert knobs.priced_ctx(base, 8, True) is None
+        (base / "results.csv").write_text(
+            "op,variant,site,model,phase,batch,median_ns\n"
+            "decode,transformers,step,qwen3-0.6b,decode,1,25000000\n")
         fams, step = knobs.families(ab)
         assert fams["all host-bound cases"] == ("slower", 1.10) and step[0] == "slower"
         table = knobs.summary([(cuda[0], "1", 1, fams, step, base)])
