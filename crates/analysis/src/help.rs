@@ -450,8 +450,10 @@ fn sdpa_lever(run: &Run, q: &Query, pred: &Prediction) -> Lever {
         .cloned();
     match best {
         Some((variant, ns)) => {
-            // what the picked backend costs over the fastest, at every call of the step
-            let saved = ((picked - ns) * c.calls as f64).max(0.0);
+            // what the picked backend costs over the fastest, at every call of the step: no
+            // more than the step's attention costs as priced (a picked backend's row that
+            // read far slower — a stall in its samples — saves no more than the calls)
+            let saved = ((picked - ns) * c.calls as f64).clamp(0.0, c.per_call_ns * c.calls as f64);
             Lever::priced(
                 format!("{name} ({variant})"),
                 action.replace("<the backend>", sdp_backend(&variant)),

@@ -525,3 +525,43 @@ fn ranked(rows: &[analysis::help::Lever], batch: usize) {
         }
     }
 }
+
+#[test]
+fn a_stalled_backend_row_saves_no_more_than_the_steps_attention() {
+    // tch's `auto` SDPA at the step's shape read 90× the others in a contended CPU run
+    // (2026-12-06): the fastest backend's row may take away the attention, never more
+    let mut run = common::fixture(RUN);
+    for r in run.results.iter_mut() {
+        if r.op == OpKind::Sdpa && r.variant == "auto" && r.phase == Phase::Decode {
+            r.median_ns = r.median_ns.map(|x| x * 1000.0);
+        }
+    }
+    let fits = fit_run(&run);
+    let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
+    // the transformers step calls SDPA from Python (`py-auto`); tch's rows price the backends
+    let q = common::cpu_query(&cfg, Phase::Decode, 1, 128, StepProfile::Transformers);
+    let pred = predict_with(&run, &fits, &q).unwrap();
+    let rows = levers(
+        &run,
+        &fits,
+        &q,
+        &pred,
+        &bandwidth_bound(&run, &q, &pred),
+        &[],
+    );
+    let sdpa = rows
+        .iter()
+        .find(|l| l.name.starts_with("the fastest SDPA backend"))
+        .unwrap();
+    let attention: f64 = pred
+        .components
+        .iter()
+        .filter(|c| c.op == Some(OpKind::Sdpa))
+        .map(|c| c.calls as f64 * c.per_call_ns)
+        .sum();
+    let step = sdpa.predicted_ns.unwrap();
+    assert!(
+        step > 0.0 && step >= pred.step_ns - attention - 1.0,
+        "{step} {attention}"
+    );
+}
