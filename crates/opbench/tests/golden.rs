@@ -358,3 +358,46 @@ fn history_prints_what_it_printed_and_says_what_it_cannot_see() {
     assert!(verdict.contains("change points") && verdict.contains("steps by"));
     assert!(verdict.contains("cannot show a change yet"), "{verdict}");
 }
+
+/// Every published run in `results/` keeps its verdicts: predict's answer (B = 1, each
+/// run's model and L), `compare`'s verdict and exit for every ordered pair, and history's
+/// over the folder. A refactor changes none of them (issue 70); a change of method that
+/// moves one shows here, line by line, and its golden is rewritten on purpose
+/// (UPDATE_GOLDEN=1, reviewed).
+#[test]
+fn every_published_run_keeps_its_verdicts() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut runs: Vec<String> = std::fs::read_dir(repo.join("results"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .map(|e| format!("results/{}", e.file_name().to_string_lossy()))
+        .collect();
+    runs.sort();
+    assert!(runs.len() >= 5, "{runs:?}");
+    let first = |text: &str, starts: &[&str]| -> String {
+        text.lines()
+            .filter(|l| starts.iter().any(|s| l.starts_with(s)))
+            .take(1)
+            .chain(text.lines().last())
+            .collect::<Vec<_>>()
+            .join(" | ")
+    };
+    let mut got = String::new();
+    for r in &runs {
+        let out = output(&repo, &["predict", r, "--batch", "1"]);
+        got += &format!("predict {r}: {}\n", first(&out, &["answer:", "opbench:"]));
+    }
+    for a in &runs {
+        for b in runs.iter().filter(|b| *b != a) {
+            let out = output(&repo, &["compare", a, b]);
+            got += &format!(
+                "compare {a} {b}: {}\n",
+                first(&out, &["**Verdict", "opbench:"])
+            );
+        }
+    }
+    let out = output(&repo, &["history", "results"]);
+    got += &format!("history: {}\n", first(&out, &["**Verdict", "opbench:"]));
+    assert_golden("published-verdicts.txt", &got);
+}
