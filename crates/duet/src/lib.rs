@@ -19,6 +19,7 @@
 //! Boundary: this crate never touches tch; a worker is any process that speaks the
 //! protocol. Statistics live in `stats::paired`.
 
+mod ask;
 pub mod driver;
 mod plan;
 pub mod replay;

@@ -15,6 +15,7 @@ use rand::seq::SliceRandom;
 
 use rundir::Status;
 
+use crate::ask::{Aim, sample};
 use crate::protocol::{CaseName, GroupKind, PROTOCOL, Prepared, Reply, Request, Sampled};
 use crate::state::Factory;
 use crate::worker::{Worker, WorkerError};
@@ -183,10 +184,7 @@ struct Live {
 }
 
 /// What a worker did to a request: answered `error` (the case ends `error`), or died.
-enum Trouble {
-    Refused(String),
-    Lost(WorkerError),
-}
+type Trouble = crate::ask::Trouble<()>;
 
 impl Unit {
     fn new(members: Vec<CaseName>, by_key: &BTreeMap<String, CaseName>) -> Self {
@@ -243,13 +241,13 @@ impl Unit {
                 keys.push(key.clone());
                 for k in keys {
                     let Some(l) = live.get_mut(&k) else { continue };
-                    match sample(w, &k, l.case.iters) {
+                    match sample(w, (), &k, l.case.iters) {
                         Ok(s) => l.case.samples.push(s),
-                        Err(Trouble::Refused(why)) => {
+                        Err(Trouble::Refused((), why)) => {
                             let l = live.remove(&k).map(|l| l.case);
                             out.extend(l.map(|c| ended(&c.name, Status::Error, &why)));
                         }
-                        Err(Trouble::Lost(e)) => {
+                        Err(Trouble::Lost((), e)) => {
                             let why = format!("the worker died: {e}");
                             out.extend(
                                 live.values()
@@ -326,66 +324,40 @@ fn ready(
         return Ok(None);
     }
     let aim = settings.measure / settings.samples.max(1) as u32;
-    match calibrate(w, &c.key, aim, settings.warmup, c.sampling.max_iters) {
+    match calls_per_sample(w, &c.key, aim, settings.warmup, c.sampling.max_iters) {
         Ok(iters) => case.iters = iters.max(c.sampling.min_iters.unwrap_or(1)),
-        Err(Trouble::Refused(why)) => {
+        Err(Trouble::Refused((), why)) => {
             out.push(ended(c, Status::Error, &why));
             return Ok(None);
         }
-        Err(Trouble::Lost(e)) => return Err(e),
+        Err(Trouble::Lost((), e)) => return Err(e),
     }
     Ok(Some(case))
 }
 
-fn sample(w: &mut dyn Worker, key: &str, iters: u64) -> Result<Sampled, Trouble> {
-    match w.call(&Request::Sample {
-        key: key.into(),
-        iters,
-    }) {
-        Ok(Reply::Sample(s)) if s.calls > 0 && s.total_ns > 0.0 => Ok(s),
-        Ok(Reply::Sample(s)) => Err(Trouble::Refused(format!("an empty sample: {s:?}"))),
-        Ok(Reply::Error { message }) => Err(Trouble::Refused(message)),
-        Ok(other) => Err(Trouble::Refused(format!("answered sample with {other:?}"))),
-        Err(e) => Err(Trouble::Lost(e)),
-    }
-}
-
-/// The calls a sample holds: a first sample of one call (it may pay setup), then warm-up
-/// samples until `warmup` has passed (at least two), each sized from the last one's time
-/// per call (as the worker timed its calls) to fill `aim`, at most `max_iters`. A case of one call a
-/// sample takes one warm-up sample only (a whole generate() call).
-fn calibrate(
+/// The calls a sample holds ([`crate::ask::calibrate`]): a first sample of one call (it
+/// may pay setup), then warm-up samples until `warmup` has passed (at least two), each
+/// sized from the last one's time per call (as the worker timed its calls: the controls
+/// and counters around a sample are not the sample's) to fill `aim`, at most `max_iters`.
+/// A case of one call a sample takes that one call only (a whole generate() call).
+fn calls_per_sample(
     w: &mut dyn Worker,
     key: &str,
     aim: Duration,
     warmup: Duration,
     max_iters: Option<u64>,
 ) -> Result<u64, Trouble> {
-    let cap = max_iters.unwrap_or(10_000_000).max(1);
-    // the unit's time as the worker's clock saw its calls (the controls and counters
-    // around a sample are not the sample's)
-    let mut timed = |iters: u64| -> Result<f64, Trouble> {
-        let s = sample(w, key, iters)?;
+    let timed = |iters: u64| -> Result<f64, Trouble> {
+        let s = sample(w, (), key, iters)?;
         Ok(s.spent_ns.unwrap_or(s.total_ns) / iters as f64)
     };
-    let mut per = timed(1)?;
-    if cap == 1 {
-        return Ok(1);
-    }
-    let mut iters = iters_for(per, aim, cap);
-    let t0 = Instant::now();
-    let mut looks = 0;
-    while looks < 2 || (t0.elapsed() < warmup && looks < 50) {
-        per = timed(iters)?;
-        iters = iters_for(per, aim, cap);
-        looks += 1;
-    }
-    Ok(iters)
-}
-
-/// Calls for a per-call time `per` (ns) to fill `aim`, in 1..=cap (the driver's rule).
-fn iters_for(per: f64, aim: Duration, cap: u64) -> u64 {
-    crate::visit::iters_for(per, aim, 1).min(cap)
+    let aim = Aim {
+        sample: aim,
+        warmup,
+        cap: max_iters.unwrap_or(10_000_000).max(1),
+        first_calls: 1,
+    };
+    crate::ask::calibrate(timed, aim)
 }
 
 #[cfg(test)]
@@ -405,15 +377,5 @@ mod tests {
         assert_eq!(alone_samples(20, Some(1)), 6);
         assert_eq!(alone_samples(4, Some(1)), 3);
         assert_eq!(alone_samples(20, Some(16)), 20);
-    }
-
-    #[test]
-    fn a_sample_fills_its_aim_within_its_cap() {
-        let aim = Duration::from_millis(10);
-        assert_eq!(
-            [2_000.0, f64::NAN].map(|per| iters_for(per, aim, 16)),
-            [16, 1]
-        );
-        assert_eq!(iters_for(2_000.0, aim, 1_000_000), 5_000);
     }
 }

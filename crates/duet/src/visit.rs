@@ -2,10 +2,11 @@
 //! the round's pairs in turns ([`visit`]); a case that does not fit twice takes each
 //! side's samples alone ([`visit_unpaired`]).
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use rundir::Status;
 
+use crate::ask::{Aim, ask, sample};
 use crate::protocol::{Prepared, Reply, Request, Sampled};
 use crate::state::{CaseRun, DriverError, Group, Pair, Placement, Settings, Side, ended};
 use crate::worker::{Worker, WorkerError};
@@ -57,22 +58,7 @@ impl<'g, 'a> Duo<'g, 'a> {
 }
 
 /// What went wrong on one side in the middle of a case.
-enum Trouble {
-    /// The worker answered `error` (the case ends `error`; the worker goes on).
-    Refused(Side, String),
-    /// The worker died or garbled (the case ends `error`; the side is restarted).
-    Lost(Side, WorkerError),
-}
-
-/// A request's reply: an error reply refuses the case, a worker that died or garbled
-/// loses it.
-fn ask(w: &mut dyn Worker, side: Side, req: &Request) -> Result<Reply, Trouble> {
-    match w.call(req) {
-        Ok(Reply::Error { message }) => Err(Trouble::Refused(side, message)),
-        Ok(reply) => Ok(reply),
-        Err(e) => Err(Trouble::Lost(side, e)),
-    }
-}
+type Trouble = crate::ask::Trouble<Side>;
 
 fn prepare(
     w: &mut dyn Worker,
@@ -89,21 +75,6 @@ fn prepare(
         other => Err(Trouble::Refused(
             side,
             format!("answered prepare with {other:?}"),
-        )),
-    }
-}
-
-fn sample(w: &mut dyn Worker, side: Side, key: &str, iters: u64) -> Result<Sampled, Trouble> {
-    let req = Request::Sample {
-        key: key.into(),
-        iters,
-    };
-    match ask(w, side, &req)? {
-        Reply::Sample(s) if s.calls > 0 && s.total_ns > 0.0 => Ok(s),
-        Reply::Sample(s) => Err(Trouble::Refused(side, format!("an empty sample: {s:?}"))),
-        other => Err(Trouble::Refused(
-            side,
-            format!("answered sample with {other:?}"),
         )),
     }
 }
@@ -217,7 +188,7 @@ fn visit_inner(
     // the side that opens the first pair warms up last, so that the first pair is as every
     // other: its first sample follows its own side's, its second the other's
     let [first, second] = pair_order(case.pairs.len() as u32);
-    let iters = calibrate(duo, &key, settings, &[second, first])?;
+    let iters = calls_per_sample(duo, &key, settings, &[second, first])?;
     for _ in 0..pairs.max(1) {
         let index = case.pairs.len() as u32;
         let order = pair_order(index);
@@ -303,7 +274,7 @@ fn visit_unpaired(
             case.ended = Some(ended(Some(side), status, &why));
             return Ok(());
         }
-        let own = calibrate(duo, &key, settings, &[side])?;
+        let own = calls_per_sample(duo, &key, settings, &[side])?;
         let n = *iters.get_or_insert(own);
         let into = match side {
             Side::Base => &mut taken.0,
@@ -340,66 +311,32 @@ fn other(side: Side) -> Side {
     }
 }
 
-/// The calls a sample holds: one call on each side (twice: a first call may pay setup),
-/// then warm-up samples in turns. The slower side's wall-clock time per call, as the driver
-/// sees it around each request, sets the count, so that a sample's wall time (not only the
-/// time it reports: a device-timed sample's GPU time can be a fraction of its enqueue)
-/// stays near its aim.
-fn calibrate(
+/// The calls a sample holds ([`crate::ask::calibrate`]): one call on each side, twice (a
+/// first call may pay setup), then warm-up samples in turns. The slower side's wall-clock
+/// time per call, as the driver sees it around each request, sets the count, so that a
+/// sample's wall time (not only the time it reports: a device-timed sample's GPU time can
+/// be a fraction of its enqueue) stays near its aim.
+fn calls_per_sample(
     duo: &mut Duo<'_, '_>,
     key: &str,
     settings: &Settings,
     sides: &[Side],
 ) -> Result<u64, Trouble> {
-    let timed = |side: Side, duo: &mut Duo<'_, '_>, iters: u64| -> Result<f64, Trouble> {
-        let t0 = Instant::now();
-        let s = sample(duo.side(side), side, key, iters)?;
-        let wall = t0.elapsed().as_nanos() as f64;
-        Ok(wall.max(s.total_ns) / iters as f64)
-    };
-    let slowest = |duo: &mut Duo<'_, '_>, iters: u64| -> Result<f64, Trouble> {
+    let slowest = |iters: u64| -> Result<f64, Trouble> {
         let mut slow = 0.0f64;
         for &side in sides {
-            slow = slow.max(timed(side, duo, iters)?);
+            let t0 = Instant::now();
+            let s = sample(duo.side(side), side, key, iters)?;
+            let wall = t0.elapsed().as_nanos() as f64;
+            slow = slow.max(wall.max(s.total_ns) / iters as f64);
         }
         Ok(slow)
     };
-    let mut per = 0.0;
-    for _ in 0..2 {
-        per = slowest(duo, 1)?;
-    }
-    let mut iters = iters_for(per, settings.sample, 1);
-    let t0 = Instant::now();
-    let mut rounds = 0;
-    while rounds < 2 || t0.elapsed() < settings.warmup {
-        per = slowest(duo, iters)?;
-        iters = iters_for(per, settings.sample, iters);
-        rounds += 1;
-        if rounds >= 50 {
-            break;
-        }
-    }
-    Ok(iters)
-}
-
-/// Calls per sample for the slowest side's per-call time `slow` to fill `aim`.
-pub(crate) fn iters_for(slow: f64, aim: Duration, fallback: u64) -> u64 {
-    if slow.is_nan() || slow <= 0.0 {
-        return fallback;
-    }
-    ((aim.as_nanos() as f64 / slow).ceil() as u64).clamp(1, 10_000_000)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_sample_aims_at_its_time_from_the_slower_side() {
-        let aim = Duration::from_millis(10);
-        assert_eq!(iters_for(2_000.0, aim, 7), 5_000);
-        assert_eq!(iters_for(0.0, aim, 7), 7);
-        assert_eq!(iters_for(1e9, aim, 7), 1);
-        assert_eq!(iters_for(f64::NAN, aim, 7), 7);
-    }
+    let aim = Aim {
+        sample: settings.sample,
+        warmup: settings.warmup,
+        cap: u64::MAX,
+        first_calls: 2,
+    };
+    crate::ask::calibrate(slowest, aim)
 }
