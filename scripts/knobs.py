@@ -1,4 +1,4 @@
-"""`scripts/bench --knobs [NAME...] [--budget S] [-- FILTER]`: which of my settings would help.
+"""`scripts/bench --knobs [NAME...] [--budget S] [--price RUN] [-- FILTER]`: which of my settings would help.
 
 Each runtime knob of this machine's backend (knobs/cuda.toml, knobs/rocm.toml or
 knobs/cpu.toml: data, one file a backend) is compared, value by value, against the same

@@ -7,7 +7,7 @@
     python3 scripts/run.py bench [cargo bench args...]
     python3 scripts/run.py bench --against OLD_PYTHON [--cand-env N=V] [--budget S] [cargo bench args...] [-- FILTER]
                                               two builds alive at once, compared in pairs (opbench ab)
-    python3 scripts/run.py bench --knobs [NAME...] [--budget S] [-- FILTER]
+    python3 scripts/run.py bench --knobs [NAME...] [--budget S] [--price RUN] [-- FILTER]
                                               this backend's runtime knobs, each paired against unset (scripts/knobs.py)
     python3 scripts/run.py test               the test suite, as CI runs it
     python3 scripts/run.py test-torch VERSION build and test against torch VERSION (PyPI)
