@@ -24,7 +24,6 @@ Exit 0 whatever the knobs do (a knob that hurts is a finding, not a failure); 2 
 input.
 """
 import csv
-import json
 import os
 import re
 import subprocess
@@ -116,8 +115,7 @@ def tools(env):
     if not exe.is_file():
         r.fail(f"OPBENCH_BIN={b}: no opbench executable there")
     exes = {f.stem.removeprefix("bench-"): str(f) for f in d.glob("bench-*")}
-    out = subprocess.run([str(exe), "layout"], capture_output=True, text=True, check=True)
-    return exe, exes, json.loads(out.stdout)
+    return exe, exes, r.layout(env, exe)
 
 
 def knob_env():

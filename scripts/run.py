@@ -244,11 +244,14 @@ def opbench_exe(env):
     return Path(env["OPBENCH_WS"]) / "target" / "release" / ("opbench.exe" if WINDOWS else "opbench")
 
 
-def layout(env):
+def layout(env, exe=None):
     """The run directory's layout as `opbench layout` prints it (the one description):
-    folder and file names, the default run id's format."""
-    cargo(env, "build", "-q", "--release", "-p", "opbench")
-    out = subprocess.run([str(opbench_exe(env)), "layout"], capture_output=True, text=True, check=True)
+    folder and file names, the default run id's format. `exe`: an opbench built
+    elsewhere; else this workspace's, built first."""
+    if exe is None:
+        cargo(env, "build", "-q", "--release", "-p", "opbench")
+        exe = opbench_exe(env)
+    out = subprocess.run([str(exe), "layout"], capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
 
 

@@ -50,15 +50,19 @@ pub struct KnobPair {
     pub families: BTreeMap<String, (Verdict, f64)>,
 }
 
-/// A case's key with its mode made one of two: host-timed rows as `pipelined`,
-/// device-timed as `device`: the class a ratio carries over within.
-pub fn class_key(key: &CaseKey) -> String {
-    let mode = if key.mode.is_device() {
+/// The mode a ratio carries over within: host-timed modes as `pipelined`, device-timed
+/// (`device`, `graph` and their cold modes) as `device`.
+fn class_of(mode: Mode) -> Mode {
+    if mode.is_device() {
         Mode::Device
     } else {
         Mode::Pipelined
-    };
-    key.in_mode(mode).to_string()
+    }
+}
+
+/// A case's key with its mode made its class ([`class_of`]).
+pub fn class_key(key: &CaseKey) -> String {
+    key.in_mode(class_of(key.mode)).to_string()
 }
 
 impl KnobPair {
@@ -185,31 +189,17 @@ impl KnobPair {
 /// as [`class_key`] does, or `None` where the text ends in no mode.
 fn case_class(name: &str) -> Option<String> {
     let (head, mode) = name.rsplit_once('/')?;
-    let mode: Mode = mode.parse().ok()?;
-    let class = if mode.is_device() {
-        Mode::Device
-    } else {
-        Mode::Pipelined
-    };
-    Some(format!("{head}/{class}"))
+    Some(format!("{head}/{}", class_of(mode.parse().ok()?)))
 }
 
-/// The recorded variables (env.json `env`) the candidate set otherwise than the base.
+/// The recorded variables (env.json `env`) the candidate set otherwise than the base
+/// ([`crate::compare::knobs_differing`]), by name.
 fn setting_of(base: Option<&Env>, cand: Option<&Env>) -> Vec<(String, String)> {
-    let empty = BTreeMap::new();
-    let b = base.map_or(&empty, |e| &e.env);
-    let c = cand.map_or(&empty, |e| &e.env);
-    let mut out: Vec<(String, String)> = c
-        .iter()
-        .filter(|(k, v)| b.get(*k) != Some(v))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    out.extend(
-        b.keys()
-            .filter(|k| !c.contains_key(*k))
-            .map(|k| (k.clone(), String::new())),
-    );
-    out
+    let none = Env::default();
+    crate::compare::knobs_differing(base.unwrap_or(&none), cand.unwrap_or(&none))
+        .into_iter()
+        .map(|(k, _, v)| (k.to_string(), v.unwrap_or_default().to_string()))
+        .collect()
 }
 
 impl KnobPair {

@@ -553,12 +553,7 @@ fn a_stalled_backend_row_saves_no_more_than_the_steps_attention() {
         .iter()
         .find(|l| l.name.starts_with("the fastest SDPA backend"))
         .unwrap();
-    let attention: f64 = pred
-        .components
-        .iter()
-        .filter(|c| c.op == Some(OpKind::Sdpa))
-        .map(|c| c.calls as f64 * c.per_call_ns)
-        .sum();
+    let attention = common::op_ns(&pred, OpKind::Sdpa, |c| c.per_call_ns);
     let step = sdpa.predicted_ns.unwrap();
     assert!(
         step > 0.0 && step >= pred.step_ns - attention - 1.0,

@@ -75,6 +75,22 @@ fn pair_in(
     path
 }
 
+/// The published CPU run, its fits, and its hf-eager step of `cfg` at B = 1, L = 128.
+fn cpu_step(
+    cfg: &ModelConfig,
+) -> (
+    Run,
+    analysis::fit::Fits,
+    Query<'_>,
+    analysis::predict::Prediction,
+) {
+    let run = common::fixture(CPU_RUN);
+    let fits = fit_run(&run);
+    let q = common::cpu_query(cfg, Phase::Decode, 1, 128, StepProfile::HfEager);
+    let pred = predict_with(&run, &fits, &q).unwrap();
+    (run, fits, q, pred)
+}
+
 /// Every ok row of `op` at `batch` in `run`, as ab names cases.
 fn cases_of(run: &Run, op: OpKind, batch: usize, ratio: f64) -> Vec<(String, f64, &'static str)> {
     run.ok_rows()
@@ -85,11 +101,8 @@ fn cases_of(run: &Run, op: OpKind, batch: usize, ratio: f64) -> Vec<(String, f64
 
 #[test]
 fn a_planted_knob_moves_the_step_by_its_ops_share_and_says_leave_it_unset() {
-    let run = common::fixture(CPU_RUN);
-    let fits = fit_run(&run);
     let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
-    let q = common::cpu_query(&cfg, Phase::Decode, 1, 128, StepProfile::HfEager);
-    let pred = predict_with(&run, &fits, &q).unwrap();
+    let (run, fits, q, pred) = cpu_step(&cfg);
     let tmp = tempfile::tempdir().unwrap();
     let mut cases = cases_of(&run, OpKind::Linear, 1, 1.10);
     cases.push((q.step_key(q.mode).to_string(), 1.04, "slower"));
@@ -109,12 +122,7 @@ fn a_planted_knob_moves_the_step_by_its_ops_share_and_says_leave_it_unset() {
         .find(|l| l.name == "knob OMP_NUM_THREADS=1")
         .unwrap();
     // planted: +10% on every linear call; the step moves by 10% of what linear costs in it
-    let linear: f64 = pred
-        .components
-        .iter()
-        .filter(|c| c.op == Some(OpKind::Linear))
-        .map(|c| c.calls as f64 * c.per_call_ns)
-        .sum();
+    let linear = common::op_ns(&pred, OpKind::Linear, |c| c.per_call_ns);
     assert!(
         linear > 0.1 * pred.step_ns,
         "linear is a real share of the step"
@@ -145,11 +153,8 @@ fn a_planted_knob_moves_the_step_by_its_ops_share_and_says_leave_it_unset() {
 
 #[test]
 fn a_knob_that_helps_is_set_and_a_pair_of_other_cases_prices_nothing() {
-    let run = common::fixture(CPU_RUN);
-    let fits = fit_run(&run);
     let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
-    let q = common::cpu_query(&cfg, Phase::Decode, 1, 128, StepProfile::HfEager);
-    let pred = predict_with(&run, &fits, &q).unwrap();
+    let (run, _, q, pred) = cpu_step(&cfg);
     let tmp = tempfile::tempdir().unwrap();
     let mut cases: Vec<_> = cases_of(&run, OpKind::RmsNorm, 1, 0.8)
         .into_iter()
@@ -197,12 +202,7 @@ fn on_a_gpu_a_knob_on_dispatch_is_not_cancelled_by_the_host_scale() {
     };
     let pred = predict_with(&run, &fits, &q).unwrap();
     assert!(pred.host_bound() && pred.host_speed.is_some());
-    let host_linear: f64 = pred
-        .components
-        .iter()
-        .filter(|c| c.op == Some(OpKind::Linear))
-        .map(|c| c.calls as f64 * c.host_ns)
-        .sum();
+    let host_linear = common::op_ns(&pred, OpKind::Linear, |c| c.host_ns);
     let tmp = tempfile::tempdir().unwrap();
     let cases: Vec<_> = cases_of(&run, OpKind::Linear, 1, 1.10)
         .into_iter()
@@ -230,11 +230,8 @@ fn on_a_gpu_a_knob_on_dispatch_is_not_cancelled_by_the_host_scale() {
 
 #[test]
 fn only_found_changes_move_a_row_a_case_alone_or_by_its_family() {
-    let run = common::fixture(CPU_RUN);
-    let fits = fit_run(&run);
     let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
-    let q = common::cpu_query(&cfg, Phase::Decode, 1, 128, StepProfile::HfEager);
-    let pred = predict_with(&run, &fits, &q).unwrap();
+    let (run, _, q, pred) = cpu_step(&cfg);
     let undecided = |op, ratio| -> Vec<(String, f64, &'static str)> {
         cases_of(&run, op, 1, ratio)
             .into_iter()
@@ -251,12 +248,7 @@ fn only_found_changes_move_a_row_a_case_alone_or_by_its_family() {
     ];
     let tmp = tempfile::tempdir().unwrap();
     let knob = KnobPair::load(&pair_in(tmp.path(), ("K", "1"), &cases, &families)).unwrap();
-    let linear: f64 = pred
-        .components
-        .iter()
-        .filter(|c| c.op == Some(OpKind::Linear))
-        .map(|c| c.calls as f64 * c.per_call_ns)
-        .sum();
+    let linear = common::op_ns(&pred, OpKind::Linear, |c| c.per_call_ns);
     let row = knob.lever(&run, &q, &pred);
     let moved = row.predicted_ns.unwrap() - pred.step_ns;
     assert!(

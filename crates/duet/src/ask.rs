@@ -30,7 +30,7 @@ pub(crate) fn ask<S>(w: &mut dyn Worker, side: S, req: &Request) -> Result<Reply
 }
 
 /// One sample of `iters` calls of case `key`; an empty one refuses the case.
-pub(crate) fn sample<S>(
+pub(crate) fn sample<S: Copy>(
     w: &mut dyn Worker,
     side: S,
     key: &str,
@@ -40,15 +40,13 @@ pub(crate) fn sample<S>(
         key: key.into(),
         iters,
     };
-    match w.call(&req) {
-        Ok(Reply::Sample(s)) if s.calls > 0 && s.total_ns > 0.0 => Ok(s),
-        Ok(Reply::Sample(s)) => Err(Trouble::Refused(side, format!("an empty sample: {s:?}"))),
-        Ok(Reply::Error { message }) => Err(Trouble::Refused(side, message)),
-        Ok(other) => Err(Trouble::Refused(
+    match ask(w, side, &req)? {
+        Reply::Sample(s) if s.calls > 0 && s.total_ns > 0.0 => Ok(s),
+        Reply::Sample(s) => Err(Trouble::Refused(side, format!("an empty sample: {s:?}"))),
+        other => Err(Trouble::Refused(
             side,
             format!("answered sample with {other:?}"),
         )),
-        Err(e) => Err(Trouble::Lost(side, e)),
     }
 }
 

@@ -132,6 +132,7 @@ pub fn env_diff(base: Option<&Env>, cand: Option<&Env>) -> Vec<String> {
     let (Some(b), Some(c)) = (base, cand) else {
         return vec!["env.json missing in one run: environments not compared".into()];
     };
+    let knobs = knob_diff(b, c);
     let json = |e: &Env| serde_json::to_value(e).unwrap_or_default();
     let (b, c) = (json(b), json(c));
     let mut out = Vec::new();
@@ -144,7 +145,7 @@ pub fn env_diff(base: Option<&Env>, cand: Option<&Env>) -> Vec<String> {
     if b["build_config"] != c["build_config"] {
         out.push("build_config: differs (see env.json of each run)".into());
     }
-    out.extend(knob_diff(&b["env"], &c["env"]));
+    out.extend(knobs);
     let setting = |e: &serde_json::Value, k: &str| {
         e["settings"][k]
             .as_str()
@@ -159,26 +160,41 @@ pub fn env_diff(base: Option<&Env>, cand: Option<&Env>) -> Vec<String> {
     out
 }
 
-/// Each recorded variable (env.json `env`: the knobs that change kernels or timings) set
-/// differently on the two sides, one line each: `knob NAME: base -> cand` (`unset` where a
-/// side did not set it).
-fn knob_diff(b: &serde_json::Value, c: &serde_json::Value) -> Vec<String> {
-    let vars = |v: &serde_json::Value| -> BTreeMap<String, String> {
-        v.as_object().map_or_else(BTreeMap::new, |m| {
-            m.iter()
-                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
-                .collect()
-        })
-    };
-    let (b, c) = (vars(b), vars(c));
-    let names: std::collections::BTreeSet<&String> = b.keys().chain(c.keys()).collect();
-    let side = |m: &BTreeMap<String, String>, k: &str| {
-        m.get(k).map_or("unset", |v| v.as_str()).to_string()
-    };
+/// Each recorded variable (env.json `env`: the knobs that change kernels or timings) the
+/// two sides set differently, by name: (name, the base's value, the candidate's), `None`
+/// where a side left it unset. `compare` names them; `opbench predict --knob` reads the
+/// knob a pair set from them.
+pub fn knobs_differing<'e>(
+    base: &'e Env,
+    cand: &'e Env,
+) -> Vec<(&'e str, Option<&'e str>, Option<&'e str>)> {
+    let names: std::collections::BTreeSet<&String> =
+        base.env.keys().chain(cand.env.keys()).collect();
     names
         .into_iter()
-        .filter(|k| b.get(*k) != c.get(*k))
-        .map(|k| format!("knob {k}: {} -> {}", side(&b, k), side(&c, k)))
+        .map(|k| {
+            (
+                k.as_str(),
+                base.env.get(k).map(String::as_str),
+                cand.env.get(k).map(String::as_str),
+            )
+        })
+        .filter(|(_, b, c)| b != c)
+        .collect()
+}
+
+/// [`knobs_differing`], one line each: `knob NAME: base -> cand` (`unset` where a side did
+/// not set it).
+fn knob_diff(b: &Env, c: &Env) -> Vec<String> {
+    knobs_differing(b, c)
+        .into_iter()
+        .map(|(k, x, y)| {
+            format!(
+                "knob {k}: {} -> {}",
+                x.unwrap_or("unset"),
+                y.unwrap_or("unset")
+            )
+        })
         .collect()
 }
 

@@ -102,3 +102,17 @@ pub fn peer_key(site: &str, batch: usize) -> rundir::CaseKey {
     }
     .at(batch)
 }
+
+/// What `op`'s calls cost in the step `pred`, each call's cost read by `per_call` (its
+/// `per_call_ns`, `host_ns`, …), summed over the calls.
+pub fn op_ns(
+    pred: &analysis::predict::Prediction,
+    op: rundir::OpKind,
+    per_call: fn(&analysis::predict::Component) -> f64,
+) -> f64 {
+    pred.components
+        .iter()
+        .filter(|c| c.op == Some(op))
+        .map(|c| c.calls as f64 * per_call(c))
+        .sum()
+}
