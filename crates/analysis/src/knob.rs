@@ -52,7 +52,7 @@ pub struct KnobPair {
 
 /// The mode a ratio carries over within: host-timed modes as `pipelined`, device-timed
 /// (`device`, `graph` and their cold modes) as `device`.
-fn class_of(mode: Mode) -> Mode {
+pub fn class_of(mode: Mode) -> Mode {
     if mode.is_device() {
         Mode::Device
     } else {
