@@ -183,7 +183,7 @@ fn step_row_ns(run: &Run, q: &Query) -> f64 {
 
 #[test]
 fn on_the_cpu_a_token_is_the_steps_serial_time_less_its_argmax_plus_the_loop() {
-    let mut run = published("2026-12-01-intel-r-xeon-r-processor-cpu-torch2.11.0-stack-x1");
+    let mut run = common::fixture("stack-2026-12-01");
     let cfg = ModelConfig::by_name("qwen3-0.6b").unwrap();
     let q = query(&cfg, DeviceId::CPU, DType::F32, 1, 128);
     let step = predict(&run, &q).unwrap();

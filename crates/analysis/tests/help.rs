@@ -10,7 +10,7 @@ use analysis::predict::{Query, predict_with};
 use rundir::{OpKind, Phase};
 use shapes::{ModelConfig, StepProfile};
 
-const RUN: &str = "published/results/2026-12-01-intel-r-xeon-r-processor-cpu-torch2.11.0-stack-x1";
+const RUN: &str = "stack-2026-12-01";
 
 #[test]
 fn each_row_is_the_prediction_with_one_thing_changed_and_they_rank_by_tokens_per_s() {

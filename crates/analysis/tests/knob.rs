@@ -16,8 +16,7 @@ use rundir::{OpKind, Phase, Run};
 use shapes::{ModelConfig, StepProfile};
 use stats::Verdict;
 
-const CPU_RUN: &str =
-    "published/results/2026-12-01-intel-r-xeon-r-processor-cpu-torch2.11.0-stack-x1";
+const CPU_RUN: &str = "stack-2026-12-01";
 
 /// Writes `dir/k-ab.csv` with `cases` (key text, ratio, verdict) and one host-bound family,
 /// and the two sides' env.json, the candidate with `knob` set; returns the table's path.

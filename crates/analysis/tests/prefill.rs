@@ -10,9 +10,7 @@ use shapes::{ModelConfig, StepProfile};
 
 #[test]
 fn a_cpu_prefill_of_32_tokens_is_priced_from_the_prefill_rows_within_a_fifth() {
-    let run = common::fixture(
-        "published/results/2026-12-01-intel-r-xeon-r-processor-cpu-torch2.11.0-stack-x1",
-    );
+    let run = common::fixture("stack-2026-12-01");
     let cfg = ModelConfig::by_name("qwen3-0.6b").unwrap();
     let q = Query {
         model: &cfg,

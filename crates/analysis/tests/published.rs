@@ -3,6 +3,8 @@
 //! runs were published (tests/golden of the opbench crate).
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
+mod common;
+
 use std::path::PathBuf;
 
 use analysis::AnalysisError;
@@ -18,7 +20,6 @@ const H200_CROSSCHECK: &str = "2026-11-29-nvidia-h200-cuda-torch2.11.0-crosschec
 const H200_COLD: &str = "2026-11-30-nvidia-h200-cuda-torch2.11.0-graph-cold";
 const H200_REPLICA: &str = "2026-11-30-nvidia-h200-cuda-torch2.11.0-graphs-replica";
 const H200_EAGER_X2: &str = "2026-11-30-nvidia-h200-cuda-torch2.11.0-eager-x2";
-const H200_EAGER_X3: &str = "2026-11-30-nvidia-h200-cuda-torch2.11.0-eager-x3";
 const H200_LAYER_X2: &str = "2026-11-30-nvidia-h200-cuda-torch2.11.0-layer-x2";
 const H200_LAYER_X1: &str = "2026-11-30-nvidia-h200-cuda-torch2.11.0-layer-x1";
 const H200_TCHLAYER_X1: &str = "2026-11-30-nvidia-h200-cuda-torch2.11.0-tchlayer-x1";
@@ -26,7 +27,6 @@ const H200_BESIDE_X2: &str = "2026-11-30-nvidia-h200-cuda-torch2.11.0-beside-x2"
 const H200_BESIDE_B_X1: &str = "2026-11-30-nvidia-h200-cuda-torch2.11.0-beside-b-x1";
 const H200_BESIDE_C_X1: &str = "2026-11-30-nvidia-h200-cuda-torch2.11.0-beside-c-x1";
 const H200_STACK_X2: &str = "2026-12-01-nvidia-h200-cuda-torch2.11.0-stack-x2";
-const CPU_STACK_X1: &str = "2026-12-01-intel-r-xeon-r-processor-cpu-torch2.11.0-stack-x1";
 
 /// An eager (pipelined) step on the H200 at L = 1024, host costs as measured.
 fn h200_eager(cfg: &ModelConfig, profile: StepProfile, batch: usize) -> Query<'_> {
@@ -56,6 +56,12 @@ fn load(name: &str) -> Run {
         .join("tests/fixtures/published/results")
         .join(name);
     Run::load(&dir).unwrap()
+}
+
+/// The CPU run of 2026-12-01 with the peer's stack rows (one execution on the 2-core VM),
+/// published in results/ and kept there once.
+fn cpu_stack() -> Run {
+    common::fixture("stack-2026-12-01")
 }
 
 #[test]
@@ -495,18 +501,18 @@ fn graph_cold_pays_for_reading_weights_from_memory() {
     }
 }
 
-const CPU_COLD: &str = "2026-11-30-intel-r-xeon-r-processor-cpu-torch2.11.0-cold-x3";
-
 /// On the CPU a step reads every layer's weights from memory: predict prices the
 /// projections, attention and the cache appends from their `pipelined_cold` rows, and
 /// composes the HF transformers step within ±20% of the one measured at every batch of the
-/// quick grid (three executions merged, each followed by its own peer pass). The tch steps
-/// moved 16–19% (CV) between those executions at B = 1; they are held to ±25%.
+/// quick grid. The tch steps moved 16–19% (CV) between the executions of the run these
+/// bars were set on (`-cold-x3`, 2026-11-30); they are held to ±25%. The bars hold
+/// unchanged on the later single execution read here (the three-execution run left the
+/// fixtures on 2026-12-06: see tests/fixtures/published/README.md).
 #[test]
 fn cpu_predictions_price_the_step_with_its_weights_cold() {
     use analysis::predict::Source;
     let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
-    let run = load(CPU_COLD);
+    let run = cpu_stack();
     for (profile, bound, cold_sites) in [
         (StepProfile::Transformers, 0.20, 11),
         (StepProfile::HfEager, 0.25, 11),
@@ -525,7 +531,6 @@ fn cpu_predictions_price_the_step_with_its_weights_cold() {
                 host: HostModel::AsMeasured,
             };
             let row = run.row(&q.step_key(Mode::Pipelined)).unwrap();
-            assert_eq!(row.executions, Some(3), "{profile} B={b}");
             let p = predict(&run, &q).unwrap();
             let ratio = p.step_ns / row.median_ns.unwrap();
             assert!(
@@ -538,71 +543,6 @@ fn cpu_predictions_price_the_step_with_its_weights_cold() {
                 .filter(|c| c.source == Source::Cold)
                 .count();
             assert_eq!(cold, cold_sites, "{profile} B={b}");
-        }
-    }
-}
-
-/// Two leases of one boot on the H200 (two and three executions, each with the op rows
-/// and the decode steps minutes apart): the eager steps' medians disagree between the
-/// leases by up to a fifth, their fast host state (10th percentile of the pooled samples)
-/// by under a tenth; and predict's error over the six eager cases spreads less in the fast
-/// state than in the typical one, in both leases.
-#[test]
-fn the_fast_host_state_agrees_between_leases_where_the_medians_do_not() {
-    let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
-    let x2 = load(H200_EAGER_X2);
-    let x3 = load(H200_EAGER_X3);
-    let query = |profile, batch| h200_eager(&cfg, profile, batch);
-    let step = measured_step;
-    let (mut typical_gap, mut fast_gap) = (0.0f64, 0.0f64);
-    let mut spread = std::collections::HashMap::new();
-    for state in HostState::ALL {
-        let runs = [
-            at_host_state(&x2, state).unwrap(),
-            at_host_state(&x3, state).unwrap(),
-        ];
-        for profile in [StepProfile::HfEager, StepProfile::Fused] {
-            for b in [1, 8, 64] {
-                let q = query(profile, b);
-                let (a, c) = (step(&runs[0], &q), step(&runs[1], &q));
-                let gap = a.max(c) / a.min(c) - 1.0;
-                match state {
-                    HostState::Typical => typical_gap = typical_gap.max(gap),
-                    HostState::Fast => fast_gap = fast_gap.max(gap),
-                }
-                for (i, run) in runs.iter().enumerate() {
-                    let err = predict(run, &q).unwrap().step_ns / step(run, &q) - 1.0;
-                    let e = spread.entry((state, i)).or_insert((f64::MAX, f64::MIN));
-                    *e = (e.0.min(err), e.1.max(err));
-                }
-            }
-        }
-    }
-    assert!(typical_gap > 0.2, "medians: {typical_gap:.3}");
-    assert!(fast_gap < 0.1, "fast state: {fast_gap:.3}");
-    for lease in 0..2 {
-        let width = |state| {
-            let (lo, hi) = spread[&(state, lease)];
-            hi - lo
-        };
-        assert!(
-            width(HostState::Fast) < width(HostState::Typical),
-            "lease {lease}: fast {:.3}, typical {:.3}",
-            width(HostState::Fast),
-            width(HostState::Typical)
-        );
-    }
-    // the state is derived from samples.csv: GPU-event rows keep their medians
-    let fast = at_host_state(&x2, HostState::Fast).unwrap();
-    for (a, b) in x2.results.iter().zip(&fast.results) {
-        if a.key.mode.is_device() {
-            assert_eq!(a.median_ns, b.median_ns);
-        } else if a.status == rundir::Status::Ok {
-            assert!(
-                b.median_ns.unwrap() <= a.median_ns.unwrap() * 1.0001,
-                "{:?}",
-                a.key
-            );
         }
     }
 }
@@ -767,7 +707,7 @@ fn the_report_prices_a_profile_with_its_layer_where_the_run_has_it() {
         assert_eq!(on_gpu(&peer_only, p), HostModel::AsMeasured, "{p}");
     }
     let before = load(H200_EAGER_X2);
-    let cpu = load(CPU_COLD);
+    let cpu = cpu_stack();
     for p in StepProfile::EVERY {
         assert_eq!(on_gpu(&before, p), HostModel::AsMeasured);
         let on_cpu = Query {
@@ -914,7 +854,7 @@ fn the_layers_in_turn_price_transformers_own_code_on_both_machines() {
             }
         }
     }
-    let run = load(CPU_STACK_X1);
+    let run = cpu_stack();
     for b in [1, 2, 8] {
         let q = Query {
             model: &cfg,

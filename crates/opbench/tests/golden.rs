@@ -227,15 +227,11 @@ fn predict_transformers_prints_what_it_printed_and_its_parts_add_up() {
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../analysis/tests/fixtures");
     // the H200 run of what would help, published in results/
     let help = published(&fixtures, "help-2026-12-03");
+    let cpu = published(&fixtures, "stack-2026-12-01");
     let cases = [
         (help.as_str(), "1024", "1", "gpu-1"),
         (help.as_str(), "1024", "64", "gpu-64"),
-        (
-            "published/results/2026-12-01-intel-r-xeon-r-processor-cpu-torch2.11.0-stack-x1",
-            "128",
-            "1",
-            "cpu-1",
-        ),
+        (cpu.as_str(), "128", "1", "cpu-1"),
     ];
     for (run, ctx, b, name) in cases {
         let args = [
