@@ -165,7 +165,7 @@ fn no_module_of_duet_or_shapes_imports_one_that_imports_it_back() {
 }
 
 #[test]
-fn every_fixture_says_where_its_data_came_from_and_holds_no_script() {
+fn every_fixture_says_where_its_data_came_from_and_holds_no_script_or_notes() {
     for c in std::fs::read_dir(root().join("crates")).unwrap() {
         let fixtures = c.unwrap().path().join("tests/fixtures");
         let Ok(entries) = std::fs::read_dir(&fixtures) else {
@@ -176,13 +176,24 @@ fn every_fixture_says_where_its_data_came_from_and_holds_no_script() {
             if !dir.is_dir() {
                 continue;
             }
-            let scripts: Vec<PathBuf> = walk(&dir)
-                .into_iter()
+            let files = walk(&dir);
+            let scripts: Vec<&PathBuf> = files
+                .iter()
                 .filter(|p| p.extension().is_some_and(|x| x == "py" || x == "sh"))
                 .collect();
             assert!(
                 scripts.is_empty(),
                 "scripts belong in docs/experiments: {scripts:?}"
+            );
+            // notes too: the one README.md a folder may have is read below
+            let notes: Vec<&PathBuf> = files
+                .iter()
+                .filter(|p| p.extension().is_some_and(|x| x == "md"))
+                .filter(|p| p.parent() != Some(dir.as_path()) || !p.ends_with("README.md"))
+                .collect();
+            assert!(
+                notes.is_empty(),
+                "notes belong in docs/experiments: {notes:?}"
             );
             // a published run is kept once, in results/ (the file names it)
             if dir.join("published").is_file() {
