@@ -79,6 +79,8 @@ def parse_args(argv):
     ap.add_argument("--control-chunk", type=int, required=True, help="the torch control's calls between clock reads")
     ap.add_argument("--beside-layers", type=int, required=True,
                     help="layers a layer_beside sample makes (shapes::LAYER_REPEATS, as the decode crate's)")
+    ap.add_argument("--state-keys", required=True,
+                    help="the host state a sample reports, comma-separated (rundir::WORKER_STATE_KEYS)")
     a = ap.parse_args(argv)
     if not a.worker:
         fail("scripts/peer.py is opbench's worker: run `opbench peer RUN` (it starts this)")
@@ -122,6 +124,7 @@ def setup(argv):
     c.dtype = DTYPES[c.dt_name]
     c.timer = Timer(c.device, c.dtype, a.control_span_ns, a.control_chunk, a.stretches)
     c.beside_layers = a.beside_layers
+    c.state_keys = a.state_keys.split(",")
     c.H, c.Hkv, c.D = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
     c.hidden, c.inter, c.vocab = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
     c.tf, c.model = load_model(c)
@@ -300,8 +303,7 @@ def sampled(c, live, key, iters):
         back()
     calls = iters * case.calls
     st = t.state
-    state = {k: st.get(k) for k in ("cpu_ns", "nivcsw", "steal", "host_after_ns", "slowest_ns", "control_after_ns",
-                                    "typical_ns")}
+    state = {k: st.get(k) for k in c.state_keys}
     spent = getattr(t, "spent", None)
     return {"reply": "sample", "key": key, "calls": calls, "total_ns": float(t) * calls,
             "spent_ns": None if spent is None else spent * calls,

@@ -104,7 +104,8 @@ class Handover(unittest.TestCase):
         worker = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "peer.py"), "--opbench-worker", "--model",
                                    "qwen3-0.6b", "--batches", "1", "--ctx", "16", "--device", "cpu", "--only", "ops",
                                    "--stretches", "32", "--control-span-ns", "200000", "--control-chunk", "16",
-                                   "--beside-layers", "8"],
+                                   "--beside-layers", "8", "--state-keys",
+                                   "cpu_ns,nivcsw,steal,host_after_ns,slowest_ns,control_after_ns,typical_ns"],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         out, _ = worker.communicate('not json\n{"req":"prepare","key":"no/such/case"}\n{"req":"frobnicate"}\n'
                                     '{"req":"hello"}\n{"req":"quit"}\n', timeout=300)

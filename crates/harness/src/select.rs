@@ -3,7 +3,10 @@
 //! Criterion decides per benchmark id whether to run it, but a case must be prepared and
 //! checked before `bench_function` is called (a failure is a row, not a benchmark). So we
 //! read the filter, `--exact`, `--list` and `--test` the way criterion 0.8 does, and skip
-//! preparing cases criterion would skip.
+//! preparing cases criterion would skip. Criterion 0.8 keeps its parsed command line
+//! private (`Criterion::filter_matches` is not public, and a benchmark's routine must
+//! iterate), so this is the one place that reads it after criterion: the filter, the mode,
+//! `--sample-size` and whether a baseline is named (`front.rs` asks here).
 
 use regex::Regex;
 
@@ -25,6 +28,10 @@ pub struct Selection {
     filter: Filter,
     /// `--sample-size` when given on the command line (it overrides OPBENCH_SAMPLES).
     pub sample_size: Option<usize>,
+    /// Whether the command line names a criterion baseline (`--save-baseline`,
+    /// `--baseline`, `--baseline-lenient`, `--discard-baseline`): then criterion compares
+    /// as it is told, else only with the baseline opbench names.
+    pub names_baseline: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -34,6 +41,16 @@ enum Filter {
     Exact(String),
     None,
 }
+
+/// Options of criterion 0.8 that name a baseline (with a value, but for `--discard-baseline`).
+const BASELINE: &[&str] = &[
+    "-s",
+    "--save-baseline",
+    "-b",
+    "--baseline",
+    "--baseline-lenient",
+    "--discard-baseline",
+];
 
 /// Options of criterion 0.8 that take a value (so the value is not the filter).
 const WITH_VALUE: &[&str] = &[
@@ -68,13 +85,14 @@ impl Selection {
         let (mut bench, mut test, mut list, mut exact, mut ignored) =
             (false, false, false, false, false);
         let mut filter: Option<String> = None;
-        let mut sample_size = None;
+        let (mut sample_size, mut names_baseline) = (None, false);
         let mut it = args.into_iter();
         while let Some(a) = it.next() {
             let (name, inline) = match a.split_once('=') {
                 Some((n, v)) if n.starts_with("--") => (n.to_string(), Some(v.to_string())),
                 _ => (a.clone(), None),
             };
+            names_baseline |= BASELINE.contains(&name.as_str());
             match name.as_str() {
                 "--bench" => bench = true,
                 "--test" => test = true,
@@ -114,6 +132,7 @@ impl Selection {
             mode,
             filter,
             sample_size,
+            names_baseline,
         })
     }
 
@@ -152,5 +171,11 @@ mod tests {
         assert_eq!(sel(&["--bench", "--sample-size=30"]).sample_size, Some(30));
         assert!(!sel(&["--bench", "--ignored"]).matches("x"));
         assert!(Selection::parse(["--bench".into(), "(".into()]).is_err());
+        // a named baseline, its value not the filter
+        let s = sel(&["--bench", "--baseline", "old", "q_proj"]);
+        assert!(s.names_baseline && s.matches("linear/aten/q_proj/x"));
+        assert!(sel(&["--bench", "--save-baseline=new"]).names_baseline);
+        assert!(sel(&["--bench", "--discard-baseline"]).names_baseline);
+        assert!(!sel(&["--bench", "--sample-size", "30"]).names_baseline);
     }
 }

@@ -207,6 +207,8 @@ pub fn worker_spawn(
         rundir::TORCH_CONTROL_CHUNK.to_string(),
         "--beside-layers".into(),
         shapes::LAYER_REPEATS.to_string(),
+        "--state-keys".into(),
+        rundir::WORKER_STATE_KEYS.join(","),
     ];
     for (flag, v) in [
         ("--device", &w.device),

@@ -35,7 +35,8 @@ pub use rows::{CONTROL_SPAN, FitRow, ResultRow, Work, bound_by_host};
 pub use run::{ExecSamples, Run, RunWriter, check_env, has_file, write_fits};
 pub use sample::{
     CLOCK_DROP, CaseMedians, HOST_SLOW, SLOW, STALL, STRETCHES, Sample, SampleFlag, SampleState,
-    TORCH_CONTROL_CHUNK, TORCH_CONTROL_SPAN, by_execution, case_medians, flag_each, flagged,
+    TORCH_CONTROL_CHUNK, TORCH_CONTROL_SPAN, WORKER_STATE_KEYS, by_execution, case_medians,
+    flag_each, flagged,
 };
 pub use shapes::{Check, DTypeName as DType, OpKind, Phase, UnknownValue};
 pub use trace::{KernelRow, TraceRow};

@@ -118,11 +118,12 @@ impl ResultRow {
 
     /// A row with the case's identity, work counts and status, timing left empty.
     /// The row's timing from its samples, (calls, total ns) each: median, 95% interval of
-    /// the median (2,000 bootstrap resamples), mean, MAD, and the rates of the row's own
+    /// the median ([`stats::ROW_RESAMPLES`] bootstrap resamples), mean, MAD, and the rates of the row's own
     /// FLOPs and bytes; an `error` row where no sample is usable. The one estimator every
     /// row is made by (the bench binaries', and `opbench ingest`'s for scripts/peer.py).
     pub fn summarize(&mut self, pairs: &[(u64, f64)]) {
-        let est = stats::per_call(pairs).and_then(|times| stats::estimate(&times, 0.95, 2000));
+        let est = stats::per_call(pairs)
+            .and_then(|times| stats::estimate(&times, stats::ROW_LEVEL, stats::ROW_RESAMPLES));
         match est {
             Ok(e) => {
                 self.samples = Some(e.n);

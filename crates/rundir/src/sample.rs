@@ -27,6 +27,19 @@ pub struct Sample {
     pub pair: Option<u32>,
 }
 
+/// The [`SampleState`] fields a worker measures on its host and sends with each sample
+/// (the GPU's come from NVML on opbench's side): `opbench peer` passes them to
+/// scripts/peer.py (`--state-keys`), which reports these and no others.
+pub const WORKER_STATE_KEYS: [&str; 7] = [
+    "cpu_ns",
+    "nivcsw",
+    "steal",
+    "host_after_ns",
+    "slowest_ns",
+    "control_after_ns",
+    "typical_ns",
+];
+
 /// The host's and the GPU's state over one sample (columns added 2026-12-01; empty where
 /// the platform does not tell, and in older runs). It travels between a worker and
 /// `opbench ab` as JSON (every field optional).

@@ -587,3 +587,28 @@ fn the_state_at_a_process_end_joins_env_json_beside_its_start() {
     assert_eq!(env.host_state["gpu_sm_mhz_start"], "1980");
     assert_eq!(env.host_state["gpu_sm_mhz_end"], "1965");
 }
+
+/// Every key a worker is told to report is a field of `SampleState` (a misspelt one would be
+/// dropped silently: the state's fields are optional), and the fields it is not told of are
+/// the GPU's, which opbench reads itself.
+#[test]
+fn the_worker_state_keys_are_sample_state_fields() {
+    use rundir::{SampleState, WORKER_STATE_KEYS};
+    for key in WORKER_STATE_KEYS {
+        let json = format!("{{\"{key}\": 7}}");
+        let state: SampleState = serde_json::from_str(&json).unwrap();
+        assert_ne!(
+            state,
+            SampleState::default(),
+            "{key} is not a SampleState field"
+        );
+    }
+    let all = serde_json::to_value(SampleState::default()).unwrap();
+    let rest: Vec<&String> = all
+        .as_object()
+        .unwrap()
+        .keys()
+        .filter(|k| !WORKER_STATE_KEYS.contains(&k.as_str()))
+        .collect();
+    assert_eq!(rest, ["gpu_temp", "gpu_util", "sm_mhz", "throttle"]);
+}

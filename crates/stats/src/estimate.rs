@@ -77,6 +77,13 @@ pub fn mad(xs: &[f64]) -> f64 {
     median(&dev)
 }
 
+/// The interval level of a row's median ([`estimate`]'s `level` where a row is made).
+pub const ROW_LEVEL: f64 = 0.95;
+
+/// The bootstrap resamples of a row's interval; criterion's own analysis of the same
+/// samples is given the same count and level (harness's `criterion_config`).
+pub const ROW_RESAMPLES: usize = 2000;
+
 /// Estimate from per-call times with a `level` (e.g. 0.95) bootstrap interval of the median
 /// over `resamples` resamples, seeded so the same data give the same interval.
 pub fn estimate(times: &[f64], level: f64, resamples: usize) -> Result<Estimate, StatsError> {

@@ -29,7 +29,10 @@ pub mod twosample;
 pub mod verdict;
 
 pub use changepoint::{ChangePoint, CpSettings, change_points};
-pub use estimate::{Estimate, bootstrap_ci, estimate, mad, median, per_call, quantile_sorted};
+pub use estimate::{
+    Estimate, ROW_LEVEL, ROW_RESAMPLES, bootstrap_ci, estimate, mad, median, per_call,
+    quantile_sorted,
+};
 pub use fit::{Fit, ModelKind, Point, crossover_batch, fit_affine, fit_best, fit_floor};
 pub use twosample::{hier_median_ci, hier_ratio_ci, mann_whitney, ratio_ci};
 pub use verdict::Verdict;

@@ -50,18 +50,7 @@ pub const CRITERION_BASELINE: &str = "opbench";
 /// own comparison on request. A command line that names a baseline (`--save-baseline`,
 /// `--baseline`, `--baseline-lenient`, `--discard-baseline`) is followed as it is.
 pub fn criterion_for_main() -> Fronts {
-    let named = std::env::args().any(|a| {
-        [
-            "--save-baseline",
-            "-s",
-            "--baseline",
-            "-b",
-            "--baseline-lenient",
-            "--discard-baseline",
-        ]
-        .iter()
-        .any(|f| a == *f || a.starts_with(&format!("{f}=")))
-    });
+    let named = crate::select::Selection::from_args().is_ok_and(|s| s.names_baseline);
     Fronts::with(|c| {
         let c = c.configure_from_args();
         if named {
@@ -75,6 +64,11 @@ pub fn criterion_for_main() -> Fronts {
 /// Criterion settings for op benches: flat sampling and the per-case budget from the
 /// `OPBENCH_*` variables (criterion's own 3 s + 5 s per case would make a full sweep take
 /// hours). Command-line options such as `--sample-size` still override these.
+///
+/// Criterion analyses the samples it is given itself (its summary line on the console)
+/// and keeps that analysis private; it is given the row's resample count and level
+/// ([`stats::ROW_RESAMPLES`], [`stats::ROW_LEVEL`]) so that one set of samples is
+/// bootstrapped one way. Its line gives the mean, results.csv the median.
 pub fn criterion_config() -> Criterion {
     let (samples, warmup, measure) = match Config::from_env() {
         Ok(c) => (c.samples, c.warmup, c.measure),
@@ -85,7 +79,8 @@ pub fn criterion_config() -> Criterion {
         .sample_size(samples)
         .warm_up_time(warmup)
         .measurement_time(measure)
-        .nresamples(10_000)
+        .nresamples(stats::ROW_RESAMPLES)
+        .confidence_level(stats::ROW_LEVEL)
         .without_plots()
 }
 
