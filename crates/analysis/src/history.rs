@@ -514,19 +514,15 @@ pub struct SeriesDrift {
 impl SeriesDrift {
     pub fn of(series: &Series) -> Self {
         let pooled = |device: bool| -> Option<f64> {
-            let (mut ss, mut df) = (0.0, 0usize);
-            for (key, vals) in &series.cases {
-                if key.mode.is_device() != device {
-                    continue;
-                }
-                for v in vals.iter().flatten().filter(|v| v.runs.len() >= 2) {
-                    let logs: Vec<f64> = v.runs.iter().map(|x| x.ln()).collect();
-                    let m = logs.iter().sum::<f64>() / logs.len() as f64;
-                    ss += logs.iter().map(|x| (x - m).powi(2)).sum::<f64>();
-                    df += logs.len() - 1;
-                }
-            }
-            (df > 0).then(|| (ss / df as f64).sqrt())
+            let logs: Vec<Vec<f64>> = series
+                .cases
+                .iter()
+                .filter(|(key, _)| key.mode.is_device() == device)
+                .flat_map(|(_, vals)| vals.iter().flatten())
+                .filter(|v| v.runs.len() >= 2)
+                .map(|v| v.runs.iter().map(|x| x.ln()).collect())
+                .collect();
+            stats::pooled_sd(logs.iter().map(Vec::as_slice))
         };
         SeriesDrift {
             device: pooled(true)

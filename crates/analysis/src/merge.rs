@@ -207,11 +207,7 @@ fn merge_case(per: &[Measured], total: usize) -> (ResultRow, Vec<Sample>) {
         .filter(|g| !g.is_empty())
         .map(|g| stats::median(g))
         .collect();
-    if meds.len() >= 2 {
-        let mean = meds.iter().sum::<f64>() / meds.len() as f64;
-        let var = meds.iter().map(|m| (m - mean).powi(2)).sum::<f64>() / (meds.len() - 1) as f64;
-        row.exec_cv = Some(var.sqrt() / mean);
-    }
+    row.exec_cv = stats::cv(&meds);
     // the row's control is the host-speed divisor: the harness's only (the peer's rows
     // record Python's beside each sample for their flag)
     let controls: Vec<f64> = samples.iter().filter_map(|s| s.control_ns).collect();

@@ -142,12 +142,10 @@ pub(crate) fn mean(xs: &[f64]) -> f64 {
 }
 
 pub(crate) fn sd(xs: &[f64]) -> f64 {
-    let n = xs.len() as f64;
-    if n < 2.0 {
-        return f64::INFINITY;
+    match crate::sum_sq(xs) {
+        (ss, df) if df >= 1 => (ss / df as f64).sqrt(),
+        _ => f64::INFINITY,
     }
-    let m = xs.iter().sum::<f64>() / n;
-    (xs.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0)).sqrt()
 }
 
 /// The small-sample widening of a bootstrap standard error over `n` resampled groups: the
@@ -229,10 +227,7 @@ impl ExecLogs {
 
     /// The pooled variance of the executions about their side's mean, and its df.
     pub fn variance(&self) -> (f64, f64) {
-        let ss = |x: &[f64]| {
-            let m = mean(x);
-            x.iter().map(|v| (v - m).powi(2)).sum::<f64>()
-        };
+        let ss = |x: &[f64]| crate::sum_sq(x).0;
         let df = (self.base.len() + self.cand.len()) as f64 - 2.0;
         ((ss(&self.base) + ss(&self.cand)) / df, df)
     }

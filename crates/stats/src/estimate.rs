@@ -138,9 +138,50 @@ pub fn bootstrap_ci(
     )
 }
 
+/// The sum of squared deviations of `xs` from their mean, and its degrees of freedom
+/// (n − 1; 0 for an empty slice).
+pub fn sum_sq(xs: &[f64]) -> (f64, usize) {
+    if xs.is_empty() {
+        return (0.0, 0);
+    }
+    let m = xs.iter().sum::<f64>() / xs.len() as f64;
+    (xs.iter().map(|x| (x - m).powi(2)).sum(), xs.len() - 1)
+}
+
+/// The coefficient of variation of `xs` (sample SD over the mean); `None` under two values
+/// or where the mean is not positive.
+pub fn cv(xs: &[f64]) -> Option<f64> {
+    let (ss, df) = sum_sq(xs);
+    let mean = xs.iter().sum::<f64>() / xs.len().max(1) as f64;
+    (df >= 1 && mean > 0.0).then(|| (ss / df as f64).sqrt() / mean)
+}
+
+/// The pooled SD of `groups` about their own means (a group of one adds nothing); `None`
+/// where no group has two values.
+pub fn pooled_sd<'a>(groups: impl IntoIterator<Item = &'a [f64]>) -> Option<f64> {
+    let (ss, df) = groups
+        .into_iter()
+        .map(sum_sq)
+        .fold((0.0, 0), |(a, b), (s, d)| (a + s, b + d));
+    (df > 0).then(|| (ss / df as f64).sqrt())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spread_of_one_set_and_of_groups() {
+        // 2, 4, 6: mean 4, squares 4 + 0 + 4
+        assert_eq!(sum_sq(&[2.0, 4.0, 6.0]), (8.0, 2));
+        assert_eq!(cv(&[2.0, 4.0, 6.0]), Some(0.5));
+        assert_eq!(cv(&[3.0]), None);
+        assert_eq!(cv(&[-1.0, 1.0]), None);
+        // groups {1, 3} and {10, 14}: squares 2 + 8 over df 2; a lone value adds nothing
+        let groups: [&[f64]; 3] = [&[1.0, 3.0], &[10.0, 14.0], &[99.0]];
+        assert_eq!(pooled_sd(groups), Some(5.0f64.sqrt()));
+        assert_eq!(pooled_sd([&[1.0][..]]), None);
+    }
 
     #[test]
     fn median_mad_and_ci() {

@@ -30,8 +30,8 @@ pub mod verdict;
 
 pub use changepoint::{ChangePoint, CpSettings, change_points};
 pub use estimate::{
-    Estimate, ROW_LEVEL, ROW_RESAMPLES, bootstrap_ci, estimate, mad, median, per_call,
-    quantile_sorted,
+    Estimate, ROW_LEVEL, ROW_RESAMPLES, bootstrap_ci, cv, estimate, mad, median, per_call,
+    pooled_sd, quantile_sorted, sum_sq,
 };
 pub use fit::{Fit, ModelKind, Point, crossover_batch, fit_affine, fit_best, fit_floor};
 pub use twosample::{hier_median_ci, hier_ratio_ci, mann_whitney, ratio_ci};
