@@ -8,7 +8,7 @@
 # 1. the op crates, the decode crate, the floor and ceilings at B = 1 and the peer at B = 1
 #    (docs/experiments/knobs-2026-12-06/run.sh's `price` run), then predict on it;
 # 2. an A/A of `opbench ab` in the same lease: the same binaries and the same Python on both
-#    sides, the op crates at B = 1 and the peer (120 s).
+#    sides, the op crates at B = 1 and the peer (90 s).
 # Leaves OUT/runs.tgz (the runs), OUT/predict.txt, OUT/aa.txt and the printouts.
 set -uo pipefail
 out=${1:?OUT}
@@ -25,6 +25,6 @@ bins=()
 for c in linear rmsnorm rope sdpa kvcache; do bins+=("devbin/bench-$c"); done
 devbin/opbench ab --out devbin/k --run aa --base "${bins[@]}" --cand "${bins[@]}" \
   --base-python python3 --cand-python python3 --filter '/qwen3-0.6b/decode/b1/' \
-  --budget 120 > "$out/aa.txt" 2>&1
+  --budget 90 > "$out/aa.txt" 2>&1
 echo "A/A: exit $?"
 tar czf "$out/runs.tgz" -C devbin/k runs
