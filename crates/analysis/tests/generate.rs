@@ -183,7 +183,7 @@ fn step_row_ns(run: &Run, q: &Query) -> f64 {
 
 #[test]
 fn on_the_cpu_a_token_is_the_steps_serial_time_less_its_argmax_plus_the_loop() {
-    let mut run = common::fixture("stack-2026-12-01");
+    let mut run = common::fixture(common::CPU_STACK);
     let cfg = ModelConfig::by_name("qwen3-0.6b").unwrap();
     let q = query(&cfg, DeviceId::CPU, DType::F32, 1, 128);
     let step = predict(&run, &q).unwrap();

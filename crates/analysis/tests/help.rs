@@ -10,7 +10,7 @@ use analysis::predict::{Query, predict_with};
 use rundir::{OpKind, Phase};
 use shapes::{ModelConfig, StepProfile};
 
-const RUN: &str = "stack-2026-12-01";
+const RUN: &str = common::CPU_STACK;
 
 #[test]
 fn each_row_is_the_prediction_with_one_thing_changed_and_they_rank_by_tokens_per_s() {
@@ -19,14 +19,7 @@ fn each_row_is_the_prediction_with_one_thing_changed_and_they_rank_by_tokens_per
     let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
     let q = common::cpu_query(&cfg, Phase::Decode, 1, 128, StepProfile::HfEager);
     let pred = predict_with(&run, &fits, &q).unwrap();
-    let rows = levers(
-        &run,
-        &fits,
-        &q,
-        &pred,
-        &bandwidth_bound(&run, &q, &pred),
-        &[],
-    );
+    let rows = common::levers(&run, &fits, &q, &pred, &[]);
     let row = |name: &str| rows.iter().find(|l| l.name.starts_with(name)).unwrap();
 
     let as_is = row("the step as it is");
@@ -114,14 +107,7 @@ fn on_the_cpu_the_transformers_table_prices_what_it_can_and_names_the_rest() {
     let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
     let q = common::cpu_query(&cfg, Phase::Decode, 1, 128, StepProfile::Transformers);
     let pred = predict_with(&run, &fits, &q).unwrap();
-    let rows = levers(
-        &run,
-        &fits,
-        &q,
-        &pred,
-        &bandwidth_bound(&run, &q, &pred),
-        &[],
-    );
+    let rows = common::levers(&run, &fits, &q, &pred, &[]);
     let row = |name: &str| rows.iter().find(|l| l.name.starts_with(name)).unwrap();
     // the peer's step and the decode crate's fused step measured beside their prices
     for name in ["the step as it is", "fused kernels", "batch 8"] {
@@ -151,14 +137,7 @@ fn on_the_h200_the_transformers_rows_say_what_to_run_and_the_batches_check_withi
         ..q
     };
     let pred = predict_with(&run, &fits, &q).unwrap();
-    let rows = levers(
-        &run,
-        &fits,
-        &q,
-        &pred,
-        &bandwidth_bound(&run, &q, &pred),
-        &[],
-    );
+    let rows = common::levers(&run, &fits, &q, &pred, &[]);
     let row = |name: &str| rows.iter().find(|l| l.name.starts_with(name)).unwrap();
     for b in ["batch 8", "batch 64"] {
         let c = row(b).check().unwrap();
@@ -541,14 +520,7 @@ fn a_stalled_backend_row_saves_no_more_than_the_steps_attention() {
     // the transformers step calls SDPA from Python (`py-auto`); tch's rows price the backends
     let q = common::cpu_query(&cfg, Phase::Decode, 1, 128, StepProfile::Transformers);
     let pred = predict_with(&run, &fits, &q).unwrap();
-    let rows = levers(
-        &run,
-        &fits,
-        &q,
-        &pred,
-        &bandwidth_bound(&run, &q, &pred),
-        &[],
-    );
+    let rows = common::levers(&run, &fits, &q, &pred, &[]);
     let sdpa = rows
         .iter()
         .find(|l| l.name.starts_with("the fastest SDPA backend"))

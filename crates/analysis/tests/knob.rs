@@ -9,14 +9,13 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use analysis::fit::fit_run;
-use analysis::help::{bandwidth_bound, levers};
 use analysis::knob::KnobPair;
 use analysis::predict::{Query, predict_with};
 use rundir::{OpKind, Phase, Run};
 use shapes::{ModelConfig, StepProfile};
 use stats::Verdict;
 
-const CPU_RUN: &str = "stack-2026-12-01";
+const CPU_RUN: &str = common::CPU_STACK;
 
 /// Writes `dir/k-ab.csv` with `cases` (key text, ratio, verdict) and one host-bound family,
 /// and the two sides' env.json, the candidate with `knob` set; returns the table's path.
@@ -108,14 +107,7 @@ fn a_planted_knob_moves_the_step_by_its_ops_share_and_says_leave_it_unset() {
     let knob = KnobPair::load(&pair(tmp.path(), ("OMP_NUM_THREADS", "1"), &cases)).unwrap();
     assert_eq!(knob.label(), "OMP_NUM_THREADS=1");
 
-    let rows = levers(
-        &run,
-        &fits,
-        &q,
-        &pred,
-        &bandwidth_bound(&run, &q, &pred),
-        &[knob],
-    );
+    let rows = common::levers(&run, &fits, &q, &pred, &[knob]);
     let row = rows
         .iter()
         .find(|l| l.name == "knob OMP_NUM_THREADS=1")

@@ -10,7 +10,7 @@ use shapes::{ModelConfig, StepProfile};
 
 #[test]
 fn a_cpu_prefill_of_32_tokens_is_priced_from_the_prefill_rows_within_a_fifth() {
-    let run = common::fixture("stack-2026-12-01");
+    let run = common::fixture(common::CPU_STACK);
     let cfg = ModelConfig::by_name("qwen3-0.6b").unwrap();
     let q = Query {
         model: &cfg,

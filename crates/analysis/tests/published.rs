@@ -52,16 +52,7 @@ fn measured_step(run: &Run, q: &Query) -> f64 {
 }
 
 fn load(name: &str) -> Run {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/published/results")
-        .join(name);
-    Run::load(&dir).unwrap()
-}
-
-/// The CPU run of 2026-12-01 with the peer's stack rows (one execution on the 2-core VM),
-/// published in results/ and kept there once.
-fn cpu_stack() -> Run {
-    common::fixture("stack-2026-12-01")
+    common::fixture(&format!("published/results/{name}"))
 }
 
 #[test]
@@ -512,7 +503,7 @@ fn graph_cold_pays_for_reading_weights_from_memory() {
 fn cpu_predictions_price_the_step_with_its_weights_cold() {
     use analysis::predict::Source;
     let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
-    let run = cpu_stack();
+    let run = common::fixture(common::CPU_STACK);
     for (profile, bound, cold_sites) in [
         (StepProfile::Transformers, 0.20, 11),
         (StepProfile::HfEager, 0.25, 11),
@@ -707,7 +698,7 @@ fn the_report_prices_a_profile_with_its_layer_where_the_run_has_it() {
         assert_eq!(on_gpu(&peer_only, p), HostModel::AsMeasured, "{p}");
     }
     let before = load(H200_EAGER_X2);
-    let cpu = cpu_stack();
+    let cpu = common::fixture(common::CPU_STACK);
     for p in StepProfile::EVERY {
         assert_eq!(on_gpu(&before, p), HostModel::AsMeasured);
         let on_cpu = Query {
@@ -854,7 +845,7 @@ fn the_layers_in_turn_price_transformers_own_code_on_both_machines() {
             }
         }
     }
-    let run = cpu_stack();
+    let run = common::fixture(common::CPU_STACK);
     for b in [1, 2, 8] {
         let q = Query {
             model: &cfg,

@@ -42,26 +42,22 @@ enum Filter {
     None,
 }
 
-/// Options of criterion 0.8 that name a baseline (with a value, but for `--discard-baseline`).
+/// Options of criterion 0.8 that name a baseline and take its name (`--discard-baseline`
+/// names one too, with no value).
 const BASELINE: &[&str] = &[
     "-s",
     "--save-baseline",
     "-b",
     "--baseline",
     "--baseline-lenient",
-    "--discard-baseline",
 ];
 
-/// Options of criterion 0.8 that take a value (so the value is not the filter).
+/// Options of criterion 0.8 that take a value (so the value is not the filter), besides
+/// [`BASELINE`]'s.
 const WITH_VALUE: &[&str] = &[
     "-c",
     "--color",
     "--colour",
-    "-s",
-    "--save-baseline",
-    "-b",
-    "--baseline",
-    "--baseline-lenient",
     "--format",
     "--profile-time",
     "--load-baseline",
@@ -92,14 +88,15 @@ impl Selection {
                 Some((n, v)) if n.starts_with("--") => (n.to_string(), Some(v.to_string())),
                 _ => (a.clone(), None),
             };
-            names_baseline |= BASELINE.contains(&name.as_str());
+            let baseline = BASELINE.contains(&name.as_str());
+            names_baseline |= baseline || name == "--discard-baseline";
             match name.as_str() {
                 "--bench" => bench = true,
                 "--test" => test = true,
                 "--list" => list = true,
                 "--exact" => exact = true,
                 "--ignored" => ignored = true,
-                n if WITH_VALUE.contains(&n) => {
+                n if baseline || WITH_VALUE.contains(&n) => {
                     let value = inline.or_else(|| it.next());
                     if n == "--sample-size" {
                         sample_size = value.and_then(|v| v.parse().ok());

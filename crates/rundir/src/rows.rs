@@ -118,8 +118,8 @@ impl ResultRow {
 
     /// A row with the case's identity, work counts and status, timing left empty.
     /// The row's timing from its samples, (calls, total ns) each: median, 95% interval of
-    /// the median ([`stats::ROW_RESAMPLES`] bootstrap resamples), mean, MAD, and the rates of the row's own
-    /// FLOPs and bytes; an `error` row where no sample is usable. The one estimator every
+    /// the median ([`stats::ROW_RESAMPLES`] bootstrap resamples), mean, MAD, and the rates
+    /// of the row's own FLOPs and bytes; an `error` row where no sample is usable. The one estimator every
     /// row is made by (the bench binaries', and `opbench ingest`'s for scripts/peer.py).
     pub fn summarize(&mut self, pairs: &[(u64, f64)]) {
         let est = stats::per_call(pairs)

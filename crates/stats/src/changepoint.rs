@@ -87,11 +87,9 @@ fn t_stat(left: &[f64], right: &[f64]) -> (f64, f64) {
     if m == 0 || k == 0 || m + k < 3 {
         return (0.0, 0.0);
     }
-    let mean = |x: &[f64]| x.iter().sum::<f64>() / x.len() as f64;
-    let (ml, mr) = (mean(left), mean(right));
-    let ss = |x: &[f64], mu: f64| x.iter().map(|v| (v - mu).powi(2)).sum::<f64>();
+    let (ml, mr) = (crate::estimate::mean(left), crate::estimate::mean(right));
     let df = (m + k - 2) as f64;
-    let pooled = (ss(left, ml) + ss(right, mr)) / df;
+    let pooled = (crate::sum_sq(left).0 + crate::sum_sq(right).0) / df;
     let se = (pooled * (1.0 / m as f64 + 1.0 / k as f64)).sqrt();
     if !se.is_finite() {
         return (0.0, df);

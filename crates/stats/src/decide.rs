@@ -18,6 +18,7 @@
 //!
 //! No tch, no I/O; degenerate input gives an infinite standard error, never a NaN verdict.
 
+use crate::estimate::mean;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use statrs::distribution::{ContinuousCDF, Normal, StudentsT};
@@ -135,10 +136,6 @@ pub(crate) fn exec_logs(g: &[Vec<f64>]) -> Vec<f64> {
         .filter(|x| !x.is_empty())
         .map(|x| crate::median(x).ln())
         .collect()
-}
-
-pub(crate) fn mean(xs: &[f64]) -> f64 {
-    xs.iter().sum::<f64>() / xs.len().max(1) as f64
 }
 
 pub(crate) fn sd(xs: &[f64]) -> f64 {

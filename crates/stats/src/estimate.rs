@@ -138,13 +138,18 @@ pub fn bootstrap_ci(
     )
 }
 
+/// The arithmetic mean of `xs` (0 for an empty slice).
+pub(crate) fn mean(xs: &[f64]) -> f64 {
+    xs.iter().sum::<f64>() / xs.len().max(1) as f64
+}
+
 /// The sum of squared deviations of `xs` from their mean, and its degrees of freedom
 /// (n − 1; 0 for an empty slice).
 pub fn sum_sq(xs: &[f64]) -> (f64, usize) {
     if xs.is_empty() {
         return (0.0, 0);
     }
-    let m = xs.iter().sum::<f64>() / xs.len() as f64;
+    let m = mean(xs);
     (xs.iter().map(|x| (x - m).powi(2)).sum(), xs.len() - 1)
 }
 
@@ -152,8 +157,8 @@ pub fn sum_sq(xs: &[f64]) -> (f64, usize) {
 /// or where the mean is not positive.
 pub fn cv(xs: &[f64]) -> Option<f64> {
     let (ss, df) = sum_sq(xs);
-    let mean = xs.iter().sum::<f64>() / xs.len().max(1) as f64;
-    (df >= 1 && mean > 0.0).then(|| (ss / df as f64).sqrt() / mean)
+    let m = mean(xs);
+    (df >= 1 && m > 0.0).then(|| (ss / df as f64).sqrt() / m)
 }
 
 /// The pooled SD of `groups` about their own means (a group of one adds nothing); `None`

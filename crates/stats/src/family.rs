@@ -15,7 +15,8 @@ use std::collections::BTreeMap;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::decide::{CaseTest, exec_logs, mean, p_value, sd, widen};
+use crate::decide::{CaseTest, exec_logs, p_value, sd, widen};
+use crate::estimate::mean;
 
 /// A family's shared shift: the geometric mean ratio over its cases.
 #[derive(Debug, Clone, Copy, PartialEq)]

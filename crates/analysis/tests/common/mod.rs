@@ -20,6 +20,23 @@ pub fn fixture(rel: &str) -> Run {
     .unwrap()
 }
 
+/// The CPU run of 2026-12-01 with the peer's stack rows (one execution on the 2-core VM),
+/// published in results/: the fixture folder that names it.
+pub const CPU_STACK: &str = "stack-2026-12-01";
+
+/// What would help for `q` ([`analysis::help::levers`]) with the run's own bandwidth bound
+/// and the knobs measured in pairs.
+pub fn levers(
+    run: &Run,
+    fits: &analysis::fit::Fits,
+    q: &Query,
+    pred: &analysis::predict::Prediction,
+    knobs: &[analysis::knob::KnobPair],
+) -> Vec<analysis::help::Lever> {
+    let bound = analysis::help::bandwidth_bound(run, q, pred);
+    analysis::help::levers(run, fits, q, pred, &bound, knobs)
+}
+
 /// Where the fixture folder `dir` keeps its run: itself, or the published run its
 /// `published` file names.
 pub fn fixture_dir(dir: &Path) -> std::path::PathBuf {
