@@ -123,15 +123,19 @@ def setup():
 
 
 def match_tch(version):
-    """(tch, match) for a torch version: match is exact | patch | nearest | newer."""
+    """(tch, match) for a torch version: match is exact | patch | nearest | newer.
+
+    exact means torch-sys's own check passes: it compares `torch.__version__` less its
+    local part (`+cu130`, `+rocm7.11.0a…`) with the version it was generated for, as text.
+    A pre-release or self-built torch (`2.9.0a0+git…`, `2.11.0.dev20260101`, `2.12.0rc1`)
+    is never exact, so the build sets LIBTORCH_BYPASS_VERSION_CHECK for it."""
     public = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version)
     if not public:
         fail(f"torch {version}: not a version")
     major, minor = int(public.group(1)), int(public.group(2))
-    full = f"{major}.{minor}.{public.group(3) or 0}"
     if (major, minor) in MATRIX:
         tch, made_for = MATRIX[(major, minor)]
-        if full == made_for:
+        if version.strip().split("+")[0] == made_for:
             return tch, "exact"
         return tch, "patch" if made_for.startswith(f"{major}.{minor}.") else "nearest"
     if (major, minor) > (2, 15):
@@ -144,6 +148,11 @@ def match_tch(version):
         f"torch {version} is not supported; supported: 2.9.x, 2.10.x, 2.11.x, 2.13.x "
         "(a tch made for them), 2.12.x, 2.14.x, 2.15.x (the nearest tch)"
     )
+
+
+def needs_bypass(version):
+    """Whether torch-sys's version check must be bypassed for this torch."""
+    return match_tch(version)[1] != "exact"
 
 
 def link_dir(link, target):
@@ -205,7 +214,7 @@ def build_env(py=None):
     env = dict(os.environ)
     env["PATH"] = str(py.parent) + os.pathsep + env.get("PATH", "")
     env["LIBTORCH_USE_PYTORCH"] = "1"
-    if match != "exact":
+    if needs_bypass(version):
         # torch-sys refuses a libtorch it was not generated for unless told
         env["LIBTORCH_BYPASS_VERSION_CHECK"] = "1"
     aten = torch_dir / "include" / "ATen" / "ATen.h"

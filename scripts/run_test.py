@@ -27,8 +27,27 @@ def main():
     paired.has_gpu = lambda py: True
     run.say = lambda *a, **k: None
     assert paired.ab_modes({"OPBENCH_TORCH_PYTHON": "x"}) == "pipelined,graph"
+    tch_for_versions()
     knob_lists()
     print("run_test: ok")
+
+
+def tch_for_versions():
+    # torch-sys compares torch.__version__ less "+..." with its own as text: only that is
+    # exact; pre-releases, dev builds and self-built torches get the bypass
+    cases = {
+        "2.11.0": ("0.24.0", "exact"),
+        "2.11.0+cu130": ("0.24.0", "exact"),
+        "2.9.1+rocm7.11.0a20251101": ("0.22.0", "patch"),
+        "2.10.0a0+git1234abc": ("0.23.0", "patch"),
+        "2.11.0.dev20260101": ("0.24.0", "patch"),
+        "2.12.0rc1": ("0.24.0", "nearest"),
+    }
+    for version, want in cases.items():
+        assert run.match_tch(version) == want, (version, run.match_tch(version))
+    for version in cases:
+        _, match = run.match_tch(version)
+        assert (match != "exact") == run.needs_bypass(version), version
 
 
 def exits_2(f, *args):

@@ -1,12 +1,19 @@
-//! Bake the libtorch lib folder (for loading the GPU library at run time), the git
+//! Bake the libtorch lib folder (for loading the GPU library at run time; torch-sys's, or
+//! on Windows, where it exports none, the build Python's), the git
 //! revision and the tch version into the machine's facts, and give its test binaries an
 //! rpath to libtorch.
 include!("../harness/rpath.in.rs");
 
 fn main() {
     libtorch_rpath("DEP_TCH_LIBTORCH_LIB");
-    if let Ok(dir) = std::env::var("DEP_TCH_LIBTORCH_LIB") {
-        println!("cargo:rustc-env=OPBENCH_LIBTORCH_LIB={dir}");
+    // torch-sys exports its lib folder on Linux and macOS only; on Windows the build
+    // Python's torch/lib is the one it linked
+    let lib = std::env::var("DEP_TCH_LIBTORCH_LIB")
+        .ok()
+        .map(std::path::PathBuf::from)
+        .or_else(|| torch_dir_from_python().map(|d| d.join("lib")));
+    if let Some(dir) = lib {
+        println!("cargo:rustc-env=OPBENCH_LIBTORCH_LIB={}", dir.display());
     }
     let manifest =
         std::path::PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_default());

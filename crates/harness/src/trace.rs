@@ -62,12 +62,18 @@ pub fn calls_for(graph_calls: u64) -> u64 {
     if graph_calls <= 1 { 1 } else { 3 }
 }
 
-/// Runtime API calls that make the host wait for the device.
+/// Runtime API calls that make the host wait for the device. `hipMemcpyWithStream` is
+/// ROCm's blocking copy (c10's `memcpy_and_sync` on HIP, behind `.item()` and `.cpu()`).
 fn is_sync(name: &str) -> bool {
     name.contains("Synchronize")
         || matches!(
             name,
-            "cudaMemcpy" | "hipMemcpy" | "cudaMemcpy2D" | "hipMemcpy2D" | "cuMemcpyDtoH_v2"
+            "cudaMemcpy"
+                | "hipMemcpy"
+                | "cudaMemcpy2D"
+                | "hipMemcpy2D"
+                | "cuMemcpyDtoH_v2"
+                | "hipMemcpyWithStream"
         )
 }
 
@@ -431,8 +437,11 @@ pub fn parse_log_line(line: &str) -> Option<String> {
             let mut s = tool.to_string();
             for (flag, name) in [
                 ("-f", "f"),
+                // hipblaslt-bench writes --transA, rocblas-bench --transposeA
                 ("--transA", "transA"),
+                ("--transposeA", "transA"),
                 ("--transB", "transB"),
+                ("--transposeB", "transB"),
                 ("-m", "m"),
                 ("-n", "n"),
                 ("-k", "k"),
@@ -476,6 +485,23 @@ mod tests {
         );
     }
 
+    /// The blocking copies of both runtimes are syncs (HIP's `hipMemcpyWithStream` is c10's
+    /// `memcpy_and_sync` on ROCm); launches and async copies are not.
+    #[test]
+    fn blocking_copies_are_syncs() {
+        for n in [
+            "cudaDeviceSynchronize",
+            "hipStreamSynchronize",
+            "cudaMemcpy",
+            "hipMemcpyWithStream",
+        ] {
+            assert!(is_sync(n), "{n}");
+        }
+        for n in ["hipLaunchKernel", "hipMemcpyAsync", "cudaLaunchKernel"] {
+            assert!(!is_sync(n), "{n}");
+        }
+    }
+
     /// Lines as cuBLASLt 13.1 printed them on the H200 (CUBLASLT_LOG_LEVEL=5).
     #[test]
     fn cublaslt_names_its_algorithm() {
@@ -501,10 +527,10 @@ mod tests {
             parse_log_line(h).unwrap(),
             "hipblaslt-bench transA=T transB=N m=1024 n=1 k=1024 solution=12345"
         );
-        let r = "./rocblas-bench -f gemm_ex --transposeA T -m 1024 -n 1 -k 1024 --a_type f16_r";
+        let r = "./rocblas-bench -f gemm_ex --transposeA T --transposeB N -m 1024 -n 1 -k 1024 --a_type f16_r";
         assert_eq!(
             parse_log_line(r).unwrap(),
-            "rocblas-bench f=gemm_ex m=1024 n=1 k=1024"
+            "rocblas-bench f=gemm_ex transA=T transB=N m=1024 n=1 k=1024"
         );
         assert_eq!(
             parse_log_line(

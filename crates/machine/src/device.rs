@@ -4,7 +4,11 @@
 //! [`Device::sync`] and never matches on the backend itself.
 
 use std::fmt;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+
+use crate::hip::HipProbe;
+use crate::libsearch::{SearchInput, SearchPlan};
 
 pub use rundir::Backend;
 
@@ -73,93 +77,159 @@ impl fmt::Display for Device {
     }
 }
 
-/// What [`load_gpu_library`] found: the library that loaded, or why each candidate did not.
+/// What loading libtorch's GPU library did: the plan it followed, each ROCm library
+/// preloaded and each candidate tried, with the loader's answer.
 #[derive(Debug, Clone)]
-struct GpuLibrary {
-    loaded: Option<String>,
-    /// `name: OS message` for each candidate that exists but did not load.
-    errors: Vec<String>,
+pub struct GpuLibraryReport {
+    pub plan: SearchPlan,
+    /// `(file, Ok(()) | Err(loader's message))` for each ROCm library preloaded (Linux,
+    /// TheRock).
+    pub preloaded: Vec<(PathBuf, Result<(), String>)>,
+    /// Each candidate tried, in order, until one loaded.
+    pub tried: Vec<(PathBuf, LoadOutcome)>,
 }
 
-static GPU_LIBRARY: OnceLock<GpuLibrary> = OnceLock::new();
+/// One candidate's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LoadOutcome {
+    Loaded,
+    /// A bare name that no folder holds: the CPU-only case, not an error.
+    NotFound,
+    /// The file exists (or the loader found the name) but did not load: the OS's message.
+    Failed(String),
+}
+
+impl GpuLibraryReport {
+    /// The path or name that loaded.
+    pub fn loaded(&self) -> Option<&Path> {
+        self.tried
+            .iter()
+            .find(|(_, o)| *o == LoadOutcome::Loaded)
+            .map(|(p, _)| p.as_path())
+    }
+
+    /// `path: OS message` for each library that exists but did not load, preloads
+    /// included.
+    pub fn errors(&self) -> Vec<String> {
+        let pre = self
+            .preloaded
+            .iter()
+            .filter_map(|(p, r)| r.as_ref().err().map(|e| format!("{}: {e}", p.display())));
+        let tried = self.tried.iter().filter_map(|(p, o)| match o {
+            LoadOutcome::Failed(e) => Some(format!("{}: {e}", p.display())),
+            _ => None,
+        });
+        pre.chain(tried).collect()
+    }
+}
+
+static GPU_LIBRARY: OnceLock<GpuLibraryReport> = OnceLock::new();
+
+/// torch's lib folder as the build saw it (torch-sys's on Linux and macOS, the build
+/// Python's torch on Windows, where torch-sys exports none).
+pub fn torch_lib_dir() -> Option<PathBuf> {
+    option_env!("OPBENCH_LIBTORCH_LIB").map(PathBuf::from)
+}
 
 /// Make sure libtorch's GPU library is loaded whenever it exists.
 ///
 /// rustc links shared libraries `--as-needed`; nothing of ours calls into
 /// `libtorch_cuda.so` / `libtorch_hip.so` directly, so the linker drops them and libtorch
-/// then sees no GPU at all. Loading the library registers its CUDA/HIP hooks. Tries the
-/// libtorch folder the build used, then the loader's search path (LD_LIBRARY_PATH, PATH on
-/// Windows). Returns the path or name that loaded, `None` for a CPU-only libtorch (see
+/// then sees no GPU at all. Loading the library registers its CUDA/HIP hooks. Where it is
+/// looked for is [`SearchPlan`]'s: torch's lib folder, the loader's folders, and on Windows
+/// the ROCm SDK's folders added to the DLL search first; on Linux a TheRock wheel's ROCm
+/// libraries are loaded by full path first, as `rocm_sdk.initialize_process` does for
+/// Python. Returns the path that loaded, `None` for a CPU-only libtorch (see
 /// [`gpu_library_errors`] for why a library that exists did not load).
-///
-/// On Windows, torch's lib folder and the ROCm SDK's `bin` folders (`HIP_PATH`,
-/// `ROCM_PATH`) are first added to the DLL search path, as `torch/__init__.py` and
-/// `_rocm_init` do for Python, so `torch_hip.dll` finds `amdhip64_*.dll`, rocBLAS and MIOpen.
 pub fn load_gpu_library() -> Option<String> {
-    GPU_LIBRARY.get_or_init(find_gpu_library).loaded.clone()
+    gpu_library_report()
+        .loaded()
+        .map(|p| p.display().to_string())
 }
 
-/// Why GPU libraries that exist did not load (`name: OS message`), for error messages.
+/// The whole report of [`load_gpu_library`] (which it runs once).
+pub fn gpu_library_report() -> &'static GpuLibraryReport {
+    GPU_LIBRARY.get_or_init(|| {
+        let plan = SearchPlan::new(&SearchInput::from_env(torch_lib_dir()));
+        load_by_plan(plan)
+    })
+}
+
+/// Why GPU libraries that exist did not load (`path: OS message`), for error messages.
 pub fn gpu_library_errors() -> Vec<String> {
-    GPU_LIBRARY.get_or_init(find_gpu_library).errors.clone()
+    gpu_library_report().errors()
 }
 
-fn find_gpu_library() -> GpuLibrary {
-    let names: &[&str] = if cfg!(windows) {
-        &["torch_cuda.dll", "torch_hip.dll"]
-    } else if cfg!(target_os = "macos") {
-        &[]
-    } else {
-        &["libtorch_cuda.so", "libtorch_hip.so"]
-    };
-    let lib_dir = option_env!("OPBENCH_LIBTORCH_LIB").map(std::path::PathBuf::from);
+/// Follow a plan: set the DLL search (Windows), preload (Linux), then try each candidate
+/// until one loads.
+pub fn load_by_plan(plan: SearchPlan) -> GpuLibraryReport {
     #[cfg(windows)]
-    windows_dll_dirs(lib_dir.as_deref());
-    let mut candidates: Vec<(String, bool)> = Vec::new();
-    if let Some(dir) = &lib_dir {
-        candidates.extend(names.iter().map(|n| {
-            let p = dir.join(n);
-            let exists = p.is_file();
-            (p.display().to_string(), exists)
-        }));
+    windows_dll_dirs(&plan.dll_dirs);
+    let mut preloaded = Vec::new();
+    for p in &plan.preload {
+        // SAFETY: ROCm's own libraries, loaded as its Python package loads them; their
+        // initialisers set up their own state only. Kept for the process's life.
+        let r = unsafe { open_global(p) };
+        preloaded.push((p.clone(), r));
     }
-    // by name: whether it exists is only known by trying
-    candidates.extend(names.iter().map(|n| (n.to_string(), true)));
-    let mut errors = Vec::new();
-    for (c, exists) in candidates {
-        if !exists {
-            continue;
-        }
+    let mut tried = Vec::new();
+    for c in &plan.candidates {
         // SAFETY: loading libtorch's own GPU library runs its static initialisers,
         // which only register hooks with the already-loaded libtorch_cpu.
-        match unsafe { libloading::Library::new(&c) } {
+        match unsafe { libloading::Library::new(&c.path) } {
             Ok(lib) => {
                 // keep it loaded for the life of the process
                 std::mem::forget(lib);
-                return GpuLibrary {
-                    loaded: Some(c),
-                    errors,
-                };
+                tried.push((c.path.clone(), LoadOutcome::Loaded));
+                break;
             }
             Err(e) => {
                 let msg = e.to_string();
-                // a name the loader cannot find is the CPU-only case, not an error
+                // a bare name the loader cannot find is the CPU-only case, not an error
                 let missing = msg.contains("No such file") || msg.contains("(os error 126)");
-                if !missing || c.contains(std::path::MAIN_SEPARATOR) {
-                    errors.push(format!("{c}: {msg}"));
-                }
+                let outcome = if !c.found && missing {
+                    LoadOutcome::NotFound
+                } else {
+                    LoadOutcome::Failed(msg)
+                };
+                tried.push((c.path.clone(), outcome));
             }
         }
     }
-    GpuLibrary {
-        loaded: None,
-        errors,
+    GpuLibraryReport {
+        plan,
+        preloaded,
+        tried,
     }
 }
 
-/// Add torch's lib folder and the ROCm SDK's bin folders to the DLL search path.
+/// Load a library for the process's life with its symbols global (`RTLD_GLOBAL`, as
+/// ctypes' preload does), so that a later library needing its SONAME gets this one.
+///
+/// # Safety
+/// Runs the library's initialisers.
+unsafe fn open_global(p: &Path) -> Result<(), String> {
+    #[cfg(unix)]
+    {
+        use libloading::os::unix::{Library, RTLD_GLOBAL, RTLD_NOW};
+        // SAFETY: as the caller promises
+        let lib =
+            unsafe { Library::open(Some(p), RTLD_NOW | RTLD_GLOBAL) }.map_err(|e| e.to_string())?;
+        std::mem::forget(lib);
+        Ok(())
+    }
+    #[cfg(not(unix))]
+    {
+        // SAFETY: as the caller promises
+        let lib = unsafe { libloading::Library::new(p) }.map_err(|e| e.to_string())?;
+        std::mem::forget(lib);
+        Ok(())
+    }
+}
+
+/// Set the DLL search to the application folder, System32 and `dirs`.
 #[cfg(windows)]
-fn windows_dll_dirs(lib_dir: Option<&std::path::Path>) {
+fn windows_dll_dirs(dirs: &[PathBuf]) {
     use std::os::windows::ffi::OsStrExt;
     #[link(name = "kernel32")]
     unsafe extern "system" {
@@ -168,20 +238,24 @@ fn windows_dll_dirs(lib_dir: Option<&std::path::Path>) {
     }
     // LOAD_LIBRARY_SEARCH_DEFAULT_DIRS: application dir, System32 and added directories
     const DEFAULT_DIRS: u32 = 0x0000_1000;
-    let mut dirs: Vec<std::path::PathBuf> = lib_dir.into_iter().map(Into::into).collect();
-    for var in ["HIP_PATH", "ROCM_PATH"] {
-        if let Some(root) = std::env::var_os(var) {
-            dirs.push(std::path::PathBuf::from(root).join("bin"));
-        }
-    }
     // SAFETY: documented Win32 calls with NUL-terminated wide strings that outlive them.
     unsafe {
         SetDefaultDllDirectories(DEFAULT_DIRS);
-        for d in dirs.iter().filter(|d| d.is_dir()) {
+        for d in dirs {
             let wide: Vec<u16> = d.as_os_str().encode_wide().chain(Some(0)).collect();
             AddDllDirectory(wide.as_ptr());
         }
     }
+}
+
+/// The HIP runtime, asked directly (where this torch's plan says it is, else by name).
+pub fn hip_runtime() -> HipProbe {
+    let report = gpu_library_report();
+    crate::hip::probe(
+        &report
+            .plan
+            .hip_runtime_candidates(torch_lib_dir().as_deref()),
+    )
 }
 
 /// GPUs libtorch can see (after loading its GPU library).
@@ -221,18 +295,106 @@ pub fn select_devices(choice: DeviceChoice, gpu_index: usize) -> Result<Vec<Devi
         if gpu_index < n {
             out.push(Device::gpu(gpu_index));
         } else if choice == DeviceChoice::Gpu {
-            let lib = load_gpu_library().unwrap_or_else(|| "none found".into());
-            let why = gpu_library_errors();
-            let why = if why.is_empty() {
-                String::new()
-            } else {
-                format!("; failed to load: {}", why.join("; "))
-            };
             return Err(format!(
-                "OPBENCH_DEVICE=gpu but GPU {gpu_index} is not visible \
-                 ({n} visible; libtorch GPU library: {lib}{why})"
+                "OPBENCH_DEVICE=gpu but GPU {gpu_index} is not visible ({n} visible; {}); \
+                 `scripts/doctor` says why",
+                gpu_library_summary(gpu_library_report())
             ));
         }
     }
     Ok(out)
+}
+
+/// One clause on the GPU library: what loaded, or each file that failed with the OS's
+/// message, or that none exists (a CPU-only torch).
+pub fn gpu_library_summary(r: &GpuLibraryReport) -> String {
+    let errors = r.errors();
+    match r.loaded() {
+        Some(p) if errors.is_empty() => format!("libtorch GPU library: {}", p.display()),
+        Some(p) => format!(
+            "libtorch GPU library: {} (failed first: {})",
+            p.display(),
+            errors.join("; ")
+        ),
+        None if errors.is_empty() => format!(
+            "no libtorch GPU library exists ({} looked for in {}): a CPU-only torch",
+            r.plan.os.gpu_library_names().join(", "),
+            torch_lib_dir()
+                .map(|d| d.display().to_string())
+                .unwrap_or_else(|| format!("the {} folders", r.plan.os.path_variable()))
+        ),
+        None => format!(
+            "the libtorch GPU library exists but did not load: {}",
+            errors.join("; ")
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::libsearch::{Candidate, Os, RocmLayout};
+
+    fn plan(candidates: Vec<Candidate>) -> SearchPlan {
+        SearchPlan {
+            os: Os::HOST,
+            layout: RocmLayout::None,
+            dll_dirs: Vec::new(),
+            preload: Vec::new(),
+            candidates,
+        }
+    }
+
+    /// A GPU library that exists but does not load is an error with its path and the
+    /// OS's message, never "none found"; a name no folder holds is the CPU-only case.
+    #[test]
+    fn a_library_that_exists_but_fails_is_an_error() {
+        let t = tempfile::tempdir().unwrap();
+        let bad = t.path().join(Os::HOST.gpu_library_names()[1]);
+        std::fs::write(&bad, b"not a shared library").unwrap();
+        let r = load_by_plan(plan(vec![
+            Candidate {
+                path: bad.clone(),
+                found: true,
+            },
+            Candidate {
+                path: "libtorch_no_such_gpu_library.so".into(),
+                found: false,
+            },
+        ]));
+        assert!(r.loaded().is_none());
+        assert_eq!(r.tried[1].1, LoadOutcome::NotFound);
+        let errors = r.errors();
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].starts_with(&bad.display().to_string()),
+            "{errors:?}"
+        );
+        assert!(
+            errors[0].len() > bad.display().to_string().len() + 2,
+            "{errors:?}"
+        );
+        let line = gpu_library_summary(&r);
+        assert!(line.contains("exists but did not load"), "{line}");
+        assert!(line.contains(&bad.display().to_string()), "{line}");
+        // nothing exists: the CPU-only clause
+        let none = load_by_plan(plan(vec![Candidate {
+            path: "libtorch_no_such_gpu_library.so".into(),
+            found: false,
+        }]));
+        assert!(gpu_library_summary(&none).contains("a CPU-only torch"));
+    }
+
+    /// A preload that fails is reported with its path; the plan goes on.
+    #[test]
+    fn a_failed_preload_is_reported() {
+        let t = tempfile::tempdir().unwrap();
+        let bad = t.path().join("libamdhip64.so.7");
+        std::fs::write(&bad, b"x").unwrap();
+        let mut p = plan(Vec::new());
+        p.preload = vec![bad.clone()];
+        let r = load_by_plan(p);
+        assert!(r.preloaded[0].1.is_err());
+        assert!(r.errors()[0].starts_with(&bad.display().to_string()));
+    }
 }

@@ -7,4 +7,6 @@
 pub mod device;
 pub mod env;
 pub mod gpu_facts;
+pub mod hip;
+pub mod libsearch;
 pub mod state;
