@@ -24,6 +24,7 @@ Exit 0 whatever the knobs do (a knob that hurts is a finding, not a failure); 2 
 input.
 """
 import csv
+import fnmatch
 import os
 import re
 import subprocess
@@ -40,11 +41,27 @@ PER_VALUE = 120.0
 
 
 def backend(py):
-    """`cuda`, `rocm` or `cpu`: what `py`'s torch runs on here."""
-    code = ("import torch; print('rocm' if torch.version.hip and torch.cuda.is_available() "
-            "else 'cuda' if torch.cuda.is_available() else 'cpu')")
-    out = subprocess.run([str(py), "-c", code], capture_output=True, text=True)
-    return out.stdout.strip() or "cpu"
+    """(`cuda`, `rocm` or `cpu`, the GPU's arch or None): what `py`'s torch runs on here."""
+    code = ("import torch; a = torch.cuda.is_available(); "
+            "p = torch.cuda.get_device_properties(0) if a else None; "
+            "print('rocm' if torch.version.hip and a else 'cuda' if a else 'cpu'); "
+            "print((getattr(p, 'gcnArchName', None) or f'sm_{p.major}{p.minor}') if p else '')")
+    out = subprocess.run([str(py), "-c", code], capture_output=True, text=True).stdout.split("\n")
+    return (out[0].strip() or "cpu"), (out[1].strip() if len(out) > 1 and out[1].strip() else None)
+
+
+def applies(knob, arch):
+    """(applies, why not) for a knob on `arch` (`gfx1032`, `gfx90a:sramecc+:xnack-`; None
+    without a GPU): a knob with `archs` (patterns, `gfx11*`) applies to the archs they
+    match, one without to every arch of its backend."""
+    pats = knob.get("archs")
+    if not pats:
+        return True, None
+    base = (arch or "").split(":")[0]
+    if any(fnmatch.fnmatch(base, pat) for pat in pats):
+        return True, None
+    return False, (f"for {', '.join(pats)} only ({knob.get('archs_source', 'its source')}); "
+                   f"this GPU is {base or 'none'}")
 
 
 def load(path):
@@ -173,9 +190,17 @@ def bench_knobs(args):
     names, budget, price, filt = parse(args)
     env = knob_env()
     py = env["OPBENCH_TORCH_PYTHON"]
-    which = backend(py)
+    which, arch = backend(py)
     path = r.ROOT / "knobs" / f"{which}.toml"
-    knobs = chosen(load(path), names)
+    knobs = []
+    for k in chosen(load(path), names):
+        ok, why = applies(k, arch)
+        if ok:
+            knobs.append(k)
+        else:
+            r.say(f"{k['name']} skipped: {why}")
+    if not knobs:
+        r.fail(f"no knob of {path.name} applies to this GPU ({arch}): nothing to pair", 2)
     plan = [(k, v) for k in knobs for v in k["values"]]
     share = budget if budget else PER_VALUE
     model = env.get("OPBENCH_MODEL", "qwen3-0.6b")

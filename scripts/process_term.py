@@ -7,8 +7,11 @@ Designs, interleaved in rounds (each a fresh pair of workers, A and B):
 
   alone : A times every kind and exits, then B does: one live context at a time
   pair  : A and B alive at once, taking turns sample by sample (A B, B A, ...), as in ab
-  eager : pair, both with CUDA_MODULE_LOADING=EAGER
-  conn1 : alone, with CUDA_DEVICE_MAX_CONNECTIONS=1
+  eager : pair, both loading every kernel at start (CUDA_MODULE_LOADING=EAGER; on HIP
+          HIP_ENABLE_DEFERRED_LOADING=0)
+  conn1 : alone, one hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1; on HIP
+          GPU_MAX_HW_QUEUES=1)
+Each design sets both runtimes' variables: each runtime reads its own and ignores the other's.
 
 A round's term for a kind is ln(median B / median A). The table's figure is its sd over the
 rounds (%), what pairing cannot cancel; beside it in brackets, a pair's sd within a round.
@@ -29,7 +32,14 @@ import sys
 import time
 
 CALLS = 256
-LEAD_CYCLES = 60_000_000  # ~15 ms at 1.98 GHz: Python's enqueue of 256 calls must end in half of it
+LEAD_MS = 15.0  # Python's enqueue of 256 calls must end in half of it
+
+
+def lead_cycles(cycles_per_ms):
+    """The spin's length in the sleep kernel's own clock cycles for a lead of LEAD_MS: that
+    clock is measured, never assumed (an H100's runs at ~1.98 GHz, gfx11's wall_clock64 at
+    ~100 MHz, where a fixed count would spin 20 times longer)."""
+    return max(1, int(LEAD_MS * cycles_per_ms))
 KINDS = ["mul", "mul@s1", "mul@s2", "mul@s3", "rmsnorm", "kvrow", "gemv", "bigadd", "graph"]
 
 
@@ -71,6 +81,14 @@ def worker():
     torch.cuda.synchronize()
 
     streams = {f"@s{i}": torch.cuda.Stream() for i in (1, 2, 3)}
+    # the sleep kernel's clock, from a spin of 10^6 cycles timed by events
+    a0, b0 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(1_000_000)
+    a0.record()
+    torch.cuda._sleep(1_000_000)
+    b0.record()
+    b0.synchronize()
+    cycles = lead_cycles(1_000_000 / max(a0.elapsed_time(b0), 1e-3))
 
     def sample(kind):
         if "@" in kind:
@@ -78,7 +96,7 @@ def worker():
             with torch.cuda.stream(streams["@" + at]):
                 return sample(kind)
         torch.cuda.synchronize()
-        torch.cuda._sleep(LEAD_CYCLES)
+        torch.cuda._sleep(cycles)
         a = torch.cuda.Event(enable_timing=True)
         b = torch.cuda.Event(enable_timing=True)
         a.record()
@@ -93,7 +111,7 @@ def worker():
         b.record()
         b.synchronize()
         # the lead must still run when the last call is enqueued, or the events time the host
-        covered = host_ms < 0.5 * LEAD_CYCLES / 1.98e6
+        covered = host_ms < 0.5 * LEAD_MS
         return a.elapsed_time(b) * 1e3 / CALLS, covered
 
     print("ready", flush=True)
@@ -124,7 +142,7 @@ class Worker:
             print("uncovered sample, asked again", flush=True)
             self.p.stdin.write(kind + "\n")
             self.p.stdin.flush()
-        raise SystemExit("3 samples' enqueue outlasted half their lead: lengthen LEAD_CYCLES")
+        raise SystemExit("3 samples' enqueue outlasted half their lead: lengthen LEAD_MS")
 
     def stop(self):
         self.p.stdin.write("q\n")
@@ -166,8 +184,8 @@ def round_pair(start, env):
 DESIGNS = {
     "alone": (round_alone, {}),
     "pair": (round_pair, {}),
-    "eager": (round_pair, {"CUDA_MODULE_LOADING": "EAGER"}),
-    "conn1": (round_alone, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}),
+    "eager": (round_pair, {"CUDA_MODULE_LOADING": "EAGER", "HIP_ENABLE_DEFERRED_LOADING": "0"}),
+    "conn1": (round_alone, {"CUDA_DEVICE_MAX_CONNECTIONS": "1", "GPU_MAX_HW_QUEUES": "1"}),
 }
 
 

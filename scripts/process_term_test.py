@@ -46,6 +46,13 @@ def main():
     text = pt.table(terms, within, us)
     assert text.splitlines()[0].startswith("process term: sd over 12 rounds"), text
     assert len(text.splitlines()) == 5, text
+    # the lead is LEAD_MS in the sleep kernel's measured clock: an H100's 1.98 GHz, gfx11's
+    # 100 MHz wall clock
+    assert pt.lead_cycles(1.98e6) == int(pt.LEAD_MS * 1.98e6)
+    assert pt.lead_cycles(1e5) == int(pt.LEAD_MS * 1e5)
+    # every design names both runtimes' variable for what it changes
+    assert pt.DESIGNS["eager"][1]["HIP_ENABLE_DEFERRED_LOADING"] == "0"
+    assert pt.DESIGNS["conn1"][1]["GPU_MAX_HW_QUEUES"] == "1"
     print("process_term_test: ok")
 
 

@@ -9,10 +9,11 @@
                                               two builds alive at once, compared in pairs (opbench ab)
     python3 scripts/run.py bench --knobs [NAME...] [--budget S] [--price RUN] [-- FILTER]
                                               this backend's runtime knobs, each paired against unset (scripts/knobs.py)
+    python3 scripts/run.py doctor [--device D] what this torch stack is and what opbench can measure
     python3 scripts/run.py test               the test suite, as CI runs it
     python3 scripts/run.py test-torch VERSION build and test against torch VERSION (PyPI)
 
-scripts/setup, bench, test and test-torch are one-line wrappers of these
+scripts/setup, doctor, bench, test and test-torch are one-line wrappers of these
 for a POSIX shell; on Windows run `python scripts\\run.py bench` (Python ≥ 3.9, standard
 library only). Environment variables are those the README lists (OPBENCH_*).
 
@@ -258,7 +259,8 @@ def layout(env, exe=None):
     folder and file names, the default run id's format. `exe`: an opbench built
     elsewhere; else this workspace's, built first."""
     if exe is None:
-        cargo(env, "build", "-q", "--release", "-p", "opbench")
+        # with libtorch: `opbench env` and `opbench doctor` describe this machine through it
+        cargo(env, "build", "-q", "--release", "-p", "opbench", "--features", "torch")
         exe = opbench_exe(env)
     out = subprocess.run([str(exe), "layout"], capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
@@ -272,10 +274,32 @@ def run_dir(lay, out, run_id, execution=None):
 # ---------------------------------------------------------------- test
 
 
+DEBIAN_HIP = Path("/usr/lib/x86_64-linux-gnu/libamdhip64.so.5")
+
+
+def install_test_packages():
+    """Debian's packages the tests use where apt can install them (root, CI): a real HIP
+    runtime with no GPU (libamdhip64-5: the "ROCm runtime, no AMD GPU" answer) and clang
+    (MSVC name mangling, scripts/check-windows --names)."""
+    want = []
+    if sys.platform.startswith("linux") and not DEBIAN_HIP.exists():
+        want.append("libamdhip64-5")
+    if not shutil.which("clang++"):
+        want.append("clang")
+    if not want or not shutil.which("apt-get") or not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return
+    print(f"\n== apt-get install {' '.join(want)}", flush=True)
+    quiet = dict(stdout=subprocess.DEVNULL)
+    if subprocess.run(["apt-get", "install", "-y", "-qq", *want], **quiet).returncode != 0:
+        subprocess.run(["apt-get", "update", "-qq"], **quiet)
+        subprocess.run(["apt-get", "install", "-y", "-qq", *want], check=True, **quiet)
+
+
 def test(env=None):
     env = env or build_env()
     # a from-scratch build gains nothing from incremental state, which is GBs of disk
     env.setdefault("CARGO_INCREMENTAL", "0")
+    install_test_packages()
 
     def step(name):
         print(f"\n== {name}", flush=True)
@@ -304,7 +328,34 @@ def test(env=None):
         dict(env, OPBENCH_PROFILE="quick", OPBENCH_DEVICE=env.get("OPBENCH_DEVICE", "cpu")),
         "bench", "--workspace", "--benches", "--", "--test",
     )
+    step("doctor (this machine: no GPU)")
+    doctor_says_no_gpu(env)
+    if shutil.which("clang++") and shutil.which("llvm-nm"):
+        step("check-windows --names (MSVC mangling of the symbols the Rust side declares)")
+        subprocess.run(["bash", str(ROOT / "scripts" / "check-windows"), "--names"], env=env, check=True)
     step("ok")
+
+
+def doctor_says_no_gpu(env):
+    """`opbench doctor` on this GPU-less machine: exit 0 for the CPU, exit 1 naming why for
+    OPBENCH_DEVICE=gpu, and, where Debian's HIP runtime is installed, its answer."""
+    layout(env)
+    exe = str(opbench_exe(env))
+    t0 = time.monotonic()
+    ok = subprocess.run([exe, "doctor"], env=env, capture_output=True, text=True)
+    took = time.monotonic() - t0
+    print(ok.stdout, end="")
+    if ok.returncode != 0 or "verdict    ok: scripts/bench can measure cpu" not in ok.stdout:
+        fail(f"opbench doctor: exit {ok.returncode}, expected 0 and the CPU measurable: {ok.stderr}", 1)
+    if DEBIAN_HIP.exists() and "a ROCm runtime is here" not in ok.stdout:
+        fail(f"opbench doctor: {DEBIAN_HIP} is installed but doctor does not say so", 1)
+    gpu = subprocess.run([exe, "doctor", "--device", "gpu"], env=env, capture_output=True, text=True)
+    if gpu.returncode != 1 or "no GPU is usable" not in gpu.stdout:
+        fail(f"opbench doctor --device gpu: exit {gpu.returncode}, expected 1 and why", 1)
+    check = subprocess.run([exe, "doctor", "--check", "--device", "gpu"], env=env, capture_output=True, text=True)
+    if check.returncode != 1 or len(check.stderr.strip().splitlines()) != 1:
+        fail(f"opbench doctor --check --device gpu: exit {check.returncode}, expected 1 and one line", 1)
+    print(f"doctor: {took:.1f} s; --device gpu: exit 1 ({check.stderr.strip()})", flush=True)
 
 
 def test_torch(version):
@@ -462,11 +513,22 @@ def run_peer(env, into):
     return took
 
 
+def doctor(args):
+    """`opbench doctor` (built with libtorch) for the Python builds use: its exit code."""
+    env = build_env()
+    layout(env)
+    return subprocess.run([str(opbench_exe(env)), "doctor", *args], env=env).returncode
+
+
 def bench(args):
     env = build_env()
     # a trace pass runs after timing, in its own processes: never in a timed one
     trace = env.pop("OPBENCH_TRACE", "")
     lay = layout(env)
+    # the GPU asked for must be usable from Rust too: one line and stop, not a CPU-only run
+    check = subprocess.run([str(opbench_exe(env)), "doctor", "--check"], env=env)
+    if check.returncode != 0:
+        sys.exit(check.returncode)
     run_id = env.setdefault("OPBENCH_RUN", time.strftime(lay["run_id_format"], time.gmtime()))
     out = Path(env.get("OPBENCH_OUT") or ROOT / "target" / "opbench")
     env["OPBENCH_OUT"] = str(out)
@@ -592,6 +654,8 @@ def main(argv):
                 fail("--against needs the path of the other Python (its venv's bin/python)")
             return bench_against(rest[:i] + rest[i + 2 :], rest[i + 1])
         bench(rest)
+    elif verb == "doctor":
+        return doctor(rest)
     elif verb == "test":
         test()
     elif verb == "test-torch":
@@ -599,7 +663,7 @@ def main(argv):
             fail("usage: run.py test-torch VERSION (e.g. 2.10.0)")
         test_torch(rest[0])
     else:
-        fail(f"unknown verb `{verb}`; verbs: setup, workspace, env, bench, test, test-torch")
+        fail(f"unknown verb `{verb}`; verbs: setup, workspace, env, doctor, bench, test, test-torch")
     return 0
 
 

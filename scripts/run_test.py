@@ -65,6 +65,15 @@ def knob_lists():
         names = [k["name"] for k in ks]
         assert ks and len(names) == len(set(names)), backend
         assert all(k["source"] and k["said"] and k["ran"] for k in ks), backend
+    # knobs by arch: hipBLASLt and AOTriton's knobs do not apply on the RX 6650 XT's gfx1032,
+    # nor on an unknown GPU; they do on gfx1100 (its gcnArchName may carry features)
+    rocm = {k["name"]: k for k in knobs.load(run.ROOT / "knobs" / "rocm.toml")}
+    for name in ("TORCH_BLAS_PREFER_HIPBLASLT", "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL"):
+        ok, why = knobs.applies(rocm[name], "gfx1032")
+        assert not ok and "gfx1032" in why, (name, why)
+        assert knobs.applies(rocm[name], "gfx1100:xnack-") == (True, None), name
+        assert not knobs.applies(rocm[name], None)[0], name
+    assert knobs.applies(rocm["HIP_FORCE_DEV_KERNARG"], "gfx1032") == (True, None)
     cuda = knobs.load(run.ROOT / "knobs" / "cuda.toml")
     assert [k["name"] for k in knobs.chosen(cuda, ["CUDA_MODULE_LOADING"])] == ["CUDA_MODULE_LOADING"]
     assert len(knobs.chosen(cuda, [])) == len(cuda)

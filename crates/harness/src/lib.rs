@@ -25,7 +25,7 @@
 
 pub mod ceiling;
 // the machine's facts live in their own crate
-pub use machine::{device, env, gpu_facts};
+pub use machine::{device, env, gpu_facts, hip, libsearch};
 pub mod cold;
 pub mod config;
 pub mod devtime;

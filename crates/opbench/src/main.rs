@@ -8,6 +8,7 @@
 //! range) is a one-line error naming what is wrong and exit code 2; nothing panics.
 
 mod ab_cmd;
+mod doctor_cmd;
 mod peer_cmd;
 mod print;
 mod run_defaults;
@@ -80,6 +81,12 @@ enum Verb {
         #[arg(long, default_value = "text", value_parser = ["text", "md"])]
         format: String,
     },
+    /// What this machine's torch stack is and what opbench can measure on it: the torch
+    /// build, every GPU library tried and why it failed, the HIP runtime, the GPU and its
+    /// arch, SDPA backends, BLAS, graph capture, tracer, Triton, the knobs for this arch,
+    /// and a decode step's ops on the device with their kernels and host syncs; then the
+    /// next commands. Exit 0 when what scripts/bench is asked to measure works, else 1.
+    Doctor(doctor_cmd::Args),
     /// This machine's environment fingerprint (libtorch, backend, device facts) as JSON.
     /// Needs a build with the `torch` feature.
     Env {
@@ -563,6 +570,7 @@ fn dispatch(verb: Verb) -> Result<u8, CliError> {
             Ok(0)
         }
         Verb::Env { device } => env_verb(&device),
+        Verb::Doctor(a) => doctor_cmd::doctor(&a),
         Verb::Fit { run } => fit_verb(&run),
         Verb::State { run, mode } => state_verb(&run, mode),
         Verb::Predict(args) => predict_cmd::run(&args),

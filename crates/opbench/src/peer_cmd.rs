@@ -143,9 +143,9 @@ pub fn model_and_grid(
     Ok((model, profile.batches.clone(), ctx))
 }
 
-/// scripts/peer.py of this workspace ($OPBENCH_WS, else the current folder, else the
+/// scripts/`name` of this workspace ($OPBENCH_WS, else the current folder, else the
 /// nearest folder above the executable that has it).
-fn script() -> Result<PathBuf, CliError> {
+pub fn script(name: &str) -> Result<PathBuf, CliError> {
     let mut places: Vec<PathBuf> = settings::var_os("OPBENCH_WS")
         .map(PathBuf::from)
         .into_iter()
@@ -156,10 +156,12 @@ fn script() -> Result<PathBuf, CliError> {
     }
     places
         .into_iter()
-        .map(|d| d.join("scripts").join("peer.py"))
+        .map(|d| d.join("scripts").join(name))
         .find(|p| p.is_file())
         .ok_or_else(|| {
-            CliError::input("scripts/peer.py not found: set OPBENCH_WS to the workspace")
+            CliError::input(format!(
+                "scripts/{name} not found: set OPBENCH_WS to the workspace"
+            ))
         })
 }
 
@@ -191,7 +193,7 @@ pub fn worker_spawn(
 ) -> Result<Spawn, CliError> {
     let batches: Vec<String> = w.batches.iter().map(usize::to_string).collect();
     let mut a: Vec<String> = vec![
-        script()?.display().to_string(),
+        script("peer.py")?.display().to_string(),
         duet::protocol::WORKER_FLAG.into(),
         "--model".into(),
         w.model.clone(),
