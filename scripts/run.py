@@ -623,6 +623,28 @@ def bench(args):
 # ---------------------------------------------------------------- main
 
 
+def wants_help(args):
+    """Whether `-h` or `--help` is among scripts/bench's own arguments (before any `--`,
+    after which they are criterion's): help is text, it never starts a run."""
+    own = args[: args.index("--")] if "--" in args else args
+    return "-h" in own or "--help" in own
+
+
+def bench_help(args):
+    """scripts/bench's help: --knobs' or --against's where asked, else the plain job's."""
+    if "--knobs" in args:
+        import knobs
+        return knobs.__doc__
+    if "--against" in args:
+        import paired
+        return paired.bench_against.__doc__
+    return ("scripts/bench [cargo bench args...] [-- FILTER]: every op crate (or -p CRATE...), the\n"
+            "default grid, all visible devices; prints a plan and progress, then runs the HF peer.\n"
+            "  --against OLD_PYTHON ...   two builds compared in pairs (scripts/bench --against --help)\n"
+            "  --knobs [NAME...] ...      this backend's knobs against unset (scripts/bench --knobs --help)\n"
+            "Settings: OPBENCH_* variables (opbench settings). First: scripts/doctor.")
+
+
 def main(argv):
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
@@ -644,6 +666,9 @@ def main(argv):
                 val = env[k].replace("'", "'\\''")
                 print(f"export {k}='{val}'")
     elif verb == "bench":
+        if wants_help(rest):
+            print(bench_help(rest))
+            return 0
         if "--knobs" in rest:
             from knobs import bench_knobs
             return bench_knobs(rest[rest.index("--knobs") + 1 :])

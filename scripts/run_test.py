@@ -1,6 +1,8 @@
 """scripts/run.py's decisions that need no build: whether scripts/bench runs the HF peer
 after timing, the timing modes `--against` gives its workers, and `--knobs`' knob lists,
 choice and table."""
+import contextlib
+import io
 import sys
 import tempfile
 from pathlib import Path
@@ -27,6 +29,15 @@ def main():
     paired.has_gpu = lambda py: True
     run.say = lambda *a, **k: None
     assert paired.ab_modes({"OPBENCH_TORCH_PYTHON": "x"}) == "pipelined,graph"
+    # help is text: scripts/bench's -h/--help, with --knobs or --against too, runs nothing;
+    # after `--` they are criterion's
+    assert run.wants_help(["--knobs", "--help"]) and run.wants_help(["-h"])
+    assert not run.wants_help(["-p", "sdpa", "--", "--help"])
+    assert "--budget" in run.bench_help(["--knobs", "--help"])
+    assert "OLD_PYTHON" in run.bench_help(["--against", "x", "-h"])
+    with contextlib.redirect_stdout(io.StringIO()) as shown:
+        assert run.main(["bench", "--knobs", "--help"]) == 0
+    assert shown.getvalue().startswith("`scripts/bench --knobs"), shown.getvalue()[:80]
     tch_for_versions()
     knob_lists()
     print("run_test: ok")

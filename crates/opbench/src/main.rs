@@ -1,10 +1,10 @@
 //! `opbench`: the command line over the run directories the op benches write.
 //!
-//! Verbs: `shapes`, `settings`, `tolerances`, `layout`, `env`, `ingest`, `fit`, `predict`, `merge`, `compare`, `ab`, `report`, `publish`,
-//! `history`, `export`. Everything but
-//! `env` is the `analysis` crate's and needs no libtorch; `env` describes this machine
-//! through libtorch and exists only in builds with the `torch` feature (scripts/bench
-//! builds it so). Bad input (an unknown model, a missing file or column, a value out of
+//! Verbs: `shapes`, `settings`, `tolerances`, `layout`, `doctor`, `env`, `ingest`, `fit`,
+//! `predict`, `merge`, `compare`, `ab`, `peer`, `state`, `report`, `publish`, `history`,
+//! `export`. Everything but `env` and `doctor`'s library half is the `analysis` crate's and
+//! needs no libtorch; those describe this machine through libtorch, in builds with the
+//! `torch` feature (scripts/bench and scripts/doctor build it so). Bad input (an unknown model, a missing file or column, a value out of
 //! range) is a one-line error naming what is wrong and exit code 2; nothing panics.
 
 mod ab_cmd;
