@@ -86,6 +86,29 @@ def load(path):
     return knobs
 
 
+def side_cpus(env, cores=None):
+    """How many CPUs each side of `opbench ab` runs on: OPBENCH_CPUS's list (`3`, `2-3`,
+    `0,2`) where set, else ab's default, the last half of the cores."""
+    spec = env.get("OPBENCH_CPUS", "").strip()
+    if spec:
+        n = 0
+        for part in spec.split(","):
+            lo, _, hi = part.partition("-")
+            n += int(hi) - int(lo) + 1 if hi else 1
+        return n
+    cores = cores or os.cpu_count() or 1
+    return max(1, cores // 2)
+
+
+def value_acts(knob, value, cpus):
+    """(acts, why not) for one value: a thread count at or over the CPUs a side runs on is
+    what libtorch already runs there unset, so the pair could show nothing."""
+    if knob.get("threads") and value.isdigit() and int(value) >= cpus:
+        return False, (f"each side runs on {cpus} CPU(s), where libtorch already runs "
+                       f"{cpus} thread(s) unset: the pair could show nothing")
+    return True, None
+
+
 def chosen(knobs, names):
     """The knobs `names` picks (all where none is named), or exit 2 naming an unknown one."""
     known = [k["name"] for k in knobs]
@@ -201,7 +224,17 @@ def bench_knobs(args):
             r.say(f"{k['name']} skipped: {why}")
     if not knobs:
         r.fail(f"no knob of {path.name} applies to this GPU ({arch}): nothing to pair", 2)
-    plan = [(k, v) for k in knobs for v in k["values"]]
+    cpus = side_cpus(env)
+    plan = []
+    for k in knobs:
+        for v in k["values"]:
+            acts, why = value_acts(k, v, cpus)
+            if acts:
+                plan.append((k, v))
+            else:
+                r.say(f"{k['name']}={v} skipped: {why}")
+    if not plan:
+        r.fail("no knob value can act here: nothing to pair", 2)
     share = budget if budget else PER_VALUE
     model = env.get("OPBENCH_MODEL", "qwen3-0.6b")
     filt = filt or f"/{model}/decode/b1/"

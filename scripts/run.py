@@ -27,6 +27,7 @@ tch 0.24 (torch 2.11); for another torch a workspace is generated under
 target/torch-ws/tch-<ver>-torch<major.minor>/: the same crates (a symlink, a junction on Windows), a
 Cargo.toml pinning that tch, its own Cargo.lock and target. The checkout is not edited.
 """
+import csv
 import json
 import os
 import re
@@ -520,6 +521,33 @@ def doctor(args):
     return subprocess.run([str(opbench_exe(env)), "doctor", *args], env=env).returncode
 
 
+def bench_crates():
+    """The crates `scripts/bench -p` takes: those with benches."""
+    return sorted(d.name for d in (ROOT / "crates").iterdir() if (d / "benches").is_dir())
+
+
+def check_packages(args):
+    """Exit 2 naming the crates where `-p`/`--package` names one that has no benches."""
+    own = args[: args.index("--")] if "--" in args else args
+    known = bench_crates()
+    for i, a in enumerate(own):
+        name = own[i + 1] if a in ("-p", "--package") and i + 1 < len(own) else None
+        if a.startswith("--package="):
+            name = a.split("=", 1)[1]
+        if name is not None and name not in known:
+            fail(f"-p {name}: not a bench crate; the crates: {', '.join(known)}")
+
+
+def unsupported_reasons(results):
+    """Print each reason the run's `unsupported` and `error` rows give, once, with a count."""
+    if not results.exists():
+        return
+    with open(results, newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r.get("status") in ("unsupported", "error")]
+    for (status, note), n in Counter((r["status"], r.get("note") or "") for r in rows).most_common():
+        say(f"{n} {status} row(s): {note or 'no reason recorded'}")
+
+
 def bench(args):
     env = build_env()
     # a trace pass runs after timing, in its own processes: never in a timed one
@@ -540,6 +568,7 @@ def bench(args):
     if not max_min.isdigit():
         fail(f"OPBENCH_MAX_MIN={max_min}: expected whole minutes")
     args = list(args) or ["--workspace"]
+    check_packages(args)
     # criterion's arguments go after `--`: add --list to them
     list_args = args + (["--list"] if "--" in args else ["--", "--list"])
     cargo(env, "bench", "-q", "--no-run", *args, stdout=subprocess.DEVNULL)
@@ -557,6 +586,16 @@ def bench(args):
     plan = plans / f"{run_id}.csv"
     startup = plan_for(env.get("OPBENCH_PROFILE", "default"), plan)
     cases, secs = summary(str(plan), n, startup)
+    if cases == 0 and "--" in args:
+        # a filter that matches nothing: exit 2 with names it could have matched
+        every = plans / f"{run_id}.all.csv"
+        every.write_text("")
+        cargo(dict(env, OPBENCH_PLAN_FILE=str(every)), "bench", "-q", *args[: args.index("--")], "--", "--list",
+              stdout=subprocess.DEVNULL)
+        keys = [k for _, k, _, _ in read_plan(every)]
+        fail(f"no case matches {' '.join(args[args.index('--') + 1:])!r}; cases are named like "
+             f"{', '.join(keys[:3]) or '(none: these crates have no cases in this profile)'} "
+             f"({len(keys)} in all; `scripts/bench {' '.join(args[: args.index('--')])} -- --list` lists them)")
     if "OPBENCH_PROFILE" not in env and secs > int(max_min) * 60:
         quick = plans / f"{run_id}.quick.csv"
         startup = plan_for("quick", quick)
@@ -617,6 +656,10 @@ def bench(args):
         t.pop("OPBENCH_PLAN_FILE", None)
         if cargo(t, "bench", *args, check=False) != 0:
             say("the trace pass failed; the timed rows are kept")
+    unsupported_reasons(run / lay["results"])
+    # a machine busy with other work is named at the end and in env.json (analysis::busy)
+    if (run / lay["env"]).exists():
+        subprocess.run([str(opbench_exe(env)), "state", str(run), "--busy"], env=env)
     print(f"opbench: run directory: {run}")
 
 
@@ -650,6 +693,9 @@ def main(argv):
         print(__doc__)
         return 0 if argv else 2
     verb, rest = argv[0], argv[1:]
+    if verb in ("setup", "workspace", "env", "test", "test-torch") and wants_help(rest):
+        print(__doc__)
+        return 0
     if verb == "setup":
         print(setup())
     elif verb == "workspace":

@@ -3,6 +3,7 @@ after timing, the timing modes `--against` gives its workers, and `--knobs`' kno
 choice and table."""
 import contextlib
 import io
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -38,6 +39,27 @@ def main():
     with contextlib.redirect_stdout(io.StringIO()) as shown:
         assert run.main(["bench", "--knobs", "--help"]) == 0
     assert shown.getvalue().startswith("`scripts/bench --knobs"), shown.getvalue()[:80]
+    # -p names a bench crate, else exit 2 listing them; each unsupported reason once
+    assert "linear" in run.bench_crates() and "opbench" not in run.bench_crates()
+    assert exits_2(run.check_packages, ["-p", "nosuchcrate"])
+    assert exits_2(run.check_packages, ["--package=nosuchcrate", "--", "x"])
+    run.check_packages(["-p", "linear", "-p", "sdpa", "--", "-p"])
+    said = []
+    run.say = said.append
+    with tempfile.TemporaryDirectory() as d:
+        res = Path(d) / "results.csv"
+        res.write_text("case,status,note\na,unsupported,graphs need a GPU\nb,unsupported,graphs need a GPU\n"
+                       "c,ok,\nd,error,out of memory\n")
+        run.unsupported_reasons(res)
+    assert said == ["2 unsupported row(s): graphs need a GPU", "1 error row(s): out of memory"], said
+    # every script's --help is its text, printed at once, exit 0
+    for script in ("calibrate", "calibrate-ab", "calibrate-ab-gpu", "help-gpu", "steps-gpu", "test-gpu",
+                   "check-windows", "test", "setup", "test-torch"):
+        if run.WINDOWS:
+            break
+        out = subprocess.run(["bash", str(run.ROOT / "scripts" / script), "--help"], capture_output=True,
+                             text=True, timeout=20)
+        assert out.returncode == 0 and len(out.stdout.splitlines()) >= 2, (script, out.stderr[-300:])
     tch_for_versions()
     knob_lists()
     print("run_test: ok")
@@ -85,6 +107,13 @@ def knob_lists():
         assert knobs.applies(rocm[name], "gfx1100:xnack-") == (True, None), name
         assert not knobs.applies(rocm[name], None)[0], name
     assert knobs.applies(rocm["HIP_FORCE_DEV_KERNARG"], "gfx1032") == (True, None)
+    # a thread count that a side's CPUs already impose is skipped, with why
+    cpu = {k["name"]: k for k in knobs.load(run.ROOT / "knobs" / "cpu.toml")}
+    assert knobs.side_cpus({}, cores=2) == 1 and knobs.side_cpus({"OPBENCH_CPUS": "2-3,5"}) == 3
+    acts, why = knobs.value_acts(cpu["OMP_NUM_THREADS"], "1", 1)
+    assert not acts and "1 CPU(s)" in why, why
+    assert knobs.value_acts(cpu["OMP_NUM_THREADS"], "1", 4) == (True, None)
+    assert knobs.value_acts(cpu["ATEN_CPU_CAPABILITY"], "default", 1) == (True, None)
     cuda = knobs.load(run.ROOT / "knobs" / "cuda.toml")
     assert [k["name"] for k in knobs.chosen(cuda, ["CUDA_MODULE_LOADING"])] == ["CUDA_MODULE_LOADING"]
     assert len(knobs.chosen(cuda, [])) == len(cuda)

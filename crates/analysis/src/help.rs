@@ -122,17 +122,11 @@ pub fn levers(
         measured(q),
     )];
     // one thing of the query changed, priced by the same composition
-    let mut variant = |name: &str, action: &str, changed: Query, fix: &str| {
+    let mut variant = |name: &str, action: &str, changed: Query| {
         let m = measured(&changed);
         out.push(match predict_with(run, fits, &changed) {
             Ok(p) => Lever::priced(name, action, changed.batch, p.step_ns, m),
-            Err(e) => Lever::unpriced(
-                name,
-                action,
-                changed.batch,
-                m,
-                why_unpriced(fix, &e.to_string()),
-            ),
+            Err(e) => Lever::unpriced(name, action, changed.batch, m, why_unpriced(&e.to_string())),
         });
     };
     if q.profile != StepProfile::Fused {
@@ -144,7 +138,6 @@ pub fn levers(
                 profile: StepProfile::Fused,
                 ..q.clone()
             },
-            "time the fused variants: scripts/bench -p linear -p rmsnorm -p rope",
         );
     }
     let python = q.profile == StepProfile::Transformers;
@@ -157,7 +150,6 @@ pub fn levers(
                 mode: Mode::Graph,
                 ..q.clone()
             },
-            "time the graph modes: OPBENCH_MODES=graph,graph_cold scripts/bench",
         );
     }
     if pred.gpu && q.dtype != DType::BF16 {
@@ -168,20 +160,16 @@ pub fn levers(
                 dtype: DType::BF16,
                 ..q.clone()
             },
-            "time bf16: OPBENCH_DTYPE=bf16 scripts/bench",
         );
     }
     for b in [8, 64].into_iter().filter(|&b| b > q.batch) {
         variant(
             &format!("batch {b}"),
-            &format!("serve {b} sequences a step (tokens/s in all; each stream gets fewer)"),
+            &format!("serve {b} sequences a step"),
             Query {
                 batch: b,
                 ..q.clone()
             },
-            &format!(
-                "time batch {b}: the default profile's grid has it (OPBENCH_PROFILE=default scripts/bench)"
-            ),
         );
     }
     if pred.gpu && q.mode != Mode::Graph && python {
@@ -246,9 +234,7 @@ fn graphed_generate(run: &Run, fits: &Fits, q: &Query) -> Lever {
     let (hf, fused) = match steps {
         Ok(s) => s,
         Err(e) => {
-            let fix =
-                "time the graph modes: OPBENCH_MODES=pipelined,graph,graph_cold scripts/bench";
-            let why = why_unpriced(fix, &e.to_string());
+            let why = why_unpriced(&e.to_string());
             return Lever::unpriced(name, action, q.batch, measured, why);
         }
     };
@@ -282,15 +268,13 @@ fn graphed_generate(run: &Run, fits: &Fits, q: &Query) -> Lever {
     }
 }
 
-/// What to run: the fix, and the error where it names missing cases rather than rows.
-fn why_unpriced(fix: &str, e: &str) -> String {
+/// What the changed step lacks and the command that adds it ([`crate::predict::Lack`]):
+/// the error, less the run's folder that leads it.
+fn why_unpriced(e: &str) -> String {
     let line = e.lines().next().unwrap_or_default();
-    let text = line.split_once(": ").map_or(line, |(_, rest)| rest);
-    if text.contains("has no") {
-        fix.to_string()
-    } else {
-        format!("{fix} ({})", text.chars().take(100).collect::<String>())
-    }
+    line.split_once(": ")
+        .map_or(line, |(_, rest)| rest)
+        .to_string()
 }
 
 /// A token of the peer's `site` (generate() as the user calls it), at the query's batch.

@@ -20,6 +20,7 @@
 //!   (E-Divisive with a t-test); [`history_report::write_history_report`] draws the trends.
 
 pub mod build;
+pub mod busy;
 pub mod compare;
 pub mod explain;
 pub mod export;

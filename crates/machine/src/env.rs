@@ -126,6 +126,7 @@ pub fn collect(run_id: &str, devices: &[Device]) -> EnvInfo {
             ));
             h
         },
+        busy: None,
     }
 }
 

@@ -111,6 +111,10 @@ enum Verb {
         /// The timing mode whose samples are judged.
         #[arg(long, default_value = "pipelined", value_parser = choice!(Mode))]
         mode: Mode,
+        /// Only whether the machine was busy (most of an op's samples switched out or
+        /// stolen): its line, recorded in RUN/env.json, or nothing (scripts/bench's end).
+        #[arg(long)]
+        busy: bool,
     },
     /// Fit overhead + work/rate per series of a run; writes RUN/fits.csv.
     Fit {
@@ -361,6 +365,24 @@ fn env_verb(_device: &str) -> Result<u8, CliError> {
     ))
 }
 
+/// `state RUN --busy`: the busy-machine line, recorded in env.json, or nothing.
+fn busy_verb(dir: &std::path::Path) -> Result<u8, CliError> {
+    let run = Run::load(dir)?;
+    let Some(busy) = analysis::busy::judge(&run)? else {
+        return Ok(0);
+    };
+    let line = busy.line(dir);
+    let mut env = run.env.clone().unwrap_or_default();
+    env.busy = Some(line.clone());
+    let path = dir.join(rundir::layout::ENV);
+    std::fs::write(&path, env.to_json() + "\n").map_err(|e| CliError {
+        code: 1,
+        message: format!("{}: {e}", path.display()),
+    })?;
+    println!("{line}");
+    Ok(0)
+}
+
 fn state_verb(dir: &std::path::Path, mode: Mode) -> Result<u8, CliError> {
     let run = Run::load(dir)?;
     use analysis::state::Scope;
@@ -457,6 +479,11 @@ fn compare_verb(args: &CompareArgs) -> Result<u8, CliError> {
     };
     let base = Run::load(&args.base)?;
     let cand = Run::load(&args.cand)?;
+    for (side, run) in [("base", &base), ("cand", &cand)] {
+        if let Some(line) = analysis::busy::line_for(run) {
+            println!("{side}: {line}");
+        }
+    }
     let cmp = analysis::compare::compare(&base, &cand, settings)?;
     let stdout = |e: csv::Error| CliError {
         code: 1,
@@ -572,7 +599,10 @@ fn dispatch(verb: Verb) -> Result<u8, CliError> {
         Verb::Env { device } => env_verb(&device),
         Verb::Doctor(a) => doctor_cmd::doctor(&a),
         Verb::Fit { run } => fit_verb(&run),
-        Verb::State { run, mode } => state_verb(&run, mode),
+        Verb::State {
+            run, busy: true, ..
+        } => busy_verb(&run),
+        Verb::State { run, mode, .. } => state_verb(&run, mode),
         Verb::Predict(args) => predict_cmd::run(&args),
         Verb::Merge { run } => merge_verb(&run),
         Verb::Compare(args) => compare_verb(&args),

@@ -18,12 +18,12 @@ pub struct PredictArgs {
     #[arg(long)]
     model: Option<String>,
     /// Batch size B.
-    #[arg(long)]
-    batch: usize,
+    #[arg(long, allow_hyphen_values = true)]
+    batch: String,
     /// Cache length L before a decode step (default: the one L the run's decode rows of
     /// the model timed); a prefill takes --prompt.
-    #[arg(long, conflicts_with = "prompt")]
-    ctx: Option<usize>,
+    #[arg(long, conflicts_with = "prompt", allow_hyphen_values = true)]
+    ctx: Option<String>,
     /// decode: one new token per sequence on a cache of --ctx; prefill: a prompt of
     /// --prompt tokens into an empty cache (the time to first token), composed from the op
     /// crates' prefill rows (SDPA causal over S×S) and checked against the decode crate's
@@ -31,8 +31,8 @@ pub struct PredictArgs {
     #[arg(long, default_value = "decode", value_parser = PossibleValuesParser::new(["decode", "prefill"]).try_map(|s| s.parse::<Phase>()))]
     phase: Phase,
     /// The prompt's length S (with --phase prefill).
-    #[arg(long)]
-    prompt: Option<usize>,
+    #[arg(long, allow_hyphen_values = true)]
+    prompt: Option<String>,
     /// How the step is written: hf-eager (transformers' ops, from tch), fused, or
     /// transformers (the user's stack from Python: rows from scripts/peer.py).
     #[arg(long, default_value = "hf-eager", value_parser = PossibleValuesParser::new(StepProfile::EVERY.map(StepProfile::as_str)).try_map(|s| s.parse::<StepProfile>()))]
@@ -98,9 +98,7 @@ pub fn run(args: &PredictArgs) -> Result<u8, CliError> {
     }
     let name = run_defaults::model(args.model.as_deref(), &loaded).map_err(CliError::input)?;
     let model = ModelConfig::by_name(&name).map_err(|e| CliError::input(e.to_string()))?;
-    if args.batch == 0 {
-        return Err(CliError::input("--batch: must be positive"));
-    }
+    let batch = whole("--batch", &args.batch, "the batch size B", 1)?;
     // the cold modes' rows are read by the modes they refine, not composed on their own
     if matches!(args.mode, Mode::GraphCold | Mode::PipelinedCold) {
         return Err(CliError::input(format!(
@@ -108,10 +106,10 @@ pub fn run(args: &PredictArgs) -> Result<u8, CliError> {
             args.mode
         )));
     }
-    let (device, dtype, ctx) = predict_target(args, &loaded, &model.name)?;
+    let (device, dtype, ctx, unmeasured_l) = predict_target(args, &loaded, &model.name)?;
     let q = analysis::predict::Query {
         model: &model,
-        batch: args.batch,
+        batch,
         ctx,
         phase: args.phase,
         profile: args.profile,
@@ -120,22 +118,47 @@ pub fn run(args: &PredictArgs) -> Result<u8, CliError> {
         mode: args.mode,
         host: HostModel::AsMeasured,
     };
+    if let Some(p) = args.knobs.iter().find(|p| !p.is_file()) {
+        return Err(CliError::input(format!(
+            "--knob {}: no such file (an `opbench ab` table, runs/RUN-ab.csv, as `scripts/bench --knobs` writes)",
+            p.display()
+        )));
+    }
     let knobs = args
         .knobs
         .iter()
         .map(|p| analysis::knob::KnobPair::load(p))
         .collect::<Result<Vec<_>, _>>()?;
-    let e = analysis::explain::explain(&loaded, q, args.host_model, args.host_state, &knobs)?;
+    let e = analysis::explain::explain(&loaded, q, args.host_model, args.host_state, &knobs)
+        .map_err(|e| match (&unmeasured_l, e) {
+            // the length was the grid's, not the run's: say so in the same line
+            (Some(note), analysis::AnalysisError::Input(m)) => {
+                CliError::input(format!("{m}; {note}"))
+            }
+            (_, e) => e.into(),
+        })?;
     print::explanation(&e);
     Ok(0)
 }
 
-/// The device, dtype and cache (or prompt) length a prediction is for.
+/// A whole number option's value, at least `min`: else a one-line error naming the value
+/// and what is expected.
+fn whole(option: &str, value: &str, what: &str, min: usize) -> Result<usize, CliError> {
+    match value.trim().parse::<usize>() {
+        Ok(n) if n >= min => Ok(n),
+        _ => Err(CliError::input(format!(
+            "{option} {value}: expected {what}, a whole number of at least {min}"
+        ))),
+    }
+}
+
+/// The device, dtype and cache (or prompt) length a prediction is for, and, where the run
+/// timed no cache length and the length is its grid profile's, a note saying so.
 fn predict_target(
     args: &PredictArgs,
     run: &Run,
     model: &str,
-) -> Result<(rundir::DeviceId, DType, usize), CliError> {
+) -> Result<(rundir::DeviceId, DType, usize, Option<String>), CliError> {
     let device = args
         .device
         .unwrap_or_else(|| analysis::predict::default_device(run));
@@ -144,11 +167,43 @@ fn predict_target(
     } else {
         DType::F32
     });
-    let ctx = match (args.phase, args.ctx, args.prompt) {
+    let ctx = args
+        .ctx
+        .as_deref()
+        .map(|l| whole("--ctx", l, "the cache length L", 0))
+        .transpose()?;
+    let prompt = args
+        .prompt
+        .as_deref()
+        .map(|s| whole("--prompt", s, "the prompt's length S", 1))
+        .transpose()?;
+    let mut note = None;
+    let ctx = match (args.phase, ctx, prompt) {
+        (Phase::Decode, None, None)
+            if analysis::predict::measured_lengths(run, model).is_empty() =>
+        {
+            // no attention or cache rows to take L from: the run's grid profile's longest,
+            // so that what else the step lacks is said with it, in one line
+            let profile = analysis::predict::run_profile(run);
+            let l = shapes::Grid::load_default().ok().and_then(|g| {
+                g.profiles
+                    .get(&profile)
+                    .and_then(|p| p.decode_ctx.iter().max().copied())
+            });
+            let Some(l) = l else {
+                return Err(CliError::input(format!(
+                    "--ctx: the run has no decode rows of {model} to take L from; give --ctx"
+                )));
+            };
+            note = Some(format!(
+                "L = {l} is the longest of its profile {profile} (the run timed no attention or cache rows; --ctx chooses)"
+            ));
+            l
+        }
         (Phase::Decode, l, None) => {
             run_defaults::decode_ctx(l, run, model).map_err(CliError::input)?
         }
-        (Phase::Prefill, None, Some(s)) if s > 0 => s,
+        (Phase::Prefill, None, Some(s)) => s,
         (Phase::Decode, _, _) => {
             return Err(CliError::input(
                 "--phase decode: give the cache length with --ctx (not --prompt)",
@@ -160,5 +215,5 @@ fn predict_target(
             ));
         }
     };
-    Ok((device, dtype, ctx))
+    Ok((device, dtype, ctx, note))
 }

@@ -8,7 +8,7 @@ use crate::CliError as Failure;
 pub struct Args {
     /// Model: a shapes/ name (`qwen3-0.6b`, `llama-3.2-1b`, ...) or a path to a Hugging Face
     /// config.json.
-    #[arg(long)]
+    #[arg(long, default_value = "qwen3-0.6b")]
     model: String,
     /// decode, prefill or all.
     #[arg(long, default_value = "decode")]

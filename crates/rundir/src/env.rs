@@ -54,6 +54,10 @@ pub struct Env {
     /// The host's state when the run started, where the OS tells it (Linux): CPU frequency
     /// governor, current MHz of CPU 0, load average. Host time depends on it.
     pub host_state: BTreeMap<String, String>,
+    /// What made the machine busy during the run, where it was (scripts/bench writes it at
+    /// the run's end: `analysis::busy`); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub busy: Option<String>,
 }
 
 impl Env {

@@ -26,11 +26,13 @@ use crate::fit::{Fits, fit_run};
 
 mod host;
 mod layer;
+mod needs;
 mod pricer;
 mod split;
 mod state;
 
 pub use layer::*;
+pub use needs::*;
 use pricer::Pricer;
 pub use split::*;
 pub use state::*;
@@ -478,7 +480,7 @@ fn compose(
     let plan = StepPlan::new(q.model, q.profile, q.step());
     let mut components = Vec::new();
     // every case the run lacks, named together
-    let mut missing: Vec<String> = Vec::new();
+    let mut missing: Vec<MissingCase> = Vec::new();
     let priced = plan
         .measured
         .iter()
@@ -517,8 +519,8 @@ fn compose(
             device_source: DeviceSource::None,
         });
     }
-    if !missing.is_empty() {
-        return Err(pricer.missing(&missing));
+    if !missing.is_empty() || pricer.floor_missing.is_some() {
+        return Err(pricer.missing(missing, &components));
     }
     let host_speed = pricer.host_speed(&plan, &mut components, held);
     // with the layer beside the step, no context factor was applied on top

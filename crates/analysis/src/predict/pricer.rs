@@ -31,6 +31,8 @@ pub(super) struct Pricer<'a> {
     pub(super) view_factor: f64,
     /// The measured copy ceiling (bytes/ns).
     pub(super) copy_gbps: Option<f64>,
+    /// The dispatch floor's variant where the run lacks it.
+    pub(super) floor_missing: Option<&'static str>,
 }
 
 impl<'a> Pricer<'a> {
@@ -40,6 +42,18 @@ impl<'a> Pricer<'a> {
         q: &'a Query<'a>,
     ) -> Result<Self, AnalysisError> {
         let gpu = q.device.is_gpu();
+        if !gpu && q.mode.is_device() {
+            return Err(AnalysisError::Input(format!(
+                "--mode {}: {} a GPU, and the device is {} (--mode pipelined prices its step)",
+                q.mode,
+                if q.mode == Mode::Graph {
+                    "CUDA/HIP graphs need"
+                } else {
+                    "GPU events need"
+                },
+                q.device
+            )));
+        }
         // the step's phase and tokens per sequence (a prefill's rows at its prompt length);
         // the floors and ceilings, measured once, serve both phases
         let step = q.step();
@@ -75,8 +89,9 @@ impl<'a> Pricer<'a> {
             kernel_factor: 1.0,
             view_factor: 1.0,
             copy_gbps: None,
+            floor_missing: None,
         };
-        p.set_floors()?;
+        p.set_floors();
         p.set_host_speed();
         p.set_context();
         let (add, view) = q.profile.floors();
@@ -97,40 +112,14 @@ impl<'a> Pricer<'a> {
 
     /// The dispatch floors, and the device's cost of switching kernels: op cases repeat
     /// one kernel, a step switches on every call (graph mode: each node after another).
-    pub(super) fn set_floors(&mut self) -> Result<(), AnalysisError> {
+    pub(super) fn set_floors(&mut self) {
         let q = self.q;
         let (add, view) = q.profile.floors();
-        let has_mode = self
-            .rows
-            .iter()
-            .any(|r| r.mode == q.mode && r.dtype == q.dtype && r.device == q.device);
-        self.floor_kernel = self.floor(add, q.mode).ok_or_else(|| {
-            if !has_mode {
-                // the fix is the mode, not the floor
-                return AnalysisError::Input(format!(
-                    "{}: the run has no {} {} rows on {}: time them into the same run \
-                     (`OPBENCH_MODES={} OPBENCH_DTYPE={} OPBENCH_RUN=<its run id> scripts/bench`)",
-                    self.run.dir.display(),
-                    q.dtype,
-                    q.mode,
-                    q.device,
-                    if q.mode == Mode::Graph {
-                        "graph,graph_cold".to_string()
-                    } else {
-                        q.mode.to_string()
-                    },
-                    q.dtype
-                ));
-            }
-            AnalysisError::Input(format!(
-                "{}: no dispatch floor `{add}` for {} {} {} (run `cargo bench -p harness`{} into the same run)",
-                self.run.dir.display(),
-                q.device,
-                q.dtype,
-                q.mode,
-                if self.python() { " and `opbench peer`" } else { "" }
-            ))
-        })?;
+        // a missing floor is named with every case the step lacks ([`Pricer::missing`])
+        match self.floor(add, q.mode) {
+            Some(k) => self.floor_kernel = k,
+            None => self.floor_missing = Some(add),
+        }
         // a run without the view floor prices a view as a kernel's dispatch: an upper bound
         self.floor_view = self.floor(view, q.mode).unwrap_or(self.floor_kernel);
         self.floor_device = self.floor("add", Mode::Device);
@@ -146,11 +135,6 @@ impl<'a> Pricer<'a> {
             (Some(m), Some(b)) if self.gpu => Some((m - b).max(0.0)),
             _ => None,
         };
-        Ok(())
-    }
-
-    pub(super) fn python(&self) -> bool {
-        self.q.profile == StepProfile::Transformers
     }
 
     pub(super) fn switch(&self) -> f64 {
@@ -260,7 +244,10 @@ impl<'a> Pricer<'a> {
     /// One call an op crate measures: its pipelined time at this batch (measured, else its
     /// series' fit), its host cost (the series at its smallest batch) and its device time.
     /// `Err` names a case the run lacks.
-    pub(super) fn measured_call(&self, call: &PlannedCall) -> Result<Option<Component>, String> {
+    pub(super) fn measured_call(
+        &self,
+        call: &PlannedCall,
+    ) -> Result<Option<Component>, MissingCase> {
         let (q, p) = (self.q, &call.problem);
         // a run from before this variant existed: what it measured in its place
         let variant = match StepProfile::stand_in(call.variant) {
@@ -310,13 +297,13 @@ impl<'a> Pricer<'a> {
                 )));
             }
             (None, None) => {
-                return Err(format!(
-                    "{}/{variant}/{} B={} kv_len={}",
-                    p.op,
-                    p.site,
-                    p.batch,
-                    p.kv_len.map_or("-".into(), |k| k.to_string()),
-                ));
+                return Err(MissingCase {
+                    op: p.op,
+                    variant: variant.to_string(),
+                    site: p.site.to_string(),
+                    batch: p.batch,
+                    kv_len: p.kv_len,
+                });
             }
         };
         // host cost: the series at its smallest batch, where dispatch dominates (noise on a
@@ -473,7 +460,7 @@ impl<'a> Pricer<'a> {
 
     /// A call no op crate measures: a framework part (scripts/peer.py's rows at this
     /// batch, host only) or a call at the dispatch floors. `Err` names a missing part.
-    pub(super) fn other_call(&self, u: &OtherCall) -> Result<Option<Component>, String> {
+    pub(super) fn other_call(&self, u: &OtherCall) -> Result<Option<Component>, MissingCase> {
         if u.kind != CallKind::Framework {
             return Ok(Some(
                 self.floor_component(None, "-", u.name, u.calls, u.kind),
@@ -512,8 +499,13 @@ impl<'a> Pricer<'a> {
                 .map(|(t, h)| (t, h, Source::Parts)),
             (None, _) => None,
         };
-        let (t, host, source) =
-            priced.ok_or_else(|| format!("decode/transformers/{} B={}", u.name, q.batch))?;
+        let (t, host, source) = priced.ok_or_else(|| MissingCase {
+            op: OpKind::Decode,
+            variant: "transformers".into(),
+            site: u.name.into(),
+            batch: q.batch,
+            kv_len: None,
+        })?;
         Ok(Some(Component {
             op: None,
             variant: "-",
@@ -540,54 +532,24 @@ impl<'a> Pricer<'a> {
         }
     }
 
-    /// The error naming every case the run lacks.
-    pub(super) fn missing(&self, missing: &[String]) -> AnalysisError {
+    /// The error naming every case the run lacks, the floor too, and the one command that
+    /// adds them into the same run ([`Lack::message`]).
+    pub(super) fn missing(
+        &self,
+        missing: Vec<MissingCase>,
+        components: &[Component],
+    ) -> AnalysisError {
         let q = self.q;
-        // the first three name what is missing; the command measures all of it
-        let named = missing
-            .iter()
-            .take(3)
-            .cloned()
-            .collect::<Vec<_>>()
-            .join(", ");
-        let more = missing.len().saturating_sub(3);
-        let list = |xs: std::collections::BTreeSet<usize>| {
-            xs.iter()
-                .map(usize::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
+        let lack = Lack {
+            cases: missing,
+            floor: self.floor_missing,
+            no_rows: !self.rows.iter().any(|r| r.mode == q.mode),
+            floored: components
+                .iter()
+                .filter(|c| c.source == Source::Floor)
+                .filter_map(|c| bench_crate(c.op?, c.variant))
+                .collect(),
         };
-        let (bs, ls) = (
-            super::measured_batches(self.run, &q.model.name),
-            super::measured_lengths(self.run, &q.model.name),
-        );
-        let has = if bs.is_empty() {
-            format!("the run has no decode rows of {}", q.model.name)
-        } else {
-            format!("the run measured B = {}, L = {}", list(bs), list(ls))
-        };
-        AnalysisError::Input(format!(
-            "{}: no measurement or fit for {} case(s) of {}'s {} step at {} {} {} ({named}{}); \
-             {has}; measure them: OPBENCH_MODEL={} scripts/bench (fits need 3 batches{})",
-            self.run.dir.display(),
-            missing.len(),
-            q.model.name,
-            q.profile,
-            q.dtype,
-            q.device,
-            q.mode,
-            if more > 0 {
-                format!(" and {more} more")
-            } else {
-                String::new()
-            },
-            q.model.name,
-            if self.python() {
-                "; the transformers profile's rows come from `opbench peer` (scripts/peer.py), \
-                 which needs transformers for the framework rows"
-            } else {
-                ""
-            }
-        ))
+        AnalysisError::Input(lack.message(self.run, self.q))
     }
 }

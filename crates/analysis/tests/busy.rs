@@ -1,0 +1,96 @@
+//! A busy machine is named: a run most of whose samples of an op the OS switched out or had
+//! stolen is busy, by op; a quiet run, or one where a few samples were taken, is not; a run
+//! that records no OS counters says nothing.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use rundir::{CaseKey, ResultRow, Run, Sample, SampleState, SeriesKey, Status};
+
+fn key(op: rundir::OpKind, site: &str) -> CaseKey {
+    SeriesKey {
+        op,
+        variant: "aten".into(),
+        site: site.into(),
+        model: "qwen3-0.6b".into(),
+        phase: rundir::Phase::Decode,
+        q_len: 1,
+        kv_len: None,
+        dtype: rundir::DType::F16,
+        device: "cuda:0".parse().unwrap(),
+        mode: rundir::Mode::Pipelined,
+    }
+    .at(1)
+}
+
+/// Twenty samples of `key`, the first `taken` of them switched out 10 times in 1 ms.
+fn samples(key: &CaseKey, taken: usize, counters: bool) -> Vec<Sample> {
+    (0..20)
+        .map(|i| {
+            let mut s = Sample::bare(key, 1, &[(100, 1e6)]).remove(0);
+            if counters {
+                s.state = SampleState {
+                    nivcsw: Some(if i < taken { 10 } else { 0 }),
+                    steal: Some(0),
+                    ..SampleState::default()
+                };
+            }
+            s
+        })
+        .collect()
+}
+
+fn run_with(dir: &std::path::Path, cases: &[(CaseKey, Vec<Sample>)]) -> Run {
+    let mut w = common::h200_writer(dir);
+    for (key, samples) in cases {
+        let mut row = ResultRow::new("r", key.clone(), "m=1".into(), Status::Ok);
+        let pairs: Vec<(u64, f64)> = samples.iter().map(|s| (s.iters, s.total_ns)).collect();
+        row.summarize(&pairs);
+        w.write_case(&row, samples).unwrap();
+    }
+    Run::load(dir).unwrap()
+}
+
+#[test]
+fn most_samples_taken_is_a_busy_machine_by_op() {
+    let lin = key(rundir::OpKind::Linear, "q_proj");
+    let norm = key(rundir::OpKind::RmsNorm, "input_norm");
+    let dir = tempfile::tempdir().unwrap();
+    // linear: 18 of 20 switched out; rmsnorm: 3 of 20
+    let run = run_with(
+        dir.path(),
+        &[
+            (lin.clone(), samples(&lin, 18, true)),
+            (norm.clone(), samples(&norm, 3, true)),
+        ],
+    );
+    let busy = analysis::busy::judge(&run).unwrap().expect("busy");
+    assert_eq!(busy.ops.len(), 1, "{busy:?}");
+    let (op, t) = busy.ops.iter().next().unwrap();
+    assert_eq!((op.as_str(), t.taken, t.samples), ("linear", 18, 20));
+    let line = busy.line(dir.path());
+    assert!(
+        line.starts_with("busy machine: 18 of 20 linear samples"),
+        "{line}"
+    );
+    assert!(line.contains("OPBENCH_RUN="), "{line}");
+    assert_eq!(
+        analysis::busy::line_for(&run).as_deref(),
+        Some(line.as_str())
+    );
+}
+
+#[test]
+fn a_quiet_run_or_one_without_counters_is_not_busy() {
+    let lin = key(rundir::OpKind::Linear, "q_proj");
+    for (taken, counters) in [(0, true), (10, true), (20, false)] {
+        let dir = tempfile::tempdir().unwrap();
+        let run = run_with(dir.path(), &[(lin.clone(), samples(&lin, taken, counters))]);
+        assert_eq!(
+            analysis::busy::judge(&run).unwrap(),
+            None,
+            "{taken} {counters}"
+        );
+        assert_eq!(analysis::busy::line_for(&run), None);
+    }
+}
