@@ -579,8 +579,14 @@ def bench(args):
         # the listing starts every bench binary once: its wall time is the start-up cost
         path.write_text("")
         t0 = time.monotonic()
-        cargo(dict(env, OPBENCH_PROFILE=profile, OPBENCH_PLAN_FILE=str(path)), "bench", "-q", *list_args,
-              stdout=subprocess.DEVNULL)
+        listed = subprocess.run(["cargo", "bench", "-q", *list_args], cwd=env["OPBENCH_WS"],
+                                env=dict(env, OPBENCH_PROFILE=profile, OPBENCH_PLAN_FILE=str(path)),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if listed.returncode != 0:
+            # a bad OPBENCH_* value: the bench binary's one line, not cargo's "to rerun pass"
+            ours = [l for l in listed.stderr.splitlines() if l.startswith("opbench:")]
+            sys.stderr.write("\n".join(ours or listed.stderr.splitlines()[-5:]) + "\n")
+            sys.exit(2 if ours else listed.returncode)
         return time.monotonic() - t0
 
     plan = plans / f"{run_id}.csv"
@@ -619,9 +625,18 @@ def bench(args):
     t0 = time.monotonic()
     peer_secs = 0.0
     run = run_dir(lay, out, run_id)
+    # criterion's console (hundreds of lines) to a log unless `-- --verbose` asks for it: the
+    # CSV and the progress lines carry what it says
+    verbose = "--" in args and "--verbose" in args[args.index("--"):]
+    log = None
+    if not verbose:
+        log_path = out / "logs" / f"{run_id}-criterion.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(log_path, "a")
+        say(f"criterion's console: {log_path} (`-- --verbose` prints it here)")
     if n == 1:
         start = dict(env, OPBENCH_PLAN_BASE=str(rows_in(run)), OPBENCH_PLAN_START=str(int(time.time())))
-        rc = cargo(start, "bench", *args, check=False)
+        rc = cargo(start, "bench", *args, check=False, stdout=log)
         if rc != 0:
             fail(f"cargo bench failed (exit {rc})", rc)
     else:
@@ -636,7 +651,7 @@ def bench(args):
                 OPBENCH_PLAN_BASE=str(rows_in(run_dir(lay, out, run_id, i))),
                 OPBENCH_PLAN_START=str(int(time.time())),
             )
-            if cargo(e, "bench", *args, check=False) != 0:
+            if cargo(e, "bench", *args, check=False, stdout=log) != 0:
                 say(f"execution {i} failed; the others are kept")
                 failed += 1
             elif with_peer:

@@ -1,12 +1,13 @@
 //! Whether a run's machine was busy with other work: the share of each op's samples that
-//! the OS says were taken from it (switched out involuntarily more than once per 4 ms, or
-//! CPU time stolen by the hypervisor: [`SampleFlag::Switched`], [`SampleFlag::Steal`]).
-//! These two flags are absolute, unlike the host control's, which is judged against the
-//! case's own median and so cannot see a machine that was slow the whole run through.
+//! carry a flag of the host's state ([`HOST_FLAGS`]: CPU time stolen, involuntary switches
+//! over one per 4 ms, a slow host control around the sample, a stretch of its own calls
+//! stalled). On a quiet machine few do (docs/findings.md: the flags mark ≤ 10% of the
+//! samples that ran at their case's pace); with other work on the cores a process runs in
+//! time slices, and its samples stall and are switched out.
 //!
-//! A run is busy when, for some op, more than [`BUSY_SHARE`] of its samples carry one of
-//! them. scripts/bench prints the line at a run's end and records it in env.json
-//! (`busy`); `predict` and `compare` open with it.
+//! A run is busy when, for some op, more than [`BUSY_SHARE`] of its samples carry one.
+//! scripts/bench prints the line at a run's end and records it in env.json (`busy`);
+//! `predict` and `compare` open with it.
 
 use std::collections::BTreeMap;
 
@@ -14,10 +15,18 @@ use rundir::{Run, SampleFlag};
 
 use crate::AnalysisError;
 
-/// More than this share of an op's samples taken from it makes the machine busy.
+/// More than this share of an op's samples flagged makes the machine busy.
 pub const BUSY_SHARE: f64 = 0.5;
 
-/// One op's samples and how many the OS took time from.
+/// The flags that read the host's state (not the GPU's, nor a level between executions).
+pub const HOST_FLAGS: [SampleFlag; 4] = [
+    SampleFlag::Steal,
+    SampleFlag::Switched,
+    SampleFlag::HostSlow,
+    SampleFlag::Stalled,
+];
+
+/// One op's samples and how many carry a host flag.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Taken {
     pub samples: usize,
@@ -53,9 +62,9 @@ impl Busy {
             .map(|f| f.to_string_lossy().into_owned())
             .unwrap_or_default();
         format!(
-            "busy machine: {} samples were switched out or stolen (other work on the cores), \
-             so these times are not this machine's; measure again when it is idle \
-             (OPBENCH_RUN={id}-idle scripts/bench ...)",
+            "busy machine: {} samples stalled, were switched out or stolen, or ran beside a \
+             slow host (other work on the cores?): these times are not this machine's; \
+             measure again when it is idle (OPBENCH_RUN={id}-idle scripts/bench ...)",
             parts.join(", ")
         )
     }
@@ -70,13 +79,13 @@ pub fn judge(run: &Run) -> Result<Option<Busy>, AnalysisError> {
         for (e, of) in rundir::by_execution(&samples) {
             let m = medians[&e].within_execution();
             for s in of {
-                if s.state.nivcsw.is_none() && s.state.steal.is_none() {
+                if !s.records_state() {
                     continue;
                 }
                 let t = per_op.entry(key.op.to_string()).or_default();
                 t.samples += 1;
                 let flags = s.flags(&m);
-                if flags.contains(&SampleFlag::Switched) || flags.contains(&SampleFlag::Steal) {
+                if flags.iter().any(|f| HOST_FLAGS.contains(f)) {
                     t.taken += 1;
                 }
             }

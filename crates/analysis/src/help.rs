@@ -497,11 +497,7 @@ pub fn bandwidth_bound(run: &Run, q: &Query, pred: &Prediction) -> Lever {
         .iter()
         .map(|c| c.problem.bytes(q.dtype.size()) as f64 * c.problem.calls_per_step as f64)
         .sum();
-    let gbps = run
-        .ok_rows()
-        .filter(|r| r.op == OpKind::Ceiling && r.site == "copy" && r.device == q.device)
-        .filter_map(|r| r.gbps)
-        .fold(None::<f64>, |m, g| Some(m.map_or(g, |m| m.max(g))));
+    let gbps = crate::predict::copy_gbps(run, q.device, q.dtype, None);
     match gbps.filter(|g| *g > 0.0) {
         Some(g) => Lever::priced(
             format!("{name} ({:.0} MB at {g:.0} GB/s)", bytes / 1e6),
@@ -520,11 +516,18 @@ pub fn bandwidth_bound(run: &Run, q: &Query, pred: &Prediction) -> Lever {
     }
 }
 
-/// The answer before the details, as lines: what the step gives (predicted, and measured
-/// where the run has it), what bounds it, the best remedies for the query's own sequences
-/// with what to do first, and one line on serving more sequences at once. `predict` prints
-/// them first and report.md opens each device's section with them.
-pub fn answer(q: &Query, pred: &Prediction, levers: &[Lever]) -> Vec<String> {
+/// The answer before the details, as lines: what the user's number is — where the run
+/// prices generate() (the transformers profile, with the peer's rows), a token of
+/// generate(), predicted and measured where the run has it, then the step's figure; else
+/// the step's — and what bounds it, the best remedies for the query's own sequences with
+/// what to do first, and one line on serving more sequences at once. `predict` prints them
+/// first and report.md opens each device's section with them.
+pub fn answer(
+    q: &Query,
+    pred: &Prediction,
+    levers: &[Lever],
+    generate: Option<&crate::generate::Generate>,
+) -> Vec<String> {
     /// At most this many remedies on the answer's line.
     const TOP: usize = 3;
     let rate = |t: f64| {
@@ -550,10 +553,29 @@ pub fn answer(q: &Query, pred: &Prediction, levers: &[Lever]) -> Vec<String> {
     } else {
         "bound by the kernels".to_string()
     };
-    let mut out = vec![format!(
-        "answer: {:.1} tokens/s predicted{measured}; {bound}",
+    let step = format!(
+        "{:.1} tokens/s predicted{measured}",
         q.batch as f64 * 1e9 / pred.step_ns
-    )];
+    );
+    let mut out = match generate {
+        Some(g) => {
+            let m = g
+                .measured
+                .as_ref()
+                .and_then(|r| r.median_ns)
+                .map_or(String::new(), |m| {
+                    format!(", {:.1} measured", g.batch as f64 * 1e9 / m)
+                });
+            vec![
+                format!(
+                    "answer: model.generate() gives {:.1} tokens/s predicted{m}; {bound}",
+                    g.tokens_per_s()
+                ),
+                format!("  its forward step alone: {step} (the gains below are against it)"),
+            ]
+        }
+        None => vec![format!("answer: {step}; {bound}")],
+    };
     let base = as_is.and_then(Lever::tokens_per_s);
     let gain = |l: &Lever| Some(l.tokens_per_s()? / base?);
     let mine: Vec<&Lever> = levers

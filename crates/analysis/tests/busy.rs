@@ -1,6 +1,6 @@
-//! A busy machine is named: a run most of whose samples of an op the OS switched out or had
-//! stolen is busy, by op; a quiet run, or one where a few samples were taken, is not; a run
-//! that records no OS counters says nothing.
+//! A busy machine is named: a run most of whose samples of an op carry a host flag
+//! (switched out, stolen, stalled: other work on the cores) is busy, by op; a quiet run, or
+//! one where a few samples were taken, is not; a run that records no state says nothing.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -93,4 +93,21 @@ fn a_quiet_run_or_one_without_counters_is_not_busy() {
         );
         assert_eq!(analysis::busy::line_for(&run), None);
     }
+}
+
+/// Time slices: 15 of 20 samples with a stretch of their calls at 3× the case's pace.
+#[test]
+fn stalled_samples_are_a_busy_machine() {
+    let lin = key(rundir::OpKind::Linear, "q_proj");
+    let mut s = samples(&lin, 0, true);
+    for x in s.iter_mut().take(15) {
+        x.state.slowest_ns = Some(3.0 * x.per_call_ns());
+    }
+    for x in s.iter_mut().skip(15) {
+        x.state.slowest_ns = Some(1.1 * x.per_call_ns());
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let run = run_with(dir.path(), &[(lin, s)]);
+    let busy = analysis::busy::judge(&run).unwrap().expect("busy");
+    assert_eq!(busy.ops["linear"].taken, 15);
 }

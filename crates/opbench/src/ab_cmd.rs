@@ -343,9 +343,10 @@ pub fn run(a: &Args) -> Result<u8, CliError> {
     std::fs::create_dir_all(&runs)
         .map_err(|e| CliError::input(format!("{}: {e}", runs.display())))?;
     let run_id = a.run.clone().unwrap_or_else(duet::write::default_run_id);
+    // one line every ~10 s at most: a round's end does not print the same line again
     let mut last = std::time::Instant::now();
     let mut tell = |p: &Progress| {
-        if last.elapsed() >= Duration::from_secs(5) || p.visited == p.cases {
+        if last.elapsed() >= Duration::from_secs(10) {
             last = std::time::Instant::now();
             eprintln!(
                 "opbench ab: {} of {} cases visited, {} decided, {:.0} s of {:.0} s",

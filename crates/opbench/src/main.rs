@@ -25,7 +25,7 @@ use rundir::{DType, Mode, Run};
 /// Where a Qwen3 decode step's time goes on this PyTorch build: shapes, environment,
 /// fits and predictions from opbench runs.
 #[derive(Debug, Parser)]
-#[command(name = "opbench", version, about, long_about = None)]
+#[command(name = "opbench", version, about, long_about = None, max_term_width = 100)]
 struct Cli {
     #[command(subcommand)]
     verb: Verb,

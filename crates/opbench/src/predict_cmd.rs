@@ -9,33 +9,42 @@ use shapes::{ModelConfig, StepProfile};
 
 use crate::{CliError, print, run_defaults};
 
+/// `opbench predict --help`: every line at most 100 characters (the verb's one-line
+/// summary here, as the variant's about would print as one long line; the longer notes are
+/// in docs/guide.md).
+const HELP: &str = "\
+Compose a decode step (or a prefill) from a run's measurements and fits: ms/step, tokens/s,
+the breakdown, and what would help, each change priced and ranked; with --profile
+transformers and the peer's rows, a token of the user's model.generate() first.
+
+{usage-heading} {usage}
+
+{all-args}";
+
 #[derive(Debug, clap::Args)]
+#[command(help_template = HELP)]
 pub struct PredictArgs {
     /// The run directory (target/opbench/runs/RUN_ID).
     run: PathBuf,
-    /// Model: a shapes/ name or a path to a Hugging Face config.json (default: the one
-    /// model the run timed).
+    /// Model: a shapes/ name or a Hugging Face config.json (default: the run's one model).
     #[arg(long)]
     model: Option<String>,
     /// Batch size B.
     #[arg(long, allow_hyphen_values = true)]
     batch: String,
-    /// Cache length L before a decode step (default: the one L the run's decode rows of
-    /// the model timed); a prefill takes --prompt.
+    /// Cache length L before a decode step (default: the longest the run timed).
     #[arg(long, conflicts_with = "prompt", allow_hyphen_values = true)]
     ctx: Option<String>,
-    /// decode: one new token per sequence on a cache of --ctx; prefill: a prompt of
-    /// --prompt tokens into an empty cache (the time to first token), composed from the op
-    /// crates' prefill rows (SDPA causal over S×S) and checked against the decode crate's
-    /// prefill step.
-    #[arg(long, default_value = "decode", value_parser = PossibleValuesParser::new(["decode", "prefill"]).try_map(|s| s.parse::<Phase>()))]
+    /// decode: one new token per sequence on a cache of --ctx;
+    /// prefill: a prompt of --prompt tokens into an empty cache (time to first token).
+    #[arg(long, verbatim_doc_comment, default_value = "decode", value_parser = PossibleValuesParser::new(["decode", "prefill"]).try_map(|s| s.parse::<Phase>()))]
     phase: Phase,
     /// The prompt's length S (with --phase prefill).
     #[arg(long, allow_hyphen_values = true)]
     prompt: Option<String>,
-    /// How the step is written: hf-eager (transformers' ops, from tch), fused, or
-    /// transformers (the user's stack from Python: rows from scripts/peer.py).
-    #[arg(long, default_value = "hf-eager", value_parser = PossibleValuesParser::new(StepProfile::EVERY.map(StepProfile::as_str)).try_map(|s| s.parse::<StepProfile>()))]
+    /// How the step is written: hf-eager (transformers' ops, from tch), fused,
+    /// or transformers (the user's stack from Python: scripts/peer.py's rows).
+    #[arg(long, verbatim_doc_comment, default_value = "hf-eager", value_parser = PossibleValuesParser::new(StepProfile::EVERY.map(StepProfile::as_str)).try_map(|s| s.parse::<StepProfile>()))]
     profile: StepProfile,
     /// Device label in the run, e.g. cuda:0 (default: its GPU if it has one, else cpu).
     #[arg(long)]
@@ -43,48 +52,31 @@ pub struct PredictArgs {
     /// dtype (default: f16 on a GPU, f32 on the CPU).
     #[arg(long, value_parser = PossibleValuesParser::new(["f32", "f16", "bf16"]).try_map(|s| s.parse::<DType>()))]
     dtype: Option<DType>,
-    /// Timing mode to compose: pipelined is what an eager decode loop sees; graph prices the
-    /// step captured once and replayed (CUDA/HIP graphs) from the run's graph_cold rows
-    /// where it has them, else its graph rows (graph_cold and pipelined_cold are refused:
-    /// they are not a step of their own).
-    #[arg(long, default_value = "pipelined", value_parser = choice!(Mode))]
+    /// Timing mode: pipelined (an eager decode loop), synced, device, or graph
+    /// (the step captured once and replayed, from graph_cold rows, else graph rows; a GPU only).
+    #[arg(long, verbatim_doc_comment, hide_possible_values = true, default_value = "pipelined", value_parser = choice!(Mode))]
     mode: Mode,
-    /// How host costs measured alone are priced in a GPU eager step. Default: controlled
-    /// where the run has the profile's layer rows (the best-measured: on the H200, the tch
-    /// steps within ±2% in the host's fast state, 2026-12-01; the HF step within ±8% and
-    /// generate() within ±15% at its layer beside, 2026-12-02), else as-measured; the
-    /// report uses the same default. Measured accuracy of the others, H200, 2026-11-30: as-measured and
-    /// context came −1 to −44% of the eager steps over three leases, low by the host's
-    /// context and state. as-measured; context
-    /// (times the context factor: the profile's own layer in sequence over its calls each
-    /// alone where the run has those rows, else the floor's mixed / blocked); controlled
-    /// (scaled so that one layer's calls cost what the profile's layer_beside row — the
-    /// decode crate's, scripts/peer.py's for transformers — timed before every sample of
-    /// the step, measured: the step's own host state and sequence; else scaled to the step's own process — its layer's calls
-    /// each alone over what the rows price them at — or, without layer rows, each row by its
-    /// control; then times the context factor). The others are printed beside it. On the
-    /// CPU no host model applies; the transformers step there adds what its layer's calls
-    /// cost more in sequence than each alone (in_sequence: layer_flat − layer_calls).
-    #[arg(long, value_parser = PossibleValuesParser::new(HostModel::ALL.map(HostModel::as_str)).try_map(|s| s.parse::<HostModel>()))]
+    /// How host costs measured alone are priced in a GPU eager step (the others print beside):
+    ///
+    /// as-measured: as each row measured them alone;
+    /// context: times the context factor (the profile's layer in sequence over its calls
+    ///   each alone, else the floor's mixed / blocked);
+    /// controlled: scaled to the layer timed beside the step's samples (layer_beside), else
+    ///   to the step's own process, else each row by its control; then the context factor.
+    ///
+    /// Default: controlled where the run has the profile's layer rows (the best-measured),
+    /// else as-measured; the report uses the same. No host model applies on the CPU.
+    #[arg(long, verbatim_doc_comment, value_parser = PossibleValuesParser::new(HostModel::ALL.map(HostModel::as_str)).try_map(|s| s.parse::<HostModel>()))]
     host_model: Option<HostModel>,
-    /// Which of each host-timed row's samples price it: typical (its median) or fast (the
-    /// samples whose state was clean — no steal, no burst of involuntary switches, the
-    /// host control around it within 1.2× its median, no stretch of its calls over 2× the
-    /// median per call, no GPU throttled below the case's usual clock — where the samples record
-    /// their state, at least three of them; else the 10th percentile of its samples over
-    /// the run's executions), for the rows and the measured step alike. In either state the
-    /// rows sampled in rounds with another are read against it pair by pair (the layer
-    /// beside the step by their ratio, the decode crate's where a step sample is at most
-    /// 100 ms; the peer's step variants, generate() per token and the framework parts by
-    /// their differences). The other is printed beside it.
-    #[arg(long, default_value = "typical", value_parser = PossibleValuesParser::new(HostState::ALL.map(HostState::as_str)).try_map(|s| s.parse::<HostState>()))]
+    /// Which samples price each host-timed row and the measured step: typical (the median)
+    /// or fast (the samples whose recorded state was clean, else the 10th percentile).
+    /// Rows sampled in rounds with another are read against it pair by pair.
+    #[arg(long, verbatim_doc_comment, default_value = "typical", value_parser = PossibleValuesParser::new(HostState::ALL.map(HostState::as_str)).try_map(|s| s.parse::<HostState>()))]
     host_state: HostState,
-    /// A runtime knob measured in pairs: an `opbench ab` table (runs/RUN-ab.csv) of this
-    /// build against itself with the knob set on the candidate side (`scripts/bench
-    /// --knobs` writes them). Each becomes a row of what would help: the step priced on
-    /// this run's rows moved by the pair's ratios, the step measured with it, the
-    /// verdict, and what to do. Repeatable.
-    #[arg(long = "knob", value_name = "AB_CSV")]
+    /// A runtime knob measured in pairs: an `opbench ab` table (runs/RUN-ab.csv, as
+    /// `scripts/bench --knobs` writes) of this build against itself with the knob set.
+    /// Each becomes a row of what would help. Repeatable.
+    #[arg(long = "knob", value_name = "AB_CSV", verbatim_doc_comment)]
     knobs: Vec<PathBuf>,
 }
 

@@ -736,7 +736,7 @@ fn bad_input_is_one_line_and_exit_2() {
     ]);
     assert_eq!(code, 2, "{err}");
     assert!(
-        err.contains("has no f16 graph rows")
+        err.contains("the run has no f16 graph rows")
             && err.contains("OPBENCH_MODES=graph,graph_cold")
             && err.lines().count() == 1,
         "{err}"
@@ -914,7 +914,7 @@ fn predict_composes_a_hand_made_run() {
     );
     assert!(out.contains("host-bound"));
     assert!(
-        out.contains("predicted / measured = 0.500 (-50.0%)"),
+        out.contains("predicted / measured = 0.500 (-50.0%"),
         "{out}"
     );
     assert!(
@@ -996,7 +996,10 @@ fn predict_composes_a_hand_made_run() {
         "128",
     ]);
     assert_eq!(code, 2);
-    assert!(err.contains("no measurement or fit for"), "{err}");
+    assert!(
+        err.contains("lacks rows of") && err.contains("linear/aten/q_proj B=2"),
+        "{err}"
+    );
     // a prefill takes its prompt's length, a decode step its cache length: each other's is
     // one line and exit 2
     let args = |extra: &[&str]| {
@@ -1098,7 +1101,7 @@ fn predict_prices_the_fast_host_state_from_the_samples() {
         "{out}"
     );
     assert!(
-        out.contains("predicted / measured = 0.750 (-25.0%)"),
+        out.contains("predicted / measured = 0.750 (-25.0%"),
         "{out}"
     );
     let beside = format!(
@@ -1327,7 +1330,7 @@ fn predict_prices_a_cpu_step_with_its_state_read_from_memory() {
         "want {want}\n{tr}"
     );
     assert!(
-        tr.contains("every layer called in turn as the model calls them 2.170 ms, its calls written out flat 2.100 ms: transformers' own code adds 0.070 ms per layer; one layer's calls flat 1.900 ms, each alone 1.250 ms"),
+        unwrapped(&tr).contains("every layer called in turn as the model calls them 2.170 ms, its calls written out flat 2.100 ms: transformers' own code adds 0.070 ms per layer; one layer's calls flat 1.900 ms, each alone 1.250 ms"),
         "{tr}"
     );
 }
@@ -1425,7 +1428,7 @@ fn predict_prices_the_transformers_step_and_splits_it() {
     );
     assert!(
         out.contains("measured (scripts/peer.py, HF transformers)")
-            && out.contains("predicted / measured = 0.800 (-20.0%)"),
+            && out.contains("predicted / measured = 0.800 (-20.0%"),
         "{out}"
     );
     // the host's parts add up to the host's time (here the step); the kernels run under it
@@ -1439,7 +1442,7 @@ fn predict_prices_the_transformers_step_and_splits_it() {
         device / 1e6,
         100.0 * device / py_host,
     );
-    assert!(out.contains(&split), "want {split}\n{out}");
+    assert!(unwrapped(&out).contains(&split), "want {split}\n{out}");
     assert!(
         out.lines()
             .any(|l| l.contains("layer_own") && l.contains("parts")),
@@ -1469,7 +1472,7 @@ fn predict_prices_the_transformers_step_and_splits_it() {
             "want {}\n{out}",
             want / 1e6
         );
-        out
+        unwrapped(&out)
     };
     let out = predicted(&["--host-model", "as-measured"], alone + 28.0 * 50_000.0);
     assert!(
@@ -1551,7 +1554,10 @@ fn predict_prices_the_transformers_step_and_splits_it() {
         py_host / 0.8 / 1e6,
         121e6 / (py_host / 0.8)
     );
-    assert!(out.contains(&by_layers), "want {by_layers}\n{out}");
+    assert!(
+        unwrapped(&out).contains(&by_layers),
+        "want {by_layers}\n{out}"
+    );
     // two steps within each other's intervals (±1% here) give no per-layer figure
     let mut unresolved = cases.clone();
     layers_at(&mut unresolved, 40.5e6);
@@ -1559,7 +1565,7 @@ fn predict_prices_the_transformers_step_and_splits_it() {
     let (code, out, err) = opbench(&args);
     assert_eq!(code, 0, "{err}");
     assert!(
-        out.contains("by layer count (the HF step with 1 and 8 layers: 40.000 and 40.500 ms): their intervals overlap, so no layer's cost is read from them"),
+        unwrapped(&out).contains("by layer count (the HF step with 1 and 8 layers: 40.000 and 40.500 ms): their intervals overlap, so no layer's cost is read from them"),
         "{out}"
     );
 }
@@ -2421,7 +2427,7 @@ fn predict_takes_the_model_and_the_cache_length_from_the_run() {
     assert_eq!(code, 2);
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(
-        err.contains("OPBENCH_MODEL=llama-3.2-1b scripts/bench"),
+        err.contains("OPBENCH_MODEL=llama-3.2-1b ") && err.contains("scripts/bench"),
         "{err}"
     );
     // several lengths: the longest, and it says so
@@ -2461,7 +2467,8 @@ fn predict_answers_in_its_first_lines_with_one_streams_remedies_first() {
     );
     // the measured split is read in the predicted one's host state: the tch step moved
     // from its process's host speed to the transformers step's
-    let measured = out
+    let joined = unwrapped(&out);
+    let measured = joined
         .lines()
         .find(|l| l.starts_with("measured, in the same host state: the transformers step"))
         .unwrap_or_else(|| panic!("{out}"));
@@ -2511,7 +2518,7 @@ fn predict_at_a_batch_or_length_the_run_lacks_names_what_it_measured() {
         assert_eq!(code, 2, "{args:?}");
         assert_eq!(err.trim().lines().count(), 1, "{err}");
         assert!(
-            err.contains("the run measured B = 1, 8, 64, L = 1024"),
+            err.contains("the run measured (1, 8, 64)") || err.contains("the run measured (1024"),
             "{err}"
         );
     }
@@ -2548,7 +2555,9 @@ fn report_opens_each_device_with_predicts_answer() {
         .iter()
         .position(|l| l.starts_with("answer: "))
         .expect("the answer");
-    assert!(head[answer + 1].contains("faster for your sequence: CUDA/HIP graphs"));
+    // generate()'s tokens/s first, then the step's, then the remedies
+    assert!(head[answer].starts_with("answer: model.generate() gives"));
+    assert!(head[answer + 2].contains("faster for your sequence: CUDA/HIP graphs"));
     // the same lines predict opens with
     let (_, out, _) = opbench(&[
         "predict",
@@ -2602,4 +2611,294 @@ fn published(name: &str) -> String {
         .to_str()
         .unwrap()
         .to_string()
+}
+
+/// predict's text with each line it broke at 160 characters (continued 4 spaces beyond its
+/// indent) joined again.
+fn unwrapped(text: &str) -> String {
+    let indent = |l: &str| l.len() - l.trim_start_matches(' ').len();
+    let mut out: Vec<String> = Vec::new();
+    let mut prev: Option<(usize, usize)> = None; // (indent, characters) of the line before
+    for l in text.lines() {
+        match (prev, out.last_mut()) {
+            (Some((i, n)), Some(last)) if n > 120 && indent(l) == i + 4 => {
+                last.push(' ');
+                last.push_str(l.trim_start());
+                prev = Some((i, l.chars().count()));
+            }
+            _ => {
+                out.push(l.to_string());
+                prev = Some((indent(l), l.chars().count()));
+            }
+        }
+    }
+    out.join("\n") + "\n"
+}
+
+/// The published H200 run of what would help (B = 1, 8, 64 at L = 1024, profile `decode`).
+const HELP5_DIR: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../results/2026-12-06-nvidia-h200-cuda-torch2.11.0-help5"
+);
+/// The published CPU run (profile `quick`: B = 1, 2, 8 at L = 128).
+const CPU_RUN: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../results/2026-12-01-intel-r-xeon-r-processor-cpu-torch2.11.0-stack-x1"
+);
+
+/// The value of `NAME=` in a suggested command, and its `-p` crates and `-- '<filter>'`.
+fn suggested(text: &str, name: &str) -> Option<String> {
+    let at = text.find(&format!("{name}="))? + name.len() + 1;
+    Some(text[at..].split([' ', '`']).next()?.to_string())
+}
+
+fn crates_and_filter(text: &str) -> (Vec<String>, String) {
+    let cmd = &text[text.find("scripts/bench").unwrap()..];
+    let words: Vec<&str> = cmd.split_whitespace().collect();
+    let crates = words
+        .windows(2)
+        .filter(|w| w[0] == "-p")
+        .map(|w| w[1].to_string())
+        .collect();
+    let filter = cmd.split('\'').nth(1).unwrap().to_string();
+    (crates, filter)
+}
+
+/// The grid profile `name` of shapes/grid.toml has batch `b` at decode length `l`.
+fn grid_has(name: &str, b: usize, l: usize) -> bool {
+    let grid = shapes::Grid::load_default().unwrap();
+    let p = grid.profile(name).unwrap();
+    p.batches.contains(&b) && p.decode_ctx.contains(&l)
+}
+
+/// A partial run (issue: `scripts/bench -p rmsnorm -p linear -- '/decode/b1/'`): predict
+/// names everything it lacks in one line — the crates, the floor, the L it took from the
+/// run's profile — and one command that adds them into the same run, whose profile has
+/// the batch and L and whose filter selects the missing cases.
+#[test]
+fn predict_on_a_partial_run_names_all_it_lacks_and_one_command() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let dir = out.join("runs").join("partial");
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = Path::new(HELP5_DIR);
+    std::fs::copy(src.join("env.json"), dir.join("env.json")).unwrap();
+    let text = std::fs::read_to_string(src.join("results.csv")).unwrap();
+    let mut lines = text.lines();
+    let header = lines.next().unwrap();
+    let col = |name: &str| header.split(',').position(|c| c == name).unwrap();
+    let (op, variant, phase, batch) = (col("op"), col("variant"), col("phase"), col("batch"));
+    let mut kept = vec![header.to_string()];
+    for l in lines {
+        let f: Vec<&str> = l.split(',').collect();
+        if ["rmsnorm", "linear"].contains(&f[op])
+            && !f[variant].starts_with("py-")
+            && f[phase] == "decode"
+            && f[batch] == "1"
+        {
+            kept.push(l.to_string());
+        }
+    }
+    assert!(kept.len() > 10 && kept.len() < 200, "{}", kept.len());
+    std::fs::write(dir.join("results.csv"), kept.join("\n") + "\n").unwrap();
+    let (code, stdout, err) = opbench(&["predict", dir.to_str().unwrap(), "--batch", "1"]);
+    assert_eq!(code, 2, "{stdout}{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    for want in [
+        "the dispatch floor `add`",
+        "L = 1024",
+        "OPBENCH_RUN=partial ",
+        &format!("OPBENCH_OUT={} ", out.display()),
+    ] {
+        assert!(err.contains(want), "{want}: {err}");
+    }
+    let (crates, filter) = crates_and_filter(&err);
+    for c in ["harness", "rope", "sdpa", "kvcache", "eltwise"] {
+        assert!(crates.iter().any(|x| x == c), "-p {c}: {err}");
+    }
+    assert!(!crates.iter().any(|x| x == "linear"), "{err}");
+    let profile = suggested(&err, "OPBENCH_PROFILE").unwrap();
+    assert!(grid_has(&profile, 1, 1024), "{profile}: {err}");
+    // the filter selects the floor and the missing cases (criterion's filter: a regex;
+    // this one is plain text)
+    for id in [
+        "floor/add/add1/none/decode/b1/q1/f16/cuda:0/pipelined",
+        "sdpa/auto/attn/qwen3-0.6b/decode/b1/q1/kv1025/f16/cuda:0/pipelined",
+    ] {
+        assert!(id.contains(&filter), "{filter} misses {id}");
+    }
+}
+
+/// Each suggestion names settings that would produce what is missing, or says that none
+/// can and what predict can price instead; bad values are one line naming the value.
+#[test]
+fn predict_suggestions_name_settings_that_produce_what_is_missing() {
+    let predict = |run: &str, extra: &[&str]| {
+        let mut args = vec!["predict", run];
+        args.extend_from_slice(extra);
+        opbench(&args)
+    };
+    // a batch no grid profile has: the batches measured, no command that cannot time it
+    let (code, _, err) = predict(HELP5_DIR, &["--batch", "3"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.lines().count() == 1
+            && err.contains("B = 3")
+            && err.contains("measured (1, 8, 64)")
+            && !err.contains("scripts/bench")
+            && !err.contains("fits need 3 batches"),
+        "{err}"
+    );
+    // a length no profile has: --ctx must be one measured
+    let (code, _, err) = predict(HELP5_DIR, &["--batch", "1", "--ctx", "999"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("L = 999")
+            && err.contains("--ctx the run measured (1024")
+            && !err.contains("scripts/bench"),
+        "{err}"
+    );
+    // a length another profile has: that profile, and a filter of that length
+    let (code, _, err) = predict(HELP5_DIR, &["--batch", "1", "--ctx", "128"]);
+    assert_eq!(code, 2);
+    let profile = suggested(&err, "OPBENCH_PROFILE").unwrap();
+    assert!(grid_has(&profile, 1, 128), "{profile}: {err}");
+    let (crates, filter) = crates_and_filter(&err);
+    assert_eq!(crates, ["sdpa", "kvcache"], "{err}");
+    assert!(
+        "kvcache/cat/k/qwen3-0.6b/decode/b1/q1/kv129/f16/cuda:0/pipelined".contains(&filter),
+        "{filter}"
+    );
+    // graphs on the CPU: no suggestion of graph modes, which give `unsupported` rows there
+    let (code, _, err) = predict(CPU_RUN, &["--batch", "1", "--mode", "graph"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("need a GPU") && !err.contains("OPBENCH_MODES"),
+        "{err}"
+    );
+    // batch 64 on a quick run: a profile with B = 64 at its L, a filter of B = 64
+    let (code, stdout, _) = predict(CPU_RUN, &["--batch", "1"]);
+    assert_eq!(code, 0);
+    let lines: Vec<&str> = stdout.lines().collect();
+    let row = lines
+        .iter()
+        .position(|l| l.trim_start().starts_with("batch 64"))
+        .unwrap();
+    let why = lines[row + 1..]
+        .iter()
+        .take_while(|l| l.starts_with("    "))
+        .map(|l| l.trim())
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(why.starts_with("not priced:"), "{why}");
+    let profile = suggested(&why, "OPBENCH_PROFILE").unwrap();
+    assert!(grid_has(&profile, 64, 128), "{profile}: {why}");
+    let (crates, filter) = crates_and_filter(&why);
+    assert!(crates.iter().any(|c| c == "eltwise"), "{why}");
+    assert_eq!(filter, "/decode/b64/", "{why}");
+    // bad values: one line naming the value and what is expected
+    let (code, _, err) = predict(HELP5_DIR, &["--batch", "-1"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.lines().count() == 1 && err.contains("--batch -1: expected"),
+        "{err}"
+    );
+    let (code, _, err) = predict(HELP5_DIR, &["--batch", "1", "--knob", "/no/such/ab.csv"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.lines().count() == 1 && err.contains("/no/such/ab.csv: no such file"),
+        "{err}"
+    );
+}
+
+/// The transformers answer on the H200 (B = 1): generate()'s tokens/s first, the step's
+/// after it; the agreement with the measured interval beside it; batch rows with tokens/s
+/// in all and per stream in their own columns; every line at most 160 characters and
+/// `--help`'s at most 100.
+#[test]
+fn predict_answers_with_generate_and_numbers_that_agree() {
+    let (code, out, err) = opbench(&[
+        "predict",
+        HELP5_DIR,
+        "--batch",
+        "1",
+        "--profile",
+        "transformers",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[0]
+            .starts_with("answer: model.generate() gives 25.3 tokens/s predicted, 27.4 measured"),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        lines[1].starts_with("  its forward step alone: 26.6 tokens/s predicted"),
+        "{}",
+        lines[1]
+    );
+    assert!(
+        out.contains("predicted / measured = 1.030 (+3.0%; the measured interval ±33%:"),
+        "{out}"
+    );
+    assert!(out.contains("agreement not resolved)"), "{out}");
+    assert!(!out.contains("each stream gets fewer"), "{out}");
+    let header = lines.iter().find(|l| l.contains("what to do")).unwrap();
+    assert!(
+        header.contains("tok/s in all") && header.contains("tok/s/stream"),
+        "{header}"
+    );
+    let b64: Vec<&str> = lines
+        .iter()
+        .find(|l| l.trim_start().starts_with("batch 64"))
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    // name (2 words), ms/step, in all, per stream
+    let (ms, all, per): (f64, f64, f64) = (
+        b64[2].parse().unwrap(),
+        b64[3].parse().unwrap(),
+        b64[4].parse().unwrap(),
+    );
+    assert!(
+        (all - 64.0 * 1e3 / ms).abs() < 1.0 && (per - 1e3 / ms).abs() < 0.1,
+        "{b64:?}"
+    );
+    for l in &lines {
+        assert!(
+            l.chars().count() <= 160,
+            "{} characters: {l}",
+            l.chars().count()
+        );
+    }
+    // one copy rate: the bound's is the report's
+    let rate = |text: &str, before: &str, after: &str| -> String {
+        let at = text.find(before).unwrap_or_else(|| panic!("{before}")) + before.len();
+        text[at..].split(after).next().unwrap().to_string()
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    for e in std::fs::read_dir(HELP5_DIR).unwrap().flatten() {
+        if e.path().is_file() {
+            std::fs::copy(e.path(), tmp.path().join(e.file_name())).unwrap();
+        }
+    }
+    let (code, _, err) = opbench(&["report", tmp.path().to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let md = std::fs::read_to_string(tmp.path().join("report.md")).unwrap();
+    let bound = rate(&out, "the bandwidth bound (", " GB/s");
+    let bound = bound.rsplit(' ').next().unwrap();
+    assert_eq!(
+        bound,
+        rate(&md, "Ceilings measured in this run: copy ", " GB/s")
+    );
+    let (code, help, _) = opbench(&["predict", "--help"]);
+    assert_eq!(code, 0);
+    for l in help.lines() {
+        assert!(
+            l.chars().count() <= 100,
+            "{} characters: {l}",
+            l.chars().count()
+        );
+    }
 }

@@ -264,21 +264,30 @@ fn predict_transformers_prints_what_it_printed_and_its_parts_add_up() {
             (v[0] + v[1] - v[2]).abs() <= 0.005 * v[2],
             "{name}: {split}"
         );
-        if let Some(token) = got
-            .lines()
-            .find(|l| l.contains("where a token's time goes"))
-        {
-            let parts: f64 = ms(token).iter().sum();
-            let total = ms(got
-                .lines()
-                .find(|l| l.starts_with("generate() per new token"))
-                .unwrap())[0];
+        if let Some(token) = logical(&got, "  where a token's time goes") {
+            let parts: f64 = ms(&token).iter().sum();
+            let total = ms(&logical(&got, "generate() per new token").unwrap())[0];
             assert!(
                 (parts - total).abs() <= 0.005 * total,
                 "{name}: {parts} vs {total}"
             );
         }
     }
+}
+
+/// The printed line that starts with `start` and its continuations (predict breaks a line
+/// over 160 characters at a space, continuing it 4 spaces beyond its indent), joined.
+fn logical(text: &str, start: &str) -> Option<String> {
+    let mut lines = text.lines().skip_while(|l| !l.starts_with(start));
+    let first = lines.next()?;
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    let cont = " ".repeat(indent(first) + 4);
+    let mut out = first.to_string();
+    for l in lines.take_while(|l| l.starts_with(&cont) && indent(l) == cont.len()) {
+        out.push(' ');
+        out.push_str(l.trim_start());
+    }
+    Some(out)
 }
 
 /// An inconclusive pair: the CPU reference's torch 2.11.0 against 2.15.0, five executions

@@ -561,6 +561,22 @@ fn compose(
     })
 }
 
+/// The device's measured copy rate (GB/s: bytes read + written per ns): the harness's copy
+/// ceiling in `mode`, or with `None` the fastest over the modes it was timed in (a bound on
+/// a step's time takes the highest rate the device was seen to copy at); in the dtype asked
+/// for, else in any (bytes are bytes). The one place it is read: the pricer's ceiling on
+/// every call (the query's mode), the bandwidth bound and the report's ceilings (`None`).
+pub fn copy_gbps(run: &Run, device: DeviceId, dtype: DType, mode: Option<Mode>) -> Option<f64> {
+    let copy = |exact: bool| {
+        run.ok_rows()
+            .filter(|r| r.op == OpKind::Ceiling && r.site == "copy" && r.device == device)
+            .filter(|r| mode.is_none_or(|m| r.mode == m) && (!exact || r.dtype == dtype))
+            .filter_map(|r| r.gbps.filter(|g| *g > 0.0))
+            .reduce(f64::max)
+    };
+    copy(true).or_else(|| copy(false))
+}
+
 /// The default device of a run: its GPU when it has one.
 pub fn default_device(run: &Run) -> DeviceId {
     run.results

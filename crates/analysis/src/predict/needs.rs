@@ -32,6 +32,17 @@ impl fmt::Display for MissingCase {
 }
 
 impl MissingCase {
+    /// The case of planned problem `p` in `variant`.
+    pub fn of(p: &Problem, variant: &str) -> Self {
+        MissingCase {
+            op: p.op,
+            variant: variant.to_string(),
+            site: p.site.to_string(),
+            batch: p.batch,
+            kv_len: p.kv_len,
+        }
+    }
+
     /// What times it: an op crate (`cargo bench -p <it>`), or `None` for scripts/peer.py's
     /// rows (the `py-*` variants and transformers' own parts).
     pub fn bench_crate(&self) -> Option<&'static str> {
@@ -190,11 +201,8 @@ pub fn add_command(
         }
         _ => note = format!(" (it adds to OPBENCH_OUT/runs/{id}: copy the run there first)"),
     }
-    if let Some(models) = run.env.as_ref().and_then(|e| e.settings.get("models")) {
-        if models != "qwen3-0.6b" {
-            env.push(format!("OPBENCH_MODEL={models}"));
-        }
-    } else if q.model.name != "qwen3-0.6b" {
+    // the model asked for (the default's name is left out)
+    if q.model.name != "qwen3-0.6b" {
         env.push(format!("OPBENCH_MODEL={}", q.model.name));
     }
     env.push(format!("OPBENCH_PROFILE={profile}"));

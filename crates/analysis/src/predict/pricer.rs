@@ -101,12 +101,7 @@ impl<'a> Pricer<'a> {
         // a step streams every weight and the KV cache from memory, while an op benchmarked
         // alone re-reads the same buffers and may be served from cache; no call can move
         // its bytes faster than the ceiling
-        p.copy_gbps = p
-            .rows
-            .iter()
-            .find(|r| r.op == OpKind::Ceiling && r.site == "copy" && r.mode == q.mode)
-            .and_then(|r| r.gbps)
-            .filter(|g| *g > 0.0);
+        p.copy_gbps = copy_gbps(run, q.device, q.dtype, Some(q.mode));
         Ok(p)
     }
 
@@ -297,13 +292,7 @@ impl<'a> Pricer<'a> {
                 )));
             }
             (None, None) => {
-                return Err(MissingCase {
-                    op: p.op,
-                    variant: variant.to_string(),
-                    site: p.site.to_string(),
-                    batch: p.batch,
-                    kv_len: p.kv_len,
-                });
+                return Err(MissingCase::of(p, variant));
             }
         };
         // host cost: the series at its smallest batch, where dispatch dominates (noise on a

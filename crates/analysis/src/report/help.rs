@@ -32,7 +32,8 @@ pub(super) fn what_would_help(ctx: &Ctx, on: On) -> Result<(String, Vec<String>)
             let (rows, _) = crate::explain::help_of(ctx.run, &ctx.fits, &q, &pred, &[]);
             tables += &table(b, &rows);
             if answer.is_empty() {
-                answer = crate::help::answer(&q, &pred, &rows);
+                let generate = crate::generate::price(ctx.run, &q, &pred);
+                answer = crate::help::answer(&q, &pred, &rows, generate.as_ref());
                 if let Some(first) = answer.first_mut() {
                     *first = format!("{first} ({}, B = {b}, L = {ctx_len})", cfg.name);
                 }

@@ -307,9 +307,10 @@ pub(super) fn ceilings(ctx: &Ctx, on: On) -> (Option<f64>, Option<f64>) {
                     && r.dtype == on.dtype
                     && r.mode == Mode::Pipelined
             })
-            .find_map(|r| if site == "copy" { r.gbps } else { r.gflops })
+            .find_map(|r| r.gflops)
     };
-    (find("copy"), find("gemm"))
+    let copy = crate::predict::copy_gbps(ctx.run, on.device, on.dtype, None);
+    (copy, find("gemm"))
 }
 
 /// Ceilings and achieved bandwidth per op against batch.

@@ -108,6 +108,8 @@ pub(super) struct Sink {
     written: usize,
     /// Set by scripts/bench: print case i of N with an ETA after each case.
     progress: Option<crate::plan::Progress>,
+    /// When the last progress line was printed: one every ~10 s at most.
+    shown: Option<std::time::Instant>,
 }
 
 impl Sink {
@@ -181,12 +183,26 @@ impl Sink {
         self.open()?;
         if let Some(run) = self.run.as_mut() {
             run.write_case(row, samples)?;
-            if let Some(p) = &self.progress {
+            // one line every ~10 s, and every row that is not ok (with why)
+            let due = self
+                .shown
+                .is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(10));
+            if let Some(p) = self
+                .progress
+                .as_ref()
+                .filter(|_| due || row.status != Status::Ok)
+            {
+                self.shown = Some(std::time::Instant::now());
                 eprintln!(
-                    "opbench: {} · {} {}",
+                    "opbench: {} · {} {}{}",
                     p.line(run.cases()),
                     row.key,
-                    row.status
+                    row.status,
+                    row.note
+                        .as_deref()
+                        .filter(|_| row.status != Status::Ok)
+                        .map(|n| format!(": {n}"))
+                        .unwrap_or_default()
                 );
             }
         }
@@ -243,6 +259,7 @@ pub fn run_op(
         run_id: run_id.clone(),
         written: 0,
         progress: crate::plan::Progress::from_env(),
+        shown: None,
     };
 
     if let Some(mode) = config.trace.filter(|_| selection.mode == RunMode::Bench) {

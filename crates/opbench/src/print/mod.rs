@@ -6,6 +6,17 @@ use analysis::history::{ChangeKind, History};
 use analysis::predict::{HostState, Prediction, Query, Source};
 use rundir::{CaseKey, FitRow, Mode, Run};
 
+/// `println!` for predict's lines: each at most [`WIDTH`] characters, a longer one broken
+/// at spaces, its continuation indented 4 beyond it.
+macro_rules! say {
+    () => {
+        println!()
+    };
+    ($($t:tt)*) => {
+        $crate::print::wrapped(&format!($($t)*))
+    };
+}
+
 mod answer;
 mod compare;
 mod history;
@@ -17,6 +28,54 @@ pub use compare::*;
 pub use history::*;
 pub use predict::*;
 pub use transformers::*;
+
+/// The widest line predict prints.
+pub const WIDTH: usize = 160;
+
+/// Print `text`, each of its lines broken at spaces to at most [`WIDTH`] characters.
+pub(crate) fn wrapped(text: &str) {
+    for line in wrap(text, WIDTH) {
+        println!("{line}");
+    }
+}
+
+/// `text`'s lines, each longer than `width` characters broken at its last space within
+/// it (a word longer than the width stays whole), continued 4 spaces beyond its indent.
+pub(crate) fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    for line in text.split('\n') {
+        let indent = line.len() - line.trim_start_matches(' ').len();
+        let lead = " ".repeat(indent + 4);
+        let mut rest = line.to_string();
+        let mut first = true;
+        loop {
+            let cur = if first {
+                rest.clone()
+            } else {
+                format!("{lead}{rest}")
+            };
+            if cur.chars().count() <= width {
+                out.push(cur);
+                break;
+            }
+            // the last space at or before the width, past the indent
+            let head: String = cur.chars().take(width + 1).collect();
+            let start = if first { indent } else { lead.len() };
+            match head.rfind(' ').filter(|&i| i > start) {
+                Some(i) => {
+                    out.push(head[..i].trim_end().to_string());
+                    rest = cur[i..].trim_start().to_string();
+                }
+                None => {
+                    out.push(cur);
+                    break;
+                }
+            }
+            first = false;
+        }
+    }
+    out
+}
 
 pub(super) fn opt(v: Option<f64>, digits: usize) -> String {
     v.map_or("-".into(), |x| format!("{x:.digits$}"))

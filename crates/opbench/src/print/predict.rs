@@ -41,7 +41,7 @@ pub fn explanation(e: &Explanation) {
 pub fn prediction(e: &Explanation) {
     let (q, pred) = (&e.query, &e.prediction);
     title(e);
-    println!(
+    say!(
         "predicted: {:.3} ms/step, {}",
         pred.step_ns / 1e6,
         rate(q, pred.step_ns)
@@ -59,7 +59,7 @@ pub fn prediction(e: &Explanation) {
 /// state and run.
 fn title(e: &Explanation) {
     let (q, state) = (&e.query, e.state);
-    println!(
+    say!(
         "{} {} B={} {}={}, profile {}, {} {} {}{} (run {})",
         q.model.name,
         q.phase,
@@ -98,13 +98,13 @@ fn host_and_kernels(q: &analysis::predict::Query, pred: &Prediction) {
     } else {
         "host dispatch+launch"
     };
-    println!(
+    say!(
         "  {host} {:.3} ms, kernels {:.3} ms per step ({bound}); the GPU is busy ~{:.0}% of the step",
         pred.host_ns / 1e6,
         pred.device_ns / 1e6,
         100.0 * pred.device_ns / pred.step_ns
     );
-    println!(
+    say!(
         "  (each op alone, back to back, would add up to {:.3} ms)",
         pred.serial_ns / 1e6
     );
@@ -116,7 +116,7 @@ fn host_and_kernels(q: &analysis::predict::Query, pred: &Prediction) {
             1 => "1 site".to_string(),
             n => format!("{n} sites"),
         };
-        println!(
+        say!(
             "  ({calls} Python calls a step at {sites} have no device time but their pipelined time, the interpreter's pace: their kernels are priced at the dispatch floor's where the run has it, and would add up to at most {:.3} ms)",
             upper / 1e6
         );
@@ -125,7 +125,7 @@ fn host_and_kernels(q: &analysis::predict::Query, pred: &Prediction) {
 
 /// Every priced call, costliest first: calls, per-call host and device times, its share.
 fn components(pred: &Prediction) {
-    println!(
+    say!(
         "{:<10} {:<13} {:<15} {:>6} {:>9} {:>9} {:>9} {:>8} {:>6}  {:<8} {:<9}",
         "op",
         "variant",
@@ -147,7 +147,7 @@ fn components(pred: &Prediction) {
     });
     for c in by_cost {
         let total = c.per_call_ns * c.calls as f64;
-        println!(
+        say!(
             "{:<10} {:<13} {:<15} {:>6} {:>9.2} {:>9.2} {:>9.2} {:>8.3} {:>5.1}%  {:<8} {:<9}",
             c.op.map_or("unmeasured", |o| o.as_str()),
             c.variant,
@@ -184,7 +184,7 @@ pub(super) fn costliest(pred: &Prediction) {
             )
         })
         .collect();
-    println!(
+    say!(
         "costliest ops (each op's sites together; `share`: of the calls' {:.3} ms alone): {}",
         pred.serial_ns / 1e6,
         top.join(", ")
@@ -204,7 +204,7 @@ pub(super) fn sources(q: &Query, pred: &Prediction) {
         0 => String::new(),
         cold => format!(", {cold} with their state read from memory (pipelined_cold)"),
     };
-    println!(
+    say!(
         "sources: {} sites measured at this batch{memory}, {} from fits, {} kinds of call priced at the dispatch floors{}:",
         count(Source::Measured),
         count(Source::Fit),
@@ -216,11 +216,11 @@ pub(super) fn sources(q: &Query, pred: &Prediction) {
         }
     );
     for u in &pred.plan.other {
-        println!("  {:<16} {}", u.name, u.what);
+        say!("  {:<16} {}", u.name, u.what);
     }
     if let Some(l) = pred.sequence {
         let (variant, in_sequence, alone) = q.profile.layer_context();
-        println!(
+        say!(
             "  {:<16} what one decoder layer's calls cost more in their sequence than each repeated alone, as an op case repeats it, beyond what the rows price for reading their state from memory (decode/{variant} {in_sequence} − {alone} at B={} − memory: {:.3} − {:.3} − {:.3} ms per layer, floored at 0); on the CPU the calls' times add up, so the step is priced with it",
             analysis::predict::IN_SEQUENCE,
             l.batch,
@@ -258,7 +258,7 @@ pub(super) fn measured_step(q: &Query, pred: &Prediction) {
         })
     }
     if let Some((row, m, ci)) = measured(pred.measured.as_ref()) {
-        println!(
+        say!(
             "measured ({}): {:.3} ms/step{ci}, {}; predicted / measured = {}",
             if q.profile == shapes::StepProfile::Transformers {
                 "scripts/peer.py, HF transformers"
@@ -267,19 +267,10 @@ pub(super) fn measured_step(q: &Query, pred: &Prediction) {
             },
             m / 1e6,
             rate(q, m),
-            ratio(pred.step_ns, m)
+            agreement(pred.step_ns, row)
         );
-        if let (Some(lo), Some(hi)) = (row.ci_low_ns, row.ci_high_ns) {
-            let half = (hi - lo) / 2.0 / m;
-            if half > 0.1 {
-                println!(
-                    "  the measured step's interval is ±{:.0}% of it: predicted / measured is no finer than that",
-                    100.0 * half
-                );
-            }
-        }
         if let (Some(n), Some(cv)) = (row.executions.filter(|n| *n > 1), row.exec_cv) {
-            println!(
+            say!(
                 "  over {n} executions (processes): their medians' CV {:.1}%, the step's own drift between processes",
                 100.0 * cv
             );
@@ -287,17 +278,39 @@ pub(super) fn measured_step(q: &Query, pred: &Prediction) {
     }
     if pred.gpu {
         if let Some((row, m, ci)) = measured(pred.measured_device.as_ref()) {
-            println!(
+            say!(
                 "measured device time of the step (GPU events, decode crate): {:.3} ms{ci}; predicted kernels / measured = {}",
                 m / 1e6,
                 ratio(pred.device_ns, m)
             );
             if let Some(n) = row.uncovered_chunks.filter(|n| *n > 0) {
-                println!(
+                say!(
                     "  upper bound: in {n} chunks the host's enqueue outlasted the lead, so GPU idle time waiting for the host is included"
                 );
             }
         }
+    }
+}
+
+/// predicted / measured, with the measurement's interval beside it where the row has one
+/// (a ±10% interval or wider, and an error inside it: not resolved).
+pub(super) fn agreement(predicted: f64, row: &rundir::ResultRow) -> String {
+    let Some(m) = row.median_ns.filter(|m| *m > 0.0) else {
+        return "-".into();
+    };
+    let r = predicted / m;
+    let err = 100.0 * (r - 1.0);
+    match (row.ci_low_ns, row.ci_high_ns) {
+        (Some(lo), Some(hi)) => {
+            let half = 100.0 * (hi - lo) / 2.0 / m;
+            let resolved = if err.abs() <= half && half > 10.0 {
+                ": agreement not resolved"
+            } else {
+                ""
+            };
+            format!("{r:.3} ({err:+.1}%; the measured interval ±{half:.0}%{resolved})")
+        }
+        _ => format!("{r:.3} ({err:+.1}%)"),
     }
 }
 
@@ -356,7 +369,7 @@ pub fn host_model(
             }
         });
     }
-    println!(
+    say!(
         "  host model {}: host costs {}",
         q.host.as_str(),
         if parts.is_empty() {
@@ -367,7 +380,7 @@ pub fn host_model(
     );
     let measured = pred.measured.as_ref().and_then(|r| r.median_ns);
     for (m, p) in others {
-        println!(
+        say!(
             "  host model {} (--host-model {}): {:.3} ms/step{}",
             m.as_str(),
             m.as_str(),
@@ -382,7 +395,7 @@ pub fn host_model(
 
 /// The step priced in the other host state, against the measured step in that state.
 pub fn host_state(state: HostState, p: &Prediction, measured: Option<f64>) {
-    println!(
+    say!(
         "  host state {} (--host-state {}): {:.3} ms/step{}",
         state.as_str(),
         state.as_str(),
@@ -399,7 +412,7 @@ pub fn host_state(state: HostState, p: &Prediction, measured: Option<f64>) {
 /// eager prediction, and the graphed step the decode crate measured, where the run has it.
 pub fn graph_outlook(q: &Query, eager: &Prediction, g: &analysis::explain::Measured) {
     let graph = &g.prediction;
-    println!(
+    say!(
         "with graphs (the step captured once and replayed): predicted {:.3} ms/step, {:.1} tokens/s, {:.2}× the eager {} prediction",
         graph.step_ns / 1e6,
         graph.tokens_per_s(),
@@ -407,7 +420,7 @@ pub fn graph_outlook(q: &Query, eager: &Prediction, g: &analysis::explain::Measu
         q.mode
     );
     if let Some(m) = g.measured_ns {
-        println!(
+        say!(
             "  measured graphed step (decode crate, graph mode): {:.3} ms; predicted / measured = {}",
             m / 1e6,
             ratio(graph.step_ns, m)
@@ -417,7 +430,7 @@ pub fn graph_outlook(q: &Query, eager: &Prediction, g: &analysis::explain::Measu
 
 /// The traced step beside the plan: kernel counts, device time, calls the plan lacks.
 pub fn step_check(pred: &Prediction, c: &analysis::traced::StepCheck) {
-    println!(
+    say!(
         "traced step (trace pass): {} kernels, device {}; plan: {} kernels, predicted kernels {:.3} ms",
         c.traced_kernels,
         c.traced_device_ns
@@ -429,7 +442,7 @@ pub fn step_check(pred: &Prediction, c: &analysis::traced::StepCheck) {
         pred.device_ns / 1e6
     );
     for (op, traced, planned) in &c.unplanned {
-        println!("  in the trace, not in the plan: {op} {traced} per step (plan: {planned})");
+        say!("  in the trace, not in the plan: {op} {traced} per step (plan: {planned})");
     }
 }
 
@@ -444,20 +457,25 @@ pub fn what_would_help(levers: &[analysis::help::Lever], bound: &analysis::help:
         .iter()
         .find(|l| l.name == analysis::help::AS_IS)
         .map_or(1, |l| l.batch);
-    println!(
+    say!(
         "\nwhat would help your {batch} sequence{} (ranked by tokens/s; gain against the step as it is):",
         if batch == 1 { "" } else { "s" }
     );
-    println!(
-        "  {:<42} {:>9} {:>10} {:>10} {:>6} {:>10}  what to do",
-        "change", "ms/step", "tokens/s", "per stream", "gain", "measured"
+    say!(
+        "  {:<42} {:>9} {:>12} {:>12} {:>7} {:>10}  what to do",
+        "change",
+        "ms/step",
+        "tok/s in all",
+        "tok/s/stream",
+        "gain",
+        "measured"
     );
     let mut more = false;
     for l in levers {
         if l.batch != batch && !more {
             more = true;
-            println!(
-                "  serving more sequences a step instead (tokens/s in all; each stream gets fewer):"
+            say!(
+                "  serving more sequences a step instead (gain: tokens/s in all; a stream's own tokens/s beside it):"
             );
         }
         let gain = match (l.tokens_per_s(), base) {
@@ -473,8 +491,8 @@ pub fn what_would_help(levers: &[analysis::help::Lever], bound: &analysis::help:
             None => l.name.clone(),
         };
         match l.step_ns() {
-            Some(ns) if l.predicted_ns.is_some() || l.unpriced.is_none() => println!(
-                "  {:<42} {:>9.3} {:>10.1} {:>10.1} {:>6} {:>10}  {}",
+            Some(ns) if l.predicted_ns.is_some() || l.unpriced.is_none() => say!(
+                "  {:<42} {:>9.3} {:>12.1} {:>12.1} {:>7} {:>10}  {}",
                 name,
                 ns / 1e6,
                 l.tokens_per_s().unwrap_or_default(),
@@ -483,19 +501,21 @@ pub fn what_would_help(levers: &[analysis::help::Lever], bound: &analysis::help:
                 measured,
                 l.action
             ),
-            _ => println!(
-                "  {:<42} {:>9} {:>10} {:>10} {:>6} {:>10}  {}; not priced: {}",
-                name,
-                "-",
-                l.measured_ns
-                    .map_or("-".into(), |m| format!("{:.1}", l.batch as f64 * 1e9 / m)),
-                l.measured_ns
-                    .map_or("-".into(), |m| format!("{:.1}", 1e9 / m)),
-                gain,
-                measured,
-                l.action,
-                l.unpriced.as_deref().unwrap_or("-")
-            ),
+            _ => {
+                say!(
+                    "  {:<42} {:>9} {:>12} {:>12} {:>7} {:>10}  {}",
+                    name,
+                    "-",
+                    l.measured_ns
+                        .map_or("-".into(), |m| format!("{:.1}", l.batch as f64 * 1e9 / m)),
+                    l.measured_ns
+                        .map_or("-".into(), |m| format!("{:.1}", 1e9 / m)),
+                    gain,
+                    measured,
+                    l.action,
+                );
+                say!("    not priced: {}", l.unpriced.as_deref().unwrap_or("-"));
+            }
         }
     }
     let checked: Vec<String> = levers
@@ -503,20 +523,20 @@ pub fn what_would_help(levers: &[analysis::help::Lever], bound: &analysis::help:
         .filter_map(|l| Some(format!("{} {:.2}", l.name, l.check()?)))
         .collect();
     if !checked.is_empty() {
-        println!(
+        say!(
             "  predicted / measured where the run measured the change: {}",
             checked.join(", ")
         );
     }
     match (bound.step_ns(), bound.tokens_per_s()) {
-        (Some(ns), Some(t)) => println!(
+        (Some(ns), Some(t)) => say!(
             "  the physical limit, estimated, {}: {:.3} ms/step, {:.0} tokens/s ({:.0} per stream): the step's bytes at the measured copy rate; a step near it has little left to gain",
             bound.name,
             ns / 1e6,
             t,
             1e9 / ns
         ),
-        _ => println!(
+        _ => say!(
             "  the physical limit is not priced: {}",
             bound.unpriced.as_deref().unwrap_or("-")
         ),

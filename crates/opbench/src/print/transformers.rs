@@ -26,7 +26,7 @@ pub fn python_split(
             }
         )
     });
-    println!(
+    say!(
         "split of the predicted step: {} {:.3} ms ({:.0}%) + Python + framework {:.3} ms ({:.0}%) = the host's {:.3} ms ({:.0}%){kernels}",
         if pred.gpu {
             "libtorch dispatch and launch"
@@ -52,7 +52,7 @@ pub fn python_split(
         } else {
             "every layer called in turn as the model calls them"
         };
-        println!(
+        say!(
             "one decoder layer (scripts/peer.py, interleaved): {whole} {:.3} ms, its calls written out flat {:.3} ms: transformers' own code adds {:.3} ms per layer; one layer's calls flat {:.3} ms, each alone {:.3} ms: in sequence the calls cost {:.2}× what they cost alone",
             own.whole_ns / 1e6,
             own.parts_ns / 1e6,
@@ -72,7 +72,7 @@ pub fn python_split(
             s.many.1 / 1e6
         );
         if s.resolved == Some(false) {
-            println!("{head}: their intervals overlap, so no layer's cost is read from them");
+            say!("{head}: their intervals overlap, so no layer's cost is read from them");
         } else {
             // the line through two short steps, carried to the model's layers, against the
             // model's own step: a check of the layer reading, not a part of the prediction
@@ -89,7 +89,7 @@ pub fn python_split(
             } else {
                 ""
             };
-            println!(
+            say!(
                 "{head}: a layer inside the step {:.3} ms, of which its calls as priced {:.3} ms; the step's own work {:.3} ms; {layers} layers {:.3} ms{measured}{unsure}",
                 s.per_layer_ns / 1e6,
                 pred.per_layer_ns(layers) / 1e6,
@@ -108,7 +108,7 @@ fn measured_split(t: &analysis::explain::Transformers) {
         // the measured split in the predicted one's host state, where the two processes'
         // host speeds are known; else as measured, each in its own process
         match t.tch_at_step_host {
-            Some(shift) => println!(
+            Some(shift) => say!(
                 "measured, in the same host state: the transformers step {:.3} ms, the same step in tch \
                  (decode crate, hf-eager) {:.3} ms in its own process (host ×{:.2} the rows'), \
                  {:.3} ms at the transformers step's (×{:.2}): Python + framework {:.3} ms ({:.0}% of the step)",
@@ -120,7 +120,7 @@ fn measured_split(t: &analysis::explain::Transformers) {
                 (hf - shift.ns) / 1e6,
                 100.0 * (hf - shift.ns) / hf
             ),
-            None => println!(
+            None => say!(
                 "measured: the transformers step {:.3} ms, the same step in tch (decode crate, hf-eager) {:.3} ms: Python + framework {:.3} ms ({:.0}% of the step){}",
                 hf / 1e6,
                 tch / 1e6,
@@ -163,7 +163,7 @@ pub fn generate(
         ),
         analysis::generate::Extra::Tail { .. } => String::new(),
     };
-    println!(
+    say!(
         "generate() per new token (the user's number): predicted {:.3} ms, {:.1} tokens/s = the step as generate() runs it {:.3} ms (host {:.3} ms, kernels {:.3} ms, less its argmax){extra} + generate()'s own loop {:.3} ms (scripts/peer.py's generate_loop: its Python, logits processing, stopping checks and the host's sync with the device every token)",
         g.token_ns / 1e6,
         g.tokens_per_s(),
@@ -174,7 +174,7 @@ pub fn generate(
     );
     if let Some(split) = split {
         let [k, d, p, l] = g.parts(pred, split);
-        println!(
+        say!(
             "  where a token's time goes: kernels beyond the host {:.3} ms, libtorch {} {:.3} ms, Python + transformers' step {:.3} ms, generate()'s own cost (loop, sync, inputs) {:.3} ms",
             k / 1e6,
             if pred.gpu {
@@ -187,7 +187,7 @@ pub fn generate(
             l / 1e6
         );
     }
-    if let Some(m) = g.measured.as_ref().and_then(|r| r.median_ns) {
+    if let Some((row, m)) = g.measured.as_ref().and_then(|r| Some((r, r.median_ns?))) {
         let ci = g
             .measured
             .as_ref()
@@ -199,11 +199,11 @@ pub fn generate(
                 ))
             })
             .unwrap_or_default();
-        println!(
+        say!(
             "  measured (scripts/peer.py, generate() from the step's cache of L, interleaved with the step): {:.3} ms{ci}, {:.1} tokens/s; predicted / measured = {}",
             m / 1e6,
             q.batch as f64 * 1e9 / m,
-            ratio(g.token_ns, m)
+            agreement(g.token_ns, row)
         );
     }
     let user: Vec<String> = t
@@ -212,7 +212,7 @@ pub fn generate(
         .map(|(how, ns)| format!("{how} {:.1} tokens/s", q.batch as f64 * 1e9 / ns))
         .collect();
     if !user.is_empty() {
-        println!(
+        say!(
             "  generate() from a prompt of 16, prefill included (scripts/peer.py): {}",
             user.join(", ")
         );
