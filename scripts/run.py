@@ -272,125 +272,6 @@ def run_dir(lay, out, run_id, execution=None):
     return d / lay["executions"] / str(execution) if execution else d
 
 
-# ---------------------------------------------------------------- test
-
-
-DEBIAN_HIP = Path("/usr/lib/x86_64-linux-gnu/libamdhip64.so.5")
-
-
-def install_test_packages():
-    """Debian's packages the tests use where apt can install them (root, CI): a real HIP
-    runtime with no GPU (libamdhip64-5: the "ROCm runtime, no AMD GPU" answer) and clang
-    (MSVC name mangling, scripts/check-windows --names)."""
-    want = []
-    if sys.platform.startswith("linux") and not DEBIAN_HIP.exists():
-        want.append("libamdhip64-5")
-    if not shutil.which("clang++"):
-        want.append("clang")
-    if not want or not shutil.which("apt-get") or not hasattr(os, "geteuid") or os.geteuid() != 0:
-        return
-    print(f"\n== apt-get install {' '.join(want)}", flush=True)
-    quiet = dict(stdout=subprocess.DEVNULL)
-    if subprocess.run(["apt-get", "install", "-y", "-qq", *want], **quiet).returncode != 0:
-        subprocess.run(["apt-get", "update", "-qq"], **quiet)
-        subprocess.run(["apt-get", "install", "-y", "-qq", *want], check=True, **quiet)
-
-
-def test(env=None):
-    env = env or build_env()
-    # a from-scratch build gains nothing from incremental state, which is GBs of disk
-    env.setdefault("CARGO_INCREMENTAL", "0")
-    install_test_packages()
-
-    def step(name):
-        print(f"\n== {name}", flush=True)
-
-    step("rustfmt")
-    cargo(env, "fmt", "--all", "--", "--check")
-    step("clippy")
-    cargo(env, "clippy", "--workspace", "--all-targets", "--all-features", "--", "-D", "warnings")
-    step("docs")
-    cargo(dict(env, RUSTDOCFLAGS="-D warnings"), "doc", "--workspace", "--all-features", "--no-deps", "--quiet")
-    step("tests")
-    cargo(env, "test", "--workspace", "--all-features")
-    step("crosscheck.py")
-    # with the Python that has torch: the cross-check rebuilds cases in PyTorch
-    subprocess.run([env["OPBENCH_TORCH_PYTHON"], str(ROOT / "scripts" / "crosscheck_test.py")], env=env, check=True)
-    step("peer.py")
-    subprocess.run([env["OPBENCH_TORCH_PYTHON"], str(ROOT / "scripts" / "peer_test.py")], env=env, check=True)
-    step("cpu_slices.py")
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "cpu_slices_test.py")], env=env, check=True)
-    step("run.py")
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "run_test.py")], env=env, check=True)
-    step("process_term.py")
-    subprocess.run([sys.executable, str(ROOT / "scripts" / "process_term_test.py")], env=env, check=True)
-    step("bench cases once (quick grid)")
-    cargo(
-        dict(env, OPBENCH_PROFILE="quick", OPBENCH_DEVICE=env.get("OPBENCH_DEVICE", "cpu")),
-        "bench", "--workspace", "--benches", "--", "--test",
-    )
-    step("doctor (this machine: no GPU)")
-    doctor_says_no_gpu(env)
-    if shutil.which("clang++") and shutil.which("llvm-nm"):
-        step("check-windows --names (MSVC mangling of the symbols the Rust side declares)")
-        subprocess.run(["bash", str(ROOT / "scripts" / "check-windows"), "--names"], env=env, check=True)
-    step("ok")
-
-
-def doctor_says_no_gpu(env):
-    """`opbench doctor` on this GPU-less machine: exit 0 for the CPU, exit 1 naming why for
-    OPBENCH_DEVICE=gpu, and, where Debian's HIP runtime is installed, its answer."""
-    layout(env)
-    exe = str(opbench_exe(env))
-    t0 = time.monotonic()
-    ok = subprocess.run([exe, "doctor"], env=env, capture_output=True, text=True)
-    took = time.monotonic() - t0
-    print(ok.stdout, end="")
-    if ok.returncode != 0 or "verdict    ok: scripts/bench can measure cpu" not in ok.stdout:
-        fail(f"opbench doctor: exit {ok.returncode}, expected 0 and the CPU measurable: {ok.stderr}", 1)
-    if DEBIAN_HIP.exists() and "a ROCm runtime is here" not in ok.stdout:
-        fail(f"opbench doctor: {DEBIAN_HIP} is installed but doctor does not say so", 1)
-    gpu = subprocess.run([exe, "doctor", "--device", "gpu"], env=env, capture_output=True, text=True)
-    if gpu.returncode != 1 or "no GPU is usable" not in gpu.stdout:
-        fail(f"opbench doctor --device gpu: exit {gpu.returncode}, expected 1 and why", 1)
-    check = subprocess.run([exe, "doctor", "--check", "--device", "gpu"], env=env, capture_output=True, text=True)
-    if check.returncode != 1 or len(check.stderr.strip().splitlines()) != 1:
-        fail(f"opbench doctor --check --device gpu: exit {check.returncode}, expected 1 and one line", 1)
-    print(f"doctor: {took:.1f} s; --device gpu: exit 1 ({check.stderr.strip()})", flush=True)
-
-
-def test_torch(version):
-    for var in ("OPBENCH_PYTHON", "VIRTUAL_ENV", "CONDA_PREFIX", "OPBENCH_VENV"):
-        os.environ.pop(var, None)
-    os.environ["OPBENCH_TORCH_VERSION"] = version
-    env = build_env()
-    tag = f"(torch {env['OPBENCH_TORCH']}, tch {env['OPBENCH_TCH']})"
-    print(f"\n== tests {tag}", flush=True)
-    cargo(env, "test", "--workspace", "--all-features")
-    print(f"\n== bench cases once (quick grid) {tag}", flush=True)
-    cargo(dict(env, OPBENCH_PROFILE="quick", OPBENCH_DEVICE="cpu"), "bench", "--workspace", "--benches", "--", "--test")
-    print(f"\n== a quick CPU run {tag}", flush=True)
-    lay = layout(env)
-    run = f"test-torch-{version}-{time.strftime(lay['run_id_format'], time.gmtime())}"
-    out = ROOT / "target" / "opbench"
-    small = dict(
-        env,
-        OPBENCH_OUT=str(out),
-        OPBENCH_RUN=run,
-        OPBENCH_PROFILE="quick",
-        OPBENCH_DEVICE="cpu",
-        OPBENCH_SAMPLES="10",
-        OPBENCH_WARMUP_MS="20",
-        OPBENCH_MEASURE_MS="40",
-    )
-    cargo(small, "bench", "-p", "linear", "-p", "rmsnorm", "--benches", "--", "/decode/b1/")
-    results = run_dir(lay, out, run) / lay["results"]
-    if not results.exists() or results.stat().st_size == 0:
-        fail(f"{results}: not written", 1)
-    subprocess.run([str(opbench_exe(env)), "report", str(run_dir(lay, out, run))], check=True)
-    print(f"\n== ok: run directory {out / 'runs' / run} {tag}", flush=True)
-
-
 # ---------------------------------------------------------------- bench plan
 # Lines `crate,case-key,seconds,skipped`, written by the bench binaries in list mode with
 # OPBENCH_PLAN_FILE set (crates/harness/src/plan.rs).
@@ -548,6 +429,63 @@ def unsupported_reasons(results):
         say(f"{n} {status} row(s): {note or 'no reason recorded'}")
 
 
+def no_match(env, args, every):
+    """A filter that matches nothing: exit 2 with names it could have matched."""
+    every.write_text("")
+    cargo(dict(env, OPBENCH_PLAN_FILE=str(every)), "bench", "-q", *args[: args.index("--")], "--", "--list",
+          stdout=subprocess.DEVNULL)
+    keys = [k for _, k, _, _ in read_plan(every)]
+    fail(f"no case matches {' '.join(args[args.index('--') + 1:])!r}; cases are named like "
+         f"{', '.join(keys[:3]) or '(none: these crates have no cases in this profile)'} "
+         f"({len(keys)} in all; `scripts/bench {' '.join(args[: args.index('--')])} -- --list` lists them)")
+
+
+def criterion_log(args, path):
+    """Where criterion's console (hundreds of lines) goes: a log, unless `-- --verbose` asks
+    for it here (None); the CSV and the progress lines carry what it says."""
+    if "--" in args and "--verbose" in args[args.index("--"):]:
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    say(f"criterion's console: {path} (`-- --verbose` prints it here)")
+    return open(path, "a")
+
+
+def rows_in(lay, d):
+    """The rows a run directory's results.csv holds (0 without one)."""
+    f = d / lay["results"]
+    return max(0, sum(1 for _ in f.open()) - 1) if f.exists() else 0
+
+
+def executions(env, args, lay, out, run_id, n, with_peer, log):
+    """OPBENCH_EXECUTIONS=N: N processes of every case, each execution's peer beside it, then
+    merged; the seconds the peer took."""
+    peer_secs = 0.0
+    run = run_dir(lay, out, run_id)
+
+    seed = int(env.get("OPBENCH_SEED") or time.time())
+    failed = 0
+    for i in range(1, n + 1):
+        say(f"execution {i} of {n} (seed {seed + i})")
+        e = dict(
+            env,
+            OPBENCH_EXECUTION=str(i),
+            OPBENCH_SEED=str(seed + i),
+            OPBENCH_PLAN_BASE=str(rows_in(lay, run_dir(lay, out, run_id, i))),
+            OPBENCH_PLAN_START=str(int(time.time())),
+        )
+        if cargo(e, "bench", *args, check=False, stdout=log) != 0:
+            say(f"execution {i} failed; the others are kept")
+            failed += 1
+        elif with_peer:
+            # the HF step beside the tch step of the same execution, minutes apart rather
+            # than the whole run apart: the host drifts between them (docs/findings.md)
+            peer_secs += run_peer(env, run_dir(lay, out, run_id, i))
+    subprocess.run([str(opbench_exe(env)), "merge", str(run)], check=True)
+    if failed:
+        say(f"{failed} of {n} executions failed")
+    return peer_secs
+
+
 def bench(args):
     env = build_env()
     # a trace pass runs after timing, in its own processes: never in a timed one
@@ -593,15 +531,7 @@ def bench(args):
     startup = plan_for(env.get("OPBENCH_PROFILE", "default"), plan)
     cases, secs = summary(str(plan), n, startup)
     if cases == 0 and "--" in args:
-        # a filter that matches nothing: exit 2 with names it could have matched
-        every = plans / f"{run_id}.all.csv"
-        every.write_text("")
-        cargo(dict(env, OPBENCH_PLAN_FILE=str(every)), "bench", "-q", *args[: args.index("--")], "--", "--list",
-              stdout=subprocess.DEVNULL)
-        keys = [k for _, k, _, _ in read_plan(every)]
-        fail(f"no case matches {' '.join(args[args.index('--') + 1:])!r}; cases are named like "
-             f"{', '.join(keys[:3]) or '(none: these crates have no cases in this profile)'} "
-             f"({len(keys)} in all; `scripts/bench {' '.join(args[: args.index('--')])} -- --list` lists them)")
+        no_match(env, args, plans / f"{run_id}.all.csv")
     if "OPBENCH_PROFILE" not in env and secs > int(max_min) * 60:
         quick = plans / f"{run_id}.quick.csv"
         startup = plan_for("quick", quick)
@@ -613,10 +543,6 @@ def bench(args):
         cases, secs = summary(str(plan), n, startup)
     env.update(OPBENCH_PLAN_CASES=str(cases), OPBENCH_PLAN_FILE=str(plan))
 
-    def rows_in(d):
-        f = d / lay["results"]
-        return max(0, sum(1 for _ in f.open()) - 1) if f.exists() else 0
-
     # the user's own stack: HF transformers from Python, into the same run (OPBENCH_PEER=0: not)
     with_peer, why = peer_wanted(args, env)
     if why:
@@ -625,42 +551,14 @@ def bench(args):
     t0 = time.monotonic()
     peer_secs = 0.0
     run = run_dir(lay, out, run_id)
-    # criterion's console (hundreds of lines) to a log unless `-- --verbose` asks for it: the
-    # CSV and the progress lines carry what it says
-    verbose = "--" in args and "--verbose" in args[args.index("--"):]
-    log = None
-    if not verbose:
-        log_path = out / "logs" / f"{run_id}-criterion.log"
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(log_path, "a")
-        say(f"criterion's console: {log_path} (`-- --verbose` prints it here)")
+    log = criterion_log(args, out / "logs" / f"{run_id}-criterion.log")
     if n == 1:
-        start = dict(env, OPBENCH_PLAN_BASE=str(rows_in(run)), OPBENCH_PLAN_START=str(int(time.time())))
+        start = dict(env, OPBENCH_PLAN_BASE=str(rows_in(lay, run)), OPBENCH_PLAN_START=str(int(time.time())))
         rc = cargo(start, "bench", *args, check=False, stdout=log)
         if rc != 0:
             fail(f"cargo bench failed (exit {rc})", rc)
     else:
-        seed = int(env.get("OPBENCH_SEED") or time.time())
-        failed = 0
-        for i in range(1, n + 1):
-            say(f"execution {i} of {n} (seed {seed + i})")
-            e = dict(
-                env,
-                OPBENCH_EXECUTION=str(i),
-                OPBENCH_SEED=str(seed + i),
-                OPBENCH_PLAN_BASE=str(rows_in(run_dir(lay, out, run_id, i))),
-                OPBENCH_PLAN_START=str(int(time.time())),
-            )
-            if cargo(e, "bench", *args, check=False, stdout=log) != 0:
-                say(f"execution {i} failed; the others are kept")
-                failed += 1
-            elif with_peer:
-                # the HF step beside the tch step of the same execution, minutes apart rather
-                # than the whole run apart: the host drifts between them (docs/findings.md)
-                peer_secs += run_peer(env, run_dir(lay, out, run_id, i))
-        subprocess.run([str(opbench_exe(env)), "merge", str(run)], check=True)
-        if failed:
-            say(f"{failed} of {n} executions failed")
+        peer_secs = executions(env, args, lay, out, run_id, n, with_peer, log)
     took = time.monotonic() - t0 - peer_secs
     say(f"timing took {hms(took)} (estimated {hms(secs)})")
     if with_peer and n == 1:
@@ -743,10 +641,12 @@ def main(argv):
     elif verb == "doctor":
         return doctor(rest)
     elif verb == "test":
+        from suite import test
         test()
     elif verb == "test-torch":
         if len(rest) != 1:
             fail("usage: run.py test-torch VERSION (e.g. 2.10.0)")
+        from suite import test_torch
         test_torch(rest[0])
     else:
         fail(f"unknown verb `{verb}`; verbs: setup, workspace, env, doctor, bench, test, test-torch")
