@@ -248,7 +248,7 @@ def smoke(torch, dev, dtype):
             row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             rows.append(row)
             continue
-        row["ran_on"] = out.device.type if hasattr(out, "device") else "host (a Python number)"
+        row["ran_on"] = out.device.type if hasattr(out, "device") else "host"
         kernels, syncs = [], []
         for e in prof.events():
             n = e.name

@@ -82,6 +82,10 @@ pub struct PredictArgs {
 
 pub fn run(args: &PredictArgs) -> Result<u8, CliError> {
     let loaded = Run::load(&args.run)?;
+    // a machine busy with other work first: the figures below are not this machine's
+    if let Some(line) = analysis::busy::line_for(&loaded) {
+        println!("{line}");
+    }
     if loaded.ok_rows().next().is_none() {
         return Err(CliError::input(format!(
             "{}: results.csv has no ok row to predict from (scripts/bench measures them)",

@@ -60,3 +60,46 @@ fn every_verb_is_listed_and_its_help_fits_100_columns() {
         );
     }
 }
+
+/// A run its env.json says was made on a busy machine: predict's and compare's first line
+/// says so, before any figure.
+#[test]
+fn predict_and_compare_open_with_the_busy_machine_line() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let src = root.join("results/2026-12-01-intel-r-xeon-r-processor-cpu-torch2.11.0-stack-x1");
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("busy");
+    std::fs::create_dir_all(&dir).unwrap();
+    for e in std::fs::read_dir(&src).unwrap().flatten() {
+        if e.path().is_file() {
+            std::fs::copy(e.path(), dir.join(e.file_name())).unwrap();
+        }
+    }
+    let env_path = dir.join("env.json");
+    let mut env: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&env_path).unwrap()).unwrap();
+    env["busy"] = "busy machine: 28 of 28 linear samples stalled (planted)".into();
+    std::fs::write(&env_path, env.to_string()).unwrap();
+    let d = dir.to_str().unwrap();
+    let out = opbench(&["predict", d, "--batch", "1"]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.starts_with("busy machine: 28 of 28 linear samples"),
+        "{}",
+        &text[..text.len().min(300)]
+    );
+    let out = opbench(&["compare", src.to_str().unwrap(), d]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.starts_with("cand: busy machine: 28 of 28"),
+        "{}",
+        &text[..text.len().min(300)]
+    );
+    // the published run itself is not busy: no such line
+    let out = opbench(&["predict", src.to_str().unwrap(), "--batch", "1"]);
+    assert!(
+        !String::from_utf8(out.stdout)
+            .unwrap()
+            .contains("busy machine")
+    );
+}
