@@ -146,6 +146,16 @@ def tracer(torch):
     }
 
 
+def transformers():
+    """HF transformers, which the peer needs for generate()'s number (--profile transformers)."""
+    try:
+        import transformers as t
+
+        return {"importable": True, "version": t.__version__, "why": None}
+    except Exception as e:  # noqa: BLE001 - whatever stops the import is the reason
+        return {"importable": False, "version": None, "why": f"{type(e).__name__}: {e}".splitlines()[0]}
+
+
 def triton():
     try:
         import triton as t
@@ -290,6 +300,7 @@ def main(argv):
     out["blas"] = blas(torch)
     out["tracer"] = tracer(torch)
     out["triton"] = triton()
+    out["transformers"] = transformers()
     backend = out["torch"]["build"] if g["available"] else "cpu"
     out["knobs"] = knob_facts(backend, g.get("arch"))
     use_gpu = g["available"] and a.device != "cpu"

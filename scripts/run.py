@@ -440,6 +440,25 @@ def no_match(env, args, every):
          f"({len(keys)} in all; `scripts/bench {' '.join(args[: args.index('--')])} -- --list` lists them)")
 
 
+CRITERION_CHATTER = ("Benchmarking ", "Warning: Unable to complete", "Found ", "Gnuplot not found")
+
+
+def bench_cargo(env, args, log):
+    """cargo bench with criterion's console (stdout, and its `Benchmarking …` and warning
+    lines on stderr) in `log`; opbench's own lines (progress, errors) still reach stderr."""
+    if log is None:
+        return cargo(env, "bench", *args, check=False)
+    p = subprocess.Popen(["cargo", "bench", *args], env=env, cwd=env["OPBENCH_WS"], stdout=log,
+                         stderr=subprocess.PIPE, text=True, errors="replace")
+    for line in p.stderr:
+        # criterion's warnings name its own settings: OPBENCH_SAMPLES / OPBENCH_MEASURE_MS are ours
+        if line.lstrip().startswith(CRITERION_CHATTER) or line.startswith(("  ", "\t")) and "outlier" in line:
+            log.write(line)
+        else:
+            sys.stderr.write(line)
+    return p.wait()
+
+
 def criterion_log(args, path):
     """Where criterion's console (hundreds of lines) goes: a log, unless `-- --verbose` asks
     for it here (None); the CSV and the progress lines carry what it says."""
@@ -473,7 +492,7 @@ def executions(env, args, lay, out, run_id, n, with_peer, log):
             OPBENCH_PLAN_BASE=str(rows_in(lay, run_dir(lay, out, run_id, i))),
             OPBENCH_PLAN_START=str(int(time.time())),
         )
-        if cargo(e, "bench", *args, check=False, stdout=log) != 0:
+        if bench_cargo(e, args, log) != 0:
             say(f"execution {i} failed; the others are kept")
             failed += 1
         elif with_peer:
@@ -508,6 +527,9 @@ def bench(args):
     args = list(args) or ["--workspace"]
     check_packages(args)
     # criterion's arguments go after `--`: add --list to them
+    if "--" in args and "--list" in args[args.index("--"):]:
+        # the cases' names, as criterion lists them: nothing is timed
+        return cargo(env, "bench", "-q", *args, check=False)
     list_args = args + (["--list"] if "--" in args else ["--", "--list"])
     cargo(env, "bench", "-q", "--no-run", *args, stdout=subprocess.DEVNULL)
     plans = out / "plans"
@@ -554,7 +576,7 @@ def bench(args):
     log = criterion_log(args, out / "logs" / f"{run_id}-criterion.log")
     if n == 1:
         start = dict(env, OPBENCH_PLAN_BASE=str(rows_in(lay, run)), OPBENCH_PLAN_START=str(int(time.time())))
-        rc = cargo(start, "bench", *args, check=False, stdout=log)
+        rc = bench_cargo(start, args, log)
         if rc != 0:
             fail(f"cargo bench failed (exit {rc})", rc)
     else:
@@ -574,6 +596,7 @@ def bench(args):
     if (run / lay["env"]).exists():
         subprocess.run([str(opbench_exe(env)), "state", str(run), "--busy"], env=env)
     print(f"opbench: run directory: {run}")
+    say(f"next: {opbench_exe(env)} predict {run} --batch 1   (where a token's time goes)")
 
 
 # ---------------------------------------------------------------- main

@@ -64,7 +64,8 @@ impl Busy {
         format!(
             "busy machine: {} samples stalled, were switched out or stolen, or ran beside a \
              slow host (other work on the cores?): these times are not this machine's; \
-             measure again when it is idle (OPBENCH_RUN={id}-idle scripts/bench ...)",
+             measure again when it is idle, into a new run (OPBENCH_RUN={id}-idle and the \
+             same scripts/bench arguments)",
             parts.join(", ")
         )
     }

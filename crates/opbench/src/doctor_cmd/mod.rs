@@ -48,6 +48,8 @@ struct Report {
     blas: Option<Blas>,
     tracer: Option<Tracer>,
     triton: Option<Triton>,
+    /// HF transformers (the same shape as Triton's answer).
+    transformers: Option<Triton>,
     knobs: Option<Knobs>,
     #[serde(default)]
     sdpa: Vec<SdpaRow>,
@@ -349,7 +351,10 @@ pub fn doctor(a: &Args) -> Result<u8, CliError> {
     let judged = verdict(&report, rust.as_ref(), &device, gpu);
     if a.check {
         return match judged {
-            Ok(_) => Ok(0),
+            Ok(can) => {
+                eprintln!("doctor: ok: {can}");
+                Ok(0)
+            }
             Err(why) => Err(CliError {
                 code: 1,
                 message: format!("doctor: {why} (`scripts/doctor` says more)"),

@@ -77,17 +77,23 @@ fn print_abilities(r: &Report, rust: Option<&RustSide>) {
             .iter()
             .map(|s| format!("{} {}", s.backend, if s.ran { "ran" } else { "no" }))
             .collect();
+        let on = if r.gpu.as_ref().is_some_and(|g| g.available) {
+            "the GPU's kernels"
+        } else {
+            "torch's CPU kernels; opbench's flash, efficient and cudnn variants are the GPU's"
+        };
         println!(
-            "SDPA       {} (one decode token, GQA 16/8)",
+            "SDPA       {} (one decode token, GQA 16/8; {on})",
             cells.join(", ")
         );
         for s in r.sdpa.iter().filter(|s| !s.ran) {
             if let Some(why) = &s.reason {
-                println!("           {}: {}", s.backend, clip(why, 120));
+                println!("           {}: {}", s.backend, clip(why, 140));
             }
         }
     }
-    if let Some(b) = &r.blas {
+    let gpu = r.gpu.as_ref().is_some_and(|g| g.available);
+    if let Some(b) = r.blas.as_ref().filter(|_| gpu) {
         let asked = b
             .asked
             .as_ref()
@@ -128,6 +134,19 @@ fn print_tools(r: &Report) {
                 (true, false) =>
                     "kineto, CPU only: OPBENCH_TRACE=logs (the libraries' own logs) for GPU work",
                 _ => "none (torch built without kineto): OPBENCH_TRACE=logs only",
+            }
+        );
+    }
+    if let Some(t) = &r.transformers {
+        println!(
+            "HF         transformers {}",
+            if t.importable {
+                format!(
+                    "{}: the peer measures generate() (--profile transformers)",
+                    t.version.as_deref().unwrap_or("?")
+                )
+            } else {
+                "not importable: no generate() number (the ops and the step still measure)".into()
             }
         );
     }
@@ -255,11 +274,25 @@ pub(super) fn print_next(r: &Report, ok: bool) {
         return;
     }
     let gpu = r.gpu.as_ref().is_some_and(|g| g.available);
+    let exe = std::env::current_exe()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| "opbench".into());
     println!("  scripts/bench                       # every op crate, all visible devices");
     if gpu {
         println!("  OPBENCH_DEVICE=gpu scripts/bench    # the GPU alone");
     }
-    println!("  opbench predict RUN --profile transformers   # where a token's time goes");
+    let hf = r.transformers.as_ref();
+    if hf.is_some_and(|t| t.importable) {
+        println!("  {exe} predict RUN --batch 1 --profile transformers   # generate()'s token");
+    } else {
+        println!("  {exe} predict RUN --batch 1   # where a step's time goes");
+        let py = r.torch.as_ref().map_or("python", |t| t.python.as_str());
+        println!(
+            "  {py} -m pip install transformers   # for generate()'s number ({})",
+            hf.and_then(|t| t.why.as_deref())
+                .unwrap_or("not importable")
+        );
+    }
     println!("  scripts/bench --knobs               # which settings would help");
 }
 
