@@ -616,7 +616,7 @@ def bench_help(args):
         return knobs.__doc__
     if "--against" in args:
         import paired
-        return paired.bench_against.__doc__
+        return paired.bench_against.__doc__.replace("`run.py bench --against", "`scripts/bench --against")
     return ("scripts/bench [cargo bench args...] [-- FILTER]: every op crate (or -p CRATE...), the\n"
             "default grid, all visible devices; prints a plan and progress, then runs the HF peer.\n"
             "  --against OLD_PYTHON ...   two builds compared in pairs (scripts/bench --against --help)\n"
