@@ -17,7 +17,8 @@ rows of a whole run of this machine (PRICE: --price RUN_DIR, else one made first
 runs/<RUN>-price: every crate's decode cases of the model at the filter's batch, the
 floor and the ceilings, and the peer at that batch) by
 each pair's ratios and composes the step as for every other change; its "what would help"
-gives each knob's verdict, predicted and measured tokens/s, and the line to set (or "leave
+gives each knob's verdict, predicted and measured tokens/s (a knob's "measured" is derived,
+marked (d): the price run's step × the pair's ratio of it), and the line to set (or "leave
 it unset", with its cost). With OPBENCH_BIN=DIR (bench-<crate> executables and opbench
 built elsewhere: a machine without cargo) the tools come from DIR and --price is needed.
 Exit 0 whatever the knobs do (a knob that hurts is a finding, not a failure); 2 on bad

@@ -38,6 +38,9 @@ pub struct Lever {
     /// A change measured in pairs (a knob): the pair's verdict on the step (or, where the
     /// pair did not time the step, on its host-bound cases).
     pub verdict: Option<stats::Verdict>,
+    /// Where `measured_ns` is derived rather than measured with the change: how (a knob's
+    /// is the run's own step times the pair's ratio of the step).
+    pub derived: Option<String>,
 }
 
 impl Lever {
@@ -57,6 +60,7 @@ impl Lever {
             measured_ns,
             unpriced: None,
             verdict: None,
+            derived: None,
         }
     }
 
@@ -76,6 +80,7 @@ impl Lever {
             measured_ns,
             unpriced: Some(why.into()),
             verdict: None,
+            derived: None,
         }
     }
 

@@ -263,6 +263,13 @@ impl KnobPair {
             Err(why) => Lever::unpriced(name, action, q.batch, measured, why),
         };
         lever.verdict = verdict;
+        lever.derived = lever.measured_ns.and(step).map(|c| {
+            format!(
+                "this run's step × the pair's ratio of the step ({:.3}, {})",
+                c.ratio,
+                c.verdict.map_or("undecided", |v| v.as_str())
+            )
+        });
         lever
     }
 }

@@ -131,6 +131,11 @@ fn a_planted_knob_moves_the_step_by_its_ops_share_and_says_leave_it_unset() {
         .unwrap();
     let m = row.measured_ns.unwrap() / as_is.measured_ns.unwrap();
     assert!((m - 1.04).abs() < 1e-9);
+    // ... which is derived, not measured with the knob, and says so; the step as it is is
+    // measured
+    let how = row.derived.as_deref().unwrap();
+    assert!(how.contains("1.040") && how.contains("slower"), "{how}");
+    assert_eq!(as_is.derived, None);
     assert_eq!(row.verdict, Some(Verdict::Slower));
     assert!(
         row.action.starts_with("leave it unset: it costs +4.0%"),
@@ -167,6 +172,7 @@ fn a_knob_that_helps_is_set_and_a_pair_of_other_cases_prices_nothing() {
     let knob = KnobPair::load(&pair(other.path(), ("OMP_NUM_THREADS", "1"), &cases)).unwrap();
     let row = knob.lever(&run, &q, &pred);
     assert!(row.predicted_ns.is_none() && row.measured_ns.is_none());
+    assert_eq!(row.derived, None);
     assert!(
         row.unpriced
             .unwrap()

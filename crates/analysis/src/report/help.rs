@@ -88,7 +88,11 @@ fn table(b: usize, rows: &[Lever]) -> String {
             ms(l.predicted_ns),
             l.tokens_per_s().map_or("-".into(), |t| format!("{t:.0}")),
             l.per_stream().map_or("-".into(), |t| format!("{t:.1}")),
-            ms(l.measured_ns),
+            ms(l.measured_ns)
+                + &l.derived.as_ref().map_or(String::new(), |d| format!(
+                    " (derived: {})",
+                    d.replace('|', "/")
+                )),
             l.check().map_or("-".into(), |c| format!("{c:.2}"))
         );
     }

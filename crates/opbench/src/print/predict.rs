@@ -482,9 +482,11 @@ pub fn what_would_help(levers: &[analysis::help::Lever], bound: &analysis::help:
             (Some(t), Some(b)) => format!("{:.2}×", t / b),
             _ => "-".into(),
         };
+        // a figure derived from others is marked so, and says how below the row
+        let mark = if l.derived.is_some() { " (d)" } else { "" };
         let measured = l
             .measured_ns
-            .map_or("-".into(), |m| format!("{:.3}", m / 1e6));
+            .map_or("-".into(), |m| format!("{:.3}{mark}", m / 1e6));
         // a change measured in pairs says what the pair found
         let name = match l.verdict {
             Some(v) => format!("{} ({})", l.name, v.as_str()),
@@ -516,6 +518,9 @@ pub fn what_would_help(levers: &[analysis::help::Lever], bound: &analysis::help:
                 );
                 say!("    not priced: {}", l.unpriced.as_deref().unwrap_or("-"));
             }
+        }
+        if let Some(how) = &l.derived {
+            say!("    (d) derived, not measured with it: {how}");
         }
     }
     let checked: Vec<String> = levers
