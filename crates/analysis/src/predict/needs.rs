@@ -154,6 +154,12 @@ impl Lack {
             parts.join("; ")
         );
         match add_command(run, q, &crates, peer, self.floor.is_some(), &self.cases) {
+            // the peer's HF rows need transformers where the peer runs: without it the
+            // same command adds only its op rows, and this message would come back
+            Ok(cmd) if peer && q.profile == StepProfile::Transformers => format!(
+                "{head}; add them into the same run: {cmd} (its Python needs HF transformers: \
+                 `python -m pip install transformers`; scripts/doctor says whether it has it)"
+            ),
             Ok(cmd) => format!("{head}; add them into the same run: {cmd}"),
             Err(why) => format!("{head}; {why}"),
         }
