@@ -275,7 +275,13 @@ fn verdict(
     gpu: usize,
 ) -> Result<String, String> {
     if let Some(e) = &r.error {
-        return Err(e.clone());
+        let py = r
+            .torch
+            .as_ref()
+            .map_or("this Python", |t| t.python.as_str());
+        return Err(format!(
+            "{e} (in {py}; `scripts/doctor` finds the Python builds use, or pass --python PY)"
+        ));
     }
     let py_gpu = r.gpu.as_ref().is_some_and(|g| g.available);
     let label = |b: &str| format!("{}:{gpu}", if b == "rocm" { "hip" } else { b });
