@@ -55,7 +55,9 @@ def gpu_facts(torch, index):
     if index >= n:
         return {"available": False, "why": f"GPU {index} asked for, {n} visible", "count": n}
     p = torch.cuda.get_device_properties(index)
-    arch = getattr(p, "gcnArchName", None) or f"sm_{p.major}{p.minor}"
+    # gcnArchName is the arch on ROCm; CUDA builds answer it with the name
+    hip = getattr(torch.version, "hip", None)
+    arch = (getattr(p, "gcnArchName", None) if hip else None) or f"sm_{p.major}{p.minor}"
     return {
         "available": True,
         "count": n,

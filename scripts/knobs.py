@@ -46,7 +46,8 @@ def backend(py):
     code = ("import torch; a = torch.cuda.is_available(); "
             "p = torch.cuda.get_device_properties(0) if a else None; "
             "print('rocm' if torch.version.hip and a else 'cuda' if a else 'cpu'); "
-            "print((getattr(p, 'gcnArchName', None) or f'sm_{p.major}{p.minor}') if p else '')")
+            "print(((getattr(p, 'gcnArchName', None) if torch.version.hip else None) "
+            "or f'sm_{p.major}{p.minor}') if p else '')")
     out = subprocess.run([str(py), "-c", code], capture_output=True, text=True).stdout.split("\n")
     return (out[0].strip() or "cpu"), (out[1].strip() if len(out) > 1 and out[1].strip() else None)
 
