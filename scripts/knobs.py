@@ -26,6 +26,7 @@ input.
 """
 import csv
 import fnmatch
+import json
 import os
 import re
 import subprocess
@@ -42,14 +43,19 @@ PER_VALUE = 120.0
 
 
 def backend(py):
-    """(`cuda`, `rocm` or `cpu`, the GPU's arch or None): what `py`'s torch runs on here."""
-    code = ("import torch; a = torch.cuda.is_available(); "
-            "p = torch.cuda.get_device_properties(0) if a else None; "
-            "print('rocm' if torch.version.hip and a else 'cuda' if a else 'cpu'); "
-            "print(((getattr(p, 'gcnArchName', None) if torch.version.hip else None) "
-            "or f'sm_{p.major}{p.minor}') if p else '')")
-    out = subprocess.run([str(py), "-c", code], capture_output=True, text=True).stdout.split("\n")
-    return (out[0].strip() or "cpu"), (out[1].strip() if len(out) > 1 and out[1].strip() else None)
+    """(`cuda`, `rocm` or `cpu`, the GPU's arch or None): what `py`'s torch runs on here, as
+    scripts/doctor.py reads it (its `--quick` report)."""
+    out = subprocess.run([str(py), str(r.ROOT / "scripts" / "doctor.py"), "--quick"],
+                         capture_output=True, text=True).stdout.strip().splitlines()
+    try:
+        facts = json.loads(out[-1])
+    except (IndexError, ValueError):
+        return "cpu", None
+    gpu = facts.get("gpu") or {}
+    if not gpu.get("available"):
+        return "cpu", None
+    build = (facts.get("torch") or {}).get("build")
+    return ("rocm" if build == "rocm" else "cuda"), gpu.get("arch")
 
 
 def applies(knob, arch):

@@ -128,3 +128,8 @@ def bench_against(args, against):
             "--cand-name", f"torch {cand['OPBENCH_TORCH']} ({cand['OPBENCH_TORCH_PYTHON']})"]
     r.say(f"comparing {', '.join(names)} in pairs")
     return subprocess.run(cmd, env=cand).returncode
+
+
+if __name__ == "__main__":
+    # `run.py bench --against OLD_PYTHON [args...]` starts this as `paired.py OLD_PYTHON [args...]`
+    sys.exit(bench_against(sys.argv[2:], sys.argv[1]))

@@ -609,19 +609,34 @@ def wants_help(args):
     return "-h" in own or "--help" in own
 
 
+def docstring(script, function=None):
+    """The doc of scripts/`script` (or of its `function`), read without importing it."""
+    import ast
+
+    tree = ast.parse((ROOT / "scripts" / script).read_text())
+    if function:
+        tree = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == function)
+    return ast.get_docstring(tree, clean=False)
+
+
 def bench_help(args):
     """scripts/bench's help: --knobs' or --against's where asked, else the plain job's."""
+    # read from the files, not imported: knobs.py and paired.py build on this module
     if "--knobs" in args:
-        import knobs
-        return knobs.__doc__
+        return docstring("knobs.py")
     if "--against" in args:
-        import paired
-        return paired.bench_against.__doc__.replace("`run.py bench --against", "`scripts/bench --against")
+        doc = docstring("paired.py", "bench_against")
+        return doc.replace("`run.py bench --against", "`scripts/bench --against")
     return ("scripts/bench [cargo bench args...] [-- FILTER]: every op crate (or -p CRATE...), the\n"
             "default grid, all visible devices; prints a plan and progress, then runs the HF peer.\n"
             "  --against OLD_PYTHON ...   two builds compared in pairs (scripts/bench --against --help)\n"
             "  --knobs [NAME...] ...      this backend's knobs against unset (scripts/bench --knobs --help)\n"
             "Settings: OPBENCH_* variables (opbench settings). First: scripts/doctor.")
+
+
+def script(name, args):
+    """scripts/`name` run with `args` in this Python: its exit code."""
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / name), *args]).returncode
 
 
 def main(argv):
@@ -651,26 +666,20 @@ def main(argv):
         if wants_help(rest):
             print(bench_help(rest))
             return 0
+        # knobs.py and paired.py build on this module: each runs as its own process
         if "--knobs" in rest:
-            from knobs import bench_knobs
-            return bench_knobs(rest[rest.index("--knobs") + 1 :])
+            return script("knobs.py", rest[rest.index("--knobs") + 1 :])
         if "--against" in rest:
-            from paired import bench_against
             i = rest.index("--against")
             if i + 1 >= len(rest):
                 fail("--against needs the path of the other Python (its venv's bin/python)")
-            return bench_against(rest[:i] + rest[i + 2 :], rest[i + 1])
+            return script("paired.py", [rest[i + 1], *rest[:i], *rest[i + 2 :]])
         bench(rest)
     elif verb == "doctor":
         return doctor(rest)
-    elif verb == "test":
-        from suite import test
-        test()
-    elif verb == "test-torch":
-        if len(rest) != 1:
-            fail("usage: run.py test-torch VERSION (e.g. 2.10.0)")
-        from suite import test_torch
-        test_torch(rest[0])
+    elif verb in ("test", "test-torch"):
+        # scripts/suite.py builds on this module: run as its own process, not imported back
+        return script("suite.py", [verb, *rest])
     else:
         fail(f"unknown verb `{verb}`; verbs: setup, workspace, env, doctor, bench, test, test-torch")
     return 0

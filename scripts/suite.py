@@ -1,6 +1,7 @@
 """The test suite, as CI runs it (`scripts/test`, `run.py test`), and `run.py test-torch
 VERSION`: builds against another torch from PyPI and tests it. See scripts/run.py for the
-build environment these use."""
+build environment these use; run.py starts this file as a process (`suite.py test`,
+`suite.py test-torch VERSION`) and never imports it."""
 import os
 import shutil
 import subprocess
@@ -124,3 +125,17 @@ def test_torch(version):
         r.fail(f"{results}: not written", 1)
     subprocess.run([str(r.opbench_exe(env)), "report", str(r.run_dir(lay, out, run))], check=True)
     print(f"\n== ok: run directory {out / 'runs' / run} {tag}", flush=True)
+
+
+def main(argv):
+    if argv == ["test"]:
+        test()
+    elif len(argv) == 2 and argv[0] == "test-torch":
+        test_torch(argv[1])
+    else:
+        r.fail("usage: suite.py test | suite.py test-torch VERSION (e.g. 2.10.0)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -5,22 +5,10 @@
 
 mod common;
 
-use rundir::{CaseKey, ResultRow, Run, Sample, SampleState, SeriesKey, Status};
+use rundir::{CaseKey, ResultRow, Run, Sample, SampleState, Status};
 
 fn key(op: rundir::OpKind, site: &str) -> CaseKey {
-    SeriesKey {
-        op,
-        variant: "aten".into(),
-        site: site.into(),
-        model: "qwen3-0.6b".into(),
-        phase: rundir::Phase::Decode,
-        q_len: 1,
-        kv_len: None,
-        dtype: rundir::DType::F16,
-        device: "cuda:0".parse().unwrap(),
-        mode: rundir::Mode::Pipelined,
-    }
-    .at(1)
+    common::op_key(op, site)
 }
 
 /// Twenty samples of `key`, the first `taken` of them switched out 10 times in 1 ms.

@@ -5,22 +5,10 @@
 mod common;
 
 use analysis::predict::{HostState, at_host_state};
-use rundir::{CaseKey, ResultRow, Run, Sample, SampleState, SeriesKey, Status};
+use rundir::{CaseKey, ResultRow, Run, Sample, SampleState, Status};
 
 fn key() -> CaseKey {
-    SeriesKey {
-        op: rundir::OpKind::Linear,
-        variant: "aten".into(),
-        site: "q_proj".into(),
-        model: "qwen3-0.6b".into(),
-        phase: rundir::Phase::Decode,
-        q_len: 1,
-        kv_len: None,
-        dtype: rundir::DType::F16,
-        device: "cuda:0".parse().unwrap(),
-        mode: rundir::Mode::Pipelined,
-    }
-    .at(1)
+    common::op_key(rundir::OpKind::Linear, "q_proj")
 }
 
 fn run_with(dir: &std::path::Path, samples: &[Sample]) -> Run {

@@ -251,11 +251,7 @@ fn windows_dll_dirs(dirs: &[PathBuf]) {
 /// The HIP runtime, asked directly (where this torch's plan says it is, else by name).
 pub fn hip_runtime() -> HipProbe {
     let report = gpu_library_report();
-    crate::hip::probe(
-        &report
-            .plan
-            .hip_runtime_candidates(torch_lib_dir().as_deref()),
-    )
+    crate::hip::probe(&report.plan.hip_runtime_candidates())
 }
 
 /// GPUs libtorch can see (after loading its GPU library).
@@ -319,7 +315,9 @@ pub fn gpu_library_summary(r: &GpuLibraryReport) -> String {
         None if errors.is_empty() => format!(
             "no libtorch GPU library exists ({} looked for in {}): a CPU-only torch",
             r.plan.os.gpu_library_names().join(", "),
-            torch_lib_dir()
+            r.plan
+                .torch_lib
+                .as_ref()
                 .map(|d| d.display().to_string())
                 .unwrap_or_else(|| format!("the {} folders", r.plan.os.path_variable()))
         ),
@@ -337,6 +335,7 @@ mod tests {
 
     fn plan(candidates: Vec<Candidate>) -> SearchPlan {
         SearchPlan {
+            torch_lib: None,
             os: Os::HOST,
             layout: RocmLayout::None,
             dll_dirs: Vec::new(),

@@ -146,6 +146,8 @@ pub struct Candidate {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SearchPlan {
     pub os: Os,
+    /// `torch/lib` of the torch the build used (the input's).
+    pub torch_lib: Option<PathBuf>,
     pub layout: RocmLayout,
     /// Windows: the folders added to the DLL search, in order.
     pub dll_dirs: Vec<PathBuf>,
@@ -216,6 +218,7 @@ impl SearchPlan {
         }
         SearchPlan {
             os,
+            torch_lib: input.torch_lib.clone(),
             layout,
             dll_dirs,
             preload,
@@ -224,14 +227,14 @@ impl SearchPlan {
     }
 
     /// Where the HIP runtime would come from: the preloaded or bundled file, else names.
-    pub fn hip_runtime_candidates(&self, torch_lib: Option<&Path>) -> Vec<PathBuf> {
+    pub fn hip_runtime_candidates(&self) -> Vec<PathBuf> {
         let mut out: Vec<PathBuf> = self
             .preload
             .iter()
             .filter(|p| file_name(p).contains("amdhip64"))
             .cloned()
             .collect();
-        let mut dirs: Vec<PathBuf> = torch_lib.into_iter().map(Into::into).collect();
+        let mut dirs: Vec<PathBuf> = self.torch_lib.iter().cloned().collect();
         dirs.extend(self.dll_dirs.iter().cloned());
         for d in &dirs {
             out.extend(library_files(self.os, d, "amdhip64"));
@@ -411,7 +414,7 @@ mod tests {
             ]
         );
         assert_eq!(
-            plan.hip_runtime_candidates(Some(&lib))[0],
+            plan.hip_runtime_candidates()[0],
             core.join("libamdhip64.so.7")
         );
     }
@@ -464,7 +467,7 @@ mod tests {
             ]
         );
         assert_eq!(
-            plan.hip_runtime_candidates(Some(&lib))[0],
+            plan.hip_runtime_candidates()[0],
             core.join("amdhip64_7.dll")
         );
     }

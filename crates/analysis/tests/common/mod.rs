@@ -104,6 +104,23 @@ pub fn h200_writer(dir: &Path) -> rundir::RunWriter {
 }
 
 /// The peer's decode row `site` at `batch` (the transformers profile's shape, H200, f16).
+/// An op crate's `aten` case at B = 1: qwen3-0.6b decode, f16, `cuda:0`, pipelined.
+pub fn op_key(op: rundir::OpKind, site: &str) -> rundir::CaseKey {
+    rundir::SeriesKey {
+        op,
+        variant: "aten".into(),
+        site: site.into(),
+        model: "qwen3-0.6b".into(),
+        phase: Phase::Decode,
+        q_len: 1,
+        kv_len: None,
+        dtype: DType::F16,
+        device: "cuda:0".parse().unwrap(),
+        mode: Mode::Pipelined,
+    }
+    .at(1)
+}
+
 pub fn peer_key(site: &str, batch: usize) -> rundir::CaseKey {
     rundir::SeriesKey {
         op: rundir::OpKind::Decode,

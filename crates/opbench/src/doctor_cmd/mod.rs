@@ -47,9 +47,8 @@ struct Report {
     gpu: Option<GpuFacts>,
     blas: Option<Blas>,
     tracer: Option<Tracer>,
-    triton: Option<Triton>,
-    /// HF transformers (the same shape as Triton's answer).
-    transformers: Option<Triton>,
+    triton: Option<Importable>,
+    transformers: Option<Importable>,
     knobs: Option<Knobs>,
     #[serde(default)]
     sdpa: Vec<SdpaRow>,
@@ -94,7 +93,8 @@ struct Tracer {
 }
 
 #[derive(Debug, Deserialize)]
-struct Triton {
+/// A Python package's import: Triton, transformers.
+struct Importable {
     importable: bool,
     version: Option<String>,
     why: Option<String>,

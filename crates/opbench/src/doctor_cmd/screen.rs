@@ -137,35 +137,30 @@ fn print_tools(r: &Report) {
             }
         );
     }
-    if let Some(t) = &r.transformers {
-        println!(
-            "HF         transformers {}",
-            if t.importable {
-                format!(
-                    "{}: the peer measures generate() (--profile transformers)",
-                    t.version.as_deref().unwrap_or("?")
-                )
+    // a Python package the stack may lack: its version, or why it does not import
+    let importable = |prefix: &str, t: &Option<super::Importable>, yes: &str, no: &str| {
+        if let Some(t) = t {
+            let v = |o: &Option<String>| o.clone().unwrap_or_else(|| "?".into());
+            let said = if t.importable {
+                format!("{} {yes}", v(&t.version))
             } else {
-                "not importable: no generate() number (the ops and the step still measure)".into()
-            }
-        );
-    }
-    if let Some(t) = &r.triton {
-        println!(
-            "triton     {}",
-            if t.importable {
-                format!(
-                    "{} importable: torch.compile can make GPU kernels",
-                    t.version.as_deref().unwrap_or("?")
-                )
-            } else {
-                format!(
-                    "not importable ({}): no torch.compile on the GPU",
-                    t.why.as_deref().unwrap_or("?")
-                )
-            }
-        );
-    }
+                format!("not importable ({}): {no}", v(&t.why))
+            };
+            println!("{prefix} {said}");
+        }
+    };
+    importable(
+        "HF         transformers",
+        &r.transformers,
+        "importable: the peer measures generate() (--profile transformers)",
+        "no generate() number (the ops and the step still measure)",
+    );
+    importable(
+        "triton    ",
+        &r.triton,
+        "importable: torch.compile can make GPU kernels",
+        "no torch.compile on the GPU",
+    );
     if let Some(k) = &r.knobs {
         if let Some(e) = &k.error {
             println!("knobs      {}: {}", k.file, clip(e, 100));
