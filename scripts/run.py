@@ -5,10 +5,10 @@
     python3 scripts/run.py workspace VERSION  `TCH MATCH WORKSPACE` for a torch version
     python3 scripts/run.py env                what the build needs, as `export` lines
     python3 scripts/run.py bench [cargo bench args...]
-    python3 scripts/run.py bench --against OLD_PYTHON [--cand-env N=V] [--budget S] [cargo bench args...] [-- FILTER]
-                                              two builds alive at once, compared in pairs (opbench ab)
+    python3 scripts/run.py bench --against OLD_PYTHON [--cand-env N=V] [--budget S] [-- FILTER]
+                                              two builds alive at once, compared in pairs
     python3 scripts/run.py bench --knobs [NAME...] [--budget S] [--price RUN] [-- FILTER]
-                                              this backend's runtime knobs, each paired against unset (scripts/knobs.py)
+                                              this backend's runtime knobs, each against unset
     python3 scripts/run.py doctor [--device D] what this torch stack is and what opbench can measure
     python3 scripts/run.py test               the test suite, as CI runs it
     python3 scripts/run.py test-torch VERSION build and test against torch VERSION (PyPI)
@@ -260,6 +260,8 @@ def layout(env, exe=None):
     folder and file names, the default run id's format. `exe`: an opbench built
     elsewhere; else this workspace's, built first."""
     if exe is None:
+        if not opbench_exe(env).exists():
+            say("building opbench with libtorch (a first build takes a few minutes)")
         # with libtorch: `opbench env` and `opbench doctor` describe this machine through it
         cargo(env, "build", "-q", "--release", "-p", "opbench", "--features", "torch")
         exe = opbench_exe(env)
@@ -376,17 +378,24 @@ def peer_wanted(args, env):
         return env["OPBENCH_PEER"] != "0", None
     if list(args) in ([], ["--workspace"]):
         return True, None
-    return False, ("opbench peer (the HF stack from Python) not run: a selection (-p, a filter) "
-                   "times those bench cases only; OPBENCH_PEER=1 runs it too, or `opbench peer RUN` after")
+    return False, ("opbench peer (the HF stack from Python) not run: a selection (-p, a filter) times\n"
+                   "    those bench cases only; OPBENCH_PEER=1 runs it too, or `opbench peer RUN` after")
 
 
 
-def run_peer(env, into):
-    """`opbench peer` into a run directory; its time in seconds (a failure keeps the timed
-    rows)."""
+def peer_filter(args):
+    """The `--filter` of `opbench peer` for scripts/bench's arguments: the filter after `--`
+    (criterion's, a regular expression on the case keys, which the peer's keys share)."""
+    tail = [a for a in args[args.index("--") + 1 :] if not a.startswith("-")] if "--" in args else []
+    return ["--filter", tail[0]] if len(tail) == 1 else []
+
+
+def run_peer(env, into, args=()):
+    """`opbench peer` into a run directory, on the cases the bench's filter selects; its
+    time in seconds (a failure keeps the timed rows)."""
     # without transformers it writes the Python op rows and says what it skipped
     t1 = time.monotonic()
-    rc = subprocess.run([str(opbench_exe(env)), "peer", str(into)], env=env).returncode
+    rc = subprocess.run([str(opbench_exe(env)), "peer", str(into), *peer_filter(args)], env=env).returncode
     took = time.monotonic() - t1
     if rc != 0:
         say(f"opbench peer failed (exit {rc}); the timed rows are kept")
@@ -435,9 +444,9 @@ def no_match(env, args, every):
     cargo(dict(env, OPBENCH_PLAN_FILE=str(every)), "bench", "-q", *args[: args.index("--")], "--", "--list",
           stdout=subprocess.DEVNULL)
     keys = [k for _, k, _, _ in read_plan(every)]
-    fail(f"no case matches {' '.join(args[args.index('--') + 1:])!r}; cases are named like "
+    fail(wrapped(f"no case matches {' '.join(args[args.index('--') + 1:])!r}; cases are named like "
          f"{', '.join(keys[:3]) or '(none: these crates have no cases in this profile)'} "
-         f"({len(keys)} in all; `scripts/bench {' '.join(args[: args.index('--')])} -- --list` lists them)")
+         f"({len(keys)} in all; `scripts/bench {' '.join(args[: args.index('--')])} -- --list` lists them)"))
 
 
 CRITERION_CHATTER = ("Benchmarking ", "Warning: Unable to complete", "Found ", "Gnuplot not found")
@@ -498,15 +507,45 @@ def executions(env, args, lay, out, run_id, n, with_peer, log):
         elif with_peer:
             # the HF step beside the tch step of the same execution, minutes apart rather
             # than the whole run apart: the host drifts between them (docs/findings.md)
-            peer_secs += run_peer(env, run_dir(lay, out, run_id, i))
+            peer_secs += run_peer(env, run_dir(lay, out, run_id, i), args)
     subprocess.run([str(opbench_exe(env)), "merge", str(run)], check=True)
     if failed:
         say(f"{failed} of {n} executions failed")
     return peer_secs
 
 
+def has_gpu(py):
+    """Whether `py`'s torch sees a GPU (CUDA or ROCm)."""
+    try:
+        return subprocess.run(
+            [str(py), "-c", "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"],
+            capture_output=True,
+        ).returncode == 0
+    except OSError:
+        return False
+
+
+GPU_MODES = {"device", "device_cold", "graph", "graph_cold"}
+
+
+def gpu_modes_without_gpu(env):
+    """The line refusing OPBENCH_MODES that only a GPU can time where none is seen, or None."""
+    modes = {m.strip() for m in env.get("OPBENCH_MODES", "").split(",") if m.strip()}
+    if not modes or not modes <= GPU_MODES:
+        return None
+    if env.get("OPBENCH_DEVICE") != "cpu" and has_gpu(env.get("OPBENCH_TORCH_PYTHON") or sys.executable):
+        return None
+    return (f"OPBENCH_MODES={env['OPBENCH_MODES']}: these modes time a GPU (device events, graph "
+            "replays) and this machine has none; on the CPU use pipelined, synced or pipelined_cold")
+
+
 def bench(args):
+    args = list(args) or ["--workspace"]
+    check_packages(args)
     env = build_env()
+    refusal = gpu_modes_without_gpu(env)
+    if refusal:
+        fail(refusal)
     # a trace pass runs after timing, in its own processes: never in a timed one
     trace = env.pop("OPBENCH_TRACE", "")
     lay = layout(env)
@@ -524,8 +563,6 @@ def bench(args):
     max_min = env.get("OPBENCH_MAX_MIN", "15")
     if not max_min.isdigit():
         fail(f"OPBENCH_MAX_MIN={max_min}: expected whole minutes")
-    args = list(args) or ["--workspace"]
-    check_packages(args)
     # criterion's arguments go after `--`: add --list to them
     if "--" in args and "--list" in args[args.index("--"):]:
         # the cases' names, as criterion lists them: nothing is timed
@@ -551,9 +588,9 @@ def bench(args):
 
     plan = plans / f"{run_id}.csv"
     startup = plan_for(env.get("OPBENCH_PROFILE", "default"), plan)
-    cases, secs = summary(str(plan), n, startup)
-    if cases == 0 and "--" in args:
+    if not read_plan(str(plan)) and "--" in args:
         no_match(env, args, plans / f"{run_id}.all.csv")
+    cases, secs = summary(str(plan), n, startup)
     if "OPBENCH_PROFILE" not in env and secs > int(max_min) * 60:
         quick = plans / f"{run_id}.quick.csv"
         startup = plan_for("quick", quick)
@@ -584,7 +621,7 @@ def bench(args):
     took = time.monotonic() - t0 - peer_secs
     say(f"timing took {hms(took)} (estimated {hms(secs)})")
     if with_peer and n == 1:
-        run_peer(env, run)
+        run_peer(env, run, args)
     if trace not in ("", "0"):
         say(f"trace pass (OPBENCH_TRACE={trace}): traces.csv and kernels.csv, no timing")
         t = dict(env, OPBENCH_TRACE=trace)
@@ -596,7 +633,33 @@ def bench(args):
     if (run / lay["env"]).exists():
         subprocess.run([str(opbench_exe(env)), "state", str(run), "--busy"], env=env)
     print(f"opbench: run directory: {run}")
-    say(f"next: {opbench_exe(env)} predict {run} --batch 1   (where a token's time goes)")
+    next_step(env, run, with_peer)
+
+
+def wrapped(text, width=160):
+    """`text` as lines of at most `width` characters, the later ones indented."""
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width, subsequent_indent="    ", break_on_hyphens=False))
+
+
+def next_step(env, run, with_peer):
+    """The predict that answers from this run, asked before it is suggested: a partial run
+    gets predict's own list of what it lacks and the command that adds it."""
+    exe = str(opbench_exe(env))
+    py = env.get("OPBENCH_TORCH_PYTHON") or sys.executable
+    hf = with_peer and subprocess.run([py, "-c", "import transformers"], capture_output=True).returncode == 0
+    if with_peer and not hf:
+        say(f"the peer timed no generate(): this Python lacks HF transformers (`{py} -m pip install "
+            "transformers`,\n    then `opbench peer RUN` adds it); predict answers with the step")
+    profile = ["--profile", "transformers"] if hf else []
+    cmd = [exe, "predict", str(run), "--batch", "1", *profile]
+    asked = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if asked.returncode == 0:
+        say(f"next: {' '.join(cmd)}   (where a token's time goes)")
+        return
+    why = " ".join((asked.stderr or asked.stdout).split()) or f"exit {asked.returncode}"
+    say(wrapped(f"next: predict cannot answer from this run yet. {why}"))
 
 
 # ---------------------------------------------------------------- main
@@ -634,6 +697,18 @@ def bench_help(args):
             "Settings: OPBENCH_* variables (opbench settings). First: scripts/doctor.")
 
 
+def verb_help(verb):
+    """A verb's own help: its usage line from this module's doc, and for setup which Python."""
+    lines = __doc__.splitlines()
+    usage = [l.strip() for l in lines if re.search(rf"run\.py {re.escape(verb)}(\s|$)", l)]
+    text = "usage: " + usage[0] if usage else f"usage: python3 scripts/run.py {verb}"
+    if verb == "setup":
+        text += "\n\n" + __doc__.split("Which Python (setup): ", 1)[1].split("\n\n", 1)[0]
+    if verb == "test":
+        text += "\n\nArguments after `test` go to the suite (scripts/suite.py); scripts/test-gpu: the GPU's."
+    return text + "\n\nEvery verb: python3 scripts/run.py --help"
+
+
 def script(name, args):
     """scripts/`name` run with `args` in this Python: its exit code."""
     return subprocess.run([sys.executable, str(ROOT / "scripts" / name), *args]).returncode
@@ -645,7 +720,7 @@ def main(argv):
         return 0 if argv else 2
     verb, rest = argv[0], argv[1:]
     if verb in ("setup", "workspace", "env", "test", "test-torch") and wants_help(rest):
-        print(__doc__)
+        print(verb_help(verb))
         return 0
     if verb == "setup":
         print(setup())

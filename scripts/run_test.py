@@ -60,9 +60,29 @@ def main():
         out = subprocess.run(["bash", str(run.ROOT / "scripts" / script), "--help"], capture_output=True,
                              text=True, timeout=20)
         assert out.returncode == 0 and len(out.stdout.splitlines()) >= 2, (script, out.stderr[-300:])
+    newcomer_screens()
     tch_for_versions()
     knob_lists()
     print("run_test: ok")
+
+
+def newcomer_screens():
+    """The peer follows the bench's filter; GPU-only modes are refused on a CPU; a verb's help
+    is its own and short; long lines are wrapped."""
+    assert run.peer_filter(["-p", "rmsnorm", "--", "/decode/b1/"]) == ["--filter", "/decode/b1/"]
+    assert run.peer_filter(["-p", "rmsnorm"]) == [] and run.peer_filter(["--", "--list"]) == []
+    cpu = {"OPBENCH_DEVICE": "cpu"}
+    assert "has none" in run.gpu_modes_without_gpu(dict(cpu, OPBENCH_MODES="graph,device"))
+    assert run.gpu_modes_without_gpu(dict(cpu, OPBENCH_MODES="pipelined,graph")) is None
+    assert run.gpu_modes_without_gpu(cpu) is None
+    for verb in ("setup", "test", "test-torch", "env", "workspace"):
+        text = run.verb_help(verb)
+        assert text.startswith("usage: ") and verb in text.splitlines()[0], text
+        assert max(map(len, text.splitlines())) <= 100, text
+    assert max(map(len, run.__doc__.splitlines())) <= 100
+    long = "word " * 100
+    lines = run.wrapped(long).splitlines()
+    assert len(lines) > 1 and max(map(len, lines)) <= 160 and lines[1].startswith("    ")
 
 
 def tch_for_versions():

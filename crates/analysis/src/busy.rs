@@ -61,12 +61,17 @@ impl Busy {
             .file_name()
             .map(|f| f.to_string_lossy().into_owned())
             .unwrap_or_default();
+        // three short lines (output stays under 160 columns): what, why it matters, what to do
         format!(
             "busy machine: {} samples stalled, were switched out or stolen, or ran beside a \
-             slow host (other work on the cores?): these times are not this machine's; \
-             measure again when it is idle, into a new run (OPBENCH_RUN={id}-idle and the \
-             same scripts/bench arguments)",
-            parts.join(", ")
+             slow host\n  (other work on the cores?): these times are not this machine's\n  \
+             measure again when it is idle, into a new run: OPBENCH_RUN={id}-idle and the same \
+             scripts/bench arguments",
+            parts
+                .chunks(4)
+                .map(|c| c.join(", "))
+                .collect::<Vec<_>>()
+                .join(",\n  ")
         )
     }
 }

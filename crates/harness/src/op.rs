@@ -75,11 +75,36 @@ pub fn first_line(msg: &str) -> String {
         .unwrap_or("")
         .to_string();
     let line = line.strip_prefix("Torch(\"").unwrap_or(&line).to_string();
+    let line = without_boilerplate(&line);
     if line.chars().count() > 300 {
         let cut: String = line.chars().take(300).collect();
         format!("{cut}…")
     } else {
         line
+    }
+}
+
+/// Sentences libtorch appends to every dispatcher error, which say nothing of this case:
+/// cut from the first of them on ("Could not run 'aten::…' with arguments from the 'CPU'
+/// backend" is the fact; "This could be because … If you are a Facebook employee …" is not).
+const BOILERPLATE: [&str; 4] = [
+    ". This could be because the operator doesn't exist",
+    ". If you are a Facebook employee",
+    ". Please report a bug to PyTorch",
+    ". See https://",
+];
+
+fn without_boilerplate(line: &str) -> String {
+    let cut = BOILERPLATE
+        .iter()
+        .filter_map(|b| line.find(b))
+        .min()
+        .unwrap_or(line.len());
+    let kept = &line[..cut];
+    if cut < line.len() {
+        format!("{kept}.")
+    } else {
+        kept.to_string()
     }
 }
 
@@ -261,6 +286,26 @@ pub fn rel_err(check: &Check) -> Result<f64, TchError> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_dispatcher_error_keeps_its_fact_and_drops_torchs_boilerplate() {
+        let msg = "Internal torch error: Could not run 'aten::_scaled_dot_product_efficient_attention' \
+                   with arguments from the 'CPU' backend. This could be because the operator doesn't \
+                   exist for this backend, or was omitted during the selective/custom build process (if \
+                   using custom build). If you are a Facebook employee using PyTorch on mobile, please \
+                   visit https://fburl.com/ptmfixes for possible resolutions.";
+        let line = super::first_line(msg);
+        assert_eq!(
+            line,
+            "Internal torch error: Could not run 'aten::_scaled_dot_product_efficient_attention' \
+             with arguments from the 'CPU' backend."
+        );
+        // a message without boilerplate is kept whole
+        assert_eq!(
+            super::first_line("No available kernel. Aborting execution."),
+            "No available kernel. Aborting execution."
+        );
+    }
+
     use super::*;
 
     /// Messages PyTorch gives, recorded from its sources and users' reports.

@@ -51,7 +51,8 @@ pub struct Args {
     /// Warm-up per case in ms (default: the run's).
     #[arg(long)]
     warmup_ms: Option<u64>,
-    /// The Python with torch (default: $OPBENCH_TORCH_PYTHON, else python3).
+    /// The Python with torch (default: the one scripts/bench picks, passed as
+    /// $OPBENCH_TORCH_PYTHON; else python3).
     #[arg(long)]
     python: Option<PathBuf>,
     /// A regular expression on the case keys.

@@ -110,6 +110,8 @@ pub(super) struct Sink {
     progress: Option<crate::plan::Progress>,
     /// When the last progress line was printed: one every ~10 s at most.
     shown: Option<std::time::Instant>,
+    /// The reasons of rows that were not ok already printed: each is printed once.
+    reasons: std::collections::BTreeSet<String>,
 }
 
 impl Sink {
@@ -193,16 +195,17 @@ impl Sink {
                 .filter(|_| due || row.status != Status::Ok)
             {
                 self.shown = Some(std::time::Instant::now());
+                let why = row.note.as_deref().filter(|_| row.status != Status::Ok);
+                let why = match why {
+                    Some(n) if self.reasons.insert(n.to_string()) => format!(": {n}"),
+                    Some(_) => " (the reason above)".to_string(),
+                    None => String::new(),
+                };
                 eprintln!(
-                    "opbench: {} · {} {}{}",
+                    "opbench: {} · {} {}{why}",
                     p.line(run.cases()),
                     row.key,
                     row.status,
-                    row.note
-                        .as_deref()
-                        .filter(|_| row.status != Status::Ok)
-                        .map(|n| format!(": {n}"))
-                        .unwrap_or_default()
                 );
             }
         }
@@ -260,6 +263,7 @@ pub fn run_op(
         written: 0,
         progress: crate::plan::Progress::from_env(),
         shown: None,
+        reasons: std::collections::BTreeSet::new(),
     };
 
     if let Some(mode) = config.trace.filter(|_| selection.mode == RunMode::Bench) {

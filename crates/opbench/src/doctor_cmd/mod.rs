@@ -23,7 +23,8 @@ use screen::{print_next, print_screen};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The Python whose torch is checked [default: $OPBENCH_TORCH_PYTHON, else python3]
+    /// The Python whose torch is checked [default: the one scripts/doctor picks (OPBENCH_PYTHON,
+    /// an active venv, the cached one), passed as $OPBENCH_TORCH_PYTHON; else python3]
     #[arg(long)]
     python: Option<PathBuf>,
     /// What scripts/bench would be asked to measure: cpu, gpu or all [default:
