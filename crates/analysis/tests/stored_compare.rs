@@ -60,8 +60,10 @@ fn write_side(
     (cases, factor, windows): (usize, f64, &[f64]),
     method: &str,
 ) {
+    // each side its own run id, as real runs have (one id on both sides is one run)
+    let me = dir.file_name().unwrap().to_string_lossy().to_string();
     let mut env = Env {
-        run_id: "r".into(),
+        run_id: me.clone(),
         started_at: "2026-12-06T10:00:00Z".into(),
         backend: "cuda".into(),
         devices: vec!["cuda:0".into()],
@@ -80,9 +82,7 @@ fn write_side(
             env.settings.insert(k.into(), v.into());
         }
         // the two sides of one paired run name each other
-        let me = dir.file_name().unwrap().to_string_lossy().to_string();
         let other = if me == "base" { "cand" } else { "base" };
-        env.run_id = me;
         env.settings.insert(
             "paired_with".into(),
             dir.with_file_name(other).display().to_string(),

@@ -136,8 +136,9 @@ enum Verb {
     /// each case: slower or faster (a discovery beyond the threshold), same (inside ± the
     /// threshold) or ambiguous (±mde), and what changed kernel or status. A family (3 cases
     /// or more) carries each process's term and is slower only wholly beyond its threshold;
-    /// the two sides of one paired run are matched round by round; runs of two timing
-    /// methods get no speed verdict. Exit 1 on a regression, with why.
+    /// the two sides of one paired run are matched round by round. Exit 0: no regression
+    /// found; 1: a regression, with why; 2: bad input; 3: no speed verdict (one run on both
+    /// sides, two kinds of machine or timing methods, or nothing judged), with why.
     Compare(CompareArgs),
     /// Compare two builds in pairs: both builds' bench binaries run at once as workers and
     /// take turns sample by sample, in rounds of fresh processes, until each case's verdict
@@ -278,6 +279,10 @@ pub struct CompareArgs {
     /// (a case's and a family's standard deviation alike).
     #[arg(long, default_value = "auto")]
     drift: String,
+    /// md: every family and case (the default screen shows the verdict and the few that
+    /// matter).
+    #[arg(long)]
+    all: bool,
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -492,9 +497,9 @@ fn compare_verb(args: &CompareArgs) -> Result<u8, CliError> {
     match args.format {
         CompareFormat::Csv => print::comparison_csv(&cmp).map_err(stdout)?,
         CompareFormat::Families => print::families_csv(&cmp).map_err(stdout)?,
-        CompareFormat::Md => print::comparison_md(&base, &cand, &cmp),
+        CompareFormat::Md => print::comparison_md(&base, &cand, &cmp, args.all),
     }
-    Ok(u8::from(cmp.fails() > 0))
+    Ok(cmp.exit_code())
 }
 
 fn history_verb(args: &HistoryArgs) -> Result<u8, CliError> {

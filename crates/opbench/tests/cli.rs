@@ -423,8 +423,11 @@ fn compare_calls_a_one_process_device_change_only_beyond_the_process_spread() {
     assert_eq!(get("aten/swiglu_mul").1, "same");
 }
 
+/// A run compared with itself gives no speed verdict (exit 3: every ratio is 1 by
+/// construction) and says so first; a copy of it in another folder is two runs of the same
+/// numbers: all same or ambiguous, exit 0.
 #[test]
-fn compare_of_a_run_with_itself_is_all_same_and_exits_zero() {
+fn compare_of_a_run_with_itself_gives_no_speed_verdict_and_a_copy_is_all_same() {
     let dir = tempfile::tempdir().unwrap();
     let mut rng = StdRng::seed_from_u64(3);
     let cases: Vec<Case> = (0..20)
@@ -435,8 +438,16 @@ fn compare_of_a_run_with_itself_is_all_same_and_exits_zero() {
         })
         .collect();
     write_run(&dir.path().join("r"), &cases);
-    let r = dir.path().join("r");
-    let (code, out, _) = compare_csv(&r, &r);
+    write_run(&dir.path().join("copy"), &cases);
+    let (r, copy) = (dir.path().join("r"), dir.path().join("copy"));
+    let (code, out, err) = opbench(&["compare", r.to_str().unwrap(), r.to_str().unwrap()]);
+    assert_eq!(code, 3, "{err}");
+    let verdict = out.lines().find(|l| l.starts_with("**Verdict")).unwrap();
+    assert!(
+        verdict.contains("no speed verdict: base and candidate are one run"),
+        "{verdict}"
+    );
+    let (code, out, _) = compare_csv(&r, &copy);
     assert_eq!(code, 0);
     let v = verdicts(&out);
     assert!(
@@ -2315,7 +2326,7 @@ fn compare_opens_with_its_verdict_and_names_an_execution_that_ran_slow() {
         "{out}"
     );
     // the terms are explained where they first appear
-    assert!(out.contains("`mde`: the smallest change") && out.contains("`ambiguous (±X%)`"));
+    assert!(out.contains("`can call`: the smallest") && out.contains("`ambiguous (±X%)`"));
 }
 
 #[test]
@@ -2501,7 +2512,7 @@ fn compare_refuses_flags_that_conflict_and_its_counts_add_up() {
     let parts = n(" slower") + n(" faster") + n(" same") + n(" ambiguous") + n(" not compared");
     assert_eq!(parts, total, "{line}");
     // a host-timed case of one execution a side says why it has no interval
-    assert!(out.contains("ambiguous (one execution a side: no interval between processes)"));
+    assert!(out.contains("| none (one execution a side) | single-execution |"));
 }
 
 #[test]

@@ -309,8 +309,9 @@ fn compare_of_an_inconclusive_pair_prints_what_it_printed() {
 }
 
 /// compare's first screen gives its exit code and, for exit 1, every reason, within its
-/// first 10 lines (issue 49), on each recorded comparison; an exit 0 that resolved less
-/// than ±3% says so, and what would.
+/// first 10 lines (issue 49), on each recorded comparison; exit 3 says why no speed
+/// verdict; exit 0 the smallest change it could call, and where that is beyond ±5%, the
+/// `--against` command (issue 80).
 #[test]
 fn compare_says_its_exit_and_why_in_its_first_ten_lines() {
     for name in [
@@ -333,13 +334,18 @@ fn compare_says_its_exit_and_why_in_its_first_ten_lines() {
                 "{name}: no reason"
             );
         } else {
-            assert_eq!(exit, "exit 0", "{name}");
-            assert!(verdict.contains("exit 0"), "{name}");
-            if verdict.contains("resolves a case to") {
+            assert!(verdict.contains(exit), "{name}: {verdict}");
+            if exit == "exit 3" {
+                assert!(verdict.contains("no speed verdict: "), "{name}: {verdict}");
+            } else {
+                assert_eq!(exit, "exit 0", "{name}");
                 assert!(
-                    head.iter().any(|l| l.contains("would resolve ±3%")),
-                    "{name}: no next step"
+                    verdict.contains("the smallest change it could call"),
+                    "{name}"
                 );
+            }
+            if verdict.contains("cannot resolve") {
+                assert!(verdict.contains("--against"), "{name}: no next step");
             }
         }
     }
@@ -393,16 +399,60 @@ fn every_published_run_keeps_its_verdicts() {
         let out = output(&repo, &["predict", r, "--batch", "1"]);
         got += &format!("predict {r}: {}\n", first(&out, &["answer:", "opbench:"]));
     }
+    let kind = |r: &str| -> String {
+        let env = std::fs::read_to_string(repo.join(r).join("env.json")).unwrap();
+        let env: serde_json::Value = serde_json::from_str(&env).unwrap();
+        format!("{} {}", env["backend"], env["device_name"])
+    };
+    let mut judged = 0;
     for a in &runs {
         for b in runs.iter().filter(|b| *b != a) {
             let out = output(&repo, &["compare", a, b]);
+            screen_holds(&out, &format!("{a} {b}"), kind(a) == kind(b));
+            judged += usize::from(out.ends_with("exit 0\n"));
             got += &format!(
                 "compare {a} {b}: {}\n",
                 first(&out, &["**Verdict", "opbench:"])
             );
         }
     }
+    assert!(judged >= 38, "{judged} pairs exit 0");
     let out = output(&repo, &["history", "results"]);
     got += &format!("history: {}\n", first(&out, &["**Verdict", "opbench:"]));
     assert_golden("published-verdicts.txt", &got);
+}
+
+/// compare's screen of two published runs (`out`, its exit line last): a pair of one kind
+/// of machine with a case in common exits 0; one of two kinds exits 3 and says so in its
+/// verdict line, within the first 8 lines. Either way at most 80 lines, and no printed
+/// interval of zero width.
+fn screen_holds(out: &str, pair: &str, one_kind: bool) {
+    if out.ends_with("exit 2\n") {
+        assert!(out.contains("no case in common"), "{pair}: {out}");
+        return;
+    }
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines.len() <= 81, "{pair}: {} lines", lines.len());
+    let verdict = lines
+        .iter()
+        .take(8)
+        .find(|l| l.starts_with("**Verdict"))
+        .unwrap_or_else(|| panic!("{pair}: no verdict in the first lines"));
+    if one_kind {
+        assert!(out.ends_with("exit 0\n"), "{pair}: {verdict}");
+    } else {
+        assert!(out.ends_with("exit 3\n"), "{pair}: {verdict}");
+        assert!(
+            verdict.contains("no speed verdict: the runs are of two kinds of machine"),
+            "{pair}: {verdict}"
+        );
+    }
+    for part in out.split('[').skip(1) {
+        let Some((inside, _)) = part.split_once(']') else {
+            continue;
+        };
+        if let Some((lo, hi)) = inside.split_once(", ") {
+            assert_ne!(lo, hi, "{pair}: a zero-width interval [{inside}]");
+        }
+    }
 }

@@ -18,10 +18,10 @@
 //!
 //! No tch, no I/O; degenerate input gives an infinite standard error, never a NaN verdict.
 
+use crate::dist::{digamma, t_cdf, t_quantile};
 use crate::estimate::mean;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use statrs::distribution::{ContinuousCDF, Normal, StudentsT};
 
 /// Power at which the minimum detectable effect is stated.
 pub const MDE_POWER: f64 = 0.8;
@@ -92,25 +92,6 @@ impl CaseTest {
 pub fn mde(se: f64, df: f64, alpha: f64) -> f64 {
     let z = t_quantile(1.0 - alpha / 2.0, df) + t_quantile(MDE_POWER, df);
     (z * se).exp() - 1.0
-}
-
-/// Student-t quantile (normal where df is huge or not finite).
-fn t_quantile(p: f64, df: f64) -> f64 {
-    if (1.0..1e6).contains(&df) {
-        if let Ok(t) = StudentsT::new(0.0, 1.0, df) {
-            return t.inverse_cdf(p);
-        }
-    }
-    Normal::new(0.0, 1.0).map_or(1.96, |n| n.inverse_cdf(p))
-}
-
-fn t_cdf(x: f64, df: f64) -> f64 {
-    if (1.0..1e6).contains(&df) {
-        if let Ok(t) = StudentsT::new(0.0, 1.0, df) {
-            return t.cdf(x);
-        }
-    }
-    Normal::new(0.0, 1.0).map_or(0.5, |n| n.cdf(x))
 }
 
 /// Two-sided p-value of `estimate / se` against a t with `df`.
@@ -277,19 +258,6 @@ impl Prior {
         let s2 = (mean_e + digamma(df / 2.0) - (df / 2.0).ln()).exp();
         Some(Prior { s2, df })
     }
-}
-
-/// ψ(x), the digamma function (x > 0): recurrence up to 10, then the asymptotic series.
-fn digamma(mut x: f64) -> f64 {
-    let mut out = 0.0;
-    while x < 10.0 {
-        out -= 1.0 / x;
-        x += 1.0;
-    }
-    let x2 = 1.0 / (x * x);
-    out + x.ln()
-        - 0.5 / x
-        - x2 * (1.0 / 12.0 - x2 * (1.0 / 120.0 - x2 * (1.0 / 252.0 - x2 / 240.0)))
 }
 
 /// ψ₁(x), the trigamma function (x > 0): recurrence up to 10, then the asymptotic series.

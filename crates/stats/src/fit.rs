@@ -15,8 +15,6 @@
 //! A series whose time does not grow with work over the measured range is `flat`: its
 //! overhead is the weighted mean time and it has no rate.
 
-use statrs::distribution::{ContinuousCDF, StudentsT};
-
 use crate::StatsError;
 
 /// One measured point of a series.
@@ -168,11 +166,9 @@ fn weights(points: &[Point]) -> Vec<f64> {
         .collect()
 }
 
-fn t_quantile(level: f64, dof: usize) -> f64 {
-    match StudentsT::new(0.0, 1.0, dof as f64) {
-        Ok(t) => t.inverse_cdf(1.0 - (1.0 - level) / 2.0),
-        Err(_) => f64::INFINITY,
-    }
+/// The two-sided Student-t quantile at `level` with `dof` degrees of freedom.
+fn t_two_sided(level: f64, dof: usize) -> f64 {
+    crate::dist::t_quantile(1.0 - (1.0 - level) / 2.0, dof as f64)
 }
 
 fn aic(chi2: f64, n: usize, k: usize) -> f64 {
@@ -223,7 +219,7 @@ pub fn fit_affine(points: &[Point], level: f64) -> Result<Fit, StatsError> {
     let chi2: f64 = residuals.iter().zip(&w).map(|(r, wi)| wi * r * r).sum();
     let n = points.len();
     let s2 = chi2 / (n - 2) as f64;
-    let t = t_quantile(level, n - 2);
+    let t = t_two_sided(level, n - 2);
     let se_a = (s2 * sxx / det).sqrt();
     let se_b = (s2 * s / det).sqrt();
     Ok(Fit {
@@ -278,7 +274,7 @@ pub fn fit_floor(points: &[Point], level: f64) -> Result<Fit, StatsError> {
     };
     let residuals: Vec<f64> = points.iter().map(|p| p.time - a.max(c * p.work)).collect();
     let s2 = chi2 / (n - 2) as f64;
-    let t = t_quantile(level, n - 2);
+    let t = t_two_sided(level, n - 2);
     let se_a = (s2 / sw_head).sqrt();
     let se_c = (s2 / swxx).sqrt();
     Ok(Fit {
@@ -308,7 +304,7 @@ fn fit_flat(points: &[Point], level: f64) -> Fit {
     let residuals: Vec<f64> = points.iter().map(|p| p.time - a).collect();
     let chi2: f64 = residuals.iter().zip(&w).map(|(r, wi)| wi * r * r).sum();
     let n = points.len();
-    let t = t_quantile(level, n - 1);
+    let t = t_two_sided(level, n - 1);
     let se = (chi2 / (n - 1) as f64 / sw).sqrt();
     Fit {
         kind: ModelKind::Flat,

@@ -16,11 +16,14 @@
 //! - [`changepoint`]: E-Divisive means with a t-test (as Apache Otava): where in a sequence
 //!   of builds a case's time changed.
 //!
+//! - [`dist`]: the Student-t quantile and CDF and digamma every test reads (statrs).
+//!
 //! Degenerate input (no samples, NaN, negative times) is a [`StatsError`], never a panic
 //! and never a NaN in a result.
 
 pub mod changepoint;
 pub mod decide;
+pub mod dist;
 pub mod estimate;
 pub mod family;
 pub mod fit;

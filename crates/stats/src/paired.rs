@@ -15,6 +15,8 @@
 
 use rand::{Rng, SeedableRng};
 
+use crate::dist::{t_cdf, t_quantile};
+
 /// The looks of the sequential design: after `first` rounds, then each twice the last, up
 /// to `max` rounds. Few looks keep each look's interval narrow (Bonferroni over K looks).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -189,7 +191,7 @@ pub const PRIOR_DF: f64 = 4.0;
 /// the variances, which they dominate, widened every case's interval (H200, 2026-12-03: a
 /// prior of ±4.5% where the median case spread ±1.8%).
 pub fn prior(cases: &[&[f64]]) -> Option<Prior> {
-    use statrs::function::gamma::digamma;
+    use crate::dist::digamma;
     let logs: Vec<f64> = cases
         .iter()
         .filter(|r| r.len() >= 2)
@@ -270,16 +272,6 @@ impl Rounds {
         let down = (-t - self.mean) / self.se;
         (1.0 - t_cdf(up, self.df), 1.0 - t_cdf(down, self.df))
     }
-}
-
-fn t_quantile(p: f64, df: f64) -> f64 {
-    use statrs::distribution::{ContinuousCDF, StudentsT};
-    StudentsT::new(0.0, 1.0, df.max(1.0)).map_or(f64::INFINITY, |d| d.inverse_cdf(p))
-}
-
-fn t_cdf(x: f64, df: f64) -> f64 {
-    use statrs::distribution::{ContinuousCDF, StudentsT};
-    StudentsT::new(0.0, 1.0, df.max(1.0)).map_or(0.5, |d| d.cdf(x))
 }
 
 /// A family's (or the whole comparison's) shared shift, in log ratio.

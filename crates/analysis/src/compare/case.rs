@@ -159,6 +159,11 @@ pub(super) fn case_tests(
         match test_single(x, y, device, d, s) {
             Tested::Device(t) => tests.push((i, t, true)),
             Tested::SingleHost(r, ci) => {
+                line.divided_by = Some(if raw.contains(&line.key) {
+                    Control::Raw
+                } else {
+                    bs.used
+                });
                 line.verdict = Some(Verdict::Ambiguous);
                 line.ratio = Some(r);
                 line.ratio_ci = Some(ci);

@@ -252,6 +252,44 @@ pub fn method_changed(base: Option<&Env>, cand: Option<&Env>) -> Option<String> 
     })
 }
 
+/// Why no speed verdict: the runs are of two kinds of machine (another card, or a CPU
+/// against a GPU; on CPU runs, another CPU model), so a change between them is the
+/// machine's. `None` when both are of one kind, or a side records none.
+pub fn machine_changed(base: Option<&Env>, cand: Option<&Env>) -> Option<String> {
+    let (b, c) = (base?, cand?);
+    let kind = |e: &Env| -> String {
+        match &e.device_name {
+            Some(d) if e.backend != "cpu" => format!("{} {d}", e.backend),
+            _ => format!("{} {}", e.backend, e.cpu_model),
+        }
+    };
+    let (kb, kc) = (kind(b), kind(c));
+    (kb != kc).then(|| {
+        format!(
+            "the runs are of two kinds of machine ({kb} -> {kc}): a change between them is the \
+             machine's, not the build's; compare runs of one kind of machine"
+        )
+    })
+}
+
+/// Why no speed verdict where both sides are one run (the same directory, or the same
+/// `run_id`): every ratio is 1 by construction, so the comparison tests nothing.
+pub fn same_run(base: &Run, cand: &Run) -> Option<String> {
+    let canon = |r: &Run| std::fs::canonicalize(&r.dir).unwrap_or_else(|_| r.dir.clone());
+    let id = |r: &Run| {
+        r.env
+            .as_ref()
+            .map(|e| e.run_id.clone())
+            .filter(|i| !i.is_empty())
+    };
+    let one = canon(base) == canon(cand) || (id(base).is_some() && id(base) == id(cand));
+    one.then(|| {
+        "base and candidate are one run: every ratio is 1 by construction, so this tests \
+         nothing; compare two runs of the build (A/A) or of two builds"
+            .to_string()
+    })
+}
+
 /// env.json fields whose difference can change kernels or timings.
 const ENV_FIELDS: &[&str] = &[
     "libtorch_version",

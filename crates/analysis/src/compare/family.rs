@@ -54,8 +54,9 @@ impl std::fmt::Display for FamilyScope {
     }
 }
 
-/// No speed verdicts where the runs' timing methods differ: every judged case and family
-/// becomes `ambiguous`, a case flagged `method-changed`, none fails for its speed (a
+/// No speed verdicts where the comparison withholds them (one run, two kinds of machine,
+/// two timing methods): every judged case and family becomes `ambiguous`, a case flagged
+/// `withheld`, none fails for its speed (a
 /// status change or a fall-back to the math kernel still does).
 pub(super) fn withhold(lines: &mut [Line], families: &mut [FamilyLine]) {
     for l in lines.iter_mut().filter(|l| l.verdict.is_some()) {
@@ -65,7 +66,7 @@ pub(super) fn withhold(lines: &mut [Line], families: &mut [FamilyLine]) {
         });
         l.verdict = Some(Verdict::Ambiguous);
         l.fails = other;
-        l.flags.push(Flag::MethodChanged);
+        l.flags.push(Flag::Withheld);
     }
     for f in families.iter_mut() {
         f.verdict = Verdict::Ambiguous;

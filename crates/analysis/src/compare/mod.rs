@@ -78,8 +78,9 @@ pub enum Flag {
     SingleExecution,
     /// A device time that is an upper bound on a side: not compared.
     UpperBound,
-    /// The runs' timing methods differ: no speed verdict ([`method_changed`]).
-    MethodChanged,
+    /// The comparison gives no speed verdict ([`Comparison::withheld`]: one run on both
+    /// sides, two kinds of machine or two timing methods).
+    Withheld,
 }
 
 impl std::fmt::Display for Flag {
@@ -92,7 +93,7 @@ impl std::fmt::Display for Flag {
             Flag::NoSamples => f.write_str("no samples"),
             Flag::SingleExecution => f.write_str("single-execution"),
             Flag::UpperBound => f.write_str("upper-bound"),
-            Flag::MethodChanged => f.write_str("method-changed"),
+            Flag::Withheld => f.write_str("withheld"),
         }
     }
 }
@@ -481,6 +482,53 @@ impl Comparison {
         }
         out
     }
+    /// Why the comparison gives no speed verdict at all, if it gives none: the runs are one
+    /// run, of two kinds of machine or of two timing methods ([`Comparison::withheld`]), or
+    /// no case and no family could be judged (one execution a side of host-timed cases).
+    pub fn no_speed_verdict(&self) -> Option<String> {
+        if let Some(why) = &self.withheld {
+            return Some(why.clone());
+        }
+        let judged = self.lines.iter().any(|l| l.mde.is_some()) || !self.families.is_empty();
+        if judged {
+            return None;
+        }
+        let single = self.flagged(|f| *f == Flag::SingleExecution);
+        Some(if single > 0 {
+            format!(
+                "{single} host-timed case{} with one execution on a side: the noise between \
+                 processes is unknown, so nothing could be judged; run both builds with \
+                 OPBENCH_EXECUTIONS=3 or more, or pair them (scripts/bench --against)",
+                if single == 1 { "" } else { "s" }
+            )
+        } else {
+            "no case is ok with samples in both runs".to_string()
+        })
+    }
+    /// The exit code: 1 on a regression, else 3 where no speed verdict was given
+    /// ([`Comparison::no_speed_verdict`]), else 0.
+    pub fn exit_code(&self) -> u8 {
+        if self.fails() > 0 {
+            1
+        } else if self.no_speed_verdict().is_some() {
+            3
+        } else {
+            0
+        }
+    }
+    /// Cases whose raw medians moved beyond `factor` either way (candidate / base), the
+    /// largest first: named whatever the verdicts are.
+    pub fn beyond(&self, factor: f64) -> Vec<(&Line, f64)> {
+        let mut out: Vec<(&Line, f64)> = self
+            .lines
+            .iter()
+            .filter(|l| l.both_ok)
+            .filter_map(|l| Some((l, l.cand? / l.base?)))
+            .filter(|(_, r)| r.is_finite() && *r > 0.0 && r.ln().abs() > factor.ln())
+            .collect();
+        out.sort_by(|a, b| b.1.ln().abs().total_cmp(&a.1.ln().abs()));
+        out
+    }
     /// The family of `scope`, if the comparison has one.
     pub fn family(&self, scope: &FamilyScope) -> Option<&FamilyLine> {
         self.families.iter().find(|f| &f.scope == scope)
@@ -527,7 +575,9 @@ pub fn compare(base: &Run, cand: &Run, s: Settings) -> Result<Comparison, Analys
         paired,
     };
     let mut families = families(&lines, sides, &raw, drift, dispatch, &terms, s);
-    let withheld = method_changed(base.env.as_ref(), cand.env.as_ref());
+    let withheld = same_run(base, cand)
+        .or_else(|| machine_changed(base.env.as_ref(), cand.env.as_ref()))
+        .or_else(|| method_changed(base.env.as_ref(), cand.env.as_ref()));
     if withheld.is_some() {
         withhold(&mut lines, &mut families);
     }

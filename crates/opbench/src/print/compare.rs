@@ -93,29 +93,61 @@ pub fn families_csv(cmp: &Comparison) -> Result<(), csv::Error> {
     Ok(())
 }
 
-/// The families table: the global families, then each op's.
-pub(super) fn families_md(cmp: &Comparison) {
-    println!("## Families: the shared shift of their cases\n");
+/// Op families shown on the default screen: those judged slower, faster or same, then the
+/// ambiguous ones that moved most, up to this many in all.
+const OP_FAMILIES_SHOWN: usize = 6;
+
+/// The families table: the global families, then each op's (on the default screen the
+/// few that matter, [`OP_FAMILIES_SHOWN`]; `all`: every one).
+pub(super) fn families_md(cmp: &Comparison, all: bool) {
     println!(
-        "A family is cases judged together: all *host-bound* cases (their time is the host's \
-         dispatch and launch, compared at equal host speed), all *device* cases (GPU-event \
-         time), and each op in each mode. Its shift is the geometric mean of its cases' ratios; \
-         a few percent in every case shows here before it shows in any one.\n"
+        "## Families: the shared shift of their cases
+"
     );
-    println!("| family | cases | shift [CI] | mde | verdict |");
+    println!(
+        "A family: all *host-bound* cases (host dispatch, at equal host speed), all *device* \
+         cases (GPU-event time), each op in each mode; its shift is the geometric mean of its \
+         cases' ratios.\n"
+    );
+    println!("| family | cases | shift [CI] | can call | verdict |");
     println!("|---|---|---|---|---|");
-    let mut fams: Vec<_> = cmp.families.iter().collect();
-    fams.sort_by_key(|f| !f.scope.is_global());
-    for f in fams {
+    let (global, mut ops): (Vec<_>, Vec<_>) =
+        cmp.families.iter().partition(|f| f.scope.is_global());
+    let rank = |f: &&analysis::compare::FamilyLine| match f.verdict {
+        Verdict::Slower => 0,
+        Verdict::Faster => 1,
+        Verdict::Same => 3,
+        Verdict::Ambiguous => 2,
+    };
+    ops.sort_by(|a, b| {
+        rank(a).cmp(&rank(b)).then(
+            b.shift
+                .ratio
+                .ln()
+                .abs()
+                .total_cmp(&a.shift.ratio.ln().abs()),
+        )
+    });
+    let shown = if all {
+        ops.len()
+    } else {
+        OP_FAMILIES_SHOWN.min(ops.len())
+    };
+    for f in global.iter().chain(ops.iter().take(shown)) {
+        let (lo, hi) = interval_pct(f.ci);
         println!(
-            "| {} | {} | {} [{}, {}] | ±{:.1}% | {} |",
+            "| {} | {} | {} [{lo}, {hi}] | ±{:.1}% | {} |",
             f.scope,
             f.shift.cases,
             pct(f.shift.ratio),
-            pct(f.ci.0),
-            pct(f.ci.1),
             100.0 * f.mde,
             verdict_word(Some(f.verdict), Some(f.mde), f.verdict == Verdict::Slower),
+        );
+    }
+    if shown < ops.len() {
+        println!(
+            "\n{} more op families, none slower (`--all` lists them).",
+            ops.len() - shown
         );
     }
     let terms: Vec<String> = cmp
@@ -128,41 +160,66 @@ pub(super) fn families_md(cmp: &Comparison) {
                 t.kind.as_str(),
                 100.0 * t.sd,
                 match t.source {
-                    analysis::compare::TermSource::Stored =>
-                        "measured by opbench ab, stored in the runs",
-                    analysis::compare::TermSource::Fallback =>
-                        "this project's figure for the kind; the runs stored none",
+                    analysis::compare::TermSource::Stored => "measured, stored in the runs",
+                    analysis::compare::TermSource::Fallback => "the kind's figure; none stored",
                 }
             )
         })
         .collect();
     if !terms.is_empty() {
         println!(
-            "\nEach interval carries the process term (what one process shares among all its \
-             cases of a crate, sd a process), pooled with the family's own executions: {}. \
-             Families of fewer than {} cases are not judged.",
+            "\nEach interval carries the process term (sd a process): {}. Families of fewer \
+             than {} cases are not judged. `can call`: the smallest shift it could call (mde, \
+             80% power); `same`: inside ±{:.1}%; `ambiguous (±X%)`: neither `same` nor a \
+             discovery, X its mde.",
             terms.join(", "),
-            analysis::compare::MIN_FAMILY
+            analysis::compare::MIN_FAMILY,
+            100.0 * cmp.settings.family_threshold,
         );
     }
-    println!(
-        "\n`mde`: the smallest change the noise lets this comparison see (80% power). `same`: the \
-         interval lies inside ±{:.1}% (a family) or ±{:.1}% (a case). `ambiguous (±X%)`: neither \
-         `same` nor a discovery; a change smaller than X% could not be told from none.",
-        100.0 * cmp.settings.family_threshold,
-        100.0 * cmp.settings.threshold
-    );
     println!();
 }
 
-/// A ratio to three decimals, or to three significant digits below 0.1 (a near-zero time's
-/// interval would read as zero width).
-fn ratio(r: f64) -> String {
-    if r.abs() >= 0.1 || r == 0.0 {
-        format!("{r:.3}")
-    } else {
-        format!("{r:.2e}")
-    }
+/// An interval's ends as percentages, with as many decimals as make them differ (up to 4):
+/// no printed interval reads as zero width unless it is.
+fn interval_pct((lo, hi): (f64, f64)) -> (String, String) {
+    let at = |d: usize| {
+        (
+            format!("{:+.*}%", d, 100.0 * (lo - 1.0)),
+            format!("{:+.*}%", d, 100.0 * (hi - 1.0)),
+        )
+    };
+    (1..4)
+        .map(at)
+        .find(|(a, b)| a != b)
+        .unwrap_or_else(|| at(4))
+}
+
+/// A ratio and its interval's ends, with as many digits as make the ends differ (3 to 6;
+/// three significant digits below 0.1): no printed interval reads as zero width unless it is.
+fn ratio_ci(r: f64, (lo, hi): (f64, f64)) -> String {
+    let f = |x: f64, d: usize| {
+        if x.abs() >= 0.1 || x == 0.0 {
+            format!("{x:.d$}")
+        } else {
+            format!("{x:.*e}", d - 1)
+        }
+    };
+    let d = (3..6).find(|&d| f(lo, d) != f(hi, d)).unwrap_or(6);
+    format!("{} [{}, {}]", f(r, d), f(lo, d), f(hi, d))
+}
+
+/// A time in µs from ns, to about four significant digits (a graph replay's sub-µs floor
+/// stays readable).
+fn us(ns: Option<f64>) -> String {
+    ns.map_or(String::new(), |ns| {
+        let x = ns / 1e3;
+        match x.abs() {
+            a if a >= 100.0 => format!("{x:.1}"),
+            a if a >= 1.0 => format!("{x:.2}"),
+            _ => format!("{x:.4}"),
+        }
+    })
 }
 
 /// The kind of timing of a family's cases (`None` for the dispatch family).
@@ -186,48 +243,78 @@ pub(super) fn verdict_word(v: Option<Verdict>, mde: Option<f64>, fails: bool) ->
     if fails { format!("{word} ✗") } else { word }
 }
 
-/// The answer first: the exit code and why, or what the comparison could resolve.
+/// The change a stored comparison should resolve; where it cannot, its first line says so
+/// and how to pair the builds instead.
+const RESOLVE: f64 = 0.05;
+
+/// The smallest change the comparison could call: the finest of its global families'
+/// mdes and its cases' median mde (`None`: nothing was judged).
+fn resolution(cmp: &Comparison) -> Option<(f64, &'static str)> {
+    let mdes: Vec<f64> = cmp.lines.iter().filter_map(|l| l.mde).collect();
+    let case = (!mdes.is_empty()).then(|| (stats::median(&mdes), "a case (median)"));
+    cmp.families
+        .iter()
+        .filter(|f| f.scope.is_global())
+        .map(|f| (f.mde, "a global family"))
+        .chain(case)
+        .min_by(|a, b| a.0.total_cmp(&b.0))
+}
+
+/// The answer first: the verdict line with its exit code and why, then what the
+/// comparison could resolve, and every change beyond 2× whatever the verdicts.
 pub(super) fn verdict_md(cmp: &Comparison) {
-    if let Some(why) = &cmp.withheld {
-        println!("**Speed verdicts withheld**: {why}.\n");
-    }
     let reasons = cmp.reasons();
+    let none = cmp.no_speed_verdict();
+    let can = resolution(cmp);
+    let unresolved = can.filter(|(m, _)| *m > RESOLVE).map(|(m, what)| {
+        format!(
+            " It cannot resolve ±{:.0}%: the finest it could call is ±{:.1}% ({what}); pair \
+             the builds instead: `scripts/bench --against OLD_PYTHON` (`opbench ab`).",
+            100.0 * RESOLVE,
+            100.0 * m
+        )
+    });
     if !reasons.is_empty() {
         println!("**Verdict: REGRESSION (exit 1)**, because:\n");
         for r in &reasons {
             println!("- {r}");
         }
-        println!();
-        return;
-    }
-    let mdes: Vec<f64> = cmp.lines.iter().filter_map(|l| l.mde).collect();
-    let resolves = if mdes.is_empty() {
-        String::new()
+        if let Some(why) = &none {
+            println!("\nNo speed verdict otherwise: {why}.");
+        }
+    } else if let Some(why) = &none {
+        println!("**Verdict: no speed verdict: {why} (exit 3).**");
     } else {
-        format!(
-            " This comparison resolves a case to ±{:.1}% (median mde).",
-            100.0 * stats::median(&mdes)
-        )
-    };
-    println!(
-        "**Verdict: no regression found (exit 0).** No case slower beyond {:.1}% and no family \
-         beyond {:.1}%.{resolves}",
-        100.0 * cmp.settings.threshold,
-        100.0 * cmp.settings.family_threshold
-    );
-    let (nb, nc) = cmp.executions;
-    let n = nb.min(nc).max(1);
-    // an mde falls with √executions: how many a side the median case needs for ± threshold
-    let needed = (!mdes.is_empty()).then(|| {
-        let m = stats::median(&mdes) / cmp.settings.threshold;
-        (n as f64 * m * m).ceil() as usize
-    });
-    if let Some(k) = needed.filter(|&k| k > n) {
+        let (m, what) = can.unwrap_or((f64::NAN, "-"));
         println!(
-            "About {k} executions a side (OPBENCH_EXECUTIONS; {nb} and {nc} here) would \
-             resolve ±{:.0}%; or `opbench ab` (scripts/bench --against) pairs the two builds \
-             sample by sample, which the host's state between processes does not move.",
-            100.0 * cmp.settings.threshold
+            "**Verdict: no regression found (exit 0).** No case slower beyond {:.1}% and no \
+             family beyond {:.1}%; the smallest change it could call: ±{:.1}% ({what}).{}",
+            100.0 * cmp.settings.threshold,
+            100.0 * cmp.settings.family_threshold,
+            100.0 * m,
+            unresolved.unwrap_or_default()
+        );
+    }
+    let single = cmp.flagged(|f| *f == Flag::SingleExecution);
+    if none.is_none() && single > 0 {
+        println!(
+            "\nNo speed verdict for {single} host-timed cases: one execution on a side \
+             (OPBENCH_EXECUTIONS=3 or more gives them one)."
+        );
+    }
+    let beyond = cmp.beyond(2.0);
+    if !beyond.is_empty() {
+        let named: Vec<String> = beyond
+            .iter()
+            .take(3)
+            .map(|(l, r)| format!("{} {} → {} µs ({r:.2}×)", l.key, us(l.base), us(l.cand)))
+            .collect();
+        println!(
+            "\n{} case{} moved beyond 2× (raw medians; named whatever the verdicts): {}{}.",
+            beyond.len(),
+            if beyond.len() == 1 { "" } else { "s" },
+            named.join("; "),
+            if beyond.len() > 3 { "; …" } else { "" }
         );
     }
     println!();
@@ -252,7 +339,9 @@ pub(super) fn slow_execution(run: &Run) -> Option<String> {
     ))
 }
 
-pub fn comparison_md(base: &Run, cand: &Run, cmp: &Comparison) {
+/// compare's Markdown screen: the verdict first, then the families and the cases that
+/// matter, then how it was compared; `all`: every family and case.
+pub fn comparison_md(base: &Run, cand: &Run, cmp: &Comparison, all: bool) {
     let s = cmp.settings;
     // which design made each side: a paired run's side (opbench ab) or separate executions
     let design = |r: &Run| match r
@@ -277,17 +366,38 @@ pub fn comparison_md(base: &Run, cand: &Run, cmp: &Comparison) {
             println!("Host state: the {side}'s {line}.\n");
         }
     }
-    families_md(cmp);
+    if cmp.withheld.is_none() {
+        families_md(cmp, all);
+    }
+    if cmp.lines.iter().all(|l| l.ratio.is_none_or(|r| r == 1.0)) && cmp.withheld.is_some() {
+        // one run on both sides: every ratio is 1, and a table of them says nothing
+        println!(
+            "{} cases, each the same numbers on both sides.\n",
+            cmp.lines.len()
+        );
+        setting_md(cmp);
+        return;
+    }
+    let judged = cmp.withheld.is_none();
+    let verdicts = if judged {
+        format!(
+            "{} slower, {} faster, {} same (within ±{}%), {} ambiguous",
+            cmp.count(Some(Verdict::Slower)),
+            cmp.count(Some(Verdict::Faster)),
+            cmp.count(Some(Verdict::Same)),
+            100.0 * s.threshold,
+            cmp.count(Some(Verdict::Ambiguous)),
+        )
+    } else {
+        format!(
+            "{} compared, speed verdicts withheld",
+            cmp.count(Some(Verdict::Ambiguous))
+        )
+    };
     println!(
-        "## Cases\n\n{} cases: {} slower, {} faster, {} same (within ±{}%), {} ambiguous, {} not compared \
-         (not ok in both runs); flagged: {} kernel-changed, {} status-changed, {} new, {} gone \
-         (false-discovery rate {})\n",
+        "## Cases\n\n{} cases: {verdicts}, {} not compared (not ok in both runs); flagged: {} \
+         kernel-changed, {} status-changed, {} new, {} gone (false-discovery rate {})\n",
         cmp.lines.len(),
-        cmp.count(Some(Verdict::Slower)),
-        cmp.count(Some(Verdict::Faster)),
-        cmp.count(Some(Verdict::Same)),
-        100.0 * s.threshold,
-        cmp.count(Some(Verdict::Ambiguous)),
         cmp.count(None),
         cmp.flagged(|f| matches!(f, Flag::KernelChanged(..))),
         cmp.flagged(|f| matches!(f, Flag::StatusChanged(..))),
@@ -295,7 +405,7 @@ pub fn comparison_md(base: &Run, cand: &Run, cmp: &Comparison) {
         cmp.flagged(|f| *f == Flag::Gone),
         s.alpha
     );
-    let listed = cases_table(cmp);
+    let listed = cases_table(cmp, all);
     if listed.iter().any(|l| l.flags.contains(&Flag::UpperBound)) {
         println!(
             "`upper-bound`: on a side the host's enqueue outlasted the lead the device clock \
@@ -307,17 +417,56 @@ pub fn comparison_md(base: &Run, cand: &Run, cmp: &Comparison) {
     setting_md(cmp);
 }
 
-/// The cases' table: those that moved, failed or carry a flag, then the ambiguous ones
-/// that moved most; returns the first kind, for the notes under it.
-fn cases_table(cmp: &Comparison) -> Vec<&Line> {
+/// Rows of the cases' table on the default screen (`--all`: every case).
+const CASES_SHOWN: usize = 20;
+
+/// A case's row of the cases' table.
+fn case_row(l: &Line) -> String {
+    let ratio = match (l.ratio, l.ratio_ci) {
+        (Some(r), Some(ci)) => ratio_ci(r, ci),
+        (Some(r), None) => format!("{r:.3}"),
+        _ => String::new(),
+    };
+    let of = match l.divided_by {
+        Some(Control::Host) => "÷ host control",
+        Some(Control::Torch) => "÷ torch control",
+        Some(Control::Raw) => "raw",
+        None if l.ratio.is_some() => "raw",
+        None => "",
+    };
+    format!(
+        "| {} | {} | {} | {ratio} | {of} | {} | {} | {} |",
+        l.key,
+        us(l.base),
+        us(l.cand),
+        l.mde
+            .filter(|_| !l.flags.contains(&Flag::Withheld))
+            .map_or(String::new(), |m| format!("±{:.1}%", 100.0 * m)),
+        if l.flags.contains(&Flag::Withheld) {
+            "none (withheld)".to_string()
+        } else if l.mde.is_none() && l.flags.contains(&Flag::SingleExecution) {
+            "none (one execution a side)".to_string()
+        } else {
+            verdict_word(l.verdict, l.mde, l.fails)
+        },
+        flags(l)
+    )
+}
+
+/// The cases' table: those that failed, moved or carry a flag, then the ambiguous ones
+/// that moved most; on the default screen the first [`CASES_SHOWN`] rows. Returns the
+/// rows shown, for the notes under it.
+fn cases_table(cmp: &Comparison, all: bool) -> Vec<&Line> {
     let moved = |l: &&Line| matches!(l.verdict, Some(Verdict::Slower | Verdict::Faster));
-    println!("| case | base µs | cand µs | ratio [CI] | mde | verdict | flags |");
-    println!("|---|---|---|---|---|---|---|");
-    let listed: Vec<&Line> = sorted(cmp)
+    let changed = |l: &&Line| {
+        l.flags
+            .iter()
+            .any(|f| matches!(f, Flag::KernelChanged(..) | Flag::StatusChanged(..)))
+    };
+    let flagged: Vec<&Line> = sorted(cmp)
         .into_iter()
         .filter(|l| moved(l) || l.fails || !l.flags.is_empty())
         .collect();
-    // the ambiguous cases that moved most, after them
     let mut ambiguous: Vec<&Line> = cmp
         .lines
         .iter()
@@ -327,39 +476,46 @@ fn cases_table(cmp: &Comparison) -> Vec<&Line> {
         let m = |l: &Line| -(l.ratio.unwrap_or(1.0).ln().abs());
         m(a).total_cmp(&m(b))
     });
-    const AMBIGUOUS_SHOWN: usize = 15;
-    for l in listed
-        .iter()
-        .copied()
-        .chain(ambiguous.iter().copied().take(AMBIGUOUS_SHOWN))
-    {
-        println!(
-            "| {} | {} | {} | {} | {} | {} | {} |",
-            l.key,
-            num(l.base.map(|x| x / 1e3), 2),
-            num(l.cand.map(|x| x / 1e3), 2),
-            match (l.ratio, l.ratio_ci) {
-                (Some(r), Some((lo, hi))) => format!("{} [{}, {}]", ratio(r), ratio(lo), ratio(hi)),
-                (Some(r), None) => ratio(r),
-                _ => String::new(),
-            },
-            l.mde
-                .map_or(String::new(), |m| format!("±{:.1}%", 100.0 * m)),
-            if l.mde.is_none() && l.flags.contains(&Flag::SingleExecution) {
-                "ambiguous (one execution a side: no interval between processes)".to_string()
-            } else {
-                verdict_word(l.verdict, l.mde, l.fails)
-            },
-            flags(l)
-        );
+    let rows: Vec<&Line> = if all {
+        flagged.iter().chain(&ambiguous).copied().collect()
+    } else {
+        // what fails, moved or changed kernel or status first; then the ambiguous that
+        // moved most; then the other flagged (one execution a side, new, gone)
+        let (first, rest): (Vec<&Line>, Vec<&Line>) = flagged
+            .iter()
+            .partition(|l| moved(l) || l.fails || changed(l));
+        let mut rows: Vec<&Line> = first.into_iter().take(CASES_SHOWN - 5).collect();
+        rows.extend(ambiguous.iter().take(5));
+        rows.extend(rest.into_iter().take(CASES_SHOWN - rows.len()));
+        rows.extend(ambiguous.iter().skip(5).take(CASES_SHOWN - rows.len()));
+        rows
+    };
+    if rows.is_empty() {
+        println!("No case moved, failed or carries a flag.");
+        return rows;
     }
     println!(
-        "\nListed: the cases that moved, failed or carry a flag, then the {} of {} ambiguous cases \
-         that moved most; `--format csv` has every case.",
-        ambiguous.len().min(AMBIGUOUS_SHOWN),
-        ambiguous.len()
+        "| case | base µs (raw median) | cand µs (raw median) | ratio [CI] | ratio of | can call \
+         | verdict | flags |"
     );
-    listed
+    println!("|---|---|---|---|---|---|---|---|");
+    for l in &rows {
+        println!("{}", case_row(l));
+    }
+    let total = flagged.len() + ambiguous.len();
+    println!(
+        "\nListed: {} of the {total} cases that failed, moved, carry a flag or are ambiguous (those \
+         first, then the ambiguous that moved most){}. `ratio of`: `÷ host control`, the ratio \
+         at equal host speed (each time over its execution's host control); `raw`, of the \
+         times themselves. `can call`: the smallest change it could call (mde, 80% power).",
+        rows.len(),
+        if rows.len() < total {
+            "; `--all` lists every one, `--format csv` every case"
+        } else {
+            ""
+        }
+    );
+    rows
 }
 
 /// How the comparison was made: environment, executions, control, drift.
@@ -378,8 +534,7 @@ pub(super) fn setting_md(cmp: &Comparison) {
         );
     }
     println!(
-        "- Executions (processes): base {nb}, candidate {nc}. Host-bound, host-timed cases divided by: {} \
-         (the µs columns are raw medians).",
+        "- Executions (processes): base {nb}, candidate {nc}. Host-bound, host-timed cases divided by: {}.",
         match cmp.control {
             Control::Host => "the build-independent host control (a build's dearer dispatch shows)",
             Control::Torch =>
