@@ -214,14 +214,20 @@ fn device_plants_are_found_by_case_and_globally() {
     let c = cmp("a1", "d10");
     let (slower, n) = share(&c, Verdict::Slower, device);
     assert!(slower * 100 >= 95 * n, "+10%: {slower} of {n}");
-    // +5% in kernels of 5 us or more: three executions a side do not find it in 95% (five
-    // did, in runs of the fixture's README now in git history)
+    // +5% in kernels of 5 us or more, three executions a side: each case's line says the
+    // smallest change it could call (its mde, 80% power); the cases that say they resolve
+    // +5% find it as often as they say, and none is called faster
     let c3 = cmp("a1", "d5");
-    let (slower3, n3) = share(&c3, Verdict::Slower, device_5us);
+    let resolving = |l: &analysis::compare::Line| device_5us(l) && l.mde.is_some_and(|m| m <= 0.05);
+    let (slower3, n3) = share(&c3, Verdict::Slower, resolving);
+    let (all5us, _) = share(&c3, Verdict::Slower, device_5us);
+    eprintln!("+5%: {slower3} of {n3} resolving cases slower ({all5us} of all >= 5 us)");
+    assert!(n3 >= 10, "+5%, 3 executions: only {n3} cases resolve 5%");
     assert!(
-        slower3 * 100 < 95 * n3,
-        "+5%, 3 executions: {slower3} of {n3}"
+        slower3 * 100 >= 70 * n3,
+        "+5%, 3 executions: {slower3} of {n3} cases that resolve 5%"
     );
+    assert_eq!(share(&c3, Verdict::Faster, device).0, 0);
     // +5%: the global device verdict; +3%: seen (its interval lies above 0 and holds +3%),
     // but with each process's term carried (3% a process, three a side) not shown to lie
     // beyond the 1.5% family threshold: `opbench ab` is the tool for that

@@ -316,6 +316,63 @@ pub fn moderated_test(x: &ExecLogs, prior: Option<Prior>, drift: f64) -> CaseTes
     }
 }
 
+/// The change between two sides of `y` at equal `x`, from one `(x, y)` point a process
+/// (both logs: a process's median host control and its median torch control): the
+/// analysis of covariance `y = a + d·cand + b·x`, one slope `b` for both sides fit to the
+/// spread of the processes about their side's mean, so that whatever moves `x` and `y`
+/// together between processes (the host's state) cancels even where it moves them unequally.
+/// The test of `d` carries the slope's uncertainty; `drift` is added in quadrature.
+/// `None` with fewer than 4 points, fewer than 2 a side, no spread of `x` within a side,
+/// or a slope not shown to differ from 1 at 95%: then `y − x` moves with nothing, and
+/// [`moderated_test`] on it is the test.
+pub fn covariate_test(base: &[(f64, f64)], cand: &[(f64, f64)], drift: f64) -> Option<CaseTest> {
+    if base.len() < 2 || cand.len() < 2 || base.len() + cand.len() < 4 {
+        return None;
+    }
+    let means = |g: &[(f64, f64)]| {
+        let n = g.len() as f64;
+        (
+            g.iter().map(|p| p.0).sum::<f64>() / n,
+            g.iter().map(|p| p.1).sum::<f64>() / n,
+        )
+    };
+    let (mb, mc) = (means(base), means(cand));
+    let (mut sxx, mut sxy) = (0.0, 0.0);
+    for (g, m) in [(base, mb), (cand, mc)] {
+        for p in g {
+            sxx += (p.0 - m.0).powi(2);
+            sxy += (p.0 - m.0) * (p.1 - m.1);
+        }
+    }
+    if sxx.is_nan() || sxx <= 1e-12 {
+        return None;
+    }
+    let b = sxy / sxx;
+    let mut rss = 0.0;
+    for (g, m) in [(base, mb), (cand, mc)] {
+        for p in g {
+            rss += (p.1 - m.1 - b * (p.0 - m.0)).powi(2);
+        }
+    }
+    let df = (base.len() + cand.len()) as f64 - 3.0;
+    let s2 = rss / df;
+    // a slope the processes do not show to differ from 1 is 1: the ratio's test, with
+    // a df more and no slope to carry, is the test then
+    if (b - 1.0).abs() <= t_quantile(0.975, df) * (s2 / sxx).sqrt() {
+        return None;
+    }
+    let d = (mc.1 - mb.1) - b * (mc.0 - mb.0);
+    let var =
+        s2 * (1.0 / base.len() as f64 + 1.0 / cand.len() as f64 + (mc.0 - mb.0).powi(2) / sxx);
+    let se = (var + drift.powi(2)).sqrt();
+    Some(CaseTest {
+        ratio: d.exp(),
+        se,
+        df,
+        p: p_value(d, se, df),
+    })
+}
+
 /// Which of `ps` are discoveries at false-discovery rate `q` (Benjamini–Hochberg step-up):
 /// the k smallest p-values, for the largest k with p(k) ≤ k·q/m.
 pub fn benjamini_hochberg(ps: &[f64], q: f64) -> Vec<bool> {

@@ -90,6 +90,11 @@ impl FamilyCase {
 /// executions a side, or three on one.
 const OWN_DF: f64 = 2.0;
 
+/// The df from which the measured process term stands for the family's spread, in place
+/// of the bootstrap of its few executions: both sides' own spreads of at least two units
+/// (three executions a side give 4 a unit).
+const MEASURED_DF: f64 = 8.0;
+
 /// The spread over executions of a unit's mean log on one side: (variance × df, df), from
 /// the executions every case of the unit has.
 fn own_spread(cases: &[&FamilyCase], side: fn(&FamilyCase) -> &[f64]) -> (f64, f64) {
@@ -130,18 +135,32 @@ fn pooled(own_ss: f64, own: f64, prior_var: f64, prior_df: f64) -> (f64, f64) {
 
 /// The standard error the processes alone give the family's shift, and its df: per unit,
 /// its per-process variance over the processes each side has, weighted by the unit's share
-/// of the cases. The variance is the unit's own (the spread of its executions on both
-/// sides) where that has 2 degrees of freedom or more; with fewer (one execution a side,
-/// or one and two) it is the prior pooled with what there is, as limma pools. The df is
-/// the smallest unit's.
+/// of the cases. The per-process variance is measured in the runs: the spread of each
+/// unit's executions about its side's mean, pooled over the family's units of one kind of
+/// timing (those of one prior), as `opbench ab` pools its rounds' spread into its process
+/// term; its df is the sum of theirs. With fewer than 2 (one execution a side, or one and
+/// two) it is the prior pooled with what there is, as limma pools. The df is the smallest
+/// kind's.
 fn process_se(cases: &[FamilyCase]) -> (f64, f64) {
     let n = cases.len() as f64;
-    let (mut var, mut df) = (0.0, f64::INFINITY);
-    for members in by_unit(cases).values() {
+    let units = by_unit(cases);
+    // per kind (its prior's bits): the units' summed squares and df
+    let mut kinds: BTreeMap<(u64, u64), (f64, f64)> = BTreeMap::new();
+    for members in units.values() {
         let prior = members[0].prior;
         let (sb, db) = own_spread(members, |c| &c.base);
         let (sc, dc) = own_spread(members, |c| &c.cand);
-        let (s2, d) = pooled(sb + sc, db + dc, prior.sd.powi(2), prior.df);
+        let k = kinds
+            .entry((prior.sd.to_bits(), prior.df.to_bits()))
+            .or_default();
+        k.0 += sb + sc;
+        k.1 += db + dc;
+    }
+    let (mut var, mut df) = (0.0, f64::INFINITY);
+    for members in units.values() {
+        let prior = members[0].prior;
+        let (ss, own) = kinds[&(prior.sd.to_bits(), prior.df.to_bits())];
+        let (s2, d) = pooled(ss, own, prior.sd.powi(2), prior.df);
         let procs = |side: fn(&FamilyCase) -> usize| {
             members.iter().map(|c| side(c)).min().unwrap_or(1).max(1) as f64
         };
@@ -189,7 +208,9 @@ pub fn shared_shift(cases: &[FamilyCase], drift: f64, resamples: usize) -> Optio
     }
     let boot = sd(&reps) * widen(nb.min(nc));
     let (procs, procs_df) = process_se(cases);
-    let (se, df) = if procs > boot {
+    // a term measured from 2 df or more (pooled over the family's units) is the spread
+    // the bootstrap of so few executions estimates, with more df; without, the larger
+    let (se, df) = if procs_df >= MEASURED_DF || procs > boot {
         (procs, procs_df.max(2.0))
     } else {
         (boot, ((nb + nc) as f64 - 2.0).max(2.0))

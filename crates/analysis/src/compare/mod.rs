@@ -276,6 +276,9 @@ struct PerCall {
     /// Per execution, the torch control over the host control of every sample that has
     /// both (the dispatch floor at equal host speed).
     dispatch: Vec<Vec<f64>>,
+    /// Per execution, the logs of its median host control and its median torch control,
+    /// over every sample that has both ([`dispatch_test`]).
+    controls: Vec<(f64, f64)>,
     /// The control the host-bound cases were divided by (`Raw` where the samples had none).
     used: Control,
     /// The median of every sample's host speed: its host control where the run has one,
@@ -322,6 +325,7 @@ fn per_call(
     let mut out = BTreeMap::new();
     let mut used = Control::Raw;
     let mut dispatch: BTreeMap<usize, Vec<f64>> = BTreeMap::new();
+    let mut both: BTreeMap<usize, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
     let mut speeds = Vec::new();
     let label = match control {
         Control::Host if use_host => Some(Control::Host),
@@ -335,6 +339,9 @@ fn per_call(
             if !e.host_ns.is_empty() && e.control_ns.len() == e.host_ns.len() {
                 let d = dispatch.entry(i).or_default();
                 d.extend(e.control_ns.iter().zip(&e.host_ns).map(|(t, h)| t / h));
+                let b = both.entry(i).or_default();
+                b.0.extend(&e.host_ns);
+                b.1.extend(&e.control_ns);
             }
             speeds.extend(if use_host { &e.host_ns } else { &e.control_ns });
             let by = label.zip(e.median_control()).filter(|_| host_timed);
@@ -351,20 +358,30 @@ fn per_call(
     PerCall {
         times: out,
         dispatch: dispatch.into_values().collect(),
+        controls: both
+            .into_values()
+            .map(|(h, t)| (stats::median(&h).ln(), stats::median(&t).ln()))
+            .collect(),
         used,
         host_speed: (!speeds.is_empty()).then(|| stats::median(&speeds)),
     }
 }
 
-/// The change of the dispatch floor at equal host speed: the logs of each execution's
-/// median torch control / host control, compared as a case with no prior, drift added.
+/// The change of the dispatch floor at equal host speed: each execution's median torch
+/// control against its median host control, by the analysis of covariance over the
+/// processes of both runs ([`stats::decide::covariate_test`]), so that a host whose state
+/// moves torch's dispatch and the plain CPU work unequally (processes of one build 1.4×
+/// apart) cancels; where the host control does not spread within a run, the logs of each
+/// execution's torch / host ratio, compared as a case with no prior. Drift added.
 /// `None` unless both runs have the host control in two or more executions.
 fn dispatch_test(bs: &PerCall, cs: &PerCall, drift: f64) -> Option<stats::decide::CaseTest> {
     if bs.used != Control::Host || cs.used != Control::Host {
         return None;
     }
-    let x = stats::decide::ExecLogs::from_groups(&bs.dispatch, &cs.dispatch)?;
-    Some(stats::decide::moderated_test(&x, None, drift))
+    stats::decide::covariate_test(&bs.controls, &cs.controls, drift).or_else(|| {
+        let x = stats::decide::ExecLogs::from_groups(&bs.dispatch, &cs.dispatch)?;
+        Some(stats::decide::moderated_test(&x, None, drift))
+    })
 }
 
 /// The run's samples have the build-independent host control.
