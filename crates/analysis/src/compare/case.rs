@@ -34,14 +34,9 @@ fn test_single(x: &[Vec<f64>], y: &[Vec<f64>], device: bool, drift: f64, s: Sett
 /// comparison's uncertainty is in the discovery; an interval wholly beyond ±3% on top
 /// found 58 of 128 host-bound cases of a planted +10% in the calibration runs, against 80%
 /// and more); `same` is equivalence by two one-sided tests. With one process a side
-/// (device time) a change must also clear the spread device times show between processes.
-fn case_verdict(
-    t: &stats::decide::CaseTest,
-    single: bool,
-    discovery: bool,
-    s: Settings,
-) -> Verdict {
-    let floor = if single { DEVICE_PROCESS_SPREAD } else { 0.0 };
+/// (device time) a change must also clear `floor`, what two processes' terms make
+/// ([`single_process_floor`]).
+fn case_verdict(t: &stats::decide::CaseTest, floor: f64, discovery: bool, s: Settings) -> Verdict {
     let intervals = stats::verdict::Intervals {
         change: (t.ratio, t.ratio),
         ..t.intervals(s.alpha)
@@ -56,14 +51,39 @@ fn case_verdict(
 /// torch control alone (a change of this op, measured without the dispatch's process-to-
 /// process noise) — with Benjamini–Hochberg over all of a timing mode's tests; `slower`
 /// still needs the composed ratio beyond the threshold.
+/// What the cases' decision reads besides their tests.
+#[derive(Clone, Copy)]
+pub(super) struct Judged<'a> {
+    /// The dispatch's own change ([`dispatch_test`]), composed with host-bound cases.
+    pub(super) dispatch: Option<&'a stats::decide::CaseTest>,
+    pub(super) raw: &'a BTreeSet<CaseKey>,
+    /// What the host-bound cases were divided by.
+    pub(super) used: Control,
+    /// Each kind's process term: a one-execution case's floor.
+    pub(super) terms: &'a [ProcessTermLine],
+}
+
 pub(super) fn decide_cases(
     lines: &mut [Line],
     tests: &[(usize, stats::decide::CaseTest, bool)],
-    dispatch: Option<&stats::decide::CaseTest>,
-    raw: &BTreeSet<CaseKey>,
-    used: Control,
+    j: Judged<'_>,
     s: Settings,
 ) {
+    let Judged {
+        dispatch,
+        raw,
+        used,
+        terms,
+    } = j;
+    // one process a side: nothing under what two processes' terms make can be called
+    let floor = |k: &CaseKey| {
+        let kind = rundir::noise::TermKind::of(k.mode);
+        let sd = terms
+            .iter()
+            .find(|t| t.kind == kind)
+            .map_or(kind.fallback(), |t| t.sd);
+        single_process_floor(sd, s.alpha)
+    };
     let host_bound = |k: &CaseKey| !k.mode.is_device() && !raw.contains(k);
     let composed: Vec<Option<stats::decide::CaseTest>> = tests
         .iter()
@@ -103,12 +123,11 @@ pub(super) fn decide_cases(
         } else {
             Control::Raw
         });
-        line.verdict = Some(case_verdict(&t, *single, discovery, s));
+        let floor = if *single { floor(&line.key) } else { 0.0 };
+        line.verdict = Some(case_verdict(&t, floor, discovery, s));
         line.ratio = Some(t.ratio);
         line.ratio_ci = Some(t.interval(1.0 - s.alpha));
         line.p = Some(t.p.min(own.p));
-        // one process a side: nothing under the spread between processes can be called
-        let floor = if *single { DEVICE_PROCESS_SPREAD } else { 0.0 };
         line.mde = Some(t.mde(s.alpha).max(floor));
         line.fails |= line.verdict == Some(Verdict::Slower);
         if *single && line.verdict == Some(Verdict::Ambiguous) && discovery {

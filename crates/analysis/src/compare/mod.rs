@@ -19,7 +19,8 @@
 //!
 //! A host-timed case with one execution on a side gets no speed verdict (flag
 //! `single-execution`): the noise between processes is unknown. A device case with one
-//! execution a side must also move beyond [`DEVICE_PROCESS_SPREAD`].
+//! execution a side must also move beyond what two processes' terms make
+//! ([`single_process_floor`]).
 //!
 //! **Host speed.** Host-timed, host-bound cases are divided by their execution's median
 //! host control before the test: by default the build-independent one (`host_ns`, plain
@@ -130,14 +131,16 @@ impl Line {
     }
 }
 
-/// How far a GPU-event time may move between processes of one build. In four A/A pairs
-/// of executions on the H200 (2026-11-30, two leases; 283 GPU-event rows each) ~2 µs
-/// kernels' `device` rows moved by up to 15.2% (a residual add 1.70 against 1.96 µs), with
-/// one-process intervals of ±0.1%, and at the default 5% threshold one execution a side
-/// gave 43 slower/faster verdicts over the four pairs (the 2026-11-30 runs saw 0.935–1.123).
-/// With one execution a side, a device row is called slower or faster only beyond this:
-/// none of those 43 is.
-pub const DEVICE_PROCESS_SPREAD: f64 = 0.2;
+/// The smallest change a device case of one execution a side may be called slower or
+/// faster by: what two processes' terms alone can make (one a side, each of sd `sd`, the
+/// kind's process term the runs carry: stored by `opbench ab`, else the project's measured
+/// figure, [`process_terms`]), as the mde of that spread at `alpha` with the prior's df
+/// ([`PROCESS_TERM_DF`]). One process's own samples cannot see it. With the device term's
+/// 3% it is ~16%; ~2 µs kernels' device rows moved by up to 15.2% between processes of one
+/// build in four A/A pairs on the H200 (2026-11-30).
+pub fn single_process_floor(sd: f64, alpha: f64) -> f64 {
+    stats::decide::mde(std::f64::consts::SQRT_2 * sd, PROCESS_TERM_DF, alpha)
+}
 
 /// Which host-speed control host-timed, host-bound cases are divided by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -425,6 +428,21 @@ pub struct Comparison {
 }
 
 impl Comparison {
+    /// The change a device-timed (`device`) case of one execution a side must exceed to
+    /// be called slower or faster ([`single_process_floor`] of this comparison's device
+    /// process term).
+    pub fn single_floor(&self) -> f64 {
+        let kind = rundir::noise::TermKind::Device;
+        let sd = self
+            .process_terms
+            .iter()
+            .find(|t| t.kind == kind)
+            .map_or(kind.fallback(), |t| t.sd);
+        single_process_floor(sd, self.settings.alpha)
+    }
+}
+
+impl Comparison {
     /// Lines with verdict `v` (`None`: without a speed verdict).
     pub fn count(&self, v: Option<Verdict>) -> usize {
         self.lines.iter().filter(|l| l.verdict == v).count()
@@ -584,8 +602,14 @@ pub fn compare(base: &Run, cand: &Run, s: Settings) -> Result<Comparison, Analys
     };
     let raw_drift = (drift.1.case.powi(2) + host_moved.powi(2)).sqrt();
     let tests = case_tests(&mut lines, &bs, &cs, &raw, (drift.0, drift.1), raw_drift, s);
-    decide_cases(&mut lines, &tests, dispatch.as_ref(), &raw, bs.used, s);
     let terms = process_terms(base.env.as_ref(), cand.env.as_ref());
+    let judged = Judged {
+        dispatch: dispatch.as_ref(),
+        raw: &raw,
+        used: bs.used,
+        terms: &terms,
+    };
+    decide_cases(&mut lines, &tests, judged, s);
     let sides = Sides {
         base: &bs,
         cand: &cs,

@@ -559,9 +559,9 @@ pub(super) fn setting_md(cmp: &Comparison) {
         println!(
             "- With one execution on a side the noise between processes is unknown: host-timed cases get no \
              speed verdict (flag `single-execution`), and a device-timed case is slower or faster only beyond \
-             {:.0}%, the spread GPU-event times showed between processes of one build. Run both builds with \
+             {:.0}%, what two processes' device terms alone can make. Run both builds with \
              OPBENCH_EXECUTIONS=3 or more.",
-            100.0 * analysis::compare::DEVICE_PROCESS_SPREAD
+            100.0 * cmp.single_floor()
         );
     }
 }
