@@ -30,10 +30,14 @@
 //! compute-bound cases ([`raw_cases`]) and GPU-event times are compared raw.
 //!
 //! **Families.** The shared shift of every host-bound case, of every device case, of each op
-//! in each mode, and the dispatch floor at equal host speed (torch control / host
-//! control, the build's own per-call cost): a geometric-mean ratio with executions
-//! resampled jointly across the cases ([`stats::family::shared_shift`]), judged like a case
-//! with `family_threshold` and Benjamini–Hochberg over the families. A change of a few
+//! in each mode, and the dispatch floor at equal host speed (the torch control against the
+//! host control over the processes, [`stats::decide::covariate_test`]: the build's own
+//! per-call cost, so that processes whose host state differs by 1.4× cancel): a
+//! geometric-mean ratio whose standard error is the process term measured in the runs (the
+//! spread of executions, pooled over the family's op crates of one kind;
+//! [`stats::family::shared_shift`]), judged like a case with `family_threshold` and
+//! Benjamini–Hochberg over the families. A host-bound family carries the host's drift
+//! between boots once, through the dispatch's test. A change of a few
 //! percent in every case, invisible case by case, is found here. The exit code counts
 //! slower families with the failing cases.
 //!
