@@ -558,4 +558,44 @@ pub(crate) mod tests {
         assert_eq!(benjamini_hochberg(&[0.2, 0.3], 0.05), vec![false, false]);
         assert!(benjamini_hochberg(&[], 0.05).is_empty());
     }
+
+    #[test]
+    fn the_covariance_test_cancels_a_host_state_the_controls_see_unequally() {
+        // three processes a side on hosts up to 1.4x apart; the torch control moves with
+        // the host's state s, the host control with s^0.5; the candidate's every call +5%
+        let mut rng = StdRng::seed_from_u64(31);
+        let noise = N::new(0.0, 0.003).unwrap();
+        let (mut found, mut missed) = (0, 0);
+        for _ in 0..20 {
+            let mut side = |shift: f64| -> Vec<(f64, f64)> {
+                (0..3)
+                    .map(|i| {
+                        let s = [0.0, 0.4f64.ln_1p(), 0.2f64.ln_1p()][i];
+                        (
+                            0.5 * s + noise.sample(&mut rng),
+                            s + shift + noise.sample(&mut rng),
+                        )
+                    })
+                    .collect()
+            };
+            let (b, c) = (side(0.0), side(0.05f64.ln_1p()));
+            let t = covariate_test(&b, &c, 0.0).unwrap();
+            let (lo, hi) = t.interval(0.95);
+            missed += usize::from(lo > 1.05 || hi < 1.05);
+            found += usize::from(lo > 1.015);
+            // the ratio of the controls leaves the host's state in: far wider
+            let ratio = |g: &[(f64, f64)]| g.iter().map(|p| p.1 - p.0).collect::<Vec<_>>();
+            let x = ExecLogs {
+                base: ratio(&b),
+                cand: ratio(&c),
+            };
+            assert!(moderated_test(&x, None, 0.0).se > 3.0 * t.se);
+        }
+        assert!(found >= 18, "{found} of 20");
+        assert!(missed <= 3, "{missed} of 20 intervals miss +5%");
+        // controls that move alike (slope 1): the ratio's test is the test
+        let alike: Vec<(f64, f64)> = (0..3).map(|i| (0.1 * i as f64, 0.1 * i as f64)).collect();
+        assert!(covariate_test(&alike, &alike, 0.0).is_none());
+        assert!(covariate_test(&alike[..1], &alike, 0.0).is_none());
+    }
 }
