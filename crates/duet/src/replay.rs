@@ -93,6 +93,7 @@ pub fn outcome(base: &Run, cand: &Run) -> Result<Outcome, ReplayError> {
             .ok()
             .and_then(|n| n.parse().ok())
             .unwrap_or(0),
+        budget_plan: None,
     })
 }
 

@@ -283,6 +283,8 @@ pub struct Outcome {
     /// Rounds that visited the device-timed cases alone, a full round no longer fitting
     /// the budget.
     pub device_only_rounds: u32,
+    /// The obligatory rounds' plan in the budget (`None`: a replayed run).
+    pub budget_plan: Option<crate::budget::BudgetPlan>,
 }
 
 /// Progress, after each case visit.
@@ -293,6 +295,8 @@ pub struct Progress {
     pub decided: usize,
     pub elapsed: Duration,
     pub budget: Duration,
+    /// The budget's plan, told once before any timing.
+    pub plan: Option<crate::budget::BudgetPlan>,
 }
 
 /// Why a comparison could not run at all (a case that fails is a row, never this).
@@ -304,6 +308,8 @@ pub enum DriverError {
     Protocol(String),
     #[error("--filter: {0}")]
     Filter(String),
+    #[error(transparent)]
+    Budget(#[from] crate::budget::TooShort),
 }
 
 pub(crate) fn ended(side: Option<Side>, status: Status, reason: &str) -> Ended {

@@ -52,9 +52,11 @@ pub struct Args {
     /// A regular expression on the case keys (`/decode/b(1|8|64)/`).
     #[arg(long)]
     filter: Option<String>,
-    /// The comparison's time in seconds: a round starts only if it fits (the first two
-    /// always run), then rounds of the device-timed cases alone while those fit. Default:
-    /// one second a case, at most 600.
+    /// The comparison's time in seconds, kept: the first two rounds are planned inside it
+    /// before any timing (fewer pairs a visit, else fewer cases, the rest listed as not
+    /// run; exit 2 naming the least budget where not even half fit), a visit starts only if
+    /// it ends inside it, and a later round only if it fits, then rounds of the
+    /// device-timed cases alone while those fit. Default: one second a case, at most 600.
     #[arg(long)]
     budget: Option<f64>,
     /// A case is `same` when its interval lies inside ± this percentage, `slower` or
@@ -346,6 +348,10 @@ pub fn run(a: &Args) -> Result<u8, CliError> {
     // one line every ~10 s at most: a round's end does not print the same line again
     let mut last = std::time::Instant::now();
     let mut tell = |p: &Progress| {
+        if let Some(plan) = &p.plan {
+            eprintln!("{}", plan.line());
+            return;
+        }
         if last.elapsed() >= Duration::from_secs(10) {
             last = std::time::Instant::now();
             eprintln!(
