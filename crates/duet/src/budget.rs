@@ -105,9 +105,8 @@ pub fn plan(
     budget: Duration,
 ) -> Result<BudgetPlan, TooShort> {
     let rounds = rounds.max(1);
-    let cost = |cases: usize, p: usize| {
-        spent + (starts + prior.visit(p) * cases as u32) * rounds as u32
-    };
+    let cost =
+        |cases: usize, p: usize| spent + (starts + prior.visit(p) * cases as u32) * rounds as u32;
     let room = budget.mul_f64(PLANNED_SHARE);
     let min_pairs = MIN_PAIRS.min(pairs.max(1));
     let least = cost(listed, min_pairs).mul_f64(1.0 / PLANNED_SHARE);
@@ -157,9 +156,9 @@ pub fn pairs_that_fit(
     max: usize,
 ) -> Option<usize> {
     let room = left.mul_f64(PLANNED_SHARE);
-    (2..=max.max(2)).rev().find(|&p| {
-        starts + (fixed + pair * p as u32) * visits as u32 <= room
-    })
+    (2..=max.max(2))
+        .rev()
+        .find(|&p| starts + (fixed + pair * p as u32) * visits as u32 <= room)
 }
 
 #[cfg(test)]

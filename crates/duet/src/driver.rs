@@ -334,7 +334,11 @@ fn refit_pairs(
     max: usize,
 ) -> usize {
     let (mut fixed, mut pair) = (Vec::new(), Vec::new());
-    for c in lists.iter().flatten().filter(|c| c.visits > 0 && !c.pairs.is_empty()) {
+    for c in lists
+        .iter()
+        .flatten()
+        .filter(|c| c.visits > 0 && !c.pairs.is_empty())
+    {
         let pairs_ns: f64 = c.pairs.iter().map(Pair::cost_ns).sum();
         fixed.push((c.spent.as_nanos() as f64 - pairs_ns).max(0.0));
         pair.push(pairs_ns / c.pairs.len() as f64);

@@ -29,6 +29,7 @@ mod plan;
 pub mod replay;
 pub mod solo;
 pub mod state;
+pub mod tolerance;
 pub mod verdict;
 mod visit;
 pub mod worker;

@@ -30,10 +30,11 @@ impl std::fmt::Debug for Group<'_> {
 /// What the driver is told: every knob is an `opbench ab` option.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
-    /// A case is `same` when its interval lies inside ± this (a fraction).
-    pub tolerance: f64,
+    /// A case is `same` when its interval lies inside ± this (a fraction); `None`: from
+    /// the term the run measured ([`crate::tolerance`]).
+    pub tolerance: Option<f64>,
     /// The same for a family and the global verdicts.
-    pub family_tolerance: f64,
+    pub family_tolerance: Option<f64>,
     /// The time one sample aims at.
     pub sample: Duration,
     /// Warm-up per side per visit.
@@ -87,8 +88,8 @@ impl Placement {
 impl Default for Settings {
     fn default() -> Self {
         Settings {
-            tolerance: 0.03,
-            family_tolerance: 0.015,
+            tolerance: None,
+            family_tolerance: None,
             sample: Duration::from_millis(10),
             warmup: Duration::from_millis(50),
             budget: Budget::Total(Duration::from_secs(600)),

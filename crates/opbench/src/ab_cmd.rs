@@ -60,12 +60,15 @@ pub struct Args {
     #[arg(long)]
     budget: Option<f64>,
     /// A case is `same` when its interval lies inside ± this percentage, `slower` or
-    /// `faster` when wholly beyond it.
-    #[arg(long, default_value_t = 3.0)]
-    tolerance: f64,
-    /// The same for a family of cases and the global verdicts.
-    #[arg(long, default_value_t = 1.5)]
-    family_tolerance: f64,
+    /// `faster` when wholly beyond it. Default: from the term the run measured, per kind
+    /// of case (3 × a case's between-round sd, from 1% to 3%; docs/method.md,
+    /// "Tolerances").
+    #[arg(long)]
+    tolerance: Option<f64>,
+    /// The same for a family of cases and the global verdicts. Default: 3 × the
+    /// measured process term of the kind, from 0.5% to 1.5%.
+    #[arg(long)]
+    family_tolerance: Option<f64>,
     /// The wall-clock time each sample aims at, in ms.
     #[arg(long, default_value_t = 10.0)]
     sample_ms: f64,
@@ -179,8 +182,11 @@ fn settings(a: &Args) -> Result<Settings, CliError> {
         None => None,
     };
     Ok(Settings {
-        tolerance: pct(a.tolerance, "--tolerance")?,
-        family_tolerance: pct(a.family_tolerance, "--family-tolerance")?,
+        tolerance: a.tolerance.map(|t| pct(t, "--tolerance")).transpose()?,
+        family_tolerance: a
+            .family_tolerance
+            .map(|t| pct(t, "--family-tolerance"))
+            .transpose()?,
         sample: ms(a.sample_ms, "--sample-ms")?.max(Duration::from_micros(100)),
         warmup: ms(a.warmup_ms, "--warmup-ms")?,
         budget: budget.map_or(
