@@ -375,6 +375,9 @@ fn visit_round(
 ) -> Result<Duration, DriverError> {
     let mut starts = Duration::ZERO;
     let mut cost = VisitCost::default();
+    // the first round: its visits stop once the rest of it and the second round no longer
+    // fit (the rest of its cases are then listed as not run)
+    let mut full = false;
     for (g, list) in groups.iter_mut().zip(lists.iter_mut()) {
         let mut order: Vec<usize> = (0..list.len())
             .filter(|&i| {
@@ -388,7 +391,7 @@ fn visit_round(
         order.shuffle(&mut rand::rngs::StdRng::seed_from_u64(
             settings.seed + u64::from(round),
         ));
-        if t0.elapsed() + cost.start + cost.visit(settings, pairs.0.max(pairs.1)) > budget {
+        if full || t0.elapsed() + cost.start + cost.visit(settings, pairs.0.max(pairs.1)) > budget {
             stop_round(list, &order, round, budget);
             continue;
         }
@@ -405,6 +408,19 @@ fn visit_round(
             if t0.elapsed() + cost.visit(settings, k) > budget {
                 stop_round(list, &order[n..], round, budget);
                 break;
+            }
+            if round == 0 && cost.visits >= 2 {
+                // what the first visits cost says whether this case and its second visit
+                // still fit, beside the second visits of those before it and the second
+                // round's starts (as long as this one's so far)
+                let v = cost.visit(settings, k);
+                let v1 = cost.visit(settings, crate::budget::MIN_PAIRS);
+                let need = t0.elapsed() + starts + v + v1 * (tally.visited + 1) as u32;
+                if need > budget.mul_f64(0.95) {
+                    full = true;
+                    stop_round(list, &order[n..], round, budget);
+                    break;
+                }
             }
             let v0 = Instant::now();
             visit(&mut duo, &mut list[i], round, settings, k)?;
@@ -462,7 +478,7 @@ fn stop_round(list: &mut [CaseRun], rest: &[usize], round: u32, budget: Duration
             None,
             Status::Skipped,
             &format!(
-                "not run: the {:.0} s budget ended before its first visit",
+                "not run: its first visit and a second no longer fitted the {:.0} s budget",
                 budget.as_secs_f64()
             ),
         ));
