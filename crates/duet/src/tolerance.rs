@@ -51,7 +51,8 @@ impl Tol {
                 frac,
                 source: Source::Given,
             },
-            (None, Some(t)) if t.is_finite() => Tol {
+            // a term the rounds could not tell from their sampling (0) is no measurement
+            (None, Some(t)) if t.is_finite() && t > 0.0 => Tol {
                 frac: (TERMS * t).clamp(floor, fixed),
                 source: Source::Term(t),
             },
@@ -148,5 +149,6 @@ mod tests {
         assert!(t.describe().contains("cap"), "{}", t.describe());
         assert_eq!(Tol::of(Some(0.05), Some(0.02), 0.01, 0.03).frac, 0.05);
         assert_eq!(Tol::of(None, None, 0.01, 0.03).source, Source::Fixed);
+        assert_eq!(Tol::of(None, Some(0.0), 0.01, 0.03).source, Source::Fixed);
     }
 }

@@ -73,7 +73,7 @@ case $part in
   cpu) export OPBENCH_DEVICE=cpu OPBENCH_DTYPE=f32 OPBENCH_MODES=pipelined
        CAL_FILTER='rmsnorm/.*/decode/b1/' CAL_BENCHES=rmsnorm
        export CAL_FILTER CAL_BENCHES
-       plant a1 "${BUDGET_A:-20}"; knob k_cpu "OMP_NUM_THREADS=1" "${BUDGET_S:-20}" ;;
+       plant a1 "${BUDGET_A:-30}"; knob k_cpu "OMP_NUM_THREADS=1" "${BUDGET_S:-40}" ;;
   *) echo "go.sh: PART $part: expected a, b, c or cpu" >&2; exit 2 ;;
 esac
 tar czf "$out/runs-$part.tgz" -C "$runs" .
