@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 /// The fewest pairs a visit takes in the obligatory rounds: a round's median of fewer
-/// has no spread of its own to be priced by ([`crate::plan`]).
+/// has no spread of its own to be priced by (the plan of the later rounds).
 pub const MIN_PAIRS: usize = 3;
 
 /// The share of the budget the obligatory rounds are planned into: the rest is kept for
