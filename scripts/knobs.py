@@ -37,7 +37,7 @@ from pathlib import Path
 import paired as p
 import run as r
 
-FIELDS = ("name", "values", "crates", "said", "source", "ran")
+FIELDS = ("name", "values", "crates", "said", "source", "ran", "launch")
 CRATES = ("linear", "rmsnorm", "rope", "kvcache", "sdpa")
 PER_VALUE = 120.0
 
@@ -88,6 +88,8 @@ def load(path):
         missing = [f for f in FIELDS if f not in k]
         if missing:
             r.fail(f"{path}: knob {i + 1} ({k.get('name', '?')}) lacks {', '.join(missing)}")
+        if not isinstance(k["launch"], bool):
+            r.fail(f"{path}: {k['name']}: launch must be true (it acts on what each launch costs) or false")
         bad = [c for c in k["crates"] if c not in CRATES]
         if bad or not k["values"]:
             r.fail(f"{path}: {k['name']}: crates must be of {', '.join(CRATES)} and values not empty")
@@ -255,8 +257,9 @@ def bench_knobs(args):
     if price is None:
         every = f"/{model}/decode/b{batch_of(filt)}/|^floor/|^ceiling/"
         price = pricing_run(env, opbench, runs / f"{run_id}-price", every, peer)
-    # on the CPU the cold modes run through scripts/bench only: ab times pipelined
-    env["OPBENCH_MODES"] = p.ab_modes(env) or "pipelined"
+    # on the CPU the cold modes run through scripts/bench only: ab times pipelined; on a
+    # GPU a knob that acts on launches is timed by the launch measure too (`device`)
+    user_modes = env.get("OPBENCH_MODES")
     r.say(f"{len(plan)} knob value(s) of {path.name}, ~{share:.0f} s each, cases matching {filt}")
     rows = []
     for i, (k, value) in enumerate(plan, 1):
@@ -272,7 +275,8 @@ def bench_knobs(args):
             cmd += ["--base-env", v, "--cand-env", v]
         if peer:
             cmd += ["--base-python", py, "--cand-python", py]
-        code = subprocess.run(cmd, env=env).returncode
+        modes = user_modes or p.ab_modes({**env, "OPBENCH_MODES": ""}, launch=k["launch"]) or "pipelined"
+        code = subprocess.run(cmd, env={**env, "OPBENCH_MODES": modes}).returncode
         fams, step = families(runs / f"{name}-ab.csv")
         rows.append((k, value, code, fams, step, runs / f"{name}-base"))
     table = summary(rows)

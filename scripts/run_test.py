@@ -29,7 +29,8 @@ def main():
     assert paired.ab_modes({"OPBENCH_TORCH_PYTHON": "x"}) is None
     paired.has_gpu = lambda py: True
     run.say = lambda *a, **k: None
-    assert paired.ab_modes({"OPBENCH_TORCH_PYTHON": "x"}) == "pipelined,graph"
+    assert paired.ab_modes({"OPBENCH_TORCH_PYTHON": "x"}) == "pipelined,graph,device"
+    assert paired.ab_modes({"OPBENCH_TORCH_PYTHON": "x"}, launch=False) == "pipelined,graph"
     # help is text: scripts/bench's -h/--help, with --knobs or --against too, runs nothing;
     # after `--` they are criterion's
     assert run.wants_help(["--knobs", "--help"]) and run.wants_help(["-h"])
