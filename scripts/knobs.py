@@ -213,6 +213,13 @@ def step_ns(run_dir, case):
     return None
 
 
+def touched(fams, crates):
+    """The families of the crates a knob touches (`linear pipelined (host-bound)`, `linear
+    pipelined from Python (host-bound)`, …: a family's name begins with its op), as cells."""
+    names = sorted(n for n in fams if n.split(" ")[0] in crates)
+    return "; ".join(f"{n}: {cell(fams, n)}" for n in names) or "-"
+
+
 def cell(fams, name):
     v = fams.get(name)
     return "-" if v is None else f"{v[0]} ({(v[1] - 1) * 100:+.1f}%)"
@@ -347,12 +354,14 @@ def price_knobs(opbench, price, batch, peer, tables):
 
 
 def summary(rows):
-    """The knobs' table: per knob value what its pair found (the verdicts of its host-bound
-    and device-timed cases and of the HF step) and, where the HF step ran, its tokens/s
+    """The knobs' table: per knob value what its pair found (the verdicts of the families of
+    the crates it touches, of all its host-bound and device-timed cases beside them, and of
+    the HF step) and, where the HF step ran, its tokens/s
     unset and set in the pair's two processes (one sequence: 1e9 / the step's ns). What to
     do is said once, by the priced rows below it (`opbench predict --knob`)."""
-    lines = ["| knob | ab exit | host-bound cases | device cases | HF step | tokens/s unset → set (the pair) |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| knob | ab exit | its crates' families | all host-bound cases | all device cases | HF step "
+             "| tokens/s unset → set (the pair) |",
+             "|---|---|---|---|---|---|---|"]
     for k, value, code, fams, step, base in rows:
         tok = "-"
         if step is not None:
@@ -360,7 +369,8 @@ def summary(rows):
             if ns:
                 tok = f"{1e9 / ns:.1f} → {1e9 / (ns * step[1]):.1f}"
         hf = "-" if step is None else f"{step[0]} ({(step[1] - 1) * 100:+.1f}%)"
-        lines.append(f"| {k['name']}={value} | {code} | {cell(fams, 'all host-bound cases')} | "
+        lines.append(f"| {k['name']}={value} | {code} | {touched(fams, k['crates'])} | "
+                     f"{cell(fams, 'all host-bound cases')} | "
                      f"{cell(fams, 'all device cases')} | {hf} | {tok} |")
     return "\n".join(lines) + "\n"
 

@@ -404,6 +404,17 @@ def run_peer(env, into, args=()):
     return took
 
 
+def stack_checks(env, run):
+    """doctor's checks of this stack (scripts/doctor.py --checks) into the run as stack.json:
+    what would help says from them whether each remedy can run here."""
+    py = env.get("OPBENCH_TORCH_PYTHON") or sys.executable
+    dev = "cpu" if env.get("OPBENCH_DEVICE") == "cpu" else "all"
+    out = subprocess.run([py, str(ROOT / "scripts" / "doctor.py"), "--checks", "--device", dev,
+                          "--gpu", env.get("OPBENCH_GPU", "0")], capture_output=True, text=True, env=env)
+    if out.returncode == 0 and run.is_dir():
+        (run / "stack.json").write_text(out.stdout)
+
+
 def doctor(args):
     """`opbench doctor` (built with libtorch) for the Python builds use: its exit code."""
     env = build_env()
@@ -629,6 +640,7 @@ def bench(args):
         if cargo(t, "bench", *args, check=False) != 0:
             say("the trace pass failed; the timed rows are kept")
     unsupported_reasons(run / lay["results"])
+    stack_checks(env, run)
     # a machine busy with other work is named at the end and in env.json (analysis::busy)
     if (run / lay["env"]).exists():
         subprocess.run([str(opbench_exe(env)), "state", str(run), "--busy"], env=env)

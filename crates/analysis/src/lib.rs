@@ -21,6 +21,7 @@
 
 pub mod build;
 pub mod busy;
+pub mod ceiling;
 pub mod compare;
 pub mod explain;
 pub mod export;
@@ -35,6 +36,7 @@ pub mod merge;
 pub mod predict;
 pub mod publish;
 pub mod report;
+pub mod stack;
 pub mod state;
 pub mod traced;
 

@@ -68,7 +68,7 @@ fn table(b: usize, rows: &[Lever]) -> String {
         .find(|l| l.name == AS_IS)
         .and_then(Lever::tokens_per_s);
     let mut md = format!(
-        "B = {b}:\n\n| change | ms/step | tokens/s | per stream | gain | measured ms | check |\n|---|---|---|---|---|---|---|\n"
+        "B = {b}:\n\n| change | ms/step | tokens/s | per stream | gain | measured ms | check | runs here |\n|---|---|---|---|---|---|---|---|\n"
     );
     let ms = |v: Option<f64>| v.map_or("-".into(), |ns| format!("{:.2}", ns / 1e6));
     for l in rows {
@@ -80,9 +80,16 @@ fn table(b: usize, rows: &[Lever]) -> String {
             .unpriced
             .as_deref()
             .map_or(String::new(), |w| format!(" (not priced: {w})"));
+        let here = match &l.here {
+            crate::help::Here::Runs(_) => "yes".to_string(),
+            other => format!("{}: {}", other.word(), other.why().replace('|', "/")),
+        };
+        let interval = l.interval.map_or(String::new(), |(lo, hi)| {
+            format!(" [{:.2}, {:.2}]", lo / 1e6, hi / 1e6)
+        });
         let _ = writeln!(
             md,
-            "| {}{} | {} | {} | {} | {gain} | {} | {} |",
+            "| {}{} | {}{interval} | {} | {} | {gain} | {} | {} | {here} |",
             l.name,
             how.replace('|', "/"),
             ms(l.predicted_ns),
