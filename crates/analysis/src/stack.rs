@@ -76,16 +76,16 @@ impl Stack {
             (s.triton, s.graph, s.aotriton, s.hipblaslt) = (no(), no(), no(), no());
             return s;
         }
-        s.from_rows(run);
+        s.learn_from_rows(run);
         if let Some(doc) = read_json(&run.dir.join(STACK_JSON)) {
-            s.from_doctor(&doc);
+            s.learn_from_doctor(&doc);
         }
         s
     }
 
     /// What the run's rows show: graph-mode rows or the peer's graph captured (graphs), the
     /// peer's torch.compile graphs ran or said why not (Triton).
-    fn from_rows(&mut self, run: &Run) {
+    fn learn_from_rows(&mut self, run: &Run) {
         let site = |names: &[&str]| {
             run.results
                 .iter()
@@ -113,7 +113,7 @@ impl Stack {
     }
 
     /// doctor's checks (`stack.json`), over what the rows showed.
-    fn from_doctor(&mut self, doc: &serde_json::Value) {
+    fn learn_from_doctor(&mut self, doc: &serde_json::Value) {
         let said = |v: &serde_json::Value, ok: &str, yes: &str| -> Option<Check> {
             let why = v
                 .get("why")

@@ -300,7 +300,10 @@ fn a_budget_is_kept_by_fewer_pairs_or_fewer_cases_or_refused() {
     );
     // and every case it ran took both obligatory rounds, so each has a verdict
     let ran: Vec<_> = outcome.cases.iter().filter(|c| c.ended.is_none()).collect();
-    assert!(!ran.is_empty() && ran.iter().all(|c| c.visits >= 2), "took {took:.2} s");
+    assert!(
+        !ran.is_empty() && ran.iter().all(|c| c.visits >= 2),
+        "took {took:.2} s"
+    );
     // a budget that fits not half of the grid is refused, naming the least it needs
     let rng = Rc::new(RefCell::new(StdRng::seed_from_u64(1)));
     let (r1, r2) = (rng.clone(), rng.clone());
