@@ -1,4 +1,4 @@
-"""`scripts/bench --knobs [NAME...] [--budget S] [--price RUN] [-- FILTER]`: which of my settings would help.
+"""`scripts/bench --knobs [NAME...] [--budget S] [--price RUN] [-- FILTER]`: which settings help.
 
 Each runtime knob of this machine's backend (knobs/cuda.toml, knobs/rocm.toml or
 knobs/cpu.toml: data, one file a backend) is compared, value by value, against the same
@@ -148,6 +148,10 @@ def parse(args):
             r.fail("--price needs a run directory with a results.csv (scripts/bench makes one)")
         price = Path(rest[i + 1])
         del rest[i:i + 2]
+    flags = [a for a in rest if a.startswith("-")]
+    if flags:
+        r.fail(f"--knobs {flags[0]}: not an option here (--budget S, --price RUN, -- FILTER); each "
+               "knob runs the crates it touches: a filter after -- narrows their cases")
     names = [a for a in rest if not a.startswith("-")]
     return names, budget, price, filt
 

@@ -68,6 +68,9 @@ def main():
 
 
 def newcomer_screens():
+    # --knobs takes no -p: it would read the crate's name as a knob's
+    assert exits_2(knobs.parse, ["OMP_NUM_THREADS", "-p", "rmsnorm", "--", "/decode/b1/"])
+    assert knobs.parse(["OMP_NUM_THREADS", "--budget", "20", "--", "/decode/b1/"])[0] == ["OMP_NUM_THREADS"]
     """The peer follows the bench's filter; GPU-only modes are refused on a CPU; a verb's help
     is its own and short; long lines are wrapped."""
     assert run.peer_filter(["-p", "rmsnorm", "--", "/decode/b1/"]) == ["--filter", "/decode/b1/"]
