@@ -19,6 +19,7 @@
 //! - [`history::history`]: many runs as series of builds per machine, with change points
 //!   (E-Divisive with a t-test); [`history_report::write_history_report`] draws the trends.
 
+pub mod answer;
 pub mod build;
 pub mod busy;
 pub mod ceiling;

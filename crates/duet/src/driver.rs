@@ -174,42 +174,34 @@ pub fn run(
     settings: &Settings,
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<Outcome, DriverError> {
-    if let Some(f) = &settings.filter {
-        regex::Regex::new(f).map_err(|e| DriverError::Filter(e.to_string()))?;
-    }
+    check_filter(settings)?;
     let t0 = Instant::now();
-    let mut envs = (None, None);
-    let mut lists = Vec::new();
-    let mut starts = Duration::ZERO;
-    for g in groups.iter_mut() {
-        lists.push(group_cases(g, settings, &mut envs, &mut starts)?);
-    }
+    let (mut lists, envs, starts) = list_cases(groups, settings)?;
     let listed: usize = lists.iter().flatten().filter(|c| c.ended.is_none()).count();
     let budget = settings.budget.for_cases(listed);
     let looks = settings.looks;
-    let first = looks.first.min(looks.max);
     let plan_of = crate::budget::plan(
         listed,
-        first,
+        looks.first.min(looks.max),
         settings.pairs.max(1),
         visit_prior(settings),
         (starts, t0.elapsed()),
         budget,
     )?;
     not_run(&mut lists, plan_of.cases, budget);
-    let timed: usize = lists.iter().flatten().filter(|c| c.ended.is_none()).count();
+    let cases = lists.iter().flatten().filter(|c| c.ended.is_none()).count();
+    let (visited, decided, elapsed, plan) = (0, 0, t0.elapsed(), Some(plan_of));
     let mut tally = Progress {
-        visited: 0,
-        cases: timed,
-        decided: 0,
-        elapsed: t0.elapsed(),
+        visited,
+        cases,
+        decided,
+        elapsed,
         budget,
-        plan: Some(plan_of),
+        plan,
     };
     progress(&tally);
     tally.plan = None;
-    // (host-timed, device-timed) pairs a visit: the budget's plan until two rounds show
-    // better
+    // (host-timed, device-timed) pairs a visit: the budget's plan until two rounds show better
     let mut pairs = (plan_of.pairs, plan_of.pairs);
     let mut plan: Option<(Visit, Visit)> = None;
     let mut last_round: Option<LastRound> = None;
@@ -220,19 +212,18 @@ pub fn run(
         if visiting.0 + visiting.1 == 0 {
             break;
         }
+        let left = budget.saturating_sub(t0.elapsed());
         let visits = if (round as usize) < looks.first {
             if round > 0 {
-                let left = budget.saturating_sub(t0.elapsed());
                 let k = refit_pairs(&lists, last_round, left, plan_of.pairs);
                 pairs = (k, k);
             }
             visiting
         } else {
-            let left = budget.saturating_sub(t0.elapsed());
-            match next_visits(visiting, plan, pairs, last_round, left) {
-                Some(v) => v,
-                None => break,
-            }
+            let Some(v) = next_visits(visiting, plan, pairs, last_round, left) else {
+                break;
+            };
+            v
         };
         let device_only = visits.0 == 0 && visiting.0 > 0;
         device_only_rounds += u32::from(device_only);
@@ -259,16 +250,10 @@ pub fn run(
                 planned_pairs(&all, false, settings.max_pairs),
                 planned_pairs(&all, true, settings.max_pairs),
             );
-            pairs = (h.pairs, d.pairs);
-            plan = Some((h, d));
+            (pairs, plan) = ((h.pairs, d.pairs), Some((h, d)));
         }
         if looks.is_look(round as usize + 1) {
-            let all: Vec<&CaseRun> = lists.iter().flatten().collect();
-            let decided = crate::verdict::decided(&all, settings);
-            for c in lists.iter_mut().flatten() {
-                c.decided = decided.contains(&c.name);
-            }
-            tally.decided = decided.len();
+            tally.decided = look(&mut lists, settings);
             progress(&tally);
         }
     }
@@ -283,6 +268,47 @@ pub fn run(
         device_only_rounds,
         budget_plan: Some(plan_of),
     })
+}
+
+/// Every group's cases, listed by starting its workers: the lists, the two sides'
+/// environments and what the workers' starts took.
+#[allow(clippy::type_complexity)]
+fn list_cases(
+    groups: &mut [Group<'_>],
+    settings: &Settings,
+) -> Result<
+    (
+        Vec<Vec<CaseRun>>,
+        (Option<serde_json::Value>, Option<serde_json::Value>),
+        Duration,
+    ),
+    DriverError,
+> {
+    let mut envs = (None, None);
+    let mut lists = Vec::new();
+    let mut starts = Duration::ZERO;
+    for g in groups.iter_mut() {
+        lists.push(group_cases(g, settings, &mut envs, &mut starts)?);
+    }
+    Ok((lists, envs, starts))
+}
+
+/// The settings' filter compiles as a regular expression.
+fn check_filter(settings: &Settings) -> Result<(), DriverError> {
+    if let Some(f) = &settings.filter {
+        regex::Regex::new(f).map_err(|e| DriverError::Filter(e.to_string()))?;
+    }
+    Ok(())
+}
+
+/// A look at every case so far: those decided stop being visited; how many are.
+fn look(lists: &mut [Vec<CaseRun>], settings: &Settings) -> usize {
+    let all: Vec<&CaseRun> = lists.iter().flatten().collect();
+    let decided = crate::verdict::decided(&all, settings);
+    for c in lists.iter_mut().flatten() {
+        c.decided = decided.contains(&c.name);
+    }
+    decided.len()
 }
 
 /// A visit's cost before any is timed: the settings' sample and warm-up, and a prepare of

@@ -7,7 +7,7 @@ use crate::help::{AS_IS, Lever};
 
 /// The section for each model the run prices a step of on `on`, at the report's cache
 /// length, one table per measured batch and a chart of the smallest batch priced, and the
-/// answer's lines ([`crate::help::answer`]) at that batch for the first model. Empty where
+/// answer's lines ([`crate::answer::answer`]) at that batch for the first model. Empty where
 /// no batch is priced.
 pub(super) fn what_would_help(ctx: &Ctx, on: On) -> Result<(String, Vec<String>), AnalysisError> {
     let mut md = String::new();
@@ -33,7 +33,7 @@ pub(super) fn what_would_help(ctx: &Ctx, on: On) -> Result<(String, Vec<String>)
             tables += &table(b, &rows);
             if answer.is_empty() {
                 let generate = crate::generate::price(ctx.run, &q, &pred);
-                answer = crate::help::answer(&q, &pred, &rows, generate.as_ref());
+                answer = crate::answer::answer(&q, &pred, &rows, generate.as_ref());
                 if let Some(first) = answer.first_mut() {
                     *first = format!("{first} ({}, B = {b}, L = {ctx_len})", cfg.name);
                 }

@@ -446,6 +446,26 @@ pub fn step_check(pred: &Prediction, c: &analysis::traced::StepCheck) {
     }
 }
 
+/// The lines under a row of what would help: its priced interval, how a derived figure was
+/// made, and why it cannot run here.
+fn row_notes(l: &analysis::help::Lever) {
+    if let Some((lo, hi)) = l.interval {
+        say!(
+            "    priced interval: {:.3} to {:.3} ms/step ({:.1} to {:.1} tokens/s)",
+            lo / 1e6,
+            hi / 1e6,
+            l.batch as f64 * 1e9 / hi,
+            l.batch as f64 * 1e9 / lo
+        );
+    }
+    if let Some(how) = &l.derived {
+        say!("    (d) derived, not measured with it: {how}");
+    }
+    if !matches!(l.here, analysis::help::Here::Runs(_)) {
+        say!("    here {}: {}", l.here.word(), l.here.why());
+    }
+}
+
 /// What would help, ranked: each change's predicted step and tokens/s, its gain over the
 /// step as it is, and its measured counterpart; the unpriced ones say what to run.
 pub fn what_would_help(levers: &[analysis::help::Lever], bound: &analysis::help::Lever) {
@@ -522,22 +542,14 @@ pub fn what_would_help(levers: &[analysis::help::Lever], bound: &analysis::help:
                 say!("    not priced: {}", l.unpriced.as_deref().unwrap_or("-"));
             }
         }
-        if let Some((lo, hi)) = l.interval {
-            say!(
-                "    priced interval: {:.3} to {:.3} ms/step ({:.1} to {:.1} tokens/s)",
-                lo / 1e6,
-                hi / 1e6,
-                l.batch as f64 * 1e9 / hi,
-                l.batch as f64 * 1e9 / lo
-            );
-        }
-        if let Some(how) = &l.derived {
-            say!("    (d) derived, not measured with it: {how}");
-        }
-        if !matches!(l.here, analysis::help::Here::Runs(_)) {
-            say!("    here {}: {}", l.here.word(), l.here.why());
-        }
+        row_notes(l);
     }
+    help_footer(levers, bound);
+}
+
+/// What would help's last lines: the `here` legend, predicted over measured where the run
+/// measured a change, and the physical limit.
+fn help_footer(levers: &[analysis::help::Lever], bound: &analysis::help::Lever) {
     say!(
         "  here: yes, the change can run on this stack; no, it cannot (why, below it); ?, nothing checked it (scripts/doctor)"
     );
