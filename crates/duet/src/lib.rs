@@ -25,6 +25,7 @@
 mod ask;
 pub mod budget;
 pub mod driver;
+pub mod kind;
 mod plan;
 pub mod replay;
 pub mod solo;

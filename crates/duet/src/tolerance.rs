@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::verdict::Kind;
+use crate::kind::Kind;
 
 /// The least tolerance a case's verdict takes, and a family's.
 pub const CASE_FLOOR: f64 = 0.01;
