@@ -15,6 +15,9 @@ Prints one JSON object on stdout (`opbench doctor` reads it and prints the scree
 - `smoke`: each op of a Qwen3 decode step run once under torch.profiler: where its output
   lives, the kernels it launched, and the host syncs and copies to the host it made.
 
+`--checks`: torch, the GPU, BLAS, Triton, the knobs, SDPA and graph capture only: what
+analysis::stack reads for what would help (scripts/bench writes it as a run's stack.json).
+
 Nothing here times anything. Exit 0 whatever it finds (`opbench doctor` judges); 2 on
 bad arguments.
 """
@@ -286,6 +289,8 @@ def main(argv):
     ap.add_argument("--device", choices=("cpu", "gpu", "all"), default="all")
     ap.add_argument("--gpu", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="torch and the GPU only (scripts/bench's check)")
+    ap.add_argument("--checks", action="store_true",
+                    help="what the remedies need only (Triton, graph capture, SDPA backends, knobs): a run's stack.json")
     a = ap.parse_args(argv)
     t0 = time.monotonic()
     try:
@@ -300,9 +305,7 @@ def main(argv):
         print(json.dumps(out))
         return 0
     out["blas"] = blas(torch)
-    out["tracer"] = tracer(torch)
     out["triton"] = triton()
-    out["transformers"] = transformers()
     backend = out["torch"]["build"] if g["available"] else "cpu"
     out["knobs"] = knob_facts(backend, g.get("arch"))
     use_gpu = g["available"] and a.device != "cpu"
@@ -310,6 +313,11 @@ def main(argv):
     dtype = torch.float16 if use_gpu else torch.float32
     out["sdpa"] = sdpa_backends(torch, dev, dtype)
     out["graph"] = graph(torch, dev) if use_gpu else {"ok": False, "why": "no GPU"}
+    if a.checks:
+        print(json.dumps(out))
+        return 0
+    out["tracer"] = tracer(torch)
+    out["transformers"] = transformers()
     out["smoke"] = smoke(torch, dev, dtype)
     out["seconds"] = round(time.monotonic() - t0, 1)
     print(json.dumps(out))

@@ -1,4 +1,4 @@
-"""`scripts/bench --knobs [NAME...] [--budget S] [--price RUN] [-- FILTER]`: which of my settings would help.
+"""`scripts/bench --knobs [NAME...] [--budget S] [--price RUN] [-- FILTER]`: which settings help.
 
 Each runtime knob of this machine's backend (knobs/cuda.toml, knobs/rocm.toml or
 knobs/cpu.toml: data, one file a backend) is compared, value by value, against the same
@@ -37,7 +37,7 @@ from pathlib import Path
 import paired as p
 import run as r
 
-FIELDS = ("name", "values", "crates", "said", "source", "ran")
+FIELDS = ("name", "values", "crates", "said", "source", "ran", "launch")
 CRATES = ("linear", "rmsnorm", "rope", "kvcache", "sdpa")
 PER_VALUE = 120.0
 
@@ -88,6 +88,8 @@ def load(path):
         missing = [f for f in FIELDS if f not in k]
         if missing:
             r.fail(f"{path}: knob {i + 1} ({k.get('name', '?')}) lacks {', '.join(missing)}")
+        if not isinstance(k["launch"], bool):
+            r.fail(f"{path}: {k['name']}: launch must be true (it acts on what each launch costs) or false")
         bad = [c for c in k["crates"] if c not in CRATES]
         if bad or not k["values"]:
             r.fail(f"{path}: {k['name']}: crates must be of {', '.join(CRATES)} and values not empty")
@@ -146,6 +148,10 @@ def parse(args):
             r.fail("--price needs a run directory with a results.csv (scripts/bench makes one)")
         price = Path(rest[i + 1])
         del rest[i:i + 2]
+    flags = [a for a in rest if a.startswith("-")]
+    if flags:
+        r.fail(f"--knobs {flags[0]}: not an option here (--budget S, --price RUN, -- FILTER); each "
+               "knob runs the crates it touches: a filter after -- narrows their cases")
     names = [a for a in rest if not a.startswith("-")]
     return names, budget, price, filt
 
@@ -211,6 +217,13 @@ def step_ns(run_dir, case):
     return None
 
 
+def touched(fams, crates):
+    """The families of the crates a knob touches (`linear pipelined (host-bound)`, `linear
+    pipelined from Python (host-bound)`, …: a family's name begins with its op), as cells."""
+    names = sorted(n for n in fams if n.split(" ")[0] in crates)
+    return "; ".join(f"{n}: {cell(fams, n)}" for n in names) or "-"
+
+
 def cell(fams, name):
     v = fams.get(name)
     return "-" if v is None else f"{v[0]} ({(v[1] - 1) * 100:+.1f}%)"
@@ -255,8 +268,9 @@ def bench_knobs(args):
     if price is None:
         every = f"/{model}/decode/b{batch_of(filt)}/|^floor/|^ceiling/"
         price = pricing_run(env, opbench, runs / f"{run_id}-price", every, peer)
-    # on the CPU the cold modes run through scripts/bench only: ab times pipelined
-    env["OPBENCH_MODES"] = p.ab_modes(env) or "pipelined"
+    # on the CPU the cold modes run through scripts/bench only: ab times pipelined; on a
+    # GPU a knob that acts on launches is timed by the launch measure too (`device`)
+    user_modes = env.get("OPBENCH_MODES")
     r.say(f"{len(plan)} knob value(s) of {path.name}, ~{share:.0f} s each, cases matching {filt}")
     rows = []
     for i, (k, value) in enumerate(plan, 1):
@@ -272,7 +286,8 @@ def bench_knobs(args):
             cmd += ["--base-env", v, "--cand-env", v]
         if peer:
             cmd += ["--base-python", py, "--cand-python", py]
-        code = subprocess.run(cmd, env=env).returncode
+        modes = user_modes or p.ab_modes({**env, "OPBENCH_MODES": ""}, launch=k["launch"]) or "pipelined"
+        code = subprocess.run(cmd, env={**env, "OPBENCH_MODES": modes}).returncode
         fams, step = families(runs / f"{name}-ab.csv")
         rows.append((k, value, code, fams, step, runs / f"{name}-base"))
     table = summary(rows)
@@ -343,12 +358,14 @@ def price_knobs(opbench, price, batch, peer, tables):
 
 
 def summary(rows):
-    """The knobs' table: per knob value what its pair found (the verdicts of its host-bound
-    and device-timed cases and of the HF step) and, where the HF step ran, its tokens/s
+    """The knobs' table: per knob value what its pair found (the verdicts of the families of
+    the crates it touches, of all its host-bound and device-timed cases beside them, and of
+    the HF step) and, where the HF step ran, its tokens/s
     unset and set in the pair's two processes (one sequence: 1e9 / the step's ns). What to
     do is said once, by the priced rows below it (`opbench predict --knob`)."""
-    lines = ["| knob | ab exit | host-bound cases | device cases | HF step | tokens/s unset → set (the pair) |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| knob | ab exit | its crates' families | all host-bound cases | all device cases | HF step "
+             "| tokens/s unset → set (the pair) |",
+             "|---|---|---|---|---|---|---|"]
     for k, value, code, fams, step, base in rows:
         tok = "-"
         if step is not None:
@@ -356,7 +373,8 @@ def summary(rows):
             if ns:
                 tok = f"{1e9 / ns:.1f} → {1e9 / (ns * step[1]):.1f}"
         hf = "-" if step is None else f"{step[0]} ({(step[1] - 1) * 100:+.1f}%)"
-        lines.append(f"| {k['name']}={value} | {code} | {cell(fams, 'all host-bound cases')} | "
+        lines.append(f"| {k['name']}={value} | {code} | {touched(fams, k['crates'])} | "
+                     f"{cell(fams, 'all host-bound cases')} | "
                      f"{cell(fams, 'all device cases')} | {hf} | {tok} |")
     return "\n".join(lines) + "\n"
 

@@ -43,14 +43,18 @@ def has_gpu(py):
         return False
 
 
-def ab_modes(env):
+def ab_modes(env, launch=True):
     """The timing modes `opbench ab`'s workers take: OPBENCH_MODES where set; on a GPU,
-    `pipelined,graph` (the kernels' time from graph replays, which carry no process's
-    launch term: docs/method.md, "The process term"); else the workers' default."""
+    `pipelined,graph,device`: the kernels' time from graph replays, which carry no process's
+    launch term (docs/method.md, "The process term"), and beside them the launch measure,
+    the same kernels launched on the stream (`device`), whose time holds what each launch
+    costs the device and which graph rows cannot see; `pipelined,graph` where `launch` is
+    false (a knob that does not act on launches); else the workers' default."""
     if env.get("OPBENCH_MODES") or not has_gpu(Path(env["OPBENCH_TORCH_PYTHON"])):
         return env.get("OPBENCH_MODES")
-    r.say("a GPU: device-timed cases as graph replays (OPBENCH_MODES=pipelined,graph; set it to choose)")
-    return "pipelined,graph"
+    modes = "pipelined,graph,device" if launch else "pipelined,graph"
+    r.say(f"a GPU: device-timed cases as graph replays{' and stream launches (the launch measure)' if launch else ''} (OPBENCH_MODES={modes}; set it to choose)")
+    return modes
 
 
 def side_vars(env):

@@ -232,8 +232,8 @@ class OpPass(unittest.TestCase):
             self.assertIn("stand-in returning fixed logits", got["generate_loop"]["note"])
             self.assertLess(float(got["generate_loop"]["median_ns"]), float(got["generate_from_l"]["median_ns"]))
             self.check_sample_states(run)
-            # graphs need a GPU: a row that says so
-            for site in ["generate_graph", "sdpa_static_graph"]:
+            # graphs need a GPU: a row that says so, with torch.compile or without
+            for site in ["generate_graph", "sdpa_static_graph", "step_cudagraph", "generate_cudagraph_from_l"]:
                 self.assertEqual(got[site]["status"], "unsupported", got[site])
                 self.assertIn("need a GPU", got[site]["note"])
             self.assertNotIn("layer_own", got)

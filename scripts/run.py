@@ -35,8 +35,10 @@ import shutil
 import subprocess
 import sys
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
+
+from bench_plan import hms, leaves_out, read_plan, summary  # noqa: F401 (run.hms for paired, knobs)
 
 ROOT = Path(__file__).resolve().parent.parent
 WINDOWS = os.name == "nt"
@@ -274,99 +276,6 @@ def run_dir(lay, out, run_id, execution=None):
     return d / lay["executions"] / str(execution) if execution else d
 
 
-# ---------------------------------------------------------------- bench plan
-# Lines `crate,case-key,seconds,skipped`, written by the bench binaries in list mode with
-# OPBENCH_PLAN_FILE set (crates/harness/src/plan.rs).
-
-
-def read_plan(path):
-    rows = []
-    with open(path) as f:
-        for line in f:
-            parts = line.strip().split(",")
-            if len(parts) != 4:
-                continue
-            krate, key, secs, skip = parts
-            rows.append((krate, key, float(secs), skip == "1"))
-    return rows
-
-
-def hms(s):
-    s = int(round(s))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
-
-
-def summary(path, executions=1, startup=0.0):
-    rows = read_plan(path)
-    per = defaultdict(lambda: [0, 0.0, 0])
-    for krate, _, secs, skip in rows:
-        p = per[krate]
-        p[0] += 1
-        p[1] += secs
-        p[2] += skip
-    total = (sum(p[1] for p in per.values()) + startup) * executions
-    n = len(rows)
-    parts = ", ".join(f"{k} {p[0]}" for k, p in sorted(per.items()))
-    print(f"bench: plan: {n} cases ({parts})", file=sys.stderr)
-    skipped = sum(p[2] for p in per.values())
-    if skipped:
-        print(
-            f"bench: {skipped} cases have calls estimated over the cap (OPBENCH_CALL_CAP_MS) and "
-            "will be `skipped` rows",
-            file=sys.stderr,
-        )
-    times = f" × {executions} executions" if executions > 1 else ""
-    print(
-        f"bench: estimated wall time {hms(total)}{times} (budgets, and this machine's "
-        "matmul and copy rates from a quick probe)",
-        file=sys.stderr,
-    )
-    return n, int(round(total))
-
-
-def describe(key):
-    # op/variant/site/model/phase/b<batch>/q<q>[/kv<kv>]/dtype/device/mode
-    f = key.split("/")
-    return {
-        "op": f[0],
-        "model": f[3],
-        "phase": f[4],
-        "batch": f[5][1:],
-        "dtype": f[-3],
-        "mode": f[-1],
-    }
-
-
-def leaves_out(full, smaller):
-    small = {r[1] for r in read_plan(smaller)}
-    everything = read_plan(full)
-    missing = [r for r in everything if r[1] not in small]
-    secs = sum(r[2] for r in missing)
-    print(
-        f"bench: the quick profile leaves out {len(missing)} of {len(everything)} cases "
-        f"(~{hms(secs)}):",
-        file=sys.stderr,
-    )
-    kept = [describe(k) for k in small]
-    gone = [describe(r[1]) for r in missing]
-    for field in ["phase", "batch", "dtype", "model", "mode"]:
-        have = {d[field] for d in kept}
-        lost = Counter(d[field] for d in gone if d[field] not in have)
-        if lost:
-            vals = ", ".join(sorted(lost, key=lambda v: (len(v), v)))
-            print(f"bench:   every {field} {vals}", file=sys.stderr)
-    partly = Counter(d["op"] for d in gone)
-    print(
-        "bench:   cases per op: "
-        + ", ".join(f"{op} {n}" for op, n in sorted(partly.items())),
-        file=sys.stderr,
-    )
-
-
 # ---------------------------------------------------------------- bench
 
 
@@ -402,6 +311,17 @@ def run_peer(env, into, args=()):
     else:
         say(f"peer rows took {hms(took)}")
     return took
+
+
+def stack_checks(env, run):
+    """doctor's checks of this stack (scripts/doctor.py --checks) into the run as stack.json:
+    what would help says from them whether each remedy can run here."""
+    py = env.get("OPBENCH_TORCH_PYTHON") or sys.executable
+    dev = "cpu" if env.get("OPBENCH_DEVICE") == "cpu" else "all"
+    out = subprocess.run([py, str(ROOT / "scripts" / "doctor.py"), "--checks", "--device", dev,
+                          "--gpu", env.get("OPBENCH_GPU", "0")], capture_output=True, text=True, env=env)
+    if out.returncode == 0 and run.is_dir():
+        (run / "stack.json").write_text(out.stdout)
 
 
 def doctor(args):
@@ -629,6 +549,7 @@ def bench(args):
         if cargo(t, "bench", *args, check=False) != 0:
             say("the trace pass failed; the timed rows are kept")
     unsupported_reasons(run / lay["results"])
+    stack_checks(env, run)
     # a machine busy with other work is named at the end and in env.json (analysis::busy)
     if (run / lay["env"]).exists():
         subprocess.run([str(opbench_exe(env)), "state", str(run), "--busy"], env=env)

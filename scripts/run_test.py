@@ -29,7 +29,8 @@ def main():
     assert paired.ab_modes({"OPBENCH_TORCH_PYTHON": "x"}) is None
     paired.has_gpu = lambda py: True
     run.say = lambda *a, **k: None
-    assert paired.ab_modes({"OPBENCH_TORCH_PYTHON": "x"}) == "pipelined,graph"
+    assert paired.ab_modes({"OPBENCH_TORCH_PYTHON": "x"}) == "pipelined,graph,device"
+    assert paired.ab_modes({"OPBENCH_TORCH_PYTHON": "x"}, launch=False) == "pipelined,graph"
     # help is text: scripts/bench's -h/--help, with --knobs or --against too, runs nothing;
     # after `--` they are criterion's
     assert run.wants_help(["--knobs", "--help"]) and run.wants_help(["-h"])
@@ -67,6 +68,9 @@ def main():
 
 
 def newcomer_screens():
+    # --knobs takes no -p: it would read the crate's name as a knob's
+    assert exits_2(knobs.parse, ["OMP_NUM_THREADS", "-p", "rmsnorm", "--", "/decode/b1/"])
+    assert knobs.parse(["OMP_NUM_THREADS", "--budget", "20", "--", "/decode/b1/"])[0] == ["OMP_NUM_THREADS"]
     """The peer follows the bench's filter; GPU-only modes are refused on a CPU; a verb's help
     is its own and short; long lines are wrapped."""
     assert run.peer_filter(["-p", "rmsnorm", "--", "/decode/b1/"]) == ["--filter", "/decode/b1/"]
@@ -147,6 +151,8 @@ def knob_lists():
         ab.write_text(
             "level,name,kind,verdict,ratio,ratio_low,ratio_high,pairs,resolution_pct,note\n"
             'family,"all host-bound cases","host-bound",slower,1.10,1.08,1.12,,,""\n'
+            'family,"linear pipelined (host-bound)","host-bound",slower,1.104,1.074,1.119,,,""\n'
+            'family,"rmsnorm pipelined (host-bound)","host-bound",same,0.999,0.99,1.01,,,""\n'
             'case,"decode/transformers/step/qwen3-0.6b/decode/b1/q1/kv1025/f16/cuda:0/pipelined",'
             '"host-bound",slower,1.25,1.2,1.3,16,,""\n')
         base = Path(d) / "k-base"
@@ -174,6 +180,10 @@ def knob_lists():
         assert fams["all host-bound cases"] == ("slower", 1.10) and step[0] == "slower"
         table = knobs.summary([(cuda[0], "1", 1, fams, step, base)])
         assert "slower (+10.0%)" in table and "40.0 → 32.0" in table, table
+        # a knob on linear: its crates' family beside the global line, not rmsnorm's
+        row = next(l for l in table.splitlines() if l.startswith(f"| {cuda[0]['name']}"))
+        assert cuda[0]["crates"] == ["linear"], cuda[0]
+        assert "linear pipelined (host-bound): slower (+10.4%)" in row and "rmsnorm" not in row, row
         faster = knobs.summary([(cuda[0], "1", 0, fams, ("faster", 0.8, step[2]), base)])
         assert "faster (-20.0%)" in faster and "40.0 → 50.0" in faster, faster
         # the priced rows keep predict's answer and its "what would help", not the rest

@@ -10,6 +10,7 @@ import torch
 from peerlib.base import key_text, rel_err
 from peerlib.case import Case, refused
 from peerlib.clock import Timed
+from peerlib.graph import SITES as CUDAGRAPH_SITES, cudagraph_cases
 from peerlib.model import MOE_CHECK_LAYERS, cache_tensors, cropper, eos_of, graphed, new_tokens, static_cache, step_inputs
 
 
@@ -191,7 +192,9 @@ def layer_specs(c, b):
 GENERATE_SITES = ("step", "step_synced", "step_as_generate", "generate_from_l", "generate_loop")
 
 
-STATIC_WHOLE = ("step_static", "generate_static_from_l", "generate_graph_from_l")
+STATIC_WHOLE = ("step_static", "generate_static_from_l", "generate_graph_from_l") + CUDAGRAPH_SITES
+# the static block's sites a sample takes several steps of (the rest: one generate() call)
+STATIC_STEPS = ("step_static", "step_cudagraph")
 # at most this many steps a step sample (the layers of a layer_beside sample: opbench passes
 # them, `--beside-layers`, from shapes::LAYER_REPEATS)
 STEPS = 16
@@ -210,7 +213,7 @@ def step_specs(c, b):
     out += [(c.step_key(s_, b), {"group": g, "kind": "step", "block": "generate", "max_iters": 1}) for s_ in GENERATE_SITES[3:]]
     if c.user_generate:
         out += [(c.step_key(s_, b), {"group": g, "kind": "step", "block": "static",
-                                  "max_iters": STEPS if s_ == "step_static" else 1})
+                                  "max_iters": STEPS if s_ in STATIC_STEPS else 1})
                 for s_ in STATIC_WHOLE]
     return out + [(beside, {"max_iters": c.beside_layers, "min_iters": c.beside_layers})]
 
@@ -335,7 +338,8 @@ def static_cases(c, b, new):
     """The static cache's whole, in the step's rounds: `step_static` (the HF step from a
     StaticCache of L, eager, reset to L before each sample), `generate_static_from_l`
     (generate() continuing from it, disable_compile, per new token) and
-    `generate_graph_from_l` (graph_case), checked against the dynamic step's logits."""
+    `generate_graph_from_l` (graph_case), checked against the dynamic step's logits; and the
+    step captured in a torch.cuda.CUDAGraph without compile (peerlib.graph)."""
     dims, ctx, model = f"batch={b} L={c.ctx}", c.ctx, c.model
     keys = {s_: c.step_key(s_, b) for s_ in STATIC_WHOLE}
     try:
@@ -363,6 +367,7 @@ def static_cases(c, b, new):
                f"{new} new tokens per call, per new token; {base}", f"{dims} new={new}", new,
                timed=lambda n: (reset(), c.timer.sample(lambda: model.generate(ids, **gen), 1).scaled(1 / new))[1])}
     out[keys["generate_graph_from_l"]] = graph_case(c, b, gen, new, f"{dims} new={new}")
+    out.update(cudagraph_cases(c, b, gen, new, dims))
     return out
 
 

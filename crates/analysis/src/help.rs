@@ -13,6 +13,9 @@ use shapes::StepProfile;
 use crate::fit::Fits;
 use crate::knob::KnobPair;
 use crate::predict::{Prediction, Query, predict_with, step_row};
+use crate::stack::{Check, Stack};
+
+pub use crate::ceiling::bandwidth_bound;
 
 /// The name of the row every gain is read against.
 pub const AS_IS: &str = "the step as it is";
@@ -41,6 +44,49 @@ pub struct Lever {
     /// Where `measured_ns` is derived rather than measured with the change: how (a knob's
     /// is the run's own step times the pair's ratio of the step).
     pub derived: Option<String>,
+    /// The predicted step's interval (ns, low and high), where the price has one (a knob's:
+    /// [`crate::knob::Priced`]).
+    pub interval: Option<(f64, f64)>,
+    /// Whether the change can run on this stack ([`crate::stack::Stack`]).
+    pub here: Here,
+}
+
+/// Whether a change can run on the user's stack, from doctor's checks or the run's rows.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Here {
+    /// It can; what says so.
+    Runs(String),
+    /// It cannot, and why.
+    Not(String),
+    /// Nothing checked it: what would.
+    Unchecked(String),
+}
+
+impl Here {
+    /// The word a table prints: `yes`, `no`, `?`.
+    pub fn word(&self) -> &'static str {
+        match self {
+            Here::Runs(_) => "yes",
+            Here::Not(_) => "no",
+            Here::Unchecked(_) => "?",
+        }
+    }
+
+    /// What says so, or why not.
+    pub fn why(&self) -> &str {
+        match self {
+            Here::Runs(w) | Here::Not(w) | Here::Unchecked(w) => w,
+        }
+    }
+
+    /// Ranked first: those that can run, then the unchecked, then those that cannot.
+    fn order(&self) -> u8 {
+        match self {
+            Here::Runs(_) => 0,
+            Here::Unchecked(_) => 1,
+            Here::Not(_) => 2,
+        }
+    }
 }
 
 impl Lever {
@@ -61,6 +107,8 @@ impl Lever {
             unpriced: None,
             verdict: None,
             derived: None,
+            interval: None,
+            here: Here::Runs("a change of the user's own code".into()),
         }
     }
 
@@ -81,6 +129,8 @@ impl Lever {
             unpriced: Some(why.into()),
             verdict: None,
             derived: None,
+            interval: None,
+            here: Here::Runs("a change of the user's own code".into()),
         }
     }
 
@@ -99,6 +149,12 @@ impl Lever {
         self.step_ns().map(|ns| 1e9 / ns)
     }
 
+    /// The row with whether it can run here.
+    pub(crate) fn at(mut self, here: Here) -> Self {
+        self.here = here;
+        self
+    }
+
     /// predicted / measured, where the row has both.
     pub fn check(&self) -> Option<f64> {
         Some(self.predicted_ns? / self.measured_ns?)
@@ -106,10 +162,10 @@ impl Lever {
 }
 
 /// The levers for `q`, ranked ([`rank`]: the query's own sequences first, then serving
-/// more; the step as it is among them); those the run cannot price last in each. The
-/// physical limit, `bound` ([`bandwidth_bound`]), stands apart; the faster host's row is
-/// floored at it. Each knob measured in pairs (`knobs`) is a row of its own
-/// ([`KnobPair::lever`]).
+/// more; the step as it is among them; within each, those that can run on this stack
+/// first ([`Here`], from [`Stack::of`]), those the run cannot price last). The physical
+/// limit, `bound` ([`bandwidth_bound`]), stands apart; the faster host's row is floored at
+/// it. Each knob measured in pairs (`knobs`) is a row of its own ([`KnobPair::lever`]).
 pub fn levers(
     run: &Run,
     fits: &Fits,
@@ -118,6 +174,7 @@ pub fn levers(
     bound: &Lever,
     knobs: &[KnobPair],
 ) -> Vec<Lever> {
+    let stack = Stack::of(run, pred.gpu);
     let measured = |q: &Query| step_row(run, q, q.mode).and_then(|r| r.median_ns);
     let mut out = vec![Lever::priced(
         AS_IS,
@@ -127,78 +184,129 @@ pub fn levers(
         measured(q),
     )];
     // one thing of the query changed, priced by the same composition
-    let mut variant = |name: &str, action: &str, changed: Query| {
+    let variant = |name: &str, action: &str, changed: Query| {
         let m = measured(&changed);
-        out.push(match predict_with(run, fits, &changed) {
+        match predict_with(run, fits, &changed) {
             Ok(p) => Lever::priced(name, action, changed.batch, p.step_ns, m),
             Err(e) => Lever::unpriced(name, action, changed.batch, m, why_unpriced(&e.to_string())),
-        });
+        }
     };
     if q.profile != StepProfile::Fused {
-        variant(
-            "fused kernels",
-            "fused QKV and gate-up projections, fused RMSNorm and RoPE, called without Python \
-             (opbench's fused profile, as an inference engine runs the step)",
-            Query {
-                profile: StepProfile::Fused,
-                ..q.clone()
-            },
+        out.push(
+            variant(
+                "fused kernels",
+                "fused QKV and gate-up projections, fused RMSNorm and RoPE, called without \
+                 Python (opbench's fused profile, as an inference engine runs the step)",
+                Query {
+                    profile: StepProfile::Fused,
+                    ..q.clone()
+                },
+            )
+            .at(Here::Not(
+                "not a setting of this stack: an inference engine's kernels (vLLM, llama.cpp), \
+                 not checked here"
+                    .into(),
+            )),
         );
     }
     let python = q.profile == StepProfile::Transformers;
     if pred.gpu && q.mode != Mode::Graph && !python {
-        variant(
-            "CUDA/HIP graphs",
-            "model.generate(..., cache_implementation=\"static\") with \
-             torch.compile(mode=\"reduce-overhead\")",
-            Query {
-                mode: Mode::Graph,
-                ..q.clone()
-            },
-        );
+        // the tch step replayed from a graph: what a capture without compile gives
+        let graph = Query {
+            mode: Mode::Graph,
+            ..q.clone()
+        };
+        out.push(variant(NO_COMPILE, NO_COMPILE_ACTION, graph).at(graph_here(&stack, false)));
     }
     if pred.gpu && q.dtype != DType::BF16 {
-        variant(
+        out.push(variant(
             "bf16 weights",
             "model.to(torch.bfloat16)",
             Query {
                 dtype: DType::BF16,
                 ..q.clone()
             },
-        );
+        ));
     }
     for b in [8, 64].into_iter().filter(|&b| b > q.batch) {
-        variant(
+        out.push(variant(
             &format!("batch {b}"),
             &format!("serve {b} sequences a step"),
             Query {
                 batch: b,
                 ..q.clone()
             },
-        );
+        ));
     }
-    if pred.gpu && q.mode != Mode::Graph && python {
-        out.push(graphed_generate(run, fits, q));
+    if !pred.gpu {
+        let why = "CUDA/HIP graphs need a GPU: this step runs on the CPU";
+        for (name, action) in [(NO_COMPILE, NO_COMPILE_ACTION), (COMPILED, COMPILED_ACTION)] {
+            out.push(Lever::unpriced(name, action, q.batch, None, why).at(Here::Not(why.into())));
+        }
+    } else if q.mode != Mode::Graph && python {
+        out.extend(graphed_generate(run, fits, q, &stack));
     }
     if python {
         out.push(static_cache(run, q, pred));
     }
     out.push(sdpa_lever(run, q, pred));
-    out.push(faster_host(q, pred, bound.predicted_ns));
+    out.push(faster_host(q, pred, bound.predicted_ns).at(Here::Not(
+        "another machine (or nothing else running beside the Python thread)".into(),
+    )));
+    out.push(crate::ceiling::linear_at_bound(run, q, pred, &stack));
     out.extend(knobs.iter().map(|k| k.lever(run, q, pred)));
     rank(&mut out, q.batch);
     out
 }
 
+/// The graphs row without compile.
+pub const NO_COMPILE: &str = "CUDA/HIP graphs, no compile";
+/// What to do for it: the recipe in docs/guide.md.
+pub const NO_COMPILE_ACTION: &str = "capture the static-cache step in torch.cuda.CUDAGraph and \
+     replay it each token: the recipe in docs/guide.md#cudahip-graphs-without-compile (no \
+     torch.compile, no Triton)";
+/// The graphs row through torch.compile.
+pub const COMPILED: &str = "CUDA/HIP graphs (torch.compile)";
+/// What to do for it.
+pub const COMPILED_ACTION: &str = "model.generate(..., cache_implementation=\"static\") with \
+     torch.compile(mode=\"reduce-overhead\")";
+
+/// Whether graphs can run here: a capture needs graph capture to work; torch.compile's
+/// (`compiled`) Triton too.
+fn graph_here(stack: &Stack, compiled: bool) -> Here {
+    let check = |c: &Check, what: &str| match c {
+        Check::Yes(w) => Here::Runs(w.clone()),
+        Check::No(w) => Here::Not(format!("{what}: {w}")),
+        Check::Unknown(w) => Here::Unchecked(format!("{what}: {w}")),
+    };
+    let capture = check(&stack.graph, "graph capture");
+    if !compiled || matches!(capture, Here::Not(_)) {
+        return capture;
+    }
+    match check(
+        &stack.triton,
+        "torch.compile needs Triton, its GPU backend, and it is not importable",
+    ) {
+        Here::Runs(w) => match capture {
+            Here::Runs(c) => Here::Runs(format!("{w}; {c}")),
+            other => other,
+        },
+        Here::Unchecked(_) => Here::Unchecked(format!("Triton: {}", stack.triton.words())),
+        not => not,
+    }
+}
+
 /// Two answers in one list: first what makes the query's own sequences faster (at its
 /// batch), ranked by their tokens/s; then serving more sequences a step (another batch),
 /// ranked by tokens/s in all. A person with one chat stream gets nothing from a batch of
-/// 64, however many tokens it serves. Within each, the unpriced come last.
+/// 64, however many tokens it serves. Within each, those that can run here first
+/// ([`Here`]: then the unchecked, then those that cannot), and the unpriced last.
 pub fn rank(levers: &mut [Lever], batch: usize) {
     levers.sort_by(|a, b| {
         let more = |l: &Lever| l.batch != batch;
         more(a)
             .cmp(&more(b))
+            .then_with(|| a.here.order().cmp(&b.here.order()))
             .then_with(|| match (a.tokens_per_s(), b.tokens_per_s()) {
                 (Some(x), Some(y)) => y.total_cmp(&x),
                 (Some(_), None) => std::cmp::Ordering::Less,
@@ -208,41 +316,70 @@ pub fn rank(levers: &mut [Lever], batch: usize) {
     });
 }
 
-/// What graphs give the user's generate(): `cache_implementation="static"` with
-/// `torch.compile(mode="reduce-overhead")` replays the step's kernels from a graph, so no
-/// Python, module call or dispatch is left of the step, and the cache is written in place.
-/// Priced as transformers' calls replayed (the hf-eager profile — transformers' ops from
-/// tch — in the graph mode) with its DynamicCache `cat`s priced as the static cache's
-/// writes (the fused profile's `index_copy`, in the same mode), plus generate()'s own loop
-/// (the peer's `generate_loop`), which stays outside the graph. Checked against the peer's
-/// graphed generate() continuing from a static cache of the query's L
-/// (`generate_graph_from_l`), else, in runs before it, the graphed generate() from a
-/// prompt of 16 (`generate_graph`: another context, and its prefill in each token).
+/// What graphs give the user's generate(), two ways, each checked against its own
+/// measurement: `cache_implementation="static"` with `torch.compile(mode="reduce-overhead")`
+/// ([`COMPILED`]; needs Triton), and the static-cache step captured in a
+/// `torch.cuda.CUDAGraph` directly and replayed each token ([`NO_COMPILE`]; the recipe in
+/// docs/guide.md). Either replays the step's kernels from a graph, so no Python, module call
+/// or dispatch is left of the step, and the cache is written in place. Both are priced as
+/// [`graphed_step`] plus generate()'s own loop (the peer's `generate_loop`), which stays
+/// outside the graph; Inductor's fusions are not priced, so the two share a price.
+/// Checked: the compiled one against the peer's graphed generate() continuing from a static
+/// cache of the query's L (`generate_graph_from_l`, else, in runs before it, from a prompt
+/// of 16: `generate_graph`); the captured one against generate() with its forward replaying
+/// the captured step (`generate_cudagraph_from_l`), else the captured step's replay
+/// (`step_cudagraph`) plus the loop, labelled derived.
+fn graphed_generate(run: &Run, fits: &Fits, q: &Query, stack: &Stack) -> [Lever; 2] {
+    let compiled_m = peer_token(run, q, "generate_graph_from_l")
+        .or_else(|| peer_token(run, q, "generate_graph"));
+    let lp = peer_token(run, q, "generate_loop");
+    let captured = peer_token(run, q, "generate_cudagraph_from_l");
+    let replay = peer_token(run, q, "step_cudagraph").zip(lp);
+    let step = graphed_step(run, fits, q).and_then(|s| {
+        lp.map(|l| s + l).ok_or_else(|| {
+            "generate()'s own loop is not in this run: scripts/peer.py measures it \
+             (`generate_loop`)"
+                .to_string()
+        })
+    });
+    let row = |name: &str, action: &str, m: Option<f64>| match &step {
+        Ok(ns) => Lever::priced(name, action, q.batch, *ns, m),
+        Err(why) => Lever::unpriced(name, action, q.batch, m, why.clone()),
+    };
+    let compiled = row(COMPILED, COMPILED_ACTION, compiled_m).at(graph_here(stack, true));
+    let mut plain = row(
+        NO_COMPILE,
+        NO_COMPILE_ACTION,
+        captured.or(replay.map(|(s, l)| s + l)),
+    )
+    .at(graph_here(stack, false));
+    if captured.is_none() && replay.is_some() {
+        plain.derived = Some(
+            "the peer's captured step replayed (`step_cudagraph`) + generate()'s own loop \
+             (`generate_loop`): generate() with the captured step was not timed"
+                .into(),
+        );
+    }
+    [compiled, plain]
+}
+
+/// The transformers step replayed from a graph: transformers' calls replayed (the hf-eager
+/// profile — transformers' ops from tch — in the graph mode) with its DynamicCache `cat`s
+/// priced as the static cache's writes (the fused profile's `index_copy`, in the same mode).
 /// The attention is what the static cache's graph runs where the peer timed it
 /// (`sdpa_static_graph`: repeat_kv and SDPA over the whole cache with its mask, replayed
-/// from a graph), in place of SDPA over the filled cache. Inductor's other fusions are not
-/// priced.
-fn graphed_generate(run: &Run, fits: &Fits, q: &Query) -> Lever {
-    let name = "CUDA/HIP graphs";
-    let action = "model.generate(..., cache_implementation=\"static\") with \
-                  torch.compile(mode=\"reduce-overhead\")";
-    let measured = peer_token(run, q, "generate_graph_from_l")
-        .or_else(|| peer_token(run, q, "generate_graph"));
+/// from a graph), in place of SDPA over the filled cache.
+fn graphed_step(run: &Run, fits: &Fits, q: &Query) -> Result<f64, String> {
     let graphed = |profile| Query {
         profile,
         mode: Mode::Graph,
         ..q.clone()
     };
-    let steps = predict_with(run, fits, &graphed(StepProfile::HfEager)).and_then(|hf| {
-        predict_with(run, fits, &graphed(StepProfile::Fused)).map(|fused| (hf, fused))
-    });
-    let (hf, fused) = match steps {
-        Ok(s) => s,
-        Err(e) => {
-            let why = why_unpriced(&e.to_string());
-            return Lever::unpriced(name, action, q.batch, measured, why);
-        }
-    };
+    let (hf, fused) = predict_with(run, fits, &graphed(StepProfile::HfEager))
+        .and_then(|hf| {
+            predict_with(run, fits, &graphed(StepProfile::Fused)).map(|fused| (hf, fused))
+        })
+        .map_err(|e| why_unpriced(&e.to_string()))?;
     let of = |p: &Prediction, op: OpKind| -> (f64, usize) {
         p.components
             .iter()
@@ -259,18 +396,10 @@ fn graphed_generate(run: &Run, fits: &Fits, q: &Query) -> Lever {
         q.batch,
     )
     .map_or(sdpa_ns, |per_call| per_call * sdpa_calls as f64);
-    let step = hf.step_ns - of(&hf, OpKind::KvCache).0 + of(&fused, OpKind::KvCache).0 - sdpa_ns
-        + attention;
-    match peer_token(run, q, "generate_loop") {
-        Some(l) => Lever::priced(name, action, q.batch, step + l, measured),
-        None => Lever::unpriced(
-            name,
-            action,
-            q.batch,
-            measured,
-            "generate()'s own loop is not in this run: scripts/peer.py measures it (`generate_loop`)",
-        ),
-    }
+    Ok(
+        hf.step_ns - of(&hf, OpKind::KvCache).0 + of(&fused, OpKind::KvCache).0 - sdpa_ns
+            + attention,
+    )
 }
 
 /// What the changed step lacks and the command that adds it ([`crate::predict::Lack`]):
@@ -488,141 +617,4 @@ fn sdp_backend(variant: &str) -> &str {
         "math" => "SDPBackend.MATH",
         other => other,
     }
-}
-
-/// The physical limit: the bytes the step's calls move (weights and the KV cache above
-/// all) over the device's measured copy bandwidth.
-pub fn bandwidth_bound(run: &Run, q: &Query, pred: &Prediction) -> Lever {
-    let name = "the bandwidth bound".to_string();
-    let action =
-        "none: every weight and the KV cache read once a step at the copy ceiling".to_string();
-    let bytes: f64 = pred
-        .plan
-        .measured
-        .iter()
-        .map(|c| c.problem.bytes(q.dtype.size()) as f64 * c.problem.calls_per_step as f64)
-        .sum();
-    let gbps = crate::predict::copy_gbps(run, q.device, q.dtype, None);
-    match gbps.filter(|g| *g > 0.0) {
-        Some(g) => Lever::priced(
-            format!("{name} ({:.0} MB at {g:.0} GB/s)", bytes / 1e6),
-            action,
-            q.batch,
-            bytes / g,
-            None,
-        ),
-        None => Lever::unpriced(
-            name,
-            action,
-            q.batch,
-            None,
-            "time the copy ceiling: cargo bench -p harness",
-        ),
-    }
-}
-
-/// The answer before the details, as lines: what the user's number is — where the run
-/// prices generate() (the transformers profile, with the peer's rows), a token of
-/// generate(), predicted and measured where the run has it, then the step's figure; else
-/// the step's — and what bounds it, the best remedies for the query's own sequences with
-/// what to do first, and one line on serving more sequences at once. `predict` prints them
-/// first and report.md opens each device's section with them.
-pub fn answer(
-    q: &Query,
-    pred: &Prediction,
-    levers: &[Lever],
-    generate: Option<&crate::generate::Generate>,
-) -> Vec<String> {
-    /// At most this many remedies on the answer's line.
-    const TOP: usize = 3;
-    let rate = |t: f64| {
-        if t >= 100.0 {
-            format!("{t:.0}")
-        } else {
-            format!("{t:.1}")
-        }
-    };
-    let as_is = levers.iter().find(|l| l.name == AS_IS);
-    let measured = as_is
-        .and_then(|l| l.measured_ns)
-        .map_or(String::new(), |m| {
-            format!(", {:.1} measured", q.batch as f64 * 1e9 / m)
-        });
-    let bound = if !pred.gpu {
-        "on the CPU, its calls in turn".to_string()
-    } else if pred.host_bound() {
-        format!(
-            "bound by the host (dispatch, launch, Python): the GPU is busy ~{:.0}% of the step",
-            100.0 * pred.device_ns / pred.step_ns
-        )
-    } else {
-        "bound by the kernels".to_string()
-    };
-    let step = format!(
-        "{:.1} tokens/s predicted{measured}",
-        q.batch as f64 * 1e9 / pred.step_ns
-    );
-    let mut out = match generate {
-        Some(g) => {
-            let m = g
-                .measured
-                .as_ref()
-                .and_then(|r| r.median_ns)
-                .map_or(String::new(), |m| {
-                    format!(", {:.1} measured", g.batch as f64 * 1e9 / m)
-                });
-            vec![
-                format!(
-                    "answer: model.generate() gives {:.1} tokens/s predicted{m}; {bound}",
-                    g.tokens_per_s()
-                ),
-                format!("  its forward step alone: {step} (the gains below are against it)"),
-            ]
-        }
-        None => vec![format!("answer: {step}; {bound}")],
-    };
-    let base = as_is.and_then(Lever::tokens_per_s);
-    let gain = |l: &Lever| Some(l.tokens_per_s()? / base?);
-    let mine: Vec<&Lever> = levers
-        .iter()
-        .filter(|l| l.batch == q.batch && l.name != AS_IS)
-        .filter(|l| gain(l).is_some_and(|g| g > 1.01))
-        .take(TOP)
-        .collect();
-    let who = match q.batch {
-        1 => "your sequence".to_string(),
-        b => format!("your {b} sequences"),
-    };
-    match mine.first() {
-        Some(top) => {
-            let ranked: Vec<String> = mine
-                .iter()
-                .map(|l| {
-                    format!(
-                        "{} {} tokens/s ({:.2}×)",
-                        l.name,
-                        rate(l.tokens_per_s().unwrap_or_default()),
-                        gain(l).unwrap_or_default()
-                    )
-                })
-                .collect();
-            out.push(format!("  faster for {who}: {}", ranked.join("; ")));
-            out.push(format!("  first: {}", top.action));
-        }
-        None => out.push(format!(
-            "  nothing this run prices makes {who} faster (what would help, below)"
-        )),
-    }
-    if let Some(more) = levers
-        .iter()
-        .find(|l| l.batch != q.batch && l.tokens_per_s().is_some())
-    {
-        out.push(format!(
-            "  serving more sequences instead: {} gives {} tokens/s in all, {:.1} a sequence",
-            more.name,
-            rate(more.tokens_per_s().unwrap_or_default()),
-            more.per_stream().unwrap_or_default()
-        ));
-    }
-    out
 }

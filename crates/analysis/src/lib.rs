@@ -19,8 +19,10 @@
 //! - [`history::history`]: many runs as series of builds per machine, with change points
 //!   (E-Divisive with a t-test); [`history_report::write_history_report`] draws the trends.
 
+pub mod answer;
 pub mod build;
 pub mod busy;
+pub mod ceiling;
 pub mod compare;
 pub mod explain;
 pub mod export;
@@ -35,6 +37,7 @@ pub mod merge;
 pub mod predict;
 pub mod publish;
 pub mod report;
+pub mod stack;
 pub mod state;
 pub mod traced;
 

@@ -93,10 +93,12 @@ fn each_row_is_the_prediction_with_one_thing_changed_and_they_rank_by_tokens_per
             .contains("OPBENCH_PROFILE=default"),
         "{b64:?}"
     );
-    // no graph or bf16 row on the CPU: they are GPU changes
+    // no bf16 row on the CPU, and graphs are rows that cannot run here: GPU changes
+    assert!(rows.iter().all(|l| !l.name.contains("bf16")));
     assert!(
         rows.iter()
-            .all(|l| !l.name.contains("graphs") && !l.name.contains("bf16"))
+            .filter(|l| l.name.contains("graphs"))
+            .all(|l| l.predicted_ns.is_none() && l.here.word() == "no")
     );
 }
 
@@ -118,7 +120,17 @@ fn on_the_cpu_the_transformers_table_prices_what_it_can_and_names_the_rest() {
     assert!(b64.contains("OPBENCH_PROFILE=default"), "{b64}");
     let stat = row("static cache alone").unpriced.clone().unwrap();
     assert!(stat.contains("cache_update_static"), "{stat}");
-    assert!(rows.iter().all(|l| !l.name.contains("graphs")));
+    // graphs, with compile or without, are rows that say they need a GPU, never priced
+    let graphs: Vec<_> = rows.iter().filter(|l| l.name.contains("graphs")).collect();
+    assert_eq!(graphs.len(), 2, "{graphs:?}");
+    for g in graphs {
+        assert!(g.predicted_ns.is_none(), "{}", g.name);
+        assert!(
+            matches!(&g.here, analysis::help::Here::Not(w) if w.contains("need a GPU")),
+            "{:?}",
+            g.here
+        );
+    }
 }
 
 #[test]
@@ -253,7 +265,10 @@ fn graphs_are_the_calls_replayed_with_a_static_cache_plus_generates_own_loop() {
         ..common::cpu_query(&cfg, Phase::Decode, 64, 1024, StepProfile::Transformers)
     };
     let (_, rows) = h200_levers(64);
-    let graphs = rows.iter().find(|l| l.name == "CUDA/HIP graphs").unwrap();
+    let graphs = rows
+        .iter()
+        .find(|l| l.name == analysis::help::COMPILED)
+        .unwrap();
     let at = |profile| {
         predict_with(
             &run,
@@ -371,7 +386,7 @@ fn a_static_cache_swaps_the_dynamic_caches_parts_host_and_device_apart() {
         assert!(stat.unpriced.is_none());
         // every row of the first lease's table is here too, priced or measured
         for name in [
-            "CUDA/HIP graphs",
+            analysis::help::COMPILED,
             "fused kernels",
             "bf16 weights",
             "the step as it is",
@@ -458,7 +473,7 @@ fn graphs_price_the_attention_the_static_caches_graph_runs_where_the_peer_timed_
 fn graphs_row(run: &rundir::Run, batch: usize) -> analysis::help::Lever {
     let (_, rows) = levers_of(run, batch);
     rows.into_iter()
-        .find(|l| l.name == "CUDA/HIP graphs")
+        .find(|l| l.name == analysis::help::COMPILED)
         .unwrap()
 }
 
@@ -488,14 +503,32 @@ fn one_streams_remedies_rank_before_serving_more_sequences() {
 }
 
 /// `rows` in [`analysis::help::rank`]'s order: the query's `batch` first, then the others;
-/// in each, the priced by tokens/s, then the unpriced.
+/// in each, those that can run here, then the unchecked, then those that cannot; in each
+/// of those, the priced by tokens/s, then the unpriced.
 fn ranked(rows: &[analysis::help::Lever], batch: usize) {
     let split = rows
         .iter()
         .position(|l| l.batch != batch)
         .unwrap_or(rows.len());
     assert!(rows[split..].iter().all(|l| l.batch != batch));
-    for group in [&rows[..split], &rows[split..]] {
+    let order = |l: &analysis::help::Lever| l.here.word();
+    let mut groups = Vec::new();
+    for part in [&rows[..split], &rows[split..]] {
+        let words: Vec<&str> = part.iter().map(order).collect();
+        let mut seen: Vec<&str> = words.clone();
+        seen.dedup();
+        let want: Vec<&str> = ["yes", "?", "no"]
+            .into_iter()
+            .filter(|w| seen.contains(w))
+            .collect();
+        assert_eq!(seen, want, "runs-here order {words:?}");
+        for w in want {
+            let lo = words.iter().position(|x| *x == w).unwrap();
+            let hi = words.iter().rposition(|x| *x == w).unwrap() + 1;
+            groups.push(&part[lo..hi]);
+        }
+    }
+    for group in groups {
         let priced: Vec<f64> = group.iter().filter_map(|l| l.tokens_per_s()).collect();
         assert!(priced.windows(2).all(|w| w[0] >= w[1]), "{priced:?}");
         if let Some(i) = group.iter().position(|l| l.step_ns().is_none()) {

@@ -18,6 +18,7 @@ use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use rundir::Status;
 
+use crate::budget::VisitPrior;
 use crate::plan::{Kinds, Visit, planned_pairs, round_cost};
 use crate::protocol::{CaseName, PROTOCOL, Reply, Request};
 use crate::state::ended;
@@ -64,10 +65,13 @@ fn group_cases(
     group: &mut Group<'_>,
     settings: &Settings,
     envs: &mut (Option<serde_json::Value>, Option<serde_json::Value>),
+    starts: &mut Duration,
 ) -> Result<Vec<CaseRun>, DriverError> {
+    let s0 = Instant::now();
     let mut duo = Duo::start(group, 0)?;
     let be = hello(&mut *duo.base)?;
     let ce = hello(&mut *duo.cand)?;
+    *starts += s0.elapsed();
     envs.0.get_or_insert(be);
     envs.1.get_or_insert(ce);
     let (bc, bu) = list(&mut *duo.base, &settings.filter)?;
@@ -170,27 +174,35 @@ pub fn run(
     settings: &Settings,
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<Outcome, DriverError> {
-    if let Some(f) = &settings.filter {
-        regex::Regex::new(f).map_err(|e| DriverError::Filter(e.to_string()))?;
-    }
+    check_filter(settings)?;
     let t0 = Instant::now();
-    let mut envs = (None, None);
-    let mut lists = Vec::new();
-    for g in groups.iter_mut() {
-        lists.push(group_cases(g, settings, &mut envs)?);
-    }
-    let timed: usize = lists.iter().flatten().filter(|c| c.ended.is_none()).count();
-    let budget = settings.budget.for_cases(timed);
-    let mut tally = Progress {
-        visited: 0,
-        cases: timed,
-        decided: 0,
-        elapsed: Duration::ZERO,
-        budget,
-    };
+    let (mut lists, envs, starts) = list_cases(groups, settings)?;
+    let listed: usize = lists.iter().flatten().filter(|c| c.ended.is_none()).count();
+    let budget = settings.budget.for_cases(listed);
     let looks = settings.looks;
-    // (host-timed, device-timed) pairs a visit: the settings' until two rounds show better
-    let mut pairs = (settings.pairs.max(1), settings.pairs.max(1));
+    let plan_of = crate::budget::plan(
+        listed,
+        looks.first.min(looks.max),
+        settings.pairs.max(1),
+        visit_prior(settings),
+        (starts, t0.elapsed()),
+        budget,
+    )?;
+    not_run(&mut lists, plan_of.cases, budget);
+    let cases = lists.iter().flatten().filter(|c| c.ended.is_none()).count();
+    let (visited, decided, elapsed, plan) = (0, 0, t0.elapsed(), Some(plan_of));
+    let mut tally = Progress {
+        visited,
+        cases,
+        decided,
+        elapsed,
+        budget,
+        plan,
+    };
+    progress(&tally);
+    tally.plan = None;
+    // (host-timed, device-timed) pairs a visit: the budget's plan until two rounds show better
+    let mut pairs = (plan_of.pairs, plan_of.pairs);
     let mut plan: Option<(Visit, Visit)> = None;
     let mut last_round: Option<LastRound> = None;
     let mut device_only_rounds = 0;
@@ -200,14 +212,18 @@ pub fn run(
         if visiting.0 + visiting.1 == 0 {
             break;
         }
+        let left = budget.saturating_sub(t0.elapsed());
         let visits = if (round as usize) < looks.first {
+            if round > 0 {
+                let k = refit_pairs(&lists, last_round, left, plan_of.pairs);
+                pairs = (k, k);
+            }
             visiting
         } else {
-            let left = budget.saturating_sub(t0.elapsed());
-            match next_visits(visiting, plan, pairs, last_round, left) {
-                Some(v) => v,
-                None => break,
-            }
+            let Some(v) = next_visits(visiting, plan, pairs, last_round, left) else {
+                break;
+            };
+            v
         };
         let device_only = visits.0 == 0 && visiting.0 > 0;
         device_only_rounds += u32::from(device_only);
@@ -219,7 +235,7 @@ pub fn run(
             round,
             settings,
             (pairs, device_only),
-            (&mut tally, t0),
+            (&mut tally, t0, budget),
             progress,
         )?;
         last_round = Some(LastRound {
@@ -234,16 +250,10 @@ pub fn run(
                 planned_pairs(&all, false, settings.max_pairs),
                 planned_pairs(&all, true, settings.max_pairs),
             );
-            pairs = (h.pairs, d.pairs);
-            plan = Some((h, d));
+            (pairs, plan) = ((h.pairs, d.pairs), Some((h, d)));
         }
         if looks.is_look(round as usize + 1) {
-            let all: Vec<&CaseRun> = lists.iter().flatten().collect();
-            let decided = crate::verdict::decided(&all, settings);
-            for c in lists.iter_mut().flatten() {
-                c.decided = decided.contains(&c.name);
-            }
-            tally.decided = decided.len();
+            tally.decided = look(&mut lists, settings);
             progress(&tally);
         }
     }
@@ -256,7 +266,126 @@ pub fn run(
         settings: settings.clone(),
         pairs,
         device_only_rounds,
+        budget_plan: Some(plan_of),
     })
+}
+
+/// Every group's cases, listed by starting its workers: the lists, the two sides'
+/// environments and what the workers' starts took.
+#[allow(clippy::type_complexity)]
+fn list_cases(
+    groups: &mut [Group<'_>],
+    settings: &Settings,
+) -> Result<
+    (
+        Vec<Vec<CaseRun>>,
+        (Option<serde_json::Value>, Option<serde_json::Value>),
+        Duration,
+    ),
+    DriverError,
+> {
+    let mut envs = (None, None);
+    let mut lists = Vec::new();
+    let mut starts = Duration::ZERO;
+    for g in groups.iter_mut() {
+        lists.push(group_cases(g, settings, &mut envs, &mut starts)?);
+    }
+    Ok((lists, envs, starts))
+}
+
+/// The settings' filter compiles as a regular expression.
+fn check_filter(settings: &Settings) -> Result<(), DriverError> {
+    if let Some(f) = &settings.filter {
+        regex::Regex::new(f).map_err(|e| DriverError::Filter(e.to_string()))?;
+    }
+    Ok(())
+}
+
+/// A look at every case so far: those decided stop being visited; how many are.
+fn look(lists: &mut [Vec<CaseRun>], settings: &Settings) -> usize {
+    let all: Vec<&CaseRun> = lists.iter().flatten().collect();
+    let decided = crate::verdict::decided(&all, settings);
+    for c in lists.iter_mut().flatten() {
+        c.decided = decided.contains(&c.name);
+    }
+    decided.len()
+}
+
+/// A visit's cost before any is timed: the settings' sample and warm-up, and a prepare of
+/// 50 ms a side (making the case and checking it against float64; a guess, which the
+/// first round's visits replace: [`refit_pairs`], and the stop before each visit).
+fn visit_prior(s: &Settings) -> VisitPrior {
+    VisitPrior {
+        sample: s.sample,
+        warmup: s.warmup,
+        prepare: Duration::from_millis(100),
+    }
+}
+
+/// The cases past the first `keep` (the lists are shuffled) end `skipped`, not run: the
+/// budget's plan fits only `keep` of them.
+fn not_run(lists: &mut [Vec<CaseRun>], keep: usize, budget: Duration) {
+    let mut kept = 0;
+    let all: usize = lists.iter().flatten().filter(|c| c.ended.is_none()).count();
+    // across the groups in turn, so that each keeps its share
+    let longest = lists.iter().map(Vec::len).max().unwrap_or(0);
+    for i in 0..longest {
+        for list in lists.iter_mut() {
+            let Some(c) = list.get_mut(i).filter(|c| c.ended.is_none()) else {
+                continue;
+            };
+            if kept < keep {
+                kept += 1;
+            } else {
+                c.ended = Some(ended(
+                    None,
+                    Status::Skipped,
+                    &format!(
+                        "not run: the {:.0} s budget fits {keep} of these {all} cases",
+                        budget.as_secs_f64()
+                    ),
+                ));
+            }
+        }
+    }
+}
+
+/// The pairs the second obligatory round takes: those that fit what is `left`, by what the
+/// first round's visits cost beyond their pairs and a pair (medians over its cases), at
+/// most `max`; 2 where not even those fit (the stop before each visit then ends the round).
+fn refit_pairs(
+    lists: &[Vec<CaseRun>],
+    last: Option<LastRound>,
+    left: Duration,
+    max: usize,
+) -> usize {
+    let (mut fixed, mut pair) = (Vec::new(), Vec::new());
+    for c in lists
+        .iter()
+        .flatten()
+        .filter(|c| c.visits > 0 && !c.pairs.is_empty())
+    {
+        let pairs_ns: f64 = c.pairs.iter().map(Pair::cost_ns).sum();
+        fixed.push((c.spent.as_nanos() as f64 - pairs_ns).max(0.0));
+        pair.push(pairs_ns / c.pairs.len() as f64);
+    }
+    let (Some(last), false) = (last, fixed.is_empty()) else {
+        return max;
+    };
+    let ns = |x: f64| Duration::from_nanos(x as u64);
+    let visits = lists
+        .iter()
+        .flatten()
+        .filter(|c| c.ended.is_none() && !c.decided)
+        .count();
+    crate::budget::pairs_that_fit(
+        visits,
+        (ns(stats::median(&fixed)), ns(stats::median(&pair))),
+        last.starts,
+        left,
+        max,
+    )
+    .unwrap_or(2)
 }
 
 /// One round's visits: in each group, a fresh pair of workers visits each active case
@@ -267,10 +396,14 @@ fn visit_round(
     round: u32,
     settings: &Settings,
     (pairs, device_only): ((usize, usize), bool),
-    (tally, t0): (&mut Progress, Instant),
+    (tally, t0, budget): (&mut Progress, Instant, Duration),
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<Duration, DriverError> {
     let mut starts = Duration::ZERO;
+    let mut cost = VisitCost::default();
+    // the first round: its visits stop once the rest of it and the second round no longer
+    // fit (the rest of its cases are then listed as not run)
+    let mut full = false;
     for (g, list) in groups.iter_mut().zip(lists.iter_mut()) {
         let mut order: Vec<usize> = (0..list.len())
             .filter(|&i| {
@@ -284,22 +417,98 @@ fn visit_round(
         order.shuffle(&mut rand::rngs::StdRng::seed_from_u64(
             settings.seed + u64::from(round),
         ));
+        if full || t0.elapsed() + cost.start + cost.visit(settings, pairs.0.max(pairs.1)) > budget {
+            stop_round(list, &order, round, budget);
+            continue;
+        }
         let s0 = Instant::now();
         let mut duo = Duo::start(g, round)?;
         starts += s0.elapsed();
-        for i in order {
+        cost.start = s0.elapsed();
+        for (n, &i) in order.iter().enumerate() {
             let k = if list[i].key.mode.is_device() {
                 pairs.1
             } else {
                 pairs.0
             };
+            if t0.elapsed() + cost.visit(settings, k) > budget {
+                stop_round(list, &order[n..], round, budget);
+                break;
+            }
+            if round == 0 && cost.visits >= 2 {
+                // what the first visits cost says whether this case and its second visit
+                // still fit, beside the second visits of those before it and the second
+                // round's starts (as long as this one's so far)
+                let v = cost.visit(settings, k);
+                let v1 = cost.visit(settings, crate::budget::MIN_PAIRS);
+                let need = t0.elapsed() + starts + v + v1 * (tally.visited + 1) as u32;
+                if need > budget.mul_f64(0.95) {
+                    full = true;
+                    stop_round(list, &order[n..], round, budget);
+                    break;
+                }
+            }
+            let v0 = Instant::now();
             visit(&mut duo, &mut list[i], round, settings, k)?;
+            cost.took(v0.elapsed(), k);
             tally.visited += 1;
             tally.elapsed = t0.elapsed();
             progress(tally);
         }
     }
     Ok(starts)
+}
+
+/// What this round's visits cost so far: the stop before each visit prices the next by it.
+#[derive(Debug, Default)]
+struct VisitCost {
+    /// The last group's workers' start.
+    start: Duration,
+    /// The visits timed so far: their seconds and pairs, summed, and their count.
+    secs: f64,
+    pairs: f64,
+    visits: usize,
+}
+
+impl VisitCost {
+    /// A visit of `pairs` pairs took `took`.
+    fn took(&mut self, took: Duration, pairs: usize) {
+        self.secs += took.as_secs_f64();
+        self.pairs += pairs as f64;
+        self.visits += 1;
+    }
+
+    /// What the next visit of `pairs` should cost: the mean of this round's visits scaled
+    /// to its pairs (by the settings' prior of a visit), or the prior before one is timed.
+    fn visit(&self, s: &Settings, pairs: usize) -> Duration {
+        let prior = visit_prior(s);
+        let n = self.visits;
+        if n == 0 {
+            return prior.visit(pairs);
+        }
+        let mean = self.secs / n as f64;
+        let mean_pairs = (self.pairs / n as f64).round().max(1.0) as usize;
+        let scale = prior.visit(pairs).as_secs_f64() / prior.visit(mean_pairs).as_secs_f64();
+        Duration::from_secs_f64(mean * scale)
+    }
+}
+
+/// The visits of `rest` left out of round `round`, the budget ending before they would:
+/// a case not visited in the first round ends `skipped`.
+fn stop_round(list: &mut [CaseRun], rest: &[usize], round: u32, budget: Duration) {
+    if round > 0 {
+        return;
+    }
+    for &i in rest {
+        list[i].ended = Some(ended(
+            None,
+            Status::Skipped,
+            &format!(
+                "not run: its first visit and a second no longer fitted the {:.0} s budget",
+                budget.as_secs_f64()
+            ),
+        ));
+    }
 }
 
 #[cfg(test)]

@@ -9,6 +9,9 @@
 //!   child process).
 //! - [`driver`]: which cases, the calibration of calls per sample, warm-up, the A B / B A
 //!   turns, the sequential stop, the budget ([`driver::run`] → [`driver::Outcome`]).
+//! - [`budget`]: the obligatory rounds fitted inside the budget before any timing (fewer
+//!   pairs, fewer cases, or a refusal naming the least budget), and no visit started that
+//!   would end past it.
 //! - `plan`: the pairs a visit takes after two rounds (Cochran's optimum from the spreads
 //!   they showed) and a round's cost.
 //! - [`verdict`]: each case's, each family's and the global verdicts, and the exit code
@@ -20,11 +23,14 @@
 //! protocol. Statistics live in `stats::paired`.
 
 mod ask;
+pub mod budget;
 pub mod driver;
+pub mod kind;
 mod plan;
 pub mod replay;
 pub mod solo;
 pub mod state;
+pub mod tolerance;
 pub mod verdict;
 mod visit;
 pub mod worker;

@@ -93,6 +93,7 @@ pub fn outcome(base: &Run, cand: &Run) -> Result<Outcome, ReplayError> {
             .ok()
             .and_then(|n| n.parse().ok())
             .unwrap_or(0),
+        budget_plan: None,
     })
 }
 
@@ -116,9 +117,16 @@ fn stored_settings(base: &Run) -> Result<(Settings, rundir::paired::PairRounds),
         pairs: pairs as usize,
         ..Settings::default()
     };
-    if let Ok(t) = setting(base, "tolerance_pct")?.parse::<f64>() {
-        settings.tolerance = t / 100.0;
-    }
+    // a number where one was given (or before tolerances came from the term), else
+    // `from the term`
+    settings.tolerance = setting(base, "tolerance_pct")?
+        .parse::<f64>()
+        .ok()
+        .map(|t| t / 100.0);
+    settings.family_tolerance = setting(base, "family_tolerance_pct")
+        .ok()
+        .and_then(|t| t.parse::<f64>().ok())
+        .map(|t| t / 100.0);
     // the looks it was judged at: "first..max" (runs before the setting existed ran 2..8)
     settings.looks = setting(base, "rounds")
         .ok()

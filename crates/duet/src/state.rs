@@ -30,10 +30,11 @@ impl std::fmt::Debug for Group<'_> {
 /// What the driver is told: every knob is an `opbench ab` option.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
-    /// A case is `same` when its interval lies inside ± this (a fraction).
-    pub tolerance: f64,
+    /// A case is `same` when its interval lies inside ± this (a fraction); `None`: from
+    /// the term the run measured ([`crate::tolerance`]).
+    pub tolerance: Option<f64>,
     /// The same for a family and the global verdicts.
-    pub family_tolerance: f64,
+    pub family_tolerance: Option<f64>,
     /// The time one sample aims at.
     pub sample: Duration,
     /// Warm-up per side per visit.
@@ -87,8 +88,8 @@ impl Placement {
 impl Default for Settings {
     fn default() -> Self {
         Settings {
-            tolerance: 0.03,
-            family_tolerance: 0.015,
+            tolerance: None,
+            family_tolerance: None,
             sample: Duration::from_millis(10),
             warmup: Duration::from_millis(50),
             budget: Budget::Total(Duration::from_secs(600)),
@@ -283,6 +284,8 @@ pub struct Outcome {
     /// Rounds that visited the device-timed cases alone, a full round no longer fitting
     /// the budget.
     pub device_only_rounds: u32,
+    /// The obligatory rounds' plan in the budget (`None`: a replayed run).
+    pub budget_plan: Option<crate::budget::BudgetPlan>,
 }
 
 /// Progress, after each case visit.
@@ -293,6 +296,8 @@ pub struct Progress {
     pub decided: usize,
     pub elapsed: Duration,
     pub budget: Duration,
+    /// The budget's plan, told once before any timing.
+    pub plan: Option<crate::budget::BudgetPlan>,
 }
 
 /// Why a comparison could not run at all (a case that fails is a row, never this).
@@ -304,6 +309,8 @@ pub enum DriverError {
     Protocol(String),
     #[error("--filter: {0}")]
     Filter(String),
+    #[error(transparent)]
+    Budget(#[from] crate::budget::TooShort),
 }
 
 pub(crate) fn ended(side: Option<Side>, status: Status, reason: &str) -> Ended {

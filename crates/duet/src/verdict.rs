@@ -21,28 +21,9 @@ use stats::paired::{Pooled, Rounds, median_se, pooled, prior, process_sd};
 use stats::verdict::{Intervals, judge as rule};
 
 use crate::state::{CaseRun, Outcome, Settings};
+use crate::tolerance::Tol;
 
-/// What a host-timed case's time is made of, for its family: host-bound (dispatch) cases
-/// move with every torch call, the others with the kernels or the CPU's compute.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Kind {
-    /// Host-timed, bound by the host's dispatch ([`rundir::bound_by_host`]).
-    HostBound,
-    /// Host-timed, bound by the device or by compute.
-    HostTimedBound,
-    /// Timed by GPU events.
-    Device,
-}
-
-impl Kind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::HostBound => "host-bound",
-            Kind::HostTimedBound => "host-timed, device- or compute-bound",
-            Kind::Device => "device",
-        }
-    }
-}
+pub use crate::kind::Kind;
 
 /// One case's verdict.
 #[derive(Debug, Clone, PartialEq)]
@@ -79,6 +60,8 @@ pub struct CaseLine {
     pub pairs: usize,
     /// ± the interval's half-width (a fraction): what an `ambiguous` case could resolve.
     pub resolution: Option<f64>,
+    /// The tolerance it was judged by, where judged.
+    pub tolerance: Option<crate::tolerance::Tol>,
     /// Timed one side alone and then the other (it does not fit twice).
     pub unpaired: bool,
     pub note: String,
@@ -91,6 +74,8 @@ pub struct FamilyLine {
     pub kind: Kind,
     pub pooled: Pooled,
     pub judgement: Verdict,
+    /// The tolerance it was judged by.
+    pub tolerance: crate::tolerance::Tol,
     /// The process term was measured (two or more processes a group) or not.
     pub process_measured: bool,
 }
@@ -105,6 +90,8 @@ pub struct Verdicts {
     pub noise: rundir::noise::ProcessNoise,
     /// Why the exit code is 1; empty: 0.
     pub regressions: Vec<String>,
+    /// The tolerances each kind was judged by.
+    pub tolerances: crate::tolerance::Tolerances,
 }
 
 impl Verdicts {
@@ -147,7 +134,9 @@ fn kinds(cases: &[&CaseRun]) -> BTreeMap<String, Kind> {
     };
     let mut out = BTreeMap::new();
     for c in cases {
-        let kind = if c.key.mode.is_device() {
+        let kind = if c.key.mode == rundir::Mode::Device {
+            Kind::Launch
+        } else if c.key.mode.is_device() {
             Kind::Device
         } else {
             let Some(host) = median(c) else { continue };
@@ -173,7 +162,7 @@ fn estimates(cases: &[&CaseRun]) -> BTreeMap<String, (Kind, Rounds)> {
         .map(|c| (c.name.as_str(), c.round_estimates()))
         .collect();
     let mut out = BTreeMap::new();
-    for kind in [Kind::HostBound, Kind::HostTimedBound, Kind::Device] {
+    for kind in KINDS {
         let of_kind: Vec<(&str, &Vec<f64>)> = rounds
             .iter()
             .filter(|(n, _)| kinds.get(**n) == Some(&kind))
@@ -190,13 +179,58 @@ fn estimates(cases: &[&CaseRun]) -> BTreeMap<String, (Kind, Rounds)> {
     out
 }
 
+/// Every kind, in the order the global lines print.
+const KINDS: [Kind; 4] = [
+    Kind::HostBound,
+    Kind::Launch,
+    Kind::Device,
+    Kind::HostTimedBound,
+];
+
+/// The tolerances from the settings' and from the terms these cases measured: per kind,
+/// a case's between-round sd (the moderation prior's) and a round's process term.
+fn tolerances(
+    est: &BTreeMap<String, (Kind, Rounds)>,
+    cases: &[&CaseRun],
+    s: &Settings,
+) -> crate::tolerance::Tolerances {
+    let mut case_terms = BTreeMap::new();
+    for kind in KINDS {
+        let rounds: Vec<Vec<f64>> = cases
+            .iter()
+            .filter(|c| est.get(&c.name).is_some_and(|e| e.0 == kind))
+            .map(|c| c.round_estimates())
+            .collect();
+        let all: Vec<&[f64]> = rounds.iter().map(Vec::as_slice).collect();
+        if let Some(p) = prior(&all) {
+            case_terms.insert(kind, p.var.sqrt().exp_m1());
+        }
+    }
+    let members = members_of(cases, est);
+    let family_terms: BTreeMap<Kind, f64> = process_terms(&members, |m| m.0)
+        .into_iter()
+        .map(|(k, sd)| (k, sd.exp_m1()))
+        .collect();
+    crate::tolerance::Tolerances::of(
+        (s.tolerance, s.family_tolerance),
+        &case_terms,
+        &family_terms,
+    )
+}
+
 /// The cases decided now (before the false-discovery step): the sequential stop.
 pub fn decided(cases: &[&CaseRun], s: &Settings) -> BTreeSet<String> {
     let level = s.looks.level();
-    estimates(cases)
-        .into_iter()
-        .filter(|(_, (_, e))| {
-            rule(Intervals::of_log(e.interval(level)), s.tolerance, true).is_decided()
+    let est = estimates(cases);
+    let tol = tolerances(&est, cases, s);
+    est.into_iter()
+        .filter(|(_, (k, e))| {
+            rule(
+                Intervals::of_log(e.interval(level)),
+                tol.case(*k).frac,
+                true,
+            )
+            .is_decided()
         })
         .map(|(n, _)| n)
         .collect()
@@ -209,10 +243,15 @@ pub fn judge(outcome: &Outcome) -> Verdicts {
     let looks = s.looks.schedule().len() as f64;
     let all: Vec<&CaseRun> = outcome.cases.iter().collect();
     let est = estimates(&all);
+    let tol = tolerances(&est, &all, s);
+    let case_tol = |name: &str| {
+        est.get(name)
+            .map_or(tol.case(Kind::Device), |e| tol.case(e.0))
+    };
     let mut cases: Vec<CaseLine> = outcome
         .cases
         .iter()
-        .map(|c| case_line(c, est.get(&c.name).copied(), level, s.tolerance))
+        .map(|c| case_line(c, est.get(&c.name).copied(), level, case_tol(&c.name)))
         .collect();
     // a discovery: Benjamini–Hochberg over the judged cases' directional p-values, each
     // multiplied by the looks (Bonferroni over the sequential design)
@@ -222,14 +261,17 @@ pub fn judge(outcome: &Outcome) -> Verdicts {
     let ps: Vec<f64> = judged
         .iter()
         .map(|&i| {
-            let (up, down) = est[&cases[i].name].1.p_beyond(s.tolerance);
+            let (up, down) = est[&cases[i].name]
+                .1
+                .p_beyond(case_tol(&cases[i].name).frac);
             (up.min(down) * looks).min(1.0)
         })
         .collect();
     let found = stats::decide::benjamini_hochberg(&ps, 0.05);
     for (&i, &f) in judged.iter().zip(&found) {
         let (_, e) = est[&cases[i].name];
-        let j = rule(Intervals::of_log(e.interval(level)), s.tolerance, f);
+        let t = case_tol(&cases[i].name).frac;
+        let j = rule(Intervals::of_log(e.interval(level)), t, f);
         if let CaseVerdict::Judged(was @ (Verdict::Slower | Verdict::Faster)) = cases[i].verdict
             && j != was
         {
@@ -237,12 +279,12 @@ pub fn judge(outcome: &Outcome) -> Verdicts {
             cases[i].note = format!(
                 "{} beyond ±{:.1}% at its look, not a discovery at a 5% false-discovery rate",
                 was.as_str(),
-                s.tolerance * 100.0
+                t * 100.0
             );
         }
     }
-    let members = members(outcome, &est);
-    let families = families(&members, s);
+    let members = members_of(&all, &est);
+    let families = families(&members, &tol);
     let mut regressions = Vec::new();
     let slower: Vec<&CaseLine> = cases
         .iter()
@@ -250,10 +292,13 @@ pub fn judge(outcome: &Outcome) -> Verdicts {
         .collect();
     if !slower.is_empty() {
         regressions.push(format!(
-            "{} case{} slower beyond {:.1}% (first: {})",
+            "{} case{} slower beyond {} (first: {})",
             slower.len(),
             if slower.len() == 1 { "" } else { "s" },
-            s.tolerance * 100.0,
+            slower[0]
+                .tolerance
+                .map_or(String::new(), |t| format!("±{:.1}%", t.frac * 100.0))
+                .trim_start_matches('±'),
             slower[0].name
         ));
     }
@@ -265,7 +310,7 @@ pub fn judge(outcome: &Outcome) -> Verdicts {
             pct(r),
             pct(lo),
             pct(hi),
-            s.family_tolerance * 100.0
+            f.tolerance.frac * 100.0
         ));
     }
     Verdicts {
@@ -273,6 +318,7 @@ pub fn judge(outcome: &Outcome) -> Verdicts {
         families,
         regressions,
         noise: noise(&members),
+        tolerances: tol,
     }
 }
 
@@ -281,7 +327,7 @@ pub fn pct(ratio: f64) -> String {
     format!("{:+.1}%", (ratio - 1.0) * 100.0)
 }
 
-fn case_line(c: &CaseRun, est: Option<(Kind, Rounds)>, level: f64, tol: f64) -> CaseLine {
+fn case_line(c: &CaseRun, est: Option<(Kind, Rounds)>, level: f64, tol: Tol) -> CaseLine {
     let mut line = case_line_inner(c, est, level, tol);
     let (b, k) = c.uncovered().unwrap_or((0, 0));
     let bound = (b + k > 0).then(|| {
@@ -300,7 +346,7 @@ fn case_line(c: &CaseRun, est: Option<(Kind, Rounds)>, level: f64, tol: f64) -> 
     line
 }
 
-fn case_line_inner(c: &CaseRun, est: Option<(Kind, Rounds)>, level: f64, tol: f64) -> CaseLine {
+fn case_line_inner(c: &CaseRun, est: Option<(Kind, Rounds)>, level: f64, tol: Tol) -> CaseLine {
     let mut line = CaseLine {
         name: c.name.clone(),
         group: c.group.clone(),
@@ -310,6 +356,7 @@ fn case_line_inner(c: &CaseRun, est: Option<(Kind, Rounds)>, level: f64, tol: f6
         ratio: None,
         pairs: c.pairs.len(),
         resolution: None,
+        tolerance: None,
         unpaired: c.unpaired.is_some(),
         note: String::new(),
     };
@@ -332,8 +379,9 @@ fn case_line_inner(c: &CaseRun, est: Option<(Kind, Rounds)>, level: f64, tol: f6
     let (lo, hi) = e.interval(level);
     line.ratio = Some((e.mean.exp(), lo.exp(), hi.exp()));
     // the look's verdict: a discovery is judged over all cases once the comparison ends
-    let j = rule(Intervals::of_log((lo, hi)), tol, true);
+    let j = rule(Intervals::of_log((lo, hi)), tol.frac, true);
     line.verdict = CaseVerdict::Judged(j);
+    line.tolerance = Some(tol);
     if j == Verdict::Ambiguous {
         line.resolution = Some(((hi - lo) / 2.0).exp_m1());
         line.note = format!(
@@ -352,9 +400,9 @@ fn case_line_inner(c: &CaseRun, est: Option<(Kind, Rounds)>, level: f64, tol: f6
 type Member = (Kind, String, f64, Vec<f64>, rundir::noise::TermKind);
 
 /// Every judged case in its family.
-fn members(outcome: &Outcome, est: &BTreeMap<String, (Kind, Rounds)>) -> Vec<Member> {
+fn members_of(cases: &[&CaseRun], est: &BTreeMap<String, (Kind, Rounds)>) -> Vec<Member> {
     let mut members: Vec<Member> = Vec::new();
-    for c in &outcome.cases {
+    for c in cases {
         let Some((kind, e)) = est.get(&c.name) else {
             continue;
         };
@@ -397,7 +445,7 @@ fn noise(members: &[Member]) -> rundir::noise::ProcessNoise {
 }
 
 /// The families: the global ones by kind, then each op in each mode.
-fn families(members: &[Member], s: &Settings) -> Vec<FamilyLine> {
+fn families(members: &[Member], tol: &crate::tolerance::Tolerances) -> Vec<FamilyLine> {
     let level = 0.95;
     let fams: BTreeSet<(Kind, String)> = members.iter().map(|m| (m.0, m.1.clone())).collect();
     let sd = process_terms(members, |m| m.0);
@@ -414,16 +462,18 @@ fn families(members: &[Member], s: &Settings) -> Vec<FamilyLine> {
         let rounds = chosen.iter().map(|m| m.3.len()).min().unwrap_or(1).max(1);
         let per = term.unwrap_or(0.0) / (rounds as f64).sqrt();
         if let Some(p) = pooled(&xs, level, per, 2000) {
+            let t = tol.family(kind);
             out.push(FamilyLine {
                 name,
                 kind,
-                judgement: rule(Intervals::of_log((p.low, p.high)), s.family_tolerance, true),
+                tolerance: t,
+                judgement: rule(Intervals::of_log((p.low, p.high)), t.frac, true),
                 pooled: p,
                 process_measured: term.is_some(),
             });
         }
     };
-    for kind in [Kind::HostBound, Kind::Device, Kind::HostTimedBound] {
+    for kind in KINDS {
         add(format!("all {} cases", kind.as_str()), kind, &|m| {
             m.0 == kind
         });

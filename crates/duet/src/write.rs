@@ -69,6 +69,11 @@ pub fn write(
     Ok(w)
 }
 
+/// A tolerance setting as stored: its percentage, or `from the term`.
+fn pct_setting(t: Option<f64>) -> String {
+    t.map_or("from the term".into(), |t| format!("{}", t * 100.0))
+}
+
 /// One side's run directory.
 fn side_dir(
     outcome: &Outcome,
@@ -103,7 +108,8 @@ fn side_dir(
         ("design", "paired".to_string()),
         ("paired_with", other.display().to_string()),
         ("side", format!("{} ({what})", side.as_str())),
-        ("tolerance_pct", format!("{}", s.tolerance * 100.0)),
+        ("tolerance_pct", pct_setting(s.tolerance)),
+        ("family_tolerance_pct", pct_setting(s.family_tolerance)),
         ("sample_ms", format!("{}", s.sample.as_millis())),
         ("budget", format!("{:?}", s.budget)),
         ("pairs_per_round", s.pairs.to_string()),
@@ -215,7 +221,7 @@ fn side_row(c: &CaseRun, side: Side, run_id: &str) -> (ResultRow, Vec<Sample>) {
 /// `<RUN>-ab.csv`: one line per family and per case.
 pub fn ab_csv(v: &Verdicts) -> String {
     let mut out = String::from(
-        "level,name,kind,verdict,ratio,ratio_low,ratio_high,pairs,resolution_pct,note,family\n",
+        "level,name,kind,verdict,ratio,ratio_low,ratio_high,pairs,resolution_pct,note,family,tolerance_pct\n",
     );
     let q = |s: &str| format!("\"{}\"", s.replace('"', "\"\""));
     let num = |x: Option<f64>| x.map_or(String::new(), |x| format!("{x:.5}"));
@@ -223,17 +229,18 @@ pub fn ab_csv(v: &Verdicts) -> String {
         let (r, lo, hi) = f.pooled.ratio();
         let _ = writeln!(
             out,
-            "family,{},{},{},{r:.5},{lo:.5},{hi:.5},,,{},",
+            "family,{},{},{},{r:.5},{lo:.5},{hi:.5},,,{},,{:.3}",
             q(&f.name),
             q(f.kind.as_str()),
             f.judgement.as_str(),
-            q(&format!("{} cases", f.pooled.cases))
+            q(&format!("{} cases", f.pooled.cases)),
+            f.tolerance.frac * 100.0
         );
     }
     for c in &v.cases {
         let _ = writeln!(
             out,
-            "case,{},{},{},{},{},{},{},{},{},{}",
+            "case,{},{},{},{},{},{},{},{},{},{},{}",
             q(&c.name),
             q(c.kind.map_or("", |k| k.as_str())),
             c.verdict.word(),
@@ -243,7 +250,8 @@ pub fn ab_csv(v: &Verdicts) -> String {
             c.pairs,
             num(c.resolution.map(|r| r * 100.0)),
             q(&c.note),
-            q(c.family.as_deref().unwrap_or_default())
+            q(c.family.as_deref().unwrap_or_default()),
+            num(c.tolerance.map(|t| t.frac * 100.0))
         );
     }
     out
@@ -311,9 +319,8 @@ pub fn summary_md(outcome: &Outcome, v: &Verdicts, sides: [&str; 2]) -> String {
     }
     let _ = writeln!(
         o,
-        "Cases: {} same (within ±{:.1}%), {} slower, {} faster, {} ambiguous, {} status-changed, {} not timed.\n",
+        "Cases: {} same (within their kind's tolerance, below), {} slower, {} faster, {} ambiguous, {} status-changed, {} not timed.\n",
         n("same"),
-        s.tolerance * 100.0,
         n("slower"),
         n("faster"),
         n("ambiguous"),
@@ -331,14 +338,15 @@ pub fn summary_md(outcome: &Outcome, v: &Verdicts, sides: [&str; 2]) -> String {
     if !amb.is_empty() {
         let _ = writeln!(
             o,
-            "`ambiguous (±X%)`: the case's interval straddles ±{:.1}%; a change smaller than X% \
-             could not be told from none in its share of the budget (median X here: {:.1}%). \
-             A larger `--budget` narrows it.\n",
-            s.tolerance * 100.0,
+            "`ambiguous (±X%)`: the case's interval straddles its tolerance; a change smaller \
+             than X% could not be told from none in its share of the budget (median X here: \
+             {:.1}%). A larger `--budget` narrows it.\n",
             stats::median(&amb) * 100.0
         );
     }
-    families_md(&mut o, v, s.family_tolerance);
+    budget_md(&mut o, outcome);
+    tolerances_md(&mut o, v);
+    families_md(&mut o, v);
     cases_md(&mut o, &v.cases);
     o
 }
@@ -388,17 +396,63 @@ fn plant_md(o: &mut String, outcome: &Outcome) {
     );
 }
 
-fn families_md(o: &mut String, v: &Verdicts, tol: f64) {
+/// The budget's plan of the obligatory rounds.
+fn budget_md(o: &mut String, outcome: &Outcome) {
+    if let Some(p) = &outcome.budget_plan {
+        let line = p.line();
+        let _ = writeln!(o, "Budget: {}.\n", line.trim_start_matches("opbench ab: "));
+    }
+}
+
+/// Which tolerance each kind's verdicts used, and by which measure it was judged; and
+/// what the graph rows cannot see.
+fn tolerances_md(o: &mut String, v: &Verdicts) {
+    let kinds: std::collections::BTreeSet<crate::verdict::Kind> =
+        v.cases.iter().filter_map(|c| c.kind).collect();
+    if kinds.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "## Tolerances and measures\n\n| kind | measure | case tolerance | family tolerance |\n|---|---|---|---|"
+    );
+    for k in &kinds {
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {} |",
+            k.as_str(),
+            k.measure(),
+            v.tolerances.case(*k).describe(),
+            v.tolerances.family(*k).describe()
+        );
+    }
+    o.push('\n');
+    if kinds.contains(&crate::verdict::Kind::Device)
+        && !kinds.contains(&crate::verdict::Kind::Launch)
+    {
+        let _ = writeln!(
+            o,
+            "Graph replays carry no per-launch device cost: a build or setting that changes \
+             what each launch costs the device (kernel arguments, the command processor's \
+             path, queue setup) is not in these device verdicts; the stream-launched \
+             `device` mode (the launch measure) sees it.\n"
+        );
+    }
+}
+
+fn families_md(o: &mut String, v: &Verdicts) {
     let _ = writeln!(
         o,
         "## Families\n\nThe median over a family's cases of their paired ratios; the interval \
          is over cases, widened by the process term (what one round's processes share among \
-         their cases, measured from round to round). `same`: the interval lies \
-         inside ±{:.1}%.\n",
-        tol * 100.0
+         their cases, measured from round to round). `same`: the interval lies inside the \
+         family's tolerance (its column).\n"
     );
-    let _ = writeln!(o, "| family | cases | change | 95% interval | verdict |");
-    let _ = writeln!(o, "|---|---|---|---|---|");
+    let _ = writeln!(
+        o,
+        "| family | cases | change | 95% interval | tolerance | verdict |"
+    );
+    let _ = writeln!(o, "|---|---|---|---|---|---|");
     for f in &v.families {
         let (r, lo, hi) = f.pooled.ratio();
         let word = match f.judgement {
@@ -414,12 +468,13 @@ fn families_md(o: &mut String, v: &Verdicts, tol: f64) {
         };
         let _ = writeln!(
             o,
-            "| {} | {} | {} | [{}, {}] | {word}{proc} |",
+            "| {} | {} | {} | [{}, {}] | ±{:.1}% | {word}{proc} |",
             f.name,
             f.pooled.cases,
             pct(r),
             pct(lo),
-            pct(hi)
+            pct(hi),
+            f.tolerance.frac * 100.0
         );
     }
     o.push('\n');

@@ -188,8 +188,14 @@ impl Worker for Fake {
                     });
                 }
                 if let Some(amp) = self.placement {
+                    // the seed's bits mixed (splitmix64), so that the two sides' seeds of a
+                    // pair, which differ in their last byte, draw unrelated places
                     let here = place.map_or(self.level, |s| {
-                        1.0 + amp * ((s % 10_000) as f64 / 5_000.0 - 1.0)
+                        let mut z = s.wrapping_add(0x9e37_79b9_7f4a_7c15);
+                        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+                        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+                        z ^= z >> 31;
+                        1.0 + amp * ((z % 10_000) as f64 / 5_000.0 - 1.0)
                     });
                     self.placed.insert(key.clone(), here);
                 }
@@ -352,22 +358,18 @@ fn five_percent_on_one_side_is_found_per_case_and_globally() {
     assert!(share(&v, Verdict::Slower) >= 0.8, "{:?}", v.counts());
     assert_eq!(share(&v, Verdict::Faster), 0.0);
     assert_eq!(share(&v, Verdict::Same), 0.0);
-    for name in ["all host-bound cases", "all device cases"] {
+    for name in ["all host-bound cases", "all stream-launched device cases"] {
         let f = v.families.iter().find(|f| f.name == name).expect(name);
         assert_eq!(f.judgement, Verdict::Slower, "{name}");
         let (r, _, _) = f.pooled.ratio();
         assert!((r - 1.05).abs() < 0.01, "{name}: {r}");
     }
-    assert!(
-        v.regressions
-            .iter()
-            .any(|r| r.contains("slower beyond 3.0%"))
-    );
+    assert!(v.regressions.iter().any(|r| r.contains("slower beyond")));
 }
 
 #[test]
 fn same_never_claims_more_than_its_interval_resolves() {
-    // +2% with the fewest rounds: what is not inside ±3% is ambiguous, with its
+    // +2% with the fewest rounds: what is not inside its tolerance is ambiguous, with its
     // resolution, never `same`
     let host = Host::shared(1.0, 0.0, 3);
     let (h1, h2) = (host.clone(), host.clone());
@@ -388,7 +390,8 @@ fn same_never_claims_more_than_its_interval_resolves() {
     let v = duet::judge(&outcome);
     for c in &v.cases {
         let (_, lo, hi) = c.ratio.expect("judged");
-        let inside = lo >= 1.0 / 1.03 && hi <= 1.03;
+        let tol = 1.0 + c.tolerance.expect("judged").frac;
+        let inside = lo >= 1.0 / tol && hi <= tol;
         assert_eq!(
             c.verdict == CaseVerdict::Judged(Verdict::Same),
             inside,
@@ -752,7 +755,7 @@ fn run_placed(factor: f64, placement: duet::driver::Placement, seed: u64) -> due
             let mut f = Fake::new(&h, factor, 12, label);
             f.cases.retain(|c| c.0.ends_with("/device"));
             f.level = 1.0 + 0.04 * l.borrow_mut().random_range(-1.0..1.0);
-            f.placement = Some(0.04);
+            f.placement = Some(0.01);
             f.noise = 0.0005;
             Ok(Box::new(f) as Box<dyn Worker>)
         }
@@ -837,7 +840,16 @@ fn a_fresh_placement_each_pair_averages_what_a_process_shares_among_its_device_c
     // afresh each pair, the pairs average them
     for seed in 1..=3 {
         let each = compare_placed(1.0, Placement::EachPair, seed);
-        assert_eq!(each.exit_code(), 0, "seed {seed}: {:?}", each.regressions);
+        assert_eq!(
+            each.exit_code(),
+            0,
+            "seed {seed}: {:?} {:?}",
+            each.regressions,
+            each.cases
+                .iter()
+                .filter(|c| c.verdict != CaseVerdict::Judged(Verdict::Same))
+                .collect::<Vec<_>>()
+        );
         assert!(
             share(&each, Verdict::Same) >= 0.9,
             "seed {seed}: {:?}",
@@ -1106,7 +1118,7 @@ fn a_planted_process_term_is_carried_measured_and_stored_and_the_sides_start_in_
     let all = v
         .families
         .iter()
-        .find(|f| f.name == "all device cases")
+        .find(|f| f.name == "all stream-launched device cases")
         .expect("the device family");
     let (r, lo, _) = all.pooled.ratio();
     assert!(lo > 1.015 && (r - 1.10).abs() < 0.03, "{r} {lo}");

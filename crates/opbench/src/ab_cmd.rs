@@ -52,18 +52,23 @@ pub struct Args {
     /// A regular expression on the case keys (`/decode/b(1|8|64)/`).
     #[arg(long)]
     filter: Option<String>,
-    /// The comparison's time in seconds: a round starts only if it fits (the first two
-    /// always run), then rounds of the device-timed cases alone while those fit. Default:
-    /// one second a case, at most 600.
+    /// The comparison's time in seconds, kept: the first two rounds are planned inside it
+    /// before any timing (fewer pairs a visit, else fewer cases, the rest listed as not
+    /// run; exit 2 naming the least budget where not even half fit), a visit starts only if
+    /// it ends inside it, and a later round only if it fits, then rounds of the
+    /// device-timed cases alone while those fit. Default: one second a case, at most 600.
     #[arg(long)]
     budget: Option<f64>,
     /// A case is `same` when its interval lies inside ± this percentage, `slower` or
-    /// `faster` when wholly beyond it.
-    #[arg(long, default_value_t = 3.0)]
-    tolerance: f64,
-    /// The same for a family of cases and the global verdicts.
-    #[arg(long, default_value_t = 1.5)]
-    family_tolerance: f64,
+    /// `faster` when wholly beyond it. Default: from the term the run measured, per kind
+    /// of case (3 × a case's between-round sd, from 1% to 3%; docs/method.md,
+    /// "Tolerances").
+    #[arg(long)]
+    tolerance: Option<f64>,
+    /// The same for a family of cases and the global verdicts. Default: 3 × the
+    /// measured process term of the kind, from 0.5% to 1.5%.
+    #[arg(long)]
+    family_tolerance: Option<f64>,
     /// The wall-clock time each sample aims at, in ms.
     #[arg(long, default_value_t = 10.0)]
     sample_ms: f64,
@@ -177,8 +182,11 @@ fn settings(a: &Args) -> Result<Settings, CliError> {
         None => None,
     };
     Ok(Settings {
-        tolerance: pct(a.tolerance, "--tolerance")?,
-        family_tolerance: pct(a.family_tolerance, "--family-tolerance")?,
+        tolerance: a.tolerance.map(|t| pct(t, "--tolerance")).transpose()?,
+        family_tolerance: a
+            .family_tolerance
+            .map(|t| pct(t, "--family-tolerance"))
+            .transpose()?,
         sample: ms(a.sample_ms, "--sample-ms")?.max(Duration::from_micros(100)),
         warmup: ms(a.warmup_ms, "--warmup-ms")?,
         budget: budget.map_or(
@@ -346,6 +354,10 @@ pub fn run(a: &Args) -> Result<u8, CliError> {
     // one line every ~10 s at most: a round's end does not print the same line again
     let mut last = std::time::Instant::now();
     let mut tell = |p: &Progress| {
+        if let Some(plan) = &p.plan {
+            eprintln!("{}", plan.line());
+            return;
+        }
         if last.elapsed() >= Duration::from_secs(10) {
             last = std::time::Instant::now();
             eprintln!(

@@ -2943,3 +2943,36 @@ fn predict_answers_with_generate_and_numbers_that_agree() {
         );
     }
 }
+
+/// `--batch 3` on a run whose op crates timed B = 1 only while the peer's rows timed more:
+/// the batches it suggests are those every op crate measured (the peer's alone cannot make a
+/// step), so the suggestion predicts.
+#[test]
+fn a_batch_suggestion_names_only_batches_every_op_crate_measured() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("b1-crates");
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = Path::new(HELP5_DIR);
+    std::fs::copy(src.join("env.json"), dir.join("env.json")).unwrap();
+    let text = std::fs::read_to_string(src.join("results.csv")).unwrap();
+    let mut lines = text.lines();
+    let header = lines.next().unwrap();
+    let col = |name: &str| header.split(',').position(|c| c == name).unwrap();
+    let (variant, batch) = (col("variant"), col("batch"));
+    let mut kept = vec![header.to_string()];
+    for l in lines {
+        let f: Vec<&str> = l.split(',').collect();
+        // the peer's rows (py-*, transformers) keep every batch; the crates' only B = 1
+        let peer = f[variant].starts_with("py-") || f[variant] == "transformers";
+        if peer || f[batch] == "1" {
+            kept.push(l.to_string());
+        }
+    }
+    std::fs::write(dir.join("results.csv"), kept.join("\n") + "\n").unwrap();
+    let (code, _, err) = opbench(&["predict", dir.to_str().unwrap(), "--batch", "3"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("give a --batch the run measured (1)"), "{err}");
+    // the whole run: every batch it timed
+    let (_, _, err) = opbench(&["predict", HELP5_DIR, "--batch", "3"]);
+    assert!(err.contains("measured (1, 8, 64)"), "{err}");
+}

@@ -607,9 +607,19 @@ pub fn measured_lengths(run: &Run, model: &str) -> std::collections::BTreeSet<us
 
 /// The batch sizes `run`'s decode rows of `model` timed.
 pub fn measured_batches(run: &Run, model: &str) -> std::collections::BTreeSet<usize> {
-    run.results
-        .iter()
-        .filter(|r| r.key.model == model && r.key.phase == Phase::Decode)
-        .map(|r| r.key.batch)
-        .collect()
+    use std::collections::{BTreeMap, BTreeSet};
+    // the batches every op crate measured: the peer's rows (Python ops, the HF step) time
+    // batches of their own, which a step composed from the crates cannot take alone
+    let mut by_op: BTreeMap<rundir::OpKind, BTreeSet<usize>> = BTreeMap::new();
+    for r in run.results.iter().filter(|r| {
+        r.key.model == model
+            && r.key.phase == Phase::Decode
+            && !r.key.variant.starts_with("py-")
+            && !matches!(r.key.variant.as_str(), "transformers" | "python")
+    }) {
+        by_op.entry(r.key.op).or_default().insert(r.key.batch);
+    }
+    let mut sets = by_op.into_values();
+    let first = sets.next().unwrap_or_default();
+    sets.fold(first, |all, s| all.intersection(&s).copied().collect())
 }

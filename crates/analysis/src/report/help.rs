@@ -7,7 +7,7 @@ use crate::help::{AS_IS, Lever};
 
 /// The section for each model the run prices a step of on `on`, at the report's cache
 /// length, one table per measured batch and a chart of the smallest batch priced, and the
-/// answer's lines ([`crate::help::answer`]) at that batch for the first model. Empty where
+/// answer's lines ([`crate::answer::answer`]) at that batch for the first model. Empty where
 /// no batch is priced.
 pub(super) fn what_would_help(ctx: &Ctx, on: On) -> Result<(String, Vec<String>), AnalysisError> {
     let mut md = String::new();
@@ -33,7 +33,7 @@ pub(super) fn what_would_help(ctx: &Ctx, on: On) -> Result<(String, Vec<String>)
             tables += &table(b, &rows);
             if answer.is_empty() {
                 let generate = crate::generate::price(ctx.run, &q, &pred);
-                answer = crate::help::answer(&q, &pred, &rows, generate.as_ref());
+                answer = crate::answer::answer(&q, &pred, &rows, generate.as_ref());
                 if let Some(first) = answer.first_mut() {
                     *first = format!("{first} ({}, B = {b}, L = {ctx_len})", cfg.name);
                 }
@@ -68,7 +68,7 @@ fn table(b: usize, rows: &[Lever]) -> String {
         .find(|l| l.name == AS_IS)
         .and_then(Lever::tokens_per_s);
     let mut md = format!(
-        "B = {b}:\n\n| change | ms/step | tokens/s | per stream | gain | measured ms | check |\n|---|---|---|---|---|---|---|\n"
+        "B = {b}:\n\n| change | ms/step | tokens/s | per stream | gain | measured ms | check | runs here |\n|---|---|---|---|---|---|---|---|\n"
     );
     let ms = |v: Option<f64>| v.map_or("-".into(), |ns| format!("{:.2}", ns / 1e6));
     for l in rows {
@@ -80,9 +80,16 @@ fn table(b: usize, rows: &[Lever]) -> String {
             .unpriced
             .as_deref()
             .map_or(String::new(), |w| format!(" (not priced: {w})"));
+        let here = match &l.here {
+            crate::help::Here::Runs(_) => "yes".to_string(),
+            other => format!("{}: {}", other.word(), other.why().replace('|', "/")),
+        };
+        let interval = l.interval.map_or(String::new(), |(lo, hi)| {
+            format!(" [{:.2}, {:.2}]", lo / 1e6, hi / 1e6)
+        });
         let _ = writeln!(
             md,
-            "| {}{} | {} | {} | {} | {gain} | {} | {} |",
+            "| {}{} | {}{interval} | {} | {} | {gain} | {} | {} | {here} |",
             l.name,
             how.replace('|', "/"),
             ms(l.predicted_ns),

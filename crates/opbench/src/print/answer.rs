@@ -1,4 +1,4 @@
-//! predict's first lines: the answer before the details ([`analysis::help::answer`]).
+//! predict's first lines: the answer before the details ([`analysis::answer::answer`]).
 
 use analysis::explain::Explanation;
 
@@ -6,7 +6,7 @@ use analysis::explain::Explanation;
 pub fn answer(e: &Explanation) {
     if let Some((levers, _)) = &e.help {
         let generate = e.transformers.as_ref().and_then(|t| t.generate.as_ref());
-        for line in analysis::help::answer(&e.query, &e.prediction, levers, generate) {
+        for line in analysis::answer::answer(&e.query, &e.prediction, levers, generate) {
             say!("{line}");
         }
     }

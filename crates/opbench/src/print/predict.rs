@@ -446,6 +446,26 @@ pub fn step_check(pred: &Prediction, c: &analysis::traced::StepCheck) {
     }
 }
 
+/// The lines under a row of what would help: its priced interval, how a derived figure was
+/// made, and why it cannot run here.
+fn row_notes(l: &analysis::help::Lever) {
+    if let Some((lo, hi)) = l.interval {
+        say!(
+            "    priced interval: {:.3} to {:.3} ms/step ({:.1} to {:.1} tokens/s)",
+            lo / 1e6,
+            hi / 1e6,
+            l.batch as f64 * 1e9 / hi,
+            l.batch as f64 * 1e9 / lo
+        );
+    }
+    if let Some(how) = &l.derived {
+        say!("    (d) derived, not measured with it: {how}");
+    }
+    if !matches!(l.here, analysis::help::Here::Runs(_)) {
+        say!("    here {}: {}", l.here.word(), l.here.why());
+    }
+}
+
 /// What would help, ranked: each change's predicted step and tokens/s, its gain over the
 /// step as it is, and its measured counterpart; the unpriced ones say what to run.
 pub fn what_would_help(levers: &[analysis::help::Lever], bound: &analysis::help::Lever) {
@@ -462,13 +482,14 @@ pub fn what_would_help(levers: &[analysis::help::Lever], bound: &analysis::help:
         if batch == 1 { "" } else { "s" }
     );
     say!(
-        "  {:<42} {:>9} {:>12} {:>12} {:>7} {:>10}  what to do",
+        "  {:<42} {:>9} {:>12} {:>12} {:>7} {:>10} {:>4}  what to do",
         "change",
         "ms/step",
         "tok/s in all",
         "tok/s/stream",
         "gain",
-        "measured"
+        "measured",
+        "here"
     );
     let mut more = false;
     for l in levers {
@@ -494,18 +515,19 @@ pub fn what_would_help(levers: &[analysis::help::Lever], bound: &analysis::help:
         };
         match l.step_ns() {
             Some(ns) if l.predicted_ns.is_some() || l.unpriced.is_none() => say!(
-                "  {:<42} {:>9.3} {:>12.1} {:>12.1} {:>7} {:>10}  {}",
+                "  {:<42} {:>9.3} {:>12.1} {:>12.1} {:>7} {:>10} {:>4}  {}",
                 name,
                 ns / 1e6,
                 l.tokens_per_s().unwrap_or_default(),
                 l.per_stream().unwrap_or_default(),
                 gain,
                 measured,
+                l.here.word(),
                 l.action
             ),
             _ => {
                 say!(
-                    "  {:<42} {:>9} {:>12} {:>12} {:>7} {:>10}  {}",
+                    "  {:<42} {:>9} {:>12} {:>12} {:>7} {:>10} {:>4}  {}",
                     name,
                     "-",
                     l.measured_ns
@@ -514,15 +536,23 @@ pub fn what_would_help(levers: &[analysis::help::Lever], bound: &analysis::help:
                         .map_or("-".into(), |m| format!("{:.1}", 1e9 / m)),
                     gain,
                     measured,
+                    l.here.word(),
                     l.action,
                 );
                 say!("    not priced: {}", l.unpriced.as_deref().unwrap_or("-"));
             }
         }
-        if let Some(how) = &l.derived {
-            say!("    (d) derived, not measured with it: {how}");
-        }
+        row_notes(l);
     }
+    help_footer(levers, bound);
+}
+
+/// What would help's last lines: the `here` legend, predicted over measured where the run
+/// measured a change, and the physical limit.
+fn help_footer(levers: &[analysis::help::Lever], bound: &analysis::help::Lever) {
+    say!(
+        "  here: yes, the change can run on this stack; no, it cannot (why, below it); ?, nothing checked it (scripts/doctor)"
+    );
     let checked: Vec<String> = levers
         .iter()
         .filter_map(|l| Some(format!("{} {:.2}", l.name, l.check()?)))
