@@ -313,11 +313,11 @@ def main(argv):
     dtype = torch.float16 if use_gpu else torch.float32
     out["sdpa"] = sdpa_backends(torch, dev, dtype)
     out["graph"] = graph(torch, dev) if use_gpu else {"ok": False, "why": "no GPU"}
+    out["transformers"] = transformers()
     if a.checks:
         print(json.dumps(out))
         return 0
     out["tracer"] = tracer(torch)
-    out["transformers"] = transformers()
     out["smoke"] = smoke(torch, dev, dtype)
     out["seconds"] = round(time.monotonic() - t0, 1)
     print(json.dumps(out))

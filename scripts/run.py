@@ -38,7 +38,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from bench_plan import hms, leaves_out, read_plan, summary  # noqa: F401 (run.hms for paired, knobs)
+from bench_plan import hms, leaves_out, read_plan, summary
 
 ROOT = Path(__file__).resolve().parent.parent
 WINDOWS = os.name == "nt"
@@ -569,7 +569,12 @@ def next_step(env, run, with_peer):
     gets predict's own list of what it lacks and the command that adds it."""
     exe = str(opbench_exe(env))
     py = env.get("OPBENCH_TORCH_PYTHON") or sys.executable
-    hf = with_peer and subprocess.run([py, "-c", "import transformers"], capture_output=True).returncode == 0
+    # doctor's checks in the run (stack_checks) say whether the peer could time generate()
+    try:
+        hf = json.loads((run / "stack.json").read_text())["transformers"]["importable"]
+    except (OSError, ValueError, KeyError, TypeError):
+        hf = True  # not checked: predict's own error says what is missing
+    hf = with_peer and hf
     if with_peer and not hf:
         say(f"the peer timed no generate(): this Python lacks HF transformers (`{py} -m pip install "
             "transformers`,\n    then `opbench peer RUN` adds it); predict answers with the step")

@@ -4,6 +4,7 @@ eager step's, replayed as a step (`step_cudagraph`) and inside generate()
 (`generate_cudagraph_from_l`: generate()'s forward replaced by a replay). The recipe a user
 pastes is docs/guide.md's "CUDA/HIP graphs without compile"; this is it, timed."""
 
+import contextlib
 import functools
 
 import torch
@@ -77,14 +78,22 @@ def cudagraph_cases(c, b, gen, new, dims):
         return c.tf.CausalLMOutputWithPast(logits=logits, past_key_values=cache)
     kw = dict(gen, past_key_values=cache)
 
-    def generate(**extra):
+    @contextlib.contextmanager
+    def graphed():
+        # the forward swapped outside the timed calls: a sample times generate() alone
         c.model.forward = replayed
         try:
-            return c.model.generate(ids, **kw, **extra)
+            yield
         finally:
             del c.model.forward
+
+    def timed(n):
+        reset()
+        with graphed():
+            return c.timer.sample(lambda: c.model.generate(ids, **kw), 1).scaled(1 / new)
     reset()
-    got = generate(output_logits=True, return_dict_in_generate=True).logits[0]
+    with graphed():
+        got = c.model.generate(ids, **kw, output_logits=True, return_dict_in_generate=True).logits[0]
     gen_err = max(err, rel_err(got, want))
     base = (f"the HF step from a StaticCache of L (max_cache_len L + {2 * new}) captured in one "
             f"torch.cuda.CUDAGraph (no torch.compile, no Triton), replayed; its logits checked against the "
@@ -95,4 +104,4 @@ def cudagraph_cases(c, b, gen, new, dims):
                 None, gen_err, "step", f"model.generate() continuing from that cache, greedy, {new} new tokens per "
                 f"call, its forward replaced by the graph's replay (the recipe of docs/guide.md), per new token; "
                 f"{base}", f"{dims} new={new}", new,
-                timed=lambda n: (reset(), c.timer.sample(generate, 1).scaled(1 / new))[1])}
+                timed=timed)}

@@ -3,7 +3,9 @@
 //! backends that ran — on ROCm flash and efficient are AOTriton's — and each knob's arch
 //! rule, hipBLASLt's among them), which `scripts/bench` writes into the run as
 //! `stack.json`; where a run has none, what its own rows show (a CPU run has no graphs; the
-//! peer's graph rows ran or said why not), else "not checked".
+//! peer's graph rows ran or said why not), else "not checked". The ROCm checks (AOTriton,
+//! hipBLASLt by arch) follow PyTorch's and ROCm's sources; no AMD GPU has written a
+//! stack.json, and the tests plant CUDA and CPU ones only.
 
 use std::path::Path;
 

@@ -139,15 +139,7 @@ fn on_the_h200_the_transformers_rows_say_what_to_run_and_the_batches_check_withi
     let (_dir, run) = common::merged("gen20");
     let fits = fit_run(&run);
     let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
-    let q = Query {
-        device: "cuda:0".parse().unwrap(),
-        dtype: rundir::DType::F16,
-        ..common::cpu_query(&cfg, Phase::Decode, 1, 1024, StepProfile::Transformers)
-    };
-    let q = Query {
-        host: analysis::predict::HostModel::default_for(&run, &q),
-        ..q
-    };
+    let q = common::h200_transformers(&run, &cfg);
     let pred = predict_with(&run, &fits, &q).unwrap();
     let rows = common::levers(&run, &fits, &q, &pred, &[]);
     let row = |name: &str| rows.iter().find(|l| l.name.starts_with(name)).unwrap();

@@ -188,15 +188,7 @@ fn on_a_gpu_a_knob_on_dispatch_is_not_cancelled_by_the_host_scale() {
     let run = common::fixture("help-2026-12-03");
     let fits = fit_run(&run);
     let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
-    let q = Query {
-        device: "cuda:0".parse().unwrap(),
-        dtype: rundir::DType::F16,
-        ..common::cpu_query(&cfg, Phase::Decode, 1, 1024, StepProfile::Transformers)
-    };
-    let q = Query {
-        host: analysis::predict::HostModel::default_for(&run, &q),
-        ..q
-    };
+    let q = common::h200_transformers(&run, &cfg);
     let pred = predict_with(&run, &fits, &q).unwrap();
     assert!(pred.host_bound() && pred.host_speed.is_some());
     let host_linear = common::op_ns(&pred, OpKind::Linear, |c| c.host_ns);

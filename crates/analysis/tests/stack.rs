@@ -7,7 +7,7 @@ mod common;
 
 use analysis::fit::fit_run;
 use analysis::help::{COMPILED, Here, Lever, NO_COMPILE};
-use analysis::predict::{Query, predict_with};
+use analysis::predict::predict_with;
 use rundir::{OpKind, Phase, Run};
 use shapes::{ModelConfig, StepProfile};
 
@@ -22,15 +22,7 @@ fn h200_rows(stack: Option<&str>) -> Vec<Lever> {
     run.dir = tmp.path().to_path_buf();
     let fits = fit_run(&run);
     let cfg = ModelConfig::builtin("qwen3-0.6b").unwrap();
-    let q = Query {
-        device: "cuda:0".parse().unwrap(),
-        dtype: rundir::DType::F16,
-        ..common::cpu_query(&cfg, Phase::Decode, 1, 1024, StepProfile::Transformers)
-    };
-    let q = Query {
-        host: analysis::predict::HostModel::default_for(&run, &q),
-        ..q
-    };
+    let q = common::h200_transformers(&run, &cfg);
     let pred = predict_with(&run, &fits, &q).unwrap();
     common::levers(&run, &fits, &q, &pred, &[])
 }

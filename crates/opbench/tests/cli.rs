@@ -2687,6 +2687,29 @@ const CPU_RUN: &str = concat!(
     "/../../results/2026-12-01-intel-r-xeon-r-processor-cpu-torch2.11.0-stack-x1"
 );
 
+/// A run at `dir` made of help5's env.json and those of its result rows `keep` accepts
+/// (`keep` reads a row's field by column name): the rows kept.
+fn help5_subset(dir: &Path, keep: impl Fn(&dyn Fn(&str) -> String) -> bool) -> usize {
+    std::fs::create_dir_all(dir).unwrap();
+    let src = Path::new(HELP5_DIR);
+    std::fs::copy(src.join("env.json"), dir.join("env.json")).unwrap();
+    let text = std::fs::read_to_string(src.join("results.csv")).unwrap();
+    let mut lines = text.lines();
+    let header = lines.next().unwrap();
+    let cols: Vec<&str> = header.split(',').collect();
+    let mut kept = vec![header];
+    for l in lines {
+        // the key's fields come before any quoted one, so a plain split reads them
+        let f: Vec<&str> = l.split(',').collect();
+        let field = |name: &str| f[cols.iter().position(|c| *c == name).unwrap()].to_string();
+        if keep(&field) {
+            kept.push(l);
+        }
+    }
+    std::fs::write(dir.join("results.csv"), kept.join("\n") + "\n").unwrap();
+    kept.len() - 1
+}
+
 /// The value of `NAME=` in a suggested command, and its `-p` crates and `-- '<filter>'`.
 fn suggested(text: &str, name: &str) -> Option<String> {
     let at = text.find(&format!("{name}="))? + name.len() + 1;
@@ -2721,27 +2744,13 @@ fn predict_on_a_partial_run_names_all_it_lacks_and_one_command() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out");
     let dir = out.join("runs").join("partial");
-    std::fs::create_dir_all(&dir).unwrap();
-    let src = Path::new(HELP5_DIR);
-    std::fs::copy(src.join("env.json"), dir.join("env.json")).unwrap();
-    let text = std::fs::read_to_string(src.join("results.csv")).unwrap();
-    let mut lines = text.lines();
-    let header = lines.next().unwrap();
-    let col = |name: &str| header.split(',').position(|c| c == name).unwrap();
-    let (op, variant, phase, batch) = (col("op"), col("variant"), col("phase"), col("batch"));
-    let mut kept = vec![header.to_string()];
-    for l in lines {
-        let f: Vec<&str> = l.split(',').collect();
-        if ["rmsnorm", "linear"].contains(&f[op])
-            && !f[variant].starts_with("py-")
-            && f[phase] == "decode"
-            && f[batch] == "1"
-        {
-            kept.push(l.to_string());
-        }
-    }
-    assert!(kept.len() > 10 && kept.len() < 200, "{}", kept.len());
-    std::fs::write(dir.join("results.csv"), kept.join("\n") + "\n").unwrap();
+    let kept = help5_subset(&dir, |field| {
+        ["rmsnorm", "linear"].contains(&field("op").as_str())
+            && !field("variant").starts_with("py-")
+            && field("phase") == "decode"
+            && field("batch") == "1"
+    });
+    assert!(kept > 10 && kept < 200, "{kept}");
     let (code, stdout, err) = opbench(&["predict", dir.to_str().unwrap(), "--batch", "1"]);
     assert_eq!(code, 2, "{stdout}{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
@@ -2951,24 +2960,11 @@ fn predict_answers_with_generate_and_numbers_that_agree() {
 fn a_batch_suggestion_names_only_batches_every_op_crate_measured() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("b1-crates");
-    std::fs::create_dir_all(&dir).unwrap();
-    let src = Path::new(HELP5_DIR);
-    std::fs::copy(src.join("env.json"), dir.join("env.json")).unwrap();
-    let text = std::fs::read_to_string(src.join("results.csv")).unwrap();
-    let mut lines = text.lines();
-    let header = lines.next().unwrap();
-    let col = |name: &str| header.split(',').position(|c| c == name).unwrap();
-    let (variant, batch) = (col("variant"), col("batch"));
-    let mut kept = vec![header.to_string()];
-    for l in lines {
-        let f: Vec<&str> = l.split(',').collect();
-        // the peer's rows (py-*, transformers) keep every batch; the crates' only B = 1
-        let peer = f[variant].starts_with("py-") || f[variant] == "transformers";
-        if peer || f[batch] == "1" {
-            kept.push(l.to_string());
-        }
-    }
-    std::fs::write(dir.join("results.csv"), kept.join("\n") + "\n").unwrap();
+    // the peer's rows (py-*, transformers) keep every batch; the crates' only B = 1
+    help5_subset(&dir, |field| {
+        let variant = field("variant");
+        variant.starts_with("py-") || variant == "transformers" || field("batch") == "1"
+    });
     let (code, _, err) = opbench(&["predict", dir.to_str().unwrap(), "--batch", "3"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("give a --batch the run measured (1)"), "{err}");

@@ -70,6 +70,20 @@ pub fn cpu_query(
     }
 }
 
+/// The H200 transformers query of the published runs (B = 1, L = 1024, f16 on cuda:0),
+/// with the host model predict picks for `run`.
+pub fn h200_transformers<'a>(run: &Run, cfg: &'a ModelConfig) -> Query<'a> {
+    let q = Query {
+        device: "cuda:0".parse().expect("cuda:0 is a device id"),
+        dtype: DType::F16,
+        ..cpu_query(cfg, Phase::Decode, 1, 1024, StepProfile::Transformers)
+    };
+    Query {
+        host: HostModel::default_for(run, &q),
+        ..q
+    }
+}
+
 /// A fixture's two executions (`state-2026-12-02/<generation>/{1,2}`) merged into one run,
 /// as `scripts/steps-gpu` leaves it (the directory lives as long as the first).
 pub fn merged(generation: &str) -> (tempfile::TempDir, Run) {
