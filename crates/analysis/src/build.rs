@@ -73,7 +73,7 @@ pub fn kernel_settings(env: &Env) -> BTreeMap<String, String> {
         }
     }
     out.insert("threads".into(), env.threads.to_string());
-    for k in ["plant_pct", "plant_ns", "plant_scope", "plant_device_pct"] {
+    for &k in rundir::PLANT_SETTINGS {
         if let Some(p) = env.settings.get(k) {
             out.insert(k.into(), p.clone());
         }

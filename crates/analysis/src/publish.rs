@@ -62,11 +62,11 @@ pub fn publish(p: &Publication) -> Result<PathBuf, AnalysisError> {
             p.run.display()
         )));
     }
-    if let Some((k, v)) = env
-        .settings
-        .iter()
-        .find(|(k, v)| k.starts_with("plant_") && k.as_str() != "plant_scope" && v.as_str() != "0")
-    {
+    if let Some((k, v)) = env.settings.iter().find(|(k, v)| {
+        rundir::PLANT_SETTINGS.contains(&k.as_str())
+            && k.as_str() != "plant_scope"
+            && v.as_str() != "0"
+    }) {
         return Err(AnalysisError::Input(format!(
             "{}: planted slowdown {k}={v} in env.json: a calibration run, not a measurement; \
              keep it as a test fixture",

@@ -237,6 +237,19 @@ impl CaseRun {
         Some((share(|p| &p.base), share(|p| &p.cand)))
     }
 
+    /// The planted spins' device ns a call (base, candidate), where a plant told any: a
+    /// launch plant (`OPBENCH_PLANT_LAUNCH_NS`) delivers a fixed ns a call.
+    pub fn planted_per_call(&self) -> Option<(f64, f64)> {
+        self.planted()?;
+        let per_call = |side: fn(&Pair) -> &crate::protocol::Sampled| {
+            let (spin, calls) = self.pairs.iter().map(side).fold((0.0, 0u64), |(sp, n), s| {
+                (sp + s.planted_ns.unwrap_or(0.0), n + s.calls)
+            });
+            spin / calls.max(1) as f64
+        };
+        Some((per_call(|p| &p.base), per_call(|p| &p.cand)))
+    }
+
     pub(crate) fn new(name: &CaseName, group: &str) -> Result<Self, String> {
         Ok(CaseRun {
             key: CaseKey::from_fields(&name.fields).map_err(|e| format!("{}: {e}", name.key))?,

@@ -370,7 +370,8 @@ fn noise_md(o: &mut String, noise: &rundir::noise::ProcessNoise) {
     );
 }
 
-/// What a planted device spin delivered (a calibration's `OPBENCH_PLANT_DEVICE_PCT`), by
+/// What a planted device spin delivered (a calibration's `OPBENCH_PLANT_DEVICE_PCT` or
+/// `OPBENCH_PLANT_LAUNCH_NS`), by
 /// the spins' own events: the median over device cases and its range, per side.
 fn plant_md(o: &mut String, outcome: &Outcome) {
     let shares: Vec<(f64, f64)> = outcome.cases.iter().filter_map(CaseRun::planted).collect();
@@ -387,12 +388,25 @@ fn plant_md(o: &mut String, outcome: &Outcome) {
             v[v.len() - 1] * 100.0
         )
     };
+    let per_call: Vec<(f64, f64)> = outcome
+        .cases
+        .iter()
+        .filter_map(CaseRun::planted_per_call)
+        .collect();
+    let ns = |f: fn(&(f64, f64)) -> f64| {
+        let v: Vec<f64> = per_call.iter().map(f).collect();
+        stats::median(&v)
+    };
     let _ = writeln!(
         o,
-        "Planted device spin (a calibration), by its own events, over its calls' device time:          base {}, candidate {} (median over {} device cases [least, most]).\n",
+        "Planted device spin (a calibration), by its own events, over its calls' device time: \
+         base {}, candidate {} (median over {} device cases [least, most]); a call: base \
+         {:.0} ns, candidate {:.0} ns (median).\n",
         side(|s| s.0),
         side(|s| s.1),
-        shares.len()
+        shares.len(),
+        ns(|s| s.0),
+        ns(|s| s.1)
     );
 }
 

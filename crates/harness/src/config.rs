@@ -64,6 +64,11 @@ pub struct Config {
     /// chunk of calls, inside the timed events: the device's kernels made that much slower.
     /// Never set it in a published run.
     pub plant_device_pct: f64,
+    /// `OPBENCH_PLANT_LAUNCH_NS`, a test knob: in the `device` mode, this many device ns a
+    /// stream-launched call (a spin after every chunk of calls, inside the timed events;
+    /// graph replays are not planted): what a build that adds work to each launch's path
+    /// costs the device. Never set it in a published run.
+    pub plant_launch_ns: u64,
     /// `OPBENCH_L2_BYTES`: the last-level cache `device_cold` flushes, where the runtime
     /// reports none or the wrong one (AMD's Infinity Cache is not its L2).
     pub l2_bytes: Option<u64>,
@@ -170,6 +175,7 @@ impl Config {
                 &var("OPBENCH_PLANT_SCOPE").unwrap_or_default(),
             )?,
             plant_device_pct: percentage("OPBENCH_PLANT_DEVICE_PCT")?,
+            plant_launch_ns: number("OPBENCH_PLANT_LAUNCH_NS", 0)?,
             control: number("OPBENCH_CONTROL", 1u8)? != 0,
             call_cap: match number("OPBENCH_CALL_CAP_MS", 1000u64)? {
                 0 => None,

@@ -76,9 +76,20 @@ pub struct DeviceClock {
 /// asked ~1 µs and ran ~4, and its ratio, applied to the next sample's spin, made that
 /// one a quarter of its ask. One spin per chunk of up to 256 calls keeps that cost under
 /// 0.5% of a chunk of 2 µs kernels.
+///
+/// A planted launch cost (`OPBENCH_PLANT_LAUNCH_NS`) is a fixed `launch_ns` a stream-launched
+/// call, planted the same way: one spin of `launch_ns` × the chunk's calls after the chunk,
+/// inside its events, in the `device` mode only. Graph replays do not pay it, as they do not
+/// pay the per-launch work a build adds to each launch's path (kernel arguments, the command
+/// processor's queue). One spin a chunk rather than one a call: a spin of its own costs ~3 µs,
+/// so a 0.5 µs cost cannot be planted call by call; the device time added is the same. Per
+/// *call*: a call that launches k kernels is planted `launch_ns`, not k × `launch_ns`, so a
+/// plant of 0.5 µs a call is at most 0.5 µs a launch, never more.
 #[derive(Debug, Clone, Default)]
 struct DevicePlant {
     pct: f64,
+    /// Device ns a stream-launched call (not a graph replay).
+    launch_ns: f64,
     /// Each case's estimates by chunk size, by the case's address and the chunk's calls.
     cases: HashMap<(usize, u64), CasePlant>,
     /// Device ns of the planted spins kept since the last take, as their events timed them.
@@ -95,12 +106,20 @@ struct CasePlant {
 }
 
 impl DevicePlant {
-    /// The spin to plant after a chunk of `chunk` calls of `case`, where one is planted.
-    fn ask(&self, case: usize, chunk: u64) -> Option<Spin> {
-        let c = self.cases.get(&(case, chunk)).filter(|_| self.pct > 0.0)?;
-        Some(Spin {
+    /// Whether anything is planted.
+    fn on(&self) -> bool {
+        self.pct > 0.0 || self.launch_ns > 0.0
+    }
+
+    /// The spin to plant after a chunk of `chunk` calls of `case`, where one is planted;
+    /// `launched`: the calls were stream launches (not graph replays).
+    fn ask(&self, case: usize, chunk: u64, launched: bool) -> Option<Spin> {
+        let c = self.cases.get(&(case, chunk)).filter(|_| self.on())?;
+        let launch = if launched { self.launch_ns } else { 0.0 };
+        let per_call = self.pct / 100.0 * c.per_call_ns + launch;
+        (per_call > 0.0).then(|| Spin {
             case: (case, chunk),
-            asked: self.pct / 100.0 * c.per_call_ns * chunk as f64 / c.delivered,
+            asked: per_call * chunk as f64 / c.delivered,
         })
     }
 
@@ -117,7 +136,7 @@ impl DevicePlant {
     /// A covered chunk of `calls` calls of `case` took `calls_ns` on the device, less its
     /// spin: what the next chunk of as many calls is planted by.
     fn learn(&mut self, case: usize, calls: u64, calls_ns: f64) {
-        if self.pct <= 0.0 {
+        if !self.on() {
             return;
         }
         let per_call_ns = calls_ns.max(1.0) / calls.max(1) as f64;
@@ -296,16 +315,19 @@ impl DeviceClock {
         })
     }
 
-    /// Plant `pct` percent of extra device time in the warm `device` mode (a calibration
-    /// knob, `OPBENCH_PLANT_DEVICE_PCT`); needs `at::cuda::sleep`.
-    pub fn set_plant(&mut self, pct: f64) -> Result<(), TchError> {
-        if pct > 0.0 && !matches!(self.delay, Delay::Sleep { .. }) {
+    /// Plant `pct` percent of extra device time in the warm device-timed modes
+    /// (`OPBENCH_PLANT_DEVICE_PCT`) and `launch_ns` a stream-launched call in the `device`
+    /// mode (`OPBENCH_PLANT_LAUNCH_NS`), calibration knobs; each needs `at::cuda::sleep`.
+    pub fn set_plant(&mut self, pct: f64, launch_ns: f64) -> Result<(), TchError> {
+        if (pct > 0.0 || launch_ns > 0.0) && !matches!(self.delay, Delay::Sleep { .. }) {
             return Err(TchError::Kind(
-                "OPBENCH_PLANT_DEVICE_PCT needs at::cuda::sleep, which this libtorch does not export"
+                "OPBENCH_PLANT_DEVICE_PCT and OPBENCH_PLANT_LAUNCH_NS need at::cuda::sleep, \
+                 which this libtorch does not export"
                     .into(),
             ));
         }
         self.plant.pct = pct;
+        self.plant.launch_ns = launch_ns;
         Ok(())
     }
 
@@ -326,7 +348,7 @@ impl DeviceClock {
     /// afresh; `None` without a device plant.
     pub fn take_planted(&mut self) -> Option<f64> {
         let ran = std::mem::take(&mut self.plant.ran_ns);
-        (self.plant.pct > 0.0).then_some(ran)
+        self.plant.on().then_some(ran)
     }
 
     pub fn delay_name(&self) -> &'static str {
@@ -375,10 +397,11 @@ impl DeviceClock {
         Ok(ran)
     }
 
-    /// Enqueue the planted spin of case `case` after a chunk of `chunk` calls, between the
-    /// plant's events; what it was asked (nothing before the case's first covered chunk).
-    fn plant_after(&mut self, case: usize, chunk: u64) -> Result<Spin, TchError> {
-        let Some(spin) = self.plant.ask(case, chunk) else {
+    /// Enqueue the planted spin of case `case` after a chunk of `chunk` calls (`launched`:
+    /// stream launches), between the plant's events; what it was asked (nothing before the
+    /// case's first covered chunk).
+    fn plant_after(&mut self, case: usize, chunk: u64, launched: bool) -> Result<Spin, TchError> {
+        let Some(spin) = self.plant.ask(case, chunk, launched) else {
             return Ok(Spin::default());
         };
         self.plant_timer.start()?;
@@ -398,8 +421,14 @@ impl DeviceClock {
         Ok(ran)
     }
 
-    /// Device time of `iters` back-to-back calls of `p` (warm: same buffers).
-    pub fn time(&mut self, p: &mut dyn Prepared, iters: u64) -> Result<Duration, TchError> {
+    /// Device time of `iters` back-to-back calls of `p` (warm: same buffers); `launched`:
+    /// each call is launched on the stream (the `device` mode), not a graph replay.
+    pub fn time(
+        &mut self,
+        p: &mut dyn Prepared,
+        iters: u64,
+        launched: bool,
+    ) -> Result<Duration, TchError> {
         // the case's address keys its plant estimate
         let case = std::ptr::from_mut(p).cast::<()>() as usize;
         let mut total_ns = 0.0;
@@ -417,7 +446,7 @@ impl DeviceClock {
                     for _ in 0..chunk {
                         p.run()?;
                     }
-                    c.plant_after(case, chunk)
+                    c.plant_after(case, chunk, launched)
                 },
             )?;
             left -= chunk;
@@ -542,7 +571,7 @@ mod tests {
         for _ in 0..12 {
             for calls in [1u64, 228] {
                 let calls_ns = per_call * calls as f64;
-                let ran = plant.ask(case, calls).map(|s| {
+                let ran = plant.ask(case, calls, true).map(|s| {
                     let ran = spin_ns(s.asked);
                     plant.ran(s, ran);
                     ran
@@ -561,7 +590,53 @@ mod tests {
         // no plant: nothing asked
         let mut none = DevicePlant::default();
         none.learn(case, 228, 1e6);
-        assert!(none.ask(case, 228).is_none());
+        assert!(none.ask(case, 228, true).is_none());
+    }
+
+    /// A launch plant of 500 ns a call, with the spin's fixed 3 µs cost: stream-launched
+    /// chunks of 256 calls are planted 500 ns a call whatever the calls' own time; graph
+    /// replays nothing; with a device plant too, replays get only the percentage.
+    #[test]
+    fn a_launch_plant_is_a_fixed_cost_a_stream_launched_call_only() {
+        let spin_ns = |asked: f64| 3_000.0 + asked.max(0.0);
+        for per_call in [2_000.0, 40_000.0] {
+            let mut plant = DevicePlant {
+                launch_ns: 500.0,
+                ..DevicePlant::default()
+            };
+            let (case, calls) = (0xcafe, 256u64);
+            let mut per_call_planted = Vec::new();
+            for _ in 0..6 {
+                let ran = plant.ask(case, calls, true).map(|s| {
+                    let ran = spin_ns(s.asked);
+                    plant.ran(s, ran);
+                    ran
+                });
+                plant.learn(case, calls, per_call * calls as f64);
+                per_call_planted.push(ran.unwrap_or(0.0) / calls as f64);
+                assert!(
+                    plant.ask(case, calls, false).is_none(),
+                    "a replay was planted"
+                );
+            }
+            assert_eq!(
+                per_call_planted[0], 0.0,
+                "the first chunk of a size is not planted"
+            );
+            for p in &per_call_planted[2..] {
+                assert!((p - 500.0).abs() < 1.0, "{per_call}: {per_call_planted:?}");
+            }
+        }
+        let mut both = DevicePlant {
+            pct: 10.0,
+            launch_ns: 500.0,
+            ..DevicePlant::default()
+        };
+        both.learn(1, 100, 100.0 * 4_000.0);
+        let replay = both.ask(1, 100, false).unwrap().asked;
+        let launch = both.ask(1, 100, true).unwrap().asked;
+        assert!((replay - 100.0 * 400.0).abs() < 1e-6, "{replay}");
+        assert!((launch - 100.0 * 900.0).abs() < 1e-6, "{launch}");
     }
 
     #[test]

@@ -382,7 +382,10 @@ impl<'a> Worker<'a> {
                 );
             }
             DeviceClock::new(device, config.l2_bytes)
-                .and_then(|mut c| c.set_plant(config.plant_device_pct).map(|()| c))
+                .and_then(|mut c| {
+                    c.set_plant(config.plant_device_pct, config.plant_launch_ns as f64)
+                        .map(|()| c)
+                })
                 .map_err(|e| first_line(&e.to_string()))
         });
         slot.as_ref().map(|_| ()).map_err(Clone::clone)

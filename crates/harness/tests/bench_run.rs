@@ -90,6 +90,7 @@ fn config(out: &std::path::Path) -> Config {
         plant_pct: 0.0,
         plant_scope: harness::timing::PlantScope::Op,
         plant_device_pct: 0.0,
+        plant_launch_ns: 0,
         control: true,
         l2_bytes: None,
         trace: None,

@@ -36,6 +36,7 @@ fn a_cpu_trace_lists_the_aten_ops_of_each_variant() {
         plant_pct: 0.0,
         plant_scope: harness::timing::PlantScope::Op,
         plant_device_pct: 0.0,
+        plant_launch_ns: 0,
         control: false,
         l2_bytes: None,
         trace: Some(TraceMode::Kineto),

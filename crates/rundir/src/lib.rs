@@ -60,6 +60,16 @@ pub const SCHEMA_VERSION: u32 = 6;
 /// speed (`opbench compare`) and are not one series (`opbench history`).
 pub const TIMING_METHOD_SETTING: &str = "timing_method";
 
+/// The env.json `settings` a calibration plant writes (harness's plant knobs, named in
+/// the settings crate): a run carrying any of them is not a build's own time.
+pub const PLANT_SETTINGS: &[&str] = &[
+    "plant_ns",
+    "plant_pct",
+    "plant_scope",
+    "plant_device_pct",
+    "plant_launch_ns",
+];
+
 /// The oldest schema version the readers accept.
 pub const OLDEST_READABLE: u32 = 1;
 

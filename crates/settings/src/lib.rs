@@ -125,7 +125,7 @@ pub const ALL: &[Setting] = &[
     ),
     s(
         "OPBENCH_MODES",
-        "`pipelined,synced`, and on the CPU `pipelined_cold`; `--against` on a GPU: `pipelined,graph`",
+        "`pipelined,synced`, and on the CPU `pipelined_cold`; `--against` on a GPU: `pipelined,graph,device`",
         &[Bench, Scripts],
         User,
         "timing modes; also `pipelined_cold`, and on a GPU `device`, `device_cold`, `graph`, `graph_cold`",
@@ -290,6 +290,13 @@ pub const ALL: &[Setting] = &[
         &[Bench, Calibrate],
         Knob,
         "test knob: a spin kernel (`at::cuda::sleep`) of this share of the calls' device time, in the `device` mode",
+    ),
+    s(
+        "OPBENCH_PLANT_LAUNCH_NS",
+        "unset",
+        &[Bench, Calibrate],
+        Knob,
+        "test knob: this many device ns a stream-launched call in the `device` mode (graph replays are not planted), as a build that adds work to each launch",
     ),
     s(
         "OPBENCH_TIMING_CPU",

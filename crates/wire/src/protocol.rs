@@ -184,7 +184,8 @@ pub struct Sampled {
     /// bound (`None`: not device-timed, or a worker that does not say).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub uncovered: Option<u64>,
-    /// Device ns of the planted spins inside `total_ns` (`OPBENCH_PLANT_DEVICE_PCT`), as
+    /// Device ns of the planted spins inside `total_ns` (`OPBENCH_PLANT_DEVICE_PCT`,
+    /// `OPBENCH_PLANT_LAUNCH_NS`), as
     /// their own events timed them: what a calibration's plant delivered (`None`: no plant).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub planted_ns: Option<f64>,

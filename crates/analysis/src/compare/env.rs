@@ -151,7 +151,7 @@ pub fn env_diff(base: Option<&Env>, cand: Option<&Env>) -> Vec<String> {
             .as_str()
             .map_or("-".to_string(), str::to_string)
     };
-    for k in SETTINGS_COMPARED {
+    for k in SETTINGS_COMPARED.iter().chain(rundir::PLANT_SETTINGS) {
         let (x, y) = (setting(&b, k), setting(&c, k));
         if x != y {
             out.push(format!("{k}: {x} -> {y}"));
@@ -198,7 +198,8 @@ fn knob_diff(b: &Env, c: &Env) -> Vec<String> {
         .collect()
 }
 
-/// The settings (env.json `settings`) whose difference can change what a sample measures.
+/// The settings (env.json `settings`) whose difference can change what a sample measures,
+/// besides the plants ([`rundir::PLANT_SETTINGS`]).
 const SETTINGS_COMPARED: &[&str] = &[
     rundir::TIMING_METHOD_SETTING,
     "design",
@@ -208,10 +209,6 @@ const SETTINGS_COMPARED: &[&str] = &[
     "measure_ms",
     "sample_ms",
     "placement",
-    "plant_ns",
-    "plant_pct",
-    "plant_scope",
-    "plant_device_pct",
 ];
 
 /// Whether `base` and `cand` are the two sides of one paired run (`opbench ab` wrote them

@@ -159,6 +159,10 @@ impl Sink {
             env.settings
                 .insert("plant_device_pct".into(), c.plant_device_pct.to_string());
         }
+        if c.plant_launch_ns > 0 {
+            env.settings
+                .insert("plant_launch_ns".into(), c.plant_launch_ns.to_string());
+        }
         self.run = Some(RunWriter::open(&c.out, &self.run_id, c.execution, &env)?);
         Ok(())
     }
@@ -465,7 +469,10 @@ impl PerDevice {
                 )
             } else if wants_clock {
                 DeviceClock::new(device, config.l2_bytes)
-                    .and_then(|mut c| c.set_plant(config.plant_device_pct).map(|()| c))
+                    .and_then(|mut c| {
+                        c.set_plant(config.plant_device_pct, config.plant_launch_ns as f64)
+                            .map(|()| c)
+                    })
                     .map_err(|e| first_line(&e.to_string()))
             } else {
                 Err("no device mode asked for".into())

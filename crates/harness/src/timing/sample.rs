@@ -69,7 +69,7 @@ pub fn time_sample(
             clock.time_cold(p, iters)
         } else {
             // device, and the graph modes, whose `p` is a replay
-            clock.time(p, iters)
+            clock.time(p, iters, mode == Mode::Device)
         }?;
         return Ok(SampleTime {
             total,
