@@ -2,12 +2,12 @@
 # Issue 79 on one GPU lease: the calibration grid (f16, decode, B = 1, 8, 64) in
 # pipelined, graph and device (the launch measure) modes, through opbench ab.
 # Run from the repo root of the device copy:  bash devbin/79/go.sh "$OUT" PART
-#   PART a: a1, a2 (A/A at 180 s), l500 (the launch plant: +500 ns a stream-launched
-#           call, at 90 s)                                            ~470 s
-#   PART b: d1, d1b (device +1%), l500b (launch plant again), d3 (device +3%), all at
-#           90 s; p5 (host +5%) at 60 s                                ~460 s
-#   PART c: a3 (A/A at 180 s, in a lease of its own), knobs CUDA_DEVICE_MAX_CONNECTIONS=1
-#           and CUDA_SCALE_LAUNCH_QUEUES=4x (60 s each)                ~330 s
+#   PART a: a1 (A/A at 180 s), l500 (the launch plant: +500 ns a stream-launched call),
+#           d1 (device +1%), d3 (device +3%), at 90 s                  ~470 s
+#   PART b: a2 (A/A at 180 s), l500b, d1b (again, 90 s), p5 (host +5%) and the knob
+#           CUDA_DEVICE_MAX_CONNECTIONS=1 (60 s each)                 ~500 s
+#   PART c: a3 (A/A at 180 s, in a lease of its own), the knob CUDA_SCALE_LAUNCH_QUEUES=4x
+#           (60 s)                                                    ~250 s
 #   PART cpu: a tiny A/A on the CPU (OPBENCH_DEVICE=cpu), to test this script
 # Each comparison prints its wall time, budget, exit and verdict lines; the run
 # directories are tarred into $OUT (one tarball a part). BUDGET_A/BUDGET_D/BUDGET_S
@@ -67,11 +67,10 @@ for kind in ("device", "stream-launched device", "host-bound"):
 PY
 }
 case $part in
-  a) plant a1 "$ba"; plant a2 "$ba"; plant l500 "$bd" ;;
-  b) plant d1 "$bd"; plant d1b "$bd"; plant l500b "$bd"; plant d3 "$bd"; plant p5 "$bs" ;;
-  c) plant a3 "$ba"
-     knob k_cdmc "CUDA_DEVICE_MAX_CONNECTIONS=1" "$bs"
-     knob k_slq "CUDA_SCALE_LAUNCH_QUEUES=4x" "$bs" ;;
+  a) plant a1 "$ba"; plant l500 "$bd"; plant d1 "$bd"; plant d3 "$bd" ;;
+  b) plant a2 "$ba"; plant l500b "$bd"; plant d1b "$bd"; plant p5 "$bs"
+     knob k_cdmc "CUDA_DEVICE_MAX_CONNECTIONS=1" "$bs" ;;
+  c) plant a3 "$ba"; knob k_slq "CUDA_SCALE_LAUNCH_QUEUES=4x" "$bs" ;;
   cpu) export OPBENCH_DEVICE=cpu OPBENCH_DTYPE=f32 OPBENCH_MODES=pipelined
        CAL_FILTER='rmsnorm/.*/decode/b1/' CAL_BENCHES=rmsnorm
        export CAL_FILTER CAL_BENCHES

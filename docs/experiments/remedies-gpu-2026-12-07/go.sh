@@ -35,15 +35,18 @@ bin="$work/bin"; runs="$work/runs"; mkdir -p "$runs"
 log="$out/$part.txt"
 t0=$(date +%s)
 say() { echo "go.sh [$(( $(date +%s) - t0 )) s] $*" | tee -a "$log"; }
+# seconds left before DEADLINE (default 570 s of the call), less RESERVE; at least 5
+left() { local l=$(( t0 + ${DEADLINE:-570} - ${1:-0} - $(date +%s) )); echo $(( l > 5 ? l : 5 )); }
+cap() { local l; l=$(left "${2:-0}"); echo $(( $1 < l ? $1 : l )); }
 # price RUN FILTER BATCHES SECS: the op crates' cases of FILTER, then the peer (capped)
 price() {
   local run=$1 filt=$2 batches=$3 secs=$4 b
   for b in floor linear rmsnorm rope sdpa kvcache eltwise decode; do
-    OPBENCH_OUT="$work" OPBENCH_RUN="$run" timeout "$secs" "$bin/bench-$b" --bench "$filt" \
+    OPBENCH_OUT="$work" OPBENCH_RUN="$run" timeout "$(cap "$secs" 200)" "$bin/bench-$b" --bench "$filt" \
       >"$runs/$run-$b.log" 2>&1 || say "bench $b: exit $?"
   done
   say "op crates done"
-  ( cd "$work/tree" && timeout "$secs" "$bin/opbench" peer "$work/runs/$run" --batches "$batches" \
+  ( cd "$work/tree" && timeout "$(cap "$secs" 120)" "$bin/opbench" peer "$work/runs/$run" --batches "$batches" \
       --deadline-s "$(( secs * 2 / 3 ))" >"$runs/$run-peer.log" 2>&1 ) || say "peer: exit $?"
   say "peer done"; grep -E "step_cudagraph|generate_cudagraph|generate_graph_from_l" "$work/runs/$run/results.csv" \
     | cut -d, -f1-12 | tee -a "$log"
@@ -70,11 +73,12 @@ case $part in
       export OPBENCH_MODES=pipelined,graph
       price g "/qwen3-0.6b/decode/b(1|8)/|^floor/|^ceiling/" 1,8 120
       predict g 1; predict g 8; pr=g
+      tar czf "$out/runs-graphs.tgz" -C "$work" runs
     else
       export OPBENCH_MODES=pipelined,device
       price p "/qwen3-0.6b/decode/b1/|^floor/|^ceiling/" 1 90; pr=p
     fi
-    ( cd "$work/tree" && OPBENCH_BIN="$bin" OPBENCH_OUT="$work" OPBENCH_RUN=k timeout 200 \
+    ( cd "$work/tree" && OPBENCH_BIN="$bin" OPBENCH_OUT="$work" OPBENCH_RUN=k timeout "$(cap 200 10)" \
         python3 scripts/run.py bench --knobs TORCH_BLAS_PREFER_CUBLASLT --budget "${KNOB_BUDGET:-30}" \
         --price "$work/runs/$pr" 2>&1 | tail -40 | tee -a "$log" ) ;;
   *) echo "go.sh: PART $part: expected graphs, knob, both or cpu" >&2; exit 2 ;;
