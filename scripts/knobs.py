@@ -34,6 +34,7 @@ import sys
 import time
 from pathlib import Path
 
+import helptext
 import paired as p
 import run as r
 
@@ -388,4 +389,5 @@ def answer_and_help(text):
 
 
 if __name__ == "__main__":
+    helptext.answer(__doc__)
     sys.exit(bench_knobs(sys.argv[1:]))

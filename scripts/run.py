@@ -38,6 +38,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import helptext
 from bench_plan import hms, leaves_out, read_plan, summary
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -591,11 +592,21 @@ def next_step(env, run, with_peer):
 # ---------------------------------------------------------------- main
 
 
-def wants_help(args):
-    """Whether `-h` or `--help` is among scripts/bench's own arguments (before any `--`,
-    after which they are criterion's): help is text, it never starts a run."""
-    own = args[: args.index("--")] if "--" in args else args
-    return "-h" in own or "--help" in own
+# whether `-h`/`--help` is among a verb's own arguments (before any `--`, after which they
+# are criterion's): help is text, it never builds, probes torch or starts a run
+wants_help = helptext.asked
+
+DOCTOR_HELP = """usage: scripts/doctor [--device cpu|gpu|all] [--gpu N] [--check] [--python PY]
+
+What this torch stack is and what opbench can measure on it: `opbench doctor`, built with
+libtorch for the Python builds use (a first build takes a few minutes), then run.
+  --device D   what scripts/bench would be asked to measure: cpu, gpu or all (default:
+               $OPBENCH_DEVICE, else all)
+  --gpu N      which GPU `gpu` and `all` mean (default: $OPBENCH_GPU, else 0)
+  --check      only the check scripts/bench makes first: one line, exit 1 when the device
+               asked for is not usable
+  --python PY  the Python whose torch is checked (default: the one scripts/setup picks)
+Exit 0 when what scripts/bench is asked to measure works, 1 with the reason, 2 on bad input."""
 
 
 def docstring(script, function=None):
@@ -645,8 +656,8 @@ def main(argv):
         print(__doc__)
         return 0 if argv else 2
     verb, rest = argv[0], argv[1:]
-    if verb in ("setup", "workspace", "env", "test", "test-torch") and wants_help(rest):
-        print(verb_help(verb))
+    if verb in ("setup", "workspace", "env", "test", "test-torch", "doctor") and wants_help(rest):
+        print(DOCTOR_HELP if verb == "doctor" else verb_help(verb))
         return 0
     if verb == "setup":
         print(setup())
