@@ -57,6 +57,7 @@ def main():
     assert said == ["2 unsupported row(s): graphs need a GPU", "1 error row(s): out of memory"], said
     every_script_answers_help()
     newcomer_screens()
+    knobs_decided_once()
     tch_for_versions()
     knob_lists()
     print("run_test: ok")
@@ -87,6 +88,54 @@ def every_script_answers_help():
                 assert out.returncode == 0 and len(lines) >= 2, (script.name, flag, out.returncode, out.stderr[-300:])
                 assert max(map(len, lines)) <= 100, (script.name, max(lines, key=len))
                 assert not mark.exists(), (script.name, flag, mark.read_text())
+
+
+def knobs_decided_once():
+    """doctor lists as a knob to try only what `--knobs` would pair (knobs.can_act decides
+    for both), and `--knobs` prints its plan, with the build's time where nothing is built,
+    before it builds or times anything."""
+    import doctor
+
+    cpu = {k["name"]: k for k in knobs.load(run.ROOT / "knobs" / "cpu.toml")}
+    said, calls = [], []
+    saved = (run.say, knobs.knob_env, knobs.backend, knobs.tools, dict(run.os.environ))
+
+    def tools(env):
+        calls.append(len(said))
+        raise KeyboardInterrupt  # the build: where this test stops
+
+    try:
+        run.say, knobs.backend, knobs.tools = said.append, (lambda py: ("cpu", None)), tools
+        with tempfile.TemporaryDirectory() as ws:
+            for cpus, omp in (("0", False), ("0-3", True)):
+                run.os.environ["OPBENCH_CPUS"] = cpus
+                env = dict(run.os.environ, OPBENCH_TORCH_PYTHON="python3", OPBENCH_WS=ws, OPBENCH_PEER="0")
+                knobs.knob_env = lambda: env
+                facts = {k["name"]: k for k in doctor.knob_facts("cpu", None)["knobs"]}
+                assert facts["OMP_NUM_THREADS"]["applies"] == omp, (cpus, facts)
+                acts, skipped = knobs.can_act(cpu["OMP_NUM_THREADS"], None, knobs.side_cpus(env))
+                assert bool(acts) == omp and (facts["OMP_NUM_THREADS"]["why"] is None) == omp, facts
+                del said[:], calls[:]
+                try:
+                    knobs.bench_knobs(["--budget", "60"])
+                except KeyboardInterrupt:
+                    pass
+                shown = "\n".join(said[: calls[0]])
+                assert shown.count("knobs plan: ") == 1 and "ATEN_CPU_CAPABILITY=avx2: linear, rmsnorm" in shown, shown
+                assert ("OMP_NUM_THREADS=1: linear" in shown) == omp, shown
+                assert ("OMP_NUM_THREADS=1 skipped: each side runs on 1 CPU(s)" in shown) != omp, shown
+                # nothing built in this workspace: the estimate says it has the build in it
+                assert "the build first included" in shown and "priced on a run" in shown, shown
+                assert max(map(len, said)) <= 160, said
+            # --knobs OMP_NUM_THREADS where a side has one CPU: refused, as doctor says
+            run.os.environ["OPBENCH_CPUS"] = "0"
+            env["OPBENCH_CPUS"] = "0"
+            assert exits_2(knobs.bench_knobs, ["OMP_NUM_THREADS"])
+            assert not doctor.knob_facts("cpu", None)["knobs"][1]["applies"]
+    finally:
+        run.say, knobs.knob_env, knobs.backend, knobs.tools = saved[:4]
+        run.os.environ.clear()
+        run.os.environ.update(saved[4])
 
 
 def newcomer_screens():
