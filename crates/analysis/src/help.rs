@@ -188,7 +188,13 @@ pub fn levers(
         let m = measured(&changed);
         match predict_with(run, fits, &changed) {
             Ok(p) => Lever::priced(name, action, changed.batch, p.step_ns, m),
-            Err(e) => Lever::unpriced(name, action, changed.batch, m, why_unpriced(&e.to_string())),
+            Err(e) => Lever::unpriced(
+                name,
+                action,
+                changed.batch,
+                m,
+                why_unpriced(run, &e.to_string()),
+            ),
         }
     };
     if q.profile != StepProfile::Fused {
@@ -379,7 +385,7 @@ fn graphed_step(run: &Run, fits: &Fits, q: &Query) -> Result<f64, String> {
         .and_then(|hf| {
             predict_with(run, fits, &graphed(StepProfile::Fused)).map(|fused| (hf, fused))
         })
-        .map_err(|e| why_unpriced(&e.to_string()))?;
+        .map_err(|e| why_unpriced(run, &e.to_string()))?;
     let of = |p: &Prediction, op: OpKind| -> (f64, usize) {
         p.components
             .iter()
@@ -402,13 +408,22 @@ fn graphed_step(run: &Run, fits: &Fits, q: &Query) -> Result<f64, String> {
     )
 }
 
-/// What the changed step lacks and the command that adds it ([`crate::predict::Lack`]):
-/// the error, less the run's folder that leads it.
-fn why_unpriced(e: &str) -> String {
-    let line = e.lines().next().unwrap_or_default();
-    line.split_once(": ")
-        .map_or(line, |(_, rest)| rest)
-        .to_string()
+/// What the changed step lacks and the command that adds it ([`crate::predict::Lack`]) as
+/// one text for a row's note: the error less the run's folder that leads it, its command
+/// (printed on lines of its own, to run as they are) joined again, in backticks.
+fn why_unpriced(run: &Run, e: &str) -> String {
+    let lead = format!("{}: ", run.dir.display());
+    let e = e.strip_prefix(&lead).unwrap_or(e);
+    let mut lines = e.lines();
+    let head = lines.next().unwrap_or_default().to_string();
+    let cmd: Vec<&str> = lines
+        .map(|l| l.trim().trim_end_matches('\\').trim_end())
+        .collect();
+    if cmd.is_empty() {
+        head
+    } else {
+        format!("{head} `{}`", cmd.join(" "))
+    }
 }
 
 /// A token of the peer's `site` (generate() as the user calls it), at the query's batch.

@@ -776,10 +776,14 @@ fn bad_input_is_one_line_and_exit_2() {
         "graph",
     ]);
     assert_eq!(code, 2, "{err}");
+    // what it lacks, then the command that adds it on a line of its own
+    let (_, cmd) = printed_command(&err);
     assert!(
-        err.contains("the run has no f16 graph rows")
-            && err.contains("OPBENCH_MODES=graph,graph_cold")
-            && err.lines().count() == 1,
+        err.lines()
+            .next()
+            .unwrap()
+            .contains("the run has no f16 graph rows")
+            && cmd.contains("OPBENCH_MODES=graph,graph_cold"),
         "{err}"
     );
 }
@@ -2735,10 +2739,36 @@ fn grid_has(name: &str, b: usize, l: usize) -> bool {
     p.batches.contains(&b) && p.decode_ctx.contains(&l)
 }
 
+/// The command predict prints to be run as it is: its lines (from the first that starts
+/// with a setting; each but the last ends in ` \\`, the others indented 4) and the command
+/// joined into one.
+fn printed_command(err: &str) -> (Vec<&str>, String) {
+    let lines: Vec<&str> = err
+        .lines()
+        .skip_while(|l| !l.starts_with("OPBENCH_RUN="))
+        .collect();
+    let n = lines
+        .iter()
+        .position(|l| !l.ends_with(" \\"))
+        .map_or(lines.len(), |i| i + 1);
+    let lines = lines[..n].to_vec();
+    for (i, l) in lines.iter().enumerate() {
+        assert!(l.chars().count() <= 160, "{l}");
+        assert_eq!(i > 0, l.starts_with("    "), "{l}");
+    }
+    let joined = lines
+        .iter()
+        .map(|l| l.trim().trim_end_matches('\\').trim_end())
+        .collect::<Vec<_>>()
+        .join(" ");
+    (lines, joined)
+}
+
 /// A partial run (issue: `scripts/bench -p rmsnorm -p linear -- '/decode/b1/'`): predict
-/// names everything it lacks in one line — the crates, the floor, the L it took from the
-/// run's profile — and one command that adds them into the same run, whose profile has
-/// the batch and L and whose filter selects the missing cases.
+/// names everything it lacks — the crates, the floor, the L it took from the run's profile
+/// — and one command that adds them into the same run, on lines of its own to run as printed,
+/// whose profile has the batch and L (the run's own), which repeats the run's samples and
+/// budgets where they are not the defaults, and whose filter selects the missing cases.
 #[test]
 fn predict_on_a_partial_run_names_all_it_lacks_and_one_command() {
     let tmp = tempfile::tempdir().unwrap();
@@ -2753,22 +2783,33 @@ fn predict_on_a_partial_run_names_all_it_lacks_and_one_command() {
     assert!(kept > 10 && kept < 200, "{kept}");
     let (code, stdout, err) = opbench(&["predict", dir.to_str().unwrap(), "--batch", "1"]);
     assert_eq!(code, 2, "{stdout}{err}");
-    assert_eq!(err.lines().count(), 1, "{err}");
+    let (lines, cmd) = printed_command(&err);
+    assert!(!lines.is_empty(), "no command on a line of its own: {err}");
+    let said: String = err
+        .lines()
+        .take_while(|l| !l.starts_with("OPBENCH_"))
+        .collect();
+    for want in ["the dispatch floor `add`", "L = 1024"] {
+        assert!(said.contains(want), "{want}: {err}");
+    }
+    // help5 was made with 10 samples of 150 ms (warm-up 100 ms, the default), profile decode
     for want in [
-        "the dispatch floor `add`",
-        "L = 1024",
         "OPBENCH_RUN=partial ",
         &format!("OPBENCH_OUT={} ", out.display()),
+        "OPBENCH_PROFILE=decode ",
+        "OPBENCH_SAMPLES=10 ",
+        "OPBENCH_MEASURE_MS=150 ",
     ] {
-        assert!(err.contains(want), "{want}: {err}");
+        assert!(cmd.contains(want), "{want}: {cmd}");
     }
-    let (crates, filter) = crates_and_filter(&err);
+    assert!(!cmd.contains("OPBENCH_WARMUP_MS"), "{cmd}");
+    let (crates, filter) = crates_and_filter(&cmd);
     for c in ["harness", "rope", "sdpa", "kvcache", "eltwise"] {
-        assert!(crates.iter().any(|x| x == c), "-p {c}: {err}");
+        assert!(crates.iter().any(|x| x == c), "-p {c}: {cmd}");
     }
-    assert!(!crates.iter().any(|x| x == "linear"), "{err}");
-    let profile = suggested(&err, "OPBENCH_PROFILE").unwrap();
-    assert!(grid_has(&profile, 1, 1024), "{profile}: {err}");
+    assert!(!crates.iter().any(|x| x == "linear"), "{cmd}");
+    let profile = suggested(&cmd, "OPBENCH_PROFILE").unwrap();
+    assert!(grid_has(&profile, 1, 1024), "{profile}: {cmd}");
     // the filter selects the floor and the missing cases (criterion's filter: a regex;
     // this one is plain text)
     for id in [
@@ -2777,6 +2818,25 @@ fn predict_on_a_partial_run_names_all_it_lacks_and_one_command() {
     ] {
         assert!(id.contains(&filter), "{filter} misses {id}");
     }
+    // a run made with another profile and samples: the command repeats them
+    let quick = out.join("runs").join("quick");
+    help5_subset(&quick, |field| {
+        field("op") == "rmsnorm" && field("batch") == "1"
+    });
+    let env_path = quick.join("env.json");
+    let mut env: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&env_path).unwrap()).unwrap();
+    env["settings"]["profile"] = "quick".into();
+    env["settings"]["samples"] = "12".into();
+    env["settings"]["measure_ms"] = "400".into();
+    std::fs::write(&env_path, env.to_string()).unwrap();
+    let q = quick.to_str().unwrap();
+    let (_, _, err) = opbench(&["predict", q, "--batch", "1", "--ctx", "128"]);
+    let (_, cmd) = printed_command(&err);
+    assert!(
+        cmd.contains("OPBENCH_PROFILE=quick OPBENCH_SAMPLES=12 ") && !cmd.contains("MEASURE_MS"),
+        "{err}"
+    );
 }
 
 /// Each suggestion names settings that would produce what is missing, or says that none
@@ -2971,4 +3031,62 @@ fn a_batch_suggestion_names_only_batches_every_op_crate_measured() {
     // the whole run: every batch it timed
     let (_, _, err) = opbench(&["predict", HELP5_DIR, "--batch", "3"]);
     assert!(err.contains("measured (1, 8, 64)"), "{err}");
+}
+
+/// predict's bad input (issue 81: errors of 300–400 characters): each is one line of at most
+/// 160 characters that names the option at fault and what to give, exit 2; clap's own errors
+/// too.
+#[test]
+fn predicts_bad_input_is_one_short_line_naming_the_option() {
+    let cpu = CPU_RUN;
+    let cases: [(&[&str], &str); 12] = [
+        (
+            &[HELP5_DIR, "--batch", "3"],
+            "give a --batch the run measured (1, 8, 64)",
+        ),
+        (&[HELP5_DIR, "--batch", "100000"], "--batch 100000:"),
+        (
+            &[HELP5_DIR, "--batch", "1", "--ctx", "999"],
+            "give --ctx the run measured (1024)",
+        ),
+        (&[HELP5_DIR, "--batch", "1", "--ctx", "0"], "--ctx 0:"),
+        (
+            &[
+                HELP5_DIR, "--batch", "1", "--phase", "prefill", "--prompt", "7",
+            ],
+            "give --prompt",
+        ),
+        (
+            &[HELP5_DIR, "--batch", "1", "--model", "nosuch"],
+            "--model nosuch:",
+        ),
+        (
+            &[HELP5_DIR, "--batch", "1", "--model", "qwen3-30b-a3b"],
+            "give --model qwen3-0.6b",
+        ),
+        (
+            &[HELP5_DIR, "--batch", "1", "--dtype", "bf16"],
+            "give --dtype of those",
+        ),
+        (
+            &[cpu, "--batch", "1", "--device", "cuda:0"],
+            "--device cuda:0:",
+        ),
+        (
+            &[HELP5_DIR, "--batch", "1", "--host-model", "x"],
+            "possible values",
+        ),
+        (&[HELP5_DIR], "--batch"),
+        (&[HELP5_DIR, "--batch", "1", "--frob"], "--frob"),
+    ];
+    for (args, says) in cases {
+        let mut all = vec!["predict"];
+        all.extend_from_slice(args);
+        let (code, _, err) = opbench(&all);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        let n = err.trim_end().chars().count();
+        assert!(n <= 160, "{args:?}: {n} characters: {err}");
+        assert!(err.contains(says), "{args:?}: {says}: {err}");
+    }
 }

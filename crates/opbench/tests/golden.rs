@@ -30,7 +30,10 @@
 //! static row's reason changed, and again on 2026-12-04 when that reason named the
 //! dynamic cache's parts it is priced against (one line each). history's output was
 //! re-recorded on 2026-12-05, when nine published runs left the fixtures (issue 47): the H200
-//! series lists fewer runs and builds; no change point or verdict moved. Every output is
+//! series lists fewer runs and builds; no change point or verdict moved. predict's outputs
+//! were re-recorded on 2026-12-07 (issue 81): the command that adds what a run lacks repeats
+//! the run's samples and budgets and stands on lines of its own (on the refusals), its note
+//! before it; no number moved. Every output is
 //! compared line by line in its order (fit and compare were
 //! compared as sorted lines until 2026-12-03, when they were re-recorded in the schema's
 //! key order with the same lines).
