@@ -460,6 +460,18 @@ def gpu_modes_without_gpu(env):
             "replays) and this machine has none; on the CPU use pipelined, synced or pipelined_cold")
 
 
+def list_cases(env, list_args, path):
+    """`cargo bench -q LIST_ARGS` (they end in `--list`) with the plan written to `path`
+    (OPBENCH_PLAN_FILE): the finished process and its wall time, which is the start-up cost of
+    the bench binaries (the listing starts each once)."""
+    path.write_text("")
+    t0 = time.monotonic()
+    listed = subprocess.run(["cargo", "bench", "-q", *list_args], cwd=env["OPBENCH_WS"],
+                            env=dict(env, OPBENCH_PLAN_FILE=str(path)),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return listed, time.monotonic() - t0
+
+
 def bench(args):
     args = list(args) or ["--workspace"]
     check_packages(args)
@@ -494,18 +506,13 @@ def bench(args):
     plans.mkdir(parents=True, exist_ok=True)
 
     def plan_for(profile, path):
-        # the listing starts every bench binary once: its wall time is the start-up cost
-        path.write_text("")
-        t0 = time.monotonic()
-        listed = subprocess.run(["cargo", "bench", "-q", *list_args], cwd=env["OPBENCH_WS"],
-                                env=dict(env, OPBENCH_PROFILE=profile, OPBENCH_PLAN_FILE=str(path)),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        listed, took = list_cases(dict(env, OPBENCH_PROFILE=profile), list_args, path)
         if listed.returncode != 0:
             # a bad OPBENCH_* value: the bench binary's one line, not cargo's "to rerun pass"
             ours = [l for l in listed.stderr.splitlines() if l.startswith("opbench:")]
             sys.stderr.write("\n".join(ours or listed.stderr.splitlines()[-5:]) + "\n")
             sys.exit(2 if ours else listed.returncode)
-        return time.monotonic() - t0
+        return took
 
     plan = plans / f"{run_id}.csv"
     startup = plan_for(env.get("OPBENCH_PROFILE", "default"), plan)
@@ -555,7 +562,9 @@ def bench(args):
     if (run / lay["env"]).exists():
         subprocess.run([str(opbench_exe(env)), "state", str(run), "--busy"], env=env)
     print(f"opbench: run directory: {run}")
-    next_step(env, run, with_peer)
+    # what to run next: bench_next.py builds on this module, so it runs as its own process
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_next.py"), str(run), str(int(with_peer))],
+                   env=env)
 
 
 def wrapped(text, width=160):
@@ -563,30 +572,6 @@ def wrapped(text, width=160):
     import textwrap
 
     return "\n".join(textwrap.wrap(text, width, subsequent_indent="    ", break_on_hyphens=False))
-
-
-def next_step(env, run, with_peer):
-    """The predict that answers from this run, asked before it is suggested: a partial run
-    gets predict's own list of what it lacks and the command that adds it."""
-    exe = str(opbench_exe(env))
-    py = env.get("OPBENCH_TORCH_PYTHON") or sys.executable
-    # doctor's checks in the run (stack_checks) say whether the peer could time generate()
-    try:
-        hf = json.loads((run / "stack.json").read_text())["transformers"]["importable"]
-    except (OSError, ValueError, KeyError, TypeError):
-        hf = True  # not checked: predict's own error says what is missing
-    hf = with_peer and hf
-    if with_peer and not hf:
-        say(f"the peer timed no generate(): this Python lacks HF transformers (`{py} -m pip install "
-            "transformers`,\n    then `opbench peer RUN` adds it); predict answers with the step")
-    profile = ["--profile", "transformers"] if hf else []
-    cmd = [exe, "predict", str(run), "--batch", "1", *profile]
-    asked = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    if asked.returncode == 0:
-        say(f"next: {' '.join(cmd)}   (where a token's time goes)")
-        return
-    why = " ".join((asked.stderr or asked.stdout).split()) or f"exit {asked.returncode}"
-    say(wrapped(f"next: predict cannot answer from this run yet. {why}"))
 
 
 # ---------------------------------------------------------------- main

@@ -58,6 +58,7 @@ def main():
     every_script_answers_help()
     newcomer_screens()
     knobs_decided_once()
+    next_command_on_its_own_lines()
     tch_for_versions()
     knob_lists()
     print("run_test: ok")
@@ -136,6 +137,34 @@ def knobs_decided_once():
         run.say, knobs.knob_env, knobs.backend, knobs.tools = saved[:4]
         run.os.environ.clear()
         run.os.environ.update(saved[4])
+
+
+def next_command_on_its_own_lines():
+    """After a partial run, scripts/bench says what predict lacks, then the plan of the
+    command that adds it (whose estimate says the build is done: its crates were built to
+    list it), then the command itself on lines of its own, as predict printed them to run."""
+    import bench_next
+
+    err = ("opbench: /o/runs/nb1: qwen3-0.6b's hf-eager step at B=1 L=128 f32 cpu pipelined lacks rows of linear\n"
+           "    (14 case(s): linear/aten/q_proj B=1 and 13 more); add them into the same run:\n"
+           "OPBENCH_RUN=nb1 OPBENCH_PROFILE=quick OPBENCH_SAMPLES=12 OPBENCH_DEVICE=cpu scripts/bench -p harness \\\n"
+           "    -p linear -- '/decode/b1/'\n")
+    why, cmd = bench_next.suggestion(err)
+    assert why.startswith("/o/runs/nb1: qwen3") and why.endswith("13 more)") and "  " not in why, why
+    assert cmd == err.splitlines()[2:], cmd
+    sets, args = bench_next.command_words(cmd)
+    assert sets == {"OPBENCH_RUN": "nb1", "OPBENCH_PROFILE": "quick", "OPBENCH_SAMPLES": "12",
+                    "OPBENCH_DEVICE": "cpu"}, sets
+    assert args == ["-p", "harness", "-p", "linear", "--", "/decode/b1/"], args
+    lines = bench_next.next_lines(why, cmd, (100, 104.0, 13.0))
+    assert lines[-2:] == cmd and all(len(l) <= bench_next.SAY_WIDTH for l in lines[:-2]), lines
+    plan = " ".join(lines[:-2])
+    assert "100 cases, ~1m44s of timing; no build left in it: its bench crates were built just now, in 13s" in plan
+    assert "not estimated" in " ".join(bench_next.next_lines(why, cmd, None))
+    # an error without a command (bad input): the line alone
+    why, cmd = bench_next.suggestion("opbench: --batch 3: no profile of grid.toml times B = 3\n")
+    assert cmd is None and why == "--batch 3: no profile of grid.toml times B = 3", why
+    assert len(bench_next.next_lines(why, None, None)) == 1
 
 
 def newcomer_screens():
