@@ -33,7 +33,9 @@
 //! series lists fewer runs and builds; no change point or verdict moved. predict's outputs
 //! were re-recorded on 2026-12-07 (issue 81): the command that adds what a run lacks repeats
 //! the run's samples and budgets and stands on lines of its own (on the refusals), its note
-//! before it; no number moved. Every output is
+//! before it; no number moved. Then the same day, when what would help came to rank by the
+//! gain, a change that gains nothing ("no gain here") below every one that gains: rows
+//! moved and gained that note; no number moved. Every output is
 //! compared line by line in its order (fit and compare were
 //! compared as sorted lines until 2026-12-03, when they were re-recorded in the schema's
 //! key order with the same lines).
