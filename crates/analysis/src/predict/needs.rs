@@ -252,7 +252,7 @@ fn own_settings(run: &Run) -> Vec<String> {
 /// The command that times `crates` (and the peer) into `run` at the query's batch and
 /// length: `OPBENCH_RUN=<the run's folder name>`, `OPBENCH_OUT` where the run is not under
 /// target/opbench, the grid profile that has the batch and length (the run's own where it
-/// does), the run's own samples and budgets ([`own_settings`]), the query's device, dtype
+/// does), the run's own samples and budgets (those not at their defaults), the query's device, dtype
 /// and modes, and a filter of its phase and batch (the floor's B = 1 too). `Err` says why
 /// none can, in one line: no profile of the grid has them.
 pub fn add_command(
