@@ -91,3 +91,7 @@ def leaves_out(full, smaller):
         + ", ".join(f"{op} {n}" for op, n in sorted(partly.items())),
         file=sys.stderr,
     )
+
+
+if __name__ == "__main__":
+    print(__doc__)  # a module of scripts/bench's: nothing to run

@@ -24,6 +24,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import helptext
+
 
 def planted(name):
     """{kind: fraction} of a run name: a (none), p, t, d parts joined by _ (p10_d5)."""
@@ -89,6 +91,7 @@ def report(opbench, runs, b, c, extra):
 
 
 def main(argv):
+    helptext.answer(__doc__, argv)
     extra = []
     if "--" in argv:
         i = argv.index("--")

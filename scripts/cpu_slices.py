@@ -8,6 +8,8 @@ near the same CPUs. Linux (sysfs). Exit 2 with a line where the cores are too fe
     python3 cpu_slices.py N"""
 import os, subprocess, sys
 
+import helptext
+
 
 def parse(text):
     out = set()
@@ -80,6 +82,7 @@ def near(n, allowed):
 
 
 def main():
+    helptext.answer(__doc__)
     if len(sys.argv) != 2 or not sys.argv[1].isdigit() or int(sys.argv[1]) < 1:
         print("cpu_slices.py: usage: cpu_slices.py N (N comparisons, one a GPU)", file=sys.stderr)
         sys.exit(2)

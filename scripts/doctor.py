@@ -178,10 +178,13 @@ def knob_facts(backend, arch):
         ks = knobs.load(ROOT / "knobs" / f"{backend}.toml")
     except (ImportError, SystemExit) as e:
         return {"file": f"knobs/{backend}.toml", "error": str(e), "knobs": []}
+    # what `scripts/bench --knobs` would pair here: the one decision, knobs.can_act
+    cpus = knobs.side_cpus(os.environ)
     rows = []
     for k in ks:
-        ok, why = knobs.applies(k, arch)
-        rows.append({"name": k["name"], "applies": ok, "why": why})
+        acts, skipped = knobs.can_act(k, arch, cpus)
+        why = "; ".join(w for _, w in skipped) if not acts else None
+        rows.append({"name": k["name"], "applies": bool(acts), "why": why})
     return {"file": f"knobs/{backend}.toml", "error": None, "knobs": rows}
 
 

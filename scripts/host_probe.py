@@ -17,6 +17,8 @@ import statistics
 import sys
 import time
 
+import helptext
+
 SLOW = 1.15
 WINDOW = 0.01
 
@@ -112,6 +114,7 @@ def unpinned(seconds):
 
 
 if __name__ == "__main__":
+    helptext.answer(__doc__)
     if not sys.platform.startswith("linux"):
         sys.exit("host_probe: Linux only (sched_setaffinity, /proc/thread-self/sched)")
     secs = float(sys.argv[1]) if len(sys.argv) > 1 else 20

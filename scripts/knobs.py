@@ -34,6 +34,7 @@ import sys
 import time
 from pathlib import Path
 
+import helptext
 import paired as p
 import run as r
 
@@ -117,6 +118,29 @@ def value_acts(knob, value, cpus):
         return False, (f"each side runs on {cpus} CPU(s), where libtorch already runs "
                        f"{cpus} thread(s) unset: the pair could show nothing")
     return True, None
+
+
+def can_act(knob, arch, cpus):
+    """The one decision whether a knob can act here, for `--knobs` and for doctor's list:
+    (its values that can, [(value or None, why not)]). None where the knob does not apply to
+    this arch ([`applies`]: the value None), else each value that [`value_acts`] on a side
+    of `cpus` CPUs."""
+    ok, why = applies(knob, arch)
+    if not ok:
+        return [], [(None, why)]
+    acts, skipped = [], []
+    for v in knob["values"]:
+        yes, why = value_acts(knob, v, cpus)
+        if yes:
+            acts.append(v)
+        else:
+            skipped.append((v, why))
+    return acts, skipped
+
+
+def skip_line(knob, skipped):
+    """`NAME skipped: why` (or `NAME=VALUE skipped: why`) for what [`can_act`] left out."""
+    return [f"{knob['name']}{'' if v is None else '=' + v} skipped: {why}" for v, why in skipped]
 
 
 def chosen(knobs, names):
@@ -236,34 +260,27 @@ def bench_knobs(args):
     py = env["OPBENCH_TORCH_PYTHON"]
     which, arch = backend(py)
     path = r.ROOT / "knobs" / f"{which}.toml"
-    knobs = []
-    for k in chosen(load(path), names):
-        ok, why = applies(k, arch)
-        if ok:
-            knobs.append(k)
-        else:
-            r.say(f"{k['name']} skipped: {why}")
-    if not knobs:
-        r.fail(f"no knob of {path.name} applies to this GPU ({arch}): nothing to pair", 2)
     cpus = side_cpus(env)
-    plan = []
-    for k in knobs:
-        for v in k["values"]:
-            acts, why = value_acts(k, v, cpus)
-            if acts:
-                plan.append((k, v))
-            else:
-                r.say(f"{k['name']}={v} skipped: {why}")
+    plan, skips = [], []
+    for k in chosen(load(path), names):
+        acts, skipped = can_act(k, arch, cpus)
+        plan += [(k, v) for v in acts]
+        skips += skip_line(k, skipped)
+    for line in skips:
+        r.say(line)
     if not plan:
-        r.fail("no knob value can act here: nothing to pair", 2)
+        r.fail(f"no knob value of {path.name} can act here ({arch or 'no GPU'}): nothing to pair", 2)
     share = budget if budget else PER_VALUE
     model = env.get("OPBENCH_MODEL", "qwen3-0.6b")
     filt = filt or f"/{model}/decode/b1/"
+    peer = env.get("OPBENCH_PEER", "1") != "0"
+    # the plan before anything is built or timed
+    for line in plan_lines(plan, path, share, filt, peer, price is None, built(env)):
+        r.say(line)
     opbench, exes, lay = tools(env)
     run_id = env.get("OPBENCH_RUN") or time.strftime(lay["run_id_format"], time.gmtime())
     out = Path(env.get("OPBENCH_OUT") or r.ROOT / "target" / "opbench")
     runs = out / lay["runs"]
-    peer = env.get("OPBENCH_PEER", "1") != "0"
     t0 = time.time()
     if price is None:
         every = f"/{model}/decode/b{batch_of(filt)}/|^floor/|^ceiling/"
@@ -271,7 +288,6 @@ def bench_knobs(args):
     # on the CPU the cold modes run through scripts/bench only: ab times pipelined; on a
     # GPU a knob that acts on launches is timed by the launch measure too (`device`)
     user_modes = env.get("OPBENCH_MODES")
-    r.say(f"{len(plan)} knob value(s) of {path.name}, ~{share:.0f} s each, cases matching {filt}")
     rows = []
     for i, (k, value) in enumerate(plan, 1):
         crates = [c for c in k["crates"] if c in exes]
@@ -300,6 +316,39 @@ def bench_knobs(args):
     print(text)
     r.say(f"knobs: {dest} ({time.time() - t0:.0f} s in all)")
     return 0
+
+
+# What a knobs run costs beyond its budgets (docs/experiments/knobs-2026-12-06, 2 cores and
+# an H100): a value's pair its processes' start, warm-up and rounds, ~2.5 min; the pricing
+# run ~5 min; and, where nothing is built yet, the release build (5m12s on 2 cores from a
+# fresh clone, 2026-12-07).
+VALUE_EXTRA_S = 150
+PRICING_S = 300
+BUILD_S = 300
+
+
+def built(env):
+    """Whether this workspace's tools are built (OPBENCH_BIN's are): else the plan's estimate
+    adds the build."""
+    return bool(env.get("OPBENCH_BIN")) or r.opbench_exe(env).exists()
+
+
+def plan_lines(plan, path, share, filt, peer, pricing, is_built):
+    """What `--knobs` will do, said before it builds or times anything: each knob value with
+    the crates it touches, the pricing run, and the time in all, the build's included where
+    nothing is built yet."""
+    lines = [f"knobs plan: {len(plan)} value(s) of {path.name}, {share:.0f} s each, cases matching {filt}:"]
+    for k, v in plan:
+        touches = ", ".join(k["crates"]) + (" and the HF step (scripts/peer.py)" if peer else "")
+        lines.append(f"  {k['name']}={v}: {touches}, ~{r.hms(share + VALUE_EXTRA_S)}")
+    total = len(plan) * (share + VALUE_EXTRA_S)
+    if pricing:
+        lines.append(f"  then priced on a run of this machine made first, ~{r.hms(PRICING_S)} (--price RUN skips it)")
+        total += PRICING_S
+    build = (", opbench built here (a rebuild of what changed is not counted)" if is_built
+             else f", the build first included (~{r.hms(BUILD_S)}: opbench is not built here)")
+    lines.append(f"  estimated ~{r.hms(total + (0 if is_built else BUILD_S))} in all{build}")
+    return lines
 
 
 def pricing_run(env, opbench, run, filt, peer):
@@ -388,4 +437,5 @@ def answer_and_help(text):
 
 
 if __name__ == "__main__":
+    helptext.answer(__doc__)
     sys.exit(bench_knobs(sys.argv[1:]))

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import helptext
 import run as r
 
 
@@ -128,5 +129,6 @@ def bench_against(args, against):
 
 
 if __name__ == "__main__":
+    helptext.answer(bench_against.__doc__)
     # `run.py bench --against OLD_PYTHON [args...]` starts this as `paired.py OLD_PYTHON [args...]`
     sys.exit(bench_against(sys.argv[2:], sys.argv[1]))

@@ -47,6 +47,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # peerlib, however this file is run
 
+if __name__ == "__main__":
+    import helptext  # help is text: before torch is imported
+
+    helptext.answer(__doc__)
+
 from peerlib.base import DTYPES, fail, key_text, load_toml, say, shapes_dir, torch
 from peerlib.case import Family, alone, refused
 from peerlib.clock import Timer

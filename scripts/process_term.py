@@ -31,6 +31,8 @@ import subprocess
 import sys
 import time
 
+import helptext
+
 CALLS = 256
 LEAD_MS = 15.0  # Python's enqueue of 256 calls must end in half of it
 
@@ -225,6 +227,7 @@ def table(terms, within, us):
 
 
 def main():
+    helptext.answer(__doc__)
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 3
     designs = sys.argv[2].split(",") if len(sys.argv) > 2 else ["alone", "pair"]
     unknown = [d for d in designs if d not in DESIGNS]

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+import helptext  # noqa: E402
 import process_term as pt  # noqa: E402
 
 US = {"mul": 2.0, "mul@s1": 2.0, "mul@s2": 2.0, "mul@s3": 2.0, "rmsnorm": 3.0,
@@ -31,6 +32,7 @@ class Fake:
 
 
 def main():
+    helptext.answer(__doc__)
     rng = random.Random(7)
     terms, within, us = pt.probe(12, ["alone", "pair"], start=lambda env: Fake(env, rng),
                                  say=lambda s: None)

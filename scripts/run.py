@@ -38,6 +38,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import helptext
 from bench_plan import hms, leaves_out, read_plan, summary
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -459,6 +460,18 @@ def gpu_modes_without_gpu(env):
             "replays) and this machine has none; on the CPU use pipelined, synced or pipelined_cold")
 
 
+def list_cases(env, list_args, path):
+    """`cargo bench -q LIST_ARGS` (they end in `--list`) with the plan written to `path`
+    (OPBENCH_PLAN_FILE): the finished process and its wall time, which is the start-up cost of
+    the bench binaries (the listing starts each once)."""
+    path.write_text("")
+    t0 = time.monotonic()
+    listed = subprocess.run(["cargo", "bench", "-q", *list_args], cwd=env["OPBENCH_WS"],
+                            env=dict(env, OPBENCH_PLAN_FILE=str(path)),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return listed, time.monotonic() - t0
+
+
 def bench(args):
     args = list(args) or ["--workspace"]
     check_packages(args)
@@ -493,18 +506,13 @@ def bench(args):
     plans.mkdir(parents=True, exist_ok=True)
 
     def plan_for(profile, path):
-        # the listing starts every bench binary once: its wall time is the start-up cost
-        path.write_text("")
-        t0 = time.monotonic()
-        listed = subprocess.run(["cargo", "bench", "-q", *list_args], cwd=env["OPBENCH_WS"],
-                                env=dict(env, OPBENCH_PROFILE=profile, OPBENCH_PLAN_FILE=str(path)),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        listed, took = list_cases(dict(env, OPBENCH_PROFILE=profile), list_args, path)
         if listed.returncode != 0:
             # a bad OPBENCH_* value: the bench binary's one line, not cargo's "to rerun pass"
             ours = [l for l in listed.stderr.splitlines() if l.startswith("opbench:")]
             sys.stderr.write("\n".join(ours or listed.stderr.splitlines()[-5:]) + "\n")
             sys.exit(2 if ours else listed.returncode)
-        return time.monotonic() - t0
+        return took
 
     plan = plans / f"{run_id}.csv"
     startup = plan_for(env.get("OPBENCH_PROFILE", "default"), plan)
@@ -554,7 +562,9 @@ def bench(args):
     if (run / lay["env"]).exists():
         subprocess.run([str(opbench_exe(env)), "state", str(run), "--busy"], env=env)
     print(f"opbench: run directory: {run}")
-    next_step(env, run, with_peer)
+    # what to run next: bench_next.py builds on this module, so it runs as its own process
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_next.py"), str(run), str(int(with_peer))],
+                   env=env)
 
 
 def wrapped(text, width=160):
@@ -564,38 +574,24 @@ def wrapped(text, width=160):
     return "\n".join(textwrap.wrap(text, width, subsequent_indent="    ", break_on_hyphens=False))
 
 
-def next_step(env, run, with_peer):
-    """The predict that answers from this run, asked before it is suggested: a partial run
-    gets predict's own list of what it lacks and the command that adds it."""
-    exe = str(opbench_exe(env))
-    py = env.get("OPBENCH_TORCH_PYTHON") or sys.executable
-    # doctor's checks in the run (stack_checks) say whether the peer could time generate()
-    try:
-        hf = json.loads((run / "stack.json").read_text())["transformers"]["importable"]
-    except (OSError, ValueError, KeyError, TypeError):
-        hf = True  # not checked: predict's own error says what is missing
-    hf = with_peer and hf
-    if with_peer and not hf:
-        say(f"the peer timed no generate(): this Python lacks HF transformers (`{py} -m pip install "
-            "transformers`,\n    then `opbench peer RUN` adds it); predict answers with the step")
-    profile = ["--profile", "transformers"] if hf else []
-    cmd = [exe, "predict", str(run), "--batch", "1", *profile]
-    asked = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    if asked.returncode == 0:
-        say(f"next: {' '.join(cmd)}   (where a token's time goes)")
-        return
-    why = " ".join((asked.stderr or asked.stdout).split()) or f"exit {asked.returncode}"
-    say(wrapped(f"next: predict cannot answer from this run yet. {why}"))
-
-
 # ---------------------------------------------------------------- main
 
 
-def wants_help(args):
-    """Whether `-h` or `--help` is among scripts/bench's own arguments (before any `--`,
-    after which they are criterion's): help is text, it never starts a run."""
-    own = args[: args.index("--")] if "--" in args else args
-    return "-h" in own or "--help" in own
+# whether `-h`/`--help` is among a verb's own arguments (before any `--`, after which they
+# are criterion's): help is text, it never builds, probes torch or starts a run
+wants_help = helptext.asked
+
+DOCTOR_HELP = """usage: scripts/doctor [--device cpu|gpu|all] [--gpu N] [--check] [--python PY]
+
+What this torch stack is and what opbench can measure on it: `opbench doctor`, built with
+libtorch for the Python builds use (a first build takes a few minutes), then run.
+  --device D   what scripts/bench would be asked to measure: cpu, gpu or all (default:
+               $OPBENCH_DEVICE, else all)
+  --gpu N      which GPU `gpu` and `all` mean (default: $OPBENCH_GPU, else 0)
+  --check      only the check scripts/bench makes first: one line, exit 1 when the device
+               asked for is not usable
+  --python PY  the Python whose torch is checked (default: the one scripts/setup picks)
+Exit 0 when what scripts/bench is asked to measure works, 1 with the reason, 2 on bad input."""
 
 
 def docstring(script, function=None):
@@ -645,8 +641,8 @@ def main(argv):
         print(__doc__)
         return 0 if argv else 2
     verb, rest = argv[0], argv[1:]
-    if verb in ("setup", "workspace", "env", "test", "test-torch") and wants_help(rest):
-        print(verb_help(verb))
+    if verb in ("setup", "workspace", "env", "test", "test-torch", "doctor") and wants_help(rest):
+        print(DOCTOR_HELP if verb == "doctor" else verb_help(verb))
         return 0
     if verb == "setup":
         print(setup())

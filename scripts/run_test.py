@@ -9,12 +9,14 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+import helptext  # noqa: E402
 import knobs  # noqa: E402
 import paired  # noqa: E402
 import run  # noqa: E402
 
 
 def main():
+    helptext.answer(__doc__)
     # the whole workspace: the peer runs; a selection: it does not, and says how to run it
     assert run.peer_wanted([], {}) == (True, None)
     assert run.peer_wanted(["--workspace"], {}) == (True, None)
@@ -53,18 +55,116 @@ def main():
                        "c,ok,\nd,error,out of memory\n")
         run.unsupported_reasons(res)
     assert said == ["2 unsupported row(s): graphs need a GPU", "1 error row(s): out of memory"], said
-    # every script's --help is its text, printed at once, exit 0
-    for script in ("calibrate", "calibrate-ab", "calibrate-ab-gpu", "help-gpu", "steps-gpu", "test-gpu",
-                   "check-windows", "test", "setup", "test-torch"):
-        if run.WINDOWS:
-            break
-        out = subprocess.run(["bash", str(run.ROOT / "scripts" / script), "--help"], capture_output=True,
-                             text=True, timeout=20)
-        assert out.returncode == 0 and len(out.stdout.splitlines()) >= 2, (script, out.stderr[-300:])
+    every_script_answers_help()
     newcomer_screens()
+    knobs_decided_once()
+    next_command_on_its_own_lines()
     tch_for_versions()
     knob_lists()
     print("run_test: ok")
+
+
+def every_script_answers_help():
+    """Help is text: every script of scripts/ (bash and Python, the tests too) answers -h and
+    --help with its text on stdout, exit 0, lines of at most 100 characters, and starts
+    nothing: with cargo, nvidia-smi and the torch Python replaced by traps that leave a mark,
+    none is called (scripts/doctor --help built opbench first, issue 81)."""
+    if run.WINDOWS:
+        return
+    scripts = sorted(p for p in (run.ROOT / "scripts").iterdir() if p.is_file() and p.suffix in ("", ".py", ".sh"))
+    assert len(scripts) > 25, scripts
+    with tempfile.TemporaryDirectory() as d:
+        mark = Path(d) / "called"
+        for tool in ("cargo", "nvidia-smi", "rocm-smi", "torch-python"):
+            trap = Path(d) / tool
+            trap.write_text(f"#!/bin/sh\necho {tool} \"$@\" >> {mark}\nexit 3\n")
+            trap.chmod(0o755)
+        env = {k: v for k, v in run.os.environ.items() if k not in ("VIRTUAL_ENV", "CONDA_PREFIX")}
+        env.update(PATH=f"{d}{run.os.pathsep}{env['PATH']}", OPBENCH_PYTHON=str(Path(d) / "torch-python"))
+        for script in scripts:
+            cmd = [sys.executable, str(script)] if script.suffix == ".py" else ["bash", str(script)]
+            for flag in ("--help", "-h"):
+                out = subprocess.run(cmd + [flag], capture_output=True, text=True, timeout=60, env=env)
+                lines = out.stdout.splitlines()
+                assert out.returncode == 0 and len(lines) >= 2, (script.name, flag, out.returncode, out.stderr[-300:])
+                assert max(map(len, lines)) <= 100, (script.name, max(lines, key=len))
+                assert not mark.exists(), (script.name, flag, mark.read_text())
+
+
+def knobs_decided_once():
+    """doctor lists as a knob to try only what `--knobs` would pair (knobs.can_act decides
+    for both), and `--knobs` prints its plan, with the build's time where nothing is built,
+    before it builds or times anything."""
+    import doctor
+
+    cpu = {k["name"]: k for k in knobs.load(run.ROOT / "knobs" / "cpu.toml")}
+    said, calls = [], []
+    saved = (run.say, knobs.knob_env, knobs.backend, knobs.tools, dict(run.os.environ))
+
+    def tools(env):
+        calls.append(len(said))
+        raise KeyboardInterrupt  # the build: where this test stops
+
+    try:
+        run.say, knobs.backend, knobs.tools = said.append, (lambda py: ("cpu", None)), tools
+        with tempfile.TemporaryDirectory() as ws:
+            for cpus, omp in (("0", False), ("0-3", True)):
+                run.os.environ["OPBENCH_CPUS"] = cpus
+                env = dict(run.os.environ, OPBENCH_TORCH_PYTHON="python3", OPBENCH_WS=ws, OPBENCH_PEER="0")
+                knobs.knob_env = lambda: env
+                facts = {k["name"]: k for k in doctor.knob_facts("cpu", None)["knobs"]}
+                assert facts["OMP_NUM_THREADS"]["applies"] == omp, (cpus, facts)
+                acts, skipped = knobs.can_act(cpu["OMP_NUM_THREADS"], None, knobs.side_cpus(env))
+                assert bool(acts) == omp and (facts["OMP_NUM_THREADS"]["why"] is None) == omp, facts
+                del said[:], calls[:]
+                try:
+                    knobs.bench_knobs(["--budget", "60"])
+                except KeyboardInterrupt:
+                    pass
+                shown = "\n".join(said[: calls[0]])
+                assert shown.count("knobs plan: ") == 1 and "ATEN_CPU_CAPABILITY=avx2: linear, rmsnorm" in shown, shown
+                assert ("OMP_NUM_THREADS=1: linear" in shown) == omp, shown
+                assert ("OMP_NUM_THREADS=1 skipped: each side runs on 1 CPU(s)" in shown) != omp, shown
+                # nothing built in this workspace: the estimate says it has the build in it
+                assert "the build first included" in shown and "priced on a run" in shown, shown
+                assert max(map(len, said)) <= 160, said
+            # --knobs OMP_NUM_THREADS where a side has one CPU: refused, as doctor says
+            run.os.environ["OPBENCH_CPUS"] = "0"
+            env["OPBENCH_CPUS"] = "0"
+            assert exits_2(knobs.bench_knobs, ["OMP_NUM_THREADS"])
+            assert not doctor.knob_facts("cpu", None)["knobs"][1]["applies"]
+    finally:
+        run.say, knobs.knob_env, knobs.backend, knobs.tools = saved[:4]
+        run.os.environ.clear()
+        run.os.environ.update(saved[4])
+
+
+def next_command_on_its_own_lines():
+    """After a partial run, scripts/bench says what predict lacks, then the plan of the
+    command that adds it (whose estimate says the build is done: its crates were built to
+    list it), then the command itself on lines of its own, as predict printed them to run."""
+    import bench_next
+
+    err = ("opbench: /o/runs/nb1: qwen3-0.6b's hf-eager step at B=1 L=128 f32 cpu pipelined lacks rows of linear\n"
+           "    (14 case(s): linear/aten/q_proj B=1 and 13 more); add them into the same run:\n"
+           "OPBENCH_RUN=nb1 OPBENCH_PROFILE=quick OPBENCH_SAMPLES=12 OPBENCH_DEVICE=cpu scripts/bench -p harness \\\n"
+           "    -p linear -- '/decode/b1/'\n")
+    why, cmd = bench_next.suggestion(err)
+    assert why.startswith("/o/runs/nb1: qwen3") and why.endswith("13 more)") and "  " not in why, why
+    assert cmd == err.splitlines()[2:], cmd
+    sets, args = bench_next.command_words(cmd)
+    assert sets == {"OPBENCH_RUN": "nb1", "OPBENCH_PROFILE": "quick", "OPBENCH_SAMPLES": "12",
+                    "OPBENCH_DEVICE": "cpu"}, sets
+    assert args == ["-p", "harness", "-p", "linear", "--", "/decode/b1/"], args
+    lines = bench_next.next_lines(why, cmd, (100, 104.0, 13.0))
+    assert lines[-2:] == cmd and all(len(l) <= bench_next.SAY_WIDTH for l in lines[:-2]), lines
+    plan = " ".join(lines[:-2])
+    assert "100 cases, ~1m44s of timing; no build left in it: its bench crates were built just now, in 13s" in plan
+    assert "not estimated" in " ".join(bench_next.next_lines(why, cmd, None))
+    # an error without a command (bad input): the line alone
+    why, cmd = bench_next.suggestion("opbench: --batch 3: no profile of grid.toml times B = 3\n")
+    assert cmd is None and why == "--batch 3: no profile of grid.toml times B = 3", why
+    assert len(bench_next.next_lines(why, None, None)) == 1
 
 
 def newcomer_screens():

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import helptext
 import run as r
 
 DEBIAN_HIP = Path("/usr/lib/x86_64-linux-gnu/libamdhip64.so.5")
@@ -128,6 +129,7 @@ def test_torch(version):
 
 
 def main(argv):
+    helptext.answer(__doc__, argv)
     if argv == ["test"]:
         test()
     elif len(argv) == 2 and argv[0] == "test-torch":

@@ -159,7 +159,49 @@ impl Lever {
     pub fn check(&self) -> Option<f64> {
         Some(self.predicted_ns? / self.measured_ns?)
     }
+
+    /// Its tokens/s (all sequences together) over `base`'s, the step as it is.
+    pub fn gain(&self, base: &Lever) -> Option<f64> {
+        Some(self.tokens_per_s()? / base.tokens_per_s()?)
+    }
+
+    /// Whether it gains nothing over `base`: a gain under [`NO_GAIN`] (it prints as 1.00×,
+    /// or less), or a priced interval that holds the step as it is. The step as it is
+    /// itself, and a row with no figure, are neither.
+    pub fn no_gain(&self, base: &Lever) -> bool {
+        if self.name == AS_IS {
+            return false;
+        }
+        let Some(g) = self.gain(base) else {
+            return false;
+        };
+        let held = match (self.interval, base.step_ns()) {
+            // the interval is of this row's step; `base` is at one sequence's batch, so
+            // compare tokens/s: the base's step scaled to this row's batch
+            (Some((lo, hi)), Some(b)) => {
+                let at = b * self.batch as f64 / base.batch as f64;
+                lo <= at && at <= hi
+            }
+            _ => false,
+        };
+        g < NO_GAIN || held
+    }
+
+    /// Where it ranks among its group ([`rank`]): those that gain, the step as it is, those
+    /// that gain nothing ([`Lever::no_gain`]), those with no figure.
+    fn class(&self, base: Option<&Lever>) -> u8 {
+        match (self.name == AS_IS, base.and_then(|b| self.gain(b))) {
+            (true, _) => 1,
+            (false, None) if self.tokens_per_s().is_none() => 3,
+            (false, Some(_)) if base.is_some_and(|b| self.no_gain(b)) => 2,
+            (false, Some(_)) => 0,
+            (false, None) => 0,
+        }
+    }
 }
+
+/// A gain under this prints as 1.00× (two decimals): no gain to rank a change by.
+pub const NO_GAIN: f64 = 1.005;
 
 /// The levers for `q`, ranked ([`rank`]: the query's own sequences first, then serving
 /// more; the step as it is among them; within each, those that can run on this stack
@@ -188,7 +230,13 @@ pub fn levers(
         let m = measured(&changed);
         match predict_with(run, fits, &changed) {
             Ok(p) => Lever::priced(name, action, changed.batch, p.step_ns, m),
-            Err(e) => Lever::unpriced(name, action, changed.batch, m, why_unpriced(&e.to_string())),
+            Err(e) => Lever::unpriced(
+                name,
+                action,
+                changed.batch,
+                m,
+                why_unpriced(run, &e.to_string()),
+            ),
         }
     };
     if q.profile != StepProfile::Fused {
@@ -297,15 +345,19 @@ fn graph_here(stack: &Stack, compiled: bool) -> Here {
 }
 
 /// Two answers in one list: first what makes the query's own sequences faster (at its
-/// batch), ranked by their tokens/s; then serving more sequences a step (another batch),
-/// ranked by tokens/s in all. A person with one chat stream gets nothing from a batch of
-/// 64, however many tokens it serves. Within each, those that can run here first
-/// ([`Here`]: then the unchecked, then those that cannot), and the unpriced last.
+/// batch), ranked by their gain; then serving more sequences a step (another batch),
+/// ranked by the gain in tokens/s in all. A person with one chat stream gets nothing from a
+/// batch of 64, however many tokens it serves. Within each, those that gain first, then the
+/// step as it is, then those that gain nothing here ([`Lever::no_gain`]: never above one
+/// that gains), those with no figure last; within those, the ones that can run here first
+/// ([`Here`]: then the unchecked, then those that cannot), then by tokens/s.
 pub fn rank(levers: &mut [Lever], batch: usize) {
+    let base = levers.iter().find(|l| l.name == AS_IS).cloned();
     levers.sort_by(|a, b| {
         let more = |l: &Lever| l.batch != batch;
         more(a)
             .cmp(&more(b))
+            .then_with(|| a.class(base.as_ref()).cmp(&b.class(base.as_ref())))
             .then_with(|| a.here.order().cmp(&b.here.order()))
             .then_with(|| match (a.tokens_per_s(), b.tokens_per_s()) {
                 (Some(x), Some(y)) => y.total_cmp(&x),
@@ -379,7 +431,7 @@ fn graphed_step(run: &Run, fits: &Fits, q: &Query) -> Result<f64, String> {
         .and_then(|hf| {
             predict_with(run, fits, &graphed(StepProfile::Fused)).map(|fused| (hf, fused))
         })
-        .map_err(|e| why_unpriced(&e.to_string()))?;
+        .map_err(|e| why_unpriced(run, &e.to_string()))?;
     let of = |p: &Prediction, op: OpKind| -> (f64, usize) {
         p.components
             .iter()
@@ -402,13 +454,22 @@ fn graphed_step(run: &Run, fits: &Fits, q: &Query) -> Result<f64, String> {
     )
 }
 
-/// What the changed step lacks and the command that adds it ([`crate::predict::Lack`]):
-/// the error, less the run's folder that leads it.
-fn why_unpriced(e: &str) -> String {
-    let line = e.lines().next().unwrap_or_default();
-    line.split_once(": ")
-        .map_or(line, |(_, rest)| rest)
-        .to_string()
+/// What the changed step lacks and the command that adds it ([`crate::predict::Lack`]) as
+/// one text for a row's note: the error less the run's folder that leads it, its command
+/// (printed on lines of its own, to run as they are) joined again, in backticks.
+fn why_unpriced(run: &Run, e: &str) -> String {
+    let lead = format!("{}: ", run.dir.display());
+    let e = e.strip_prefix(&lead).unwrap_or(e);
+    let mut lines = e.lines();
+    let head = lines.next().unwrap_or_default().to_string();
+    let cmd: Vec<&str> = lines
+        .map(|l| l.trim().trim_end_matches('\\').trim_end())
+        .collect();
+    if cmd.is_empty() {
+        head
+    } else {
+        format!("{head} `{}`", cmd.join(" "))
+    }
 }
 
 /// A token of the peer's `site` (generate() as the user calls it), at the query's batch.

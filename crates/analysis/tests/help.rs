@@ -495,38 +495,95 @@ fn one_streams_remedies_rank_before_serving_more_sequences() {
 }
 
 /// `rows` in [`analysis::help::rank`]'s order: the query's `batch` first, then the others;
-/// in each, those that can run here, then the unchecked, then those that cannot; in each
-/// of those, the priced by tokens/s, then the unpriced.
+/// in each, those that gain, the step as it is, those that gain nothing, those with no
+/// figure; in each of those, those that can run here, then the unchecked, then those that
+/// cannot; in each of those, by tokens/s.
 fn ranked(rows: &[analysis::help::Lever], batch: usize) {
+    use analysis::help::AS_IS;
+    let base = rows
+        .iter()
+        .find(|l| l.name == AS_IS)
+        .expect("the step as it is");
     let split = rows
         .iter()
         .position(|l| l.batch != batch)
         .unwrap_or(rows.len());
     assert!(rows[split..].iter().all(|l| l.batch != batch));
-    let order = |l: &analysis::help::Lever| l.here.word();
-    let mut groups = Vec::new();
+    let class = |l: &analysis::help::Lever| match () {
+        _ if l.name == AS_IS => 1,
+        _ if l.tokens_per_s().is_none() => 3,
+        _ if l.no_gain(base) => 2,
+        _ => 0,
+    };
+    let here = |l: &analysis::help::Lever| match l.here.word() {
+        "yes" => 0,
+        "?" => 1,
+        _ => 2,
+    };
+    let names = |part: &[analysis::help::Lever]| {
+        part.iter()
+            .map(|l| (l.name.clone(), class(l), l.here.word()))
+            .collect::<Vec<_>>()
+    };
     for part in [&rows[..split], &rows[split..]] {
-        let words: Vec<&str> = part.iter().map(order).collect();
-        let mut seen: Vec<&str> = words.clone();
-        seen.dedup();
-        let want: Vec<&str> = ["yes", "?", "no"]
-            .into_iter()
-            .filter(|w| seen.contains(w))
-            .collect();
-        assert_eq!(seen, want, "runs-here order {words:?}");
-        for w in want {
-            let lo = words.iter().position(|x| *x == w).unwrap();
-            let hi = words.iter().rposition(|x| *x == w).unwrap() + 1;
-            groups.push(&part[lo..hi]);
+        for w in part.windows(2) {
+            let (a, b) = ((class(&w[0]), here(&w[0])), (class(&w[1]), here(&w[1])));
+            assert!(a <= b, "out of order: {:?}", names(part));
+            if a == b {
+                if let (Some(x), Some(y)) = (w[0].tokens_per_s(), w[1].tokens_per_s()) {
+                    assert!(x >= y, "tokens/s: {:?}", names(part));
+                }
+            }
         }
     }
-    for group in groups {
-        let priced: Vec<f64> = group.iter().filter_map(|l| l.tokens_per_s()).collect();
-        assert!(priced.windows(2).all(|w| w[0] >= w[1]), "{priced:?}");
-        if let Some(i) = group.iter().position(|l| l.step_ns().is_none()) {
-            assert!(group[i..].iter().all(|l| l.step_ns().is_none()));
-        }
-    }
+}
+
+/// A change that gains nothing (≤ 1.00×, or its priced interval holding the step as it is)
+/// never ranks above one that gains, whether it runs here or not: planted rows.
+#[test]
+fn a_change_with_no_gain_ranks_below_every_change_that_gains() {
+    use analysis::help::{AS_IS, Here, Lever, rank};
+    let row = |name: &str, ns: f64, here: Here, interval: Option<(f64, f64)>| Lever {
+        name: name.into(),
+        action: String::new(),
+        batch: 1,
+        predicted_ns: Some(ns),
+        measured_ns: None,
+        unpriced: None,
+        verdict: None,
+        derived: None,
+        interval,
+        here,
+    };
+    let yes = || Here::Runs("planted".into());
+    let no = || Here::Not("planted".into());
+    let mut rows = vec![
+        row("flat, runs here", 99.9, yes(), None),
+        row("knob within its interval", 95.0, yes(), Some((90.0, 101.0))),
+        row(AS_IS, 100.0, yes(), None),
+        row("slower", 120.0, yes(), None),
+        row("gains, not here", 80.0, no(), None),
+        row("gains, here", 90.0, yes(), None),
+        row("knob beyond its interval", 94.0, yes(), Some((92.0, 96.0))),
+    ];
+    let base = rows[2].clone();
+    assert!(rows[0].no_gain(&base) && rows[1].no_gain(&base) && rows[3].no_gain(&base));
+    assert!(!rows[4].no_gain(&base) && !rows[6].no_gain(&base) && !base.no_gain(&base));
+    rank(&mut rows, 1);
+    let order: Vec<&str> = rows.iter().map(|l| l.name.as_str()).collect();
+    assert_eq!(
+        order,
+        [
+            "gains, here",
+            "knob beyond its interval",
+            "gains, not here",
+            AS_IS,
+            "knob within its interval",
+            "flat, runs here",
+            "slower"
+        ]
+    );
+    ranked(&rows, 1);
 }
 
 #[test]

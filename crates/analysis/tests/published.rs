@@ -156,7 +156,8 @@ fn predict_names_what_the_run_lacks() {
     assert!(matches!(e, AnalysisError::Input(_)));
     // a run with no rows of that dtype names what to time, not the floor it lacks
     assert!(
-        e.to_string().contains("has no f16 pipelined rows on cpu")
+        e.to_string()
+            .contains("the run has no f16 pipelined rows on cpu")
             && e.to_string().contains("OPBENCH_DTYPE=f16"),
         "{e}"
     );

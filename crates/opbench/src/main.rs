@@ -534,14 +534,62 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    let result = dispatch(Cli::parse().verb);
-    match result {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(&e),
+    };
+    match dispatch(cli.verb) {
         Ok(code) => ExitCode::from(code),
         Err(f) => {
-            eprintln!("opbench: {}", f.message);
+            // one line; or, where a message ends in a command to run (a run that lacks
+            // what was asked, [`analysis::predict::Lack`]), its text wrapped at 160 and the
+            // command on lines of its own, each within the width, to run as printed
+            if f.message.contains('\n') {
+                for line in print::wrap(&format!("opbench: {}", f.message), print::WIDTH) {
+                    eprintln!("{line}");
+                }
+            } else {
+                eprintln!("opbench: {}", f.message);
+            }
             ExitCode::from(f.code)
         }
     }
+}
+
+/// clap's answer to the command line: help and the version as clap prints them; an error
+/// as one line (bad input, exit 2) naming what is wrong and where the options are listed.
+fn usage_error(e: &clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        let _ = e.print();
+        return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
+    }
+    let text = e.render().to_string();
+    let said: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("Usage:") && !l.starts_with("For more"))
+        .collect();
+    let said = said.join(" ");
+    let verb = std::env::args()
+        .nth(1)
+        .filter(|v| {
+            use clap::CommandFactory;
+            Cli::command().find_subcommand(v).is_some()
+        })
+        .map_or("opbench --help".to_string(), |v| {
+            format!("opbench {v} --help")
+        });
+    eprintln!(
+        "opbench: {}; `{verb}` lists the options",
+        said.strip_prefix("error: ").unwrap_or(&said)
+    );
+    ExitCode::from(2)
 }
 
 /// The verb run: its exit code, or what went wrong.

@@ -93,7 +93,19 @@ pub fn run(args: &PredictArgs) -> Result<u8, CliError> {
         )));
     }
     let name = run_defaults::model(args.model.as_deref(), &loaded).map_err(CliError::input)?;
-    let model = ModelConfig::by_name(&name).map_err(|e| CliError::input(e.to_string()))?;
+    let model = ModelConfig::by_name(&name).map_err(|e| match e {
+        shapes::ShapesError::UnknownModel { name, known } => unknown_model(&name, &known),
+        e => CliError::input(e.to_string()),
+    })?;
+    let timed = run_defaults::models(&loaded);
+    if !timed.is_empty() && !timed.contains(&model.name) {
+        let timed: Vec<String> = timed.into_iter().collect();
+        return Err(CliError::input(format!(
+            "--model {name}: the run timed {} only: give --model {}, or measure it: OPBENCH_MODEL={name} scripts/bench",
+            timed.join(", "),
+            timed[0]
+        )));
+    }
     let batch = whole("--batch", &args.batch, "the batch size B", 1)?;
     // the cold modes' rows are read by the modes they refine, not composed on their own
     if matches!(args.mode, Mode::GraphCold | Mode::PipelinedCold) {
@@ -114,6 +126,9 @@ pub fn run(args: &PredictArgs) -> Result<u8, CliError> {
         mode: args.mode,
         host: HostModel::AsMeasured,
     };
+    if let Some(why) = unmeasured_target(&loaded, device, dtype) {
+        return Err(CliError::input(why));
+    }
     if let Some(p) = args.knobs.iter().find(|p| !p.is_file()) {
         return Err(CliError::input(format!(
             "--knob {}: no such file (an `opbench ab` table, runs/RUN-ab.csv, as `scripts/bench --knobs` writes)",
@@ -128,13 +143,62 @@ pub fn run(args: &PredictArgs) -> Result<u8, CliError> {
     let e = analysis::explain::explain(&loaded, q, args.host_model, args.host_state, &knobs)
         .map_err(|e| match (&unmeasured_l, e) {
             // the length was the grid's, not the run's: say so in the same line
-            (Some(note), analysis::AnalysisError::Input(m)) => {
-                CliError::input(format!("{m}; {note}"))
-            }
+            (Some(note), analysis::AnalysisError::Input(m)) => CliError::input(with_note(&m, note)),
             (_, e) => e.into(),
         })?;
     print::explanation(&e);
     Ok(0)
+}
+
+/// A device or dtype the run has no ok row of (bad input, one line): the option, what the
+/// run has, and how to measure what was asked; `None` where it has rows of both.
+fn unmeasured_target(run: &Run, device: rundir::DeviceId, dtype: DType) -> Option<String> {
+    let list = |it: &mut dyn Iterator<Item = String>| {
+        it.collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if !run.ok_rows().any(|r| r.device == device) {
+        let has = list(&mut run.ok_rows().map(|r| r.device.to_string()));
+        return Some(format!(
+            "--device {device}: the run has no rows on it (it has {has}): give --device of those"
+        ));
+    }
+    let on: Vec<&rundir::ResultRow> = run.ok_rows().filter(|r| r.device == device).collect();
+    if !on.iter().any(|r| r.dtype == dtype) {
+        let has = list(&mut on.iter().map(|r| r.dtype.to_string()));
+        return Some(format!(
+            "--dtype {dtype}: the run has no {dtype} rows on {device} (it has {has}): give --dtype of \
+             those, or measure it: OPBENCH_DTYPE={dtype} scripts/bench"
+        ));
+    }
+    None
+}
+
+/// `--model NAME` that names no model: one line with a few of the names shapes/ has.
+fn unknown_model(name: &str, known: &str) -> CliError {
+    let names: Vec<&str> = known.split(", ").collect();
+    CliError::input(format!(
+        "--model {name}: not a model of shapes/ nor a config.json path; give one of {}, … ({} in all: shapes/*.toml)",
+        names[..names.len().min(3)].join(", "),
+        names.len()
+    ))
+}
+
+/// A predict error with the note on where its L came from, said before the command that
+/// follows it on lines of its own (where it has one).
+fn with_note(message: &str, note: &str) -> String {
+    const ADD: &str = "; add them into the same run";
+    match message.split_once('\n') {
+        Some((first, rest)) if first.contains(ADD) => {
+            format!(
+                "{}\n{rest}",
+                first.replacen(ADD, &format!("; {note}{ADD}"), 1)
+            )
+        }
+        _ => format!("{message}; {note}"),
+    }
 }
 
 /// A whole number option's value, at least `min`: else a one-line error naming the value

@@ -30,7 +30,16 @@
 //! static row's reason changed, and again on 2026-12-04 when that reason named the
 //! dynamic cache's parts it is priced against (one line each). history's output was
 //! re-recorded on 2026-12-05, when nine published runs left the fixtures (issue 47): the H200
-//! series lists fewer runs and builds; no change point or verdict moved. Every output is
+//! series lists fewer runs and builds; no change point or verdict moved. predict's outputs
+//! were re-recorded on 2026-12-07 (issue 81): the command that adds what a run lacks repeats
+//! the run's samples and budgets and stands on lines of its own (on the refusals), its note
+//! before it; no number moved. Then the same day, when what would help came to rank by the
+//! gain, a change that gains nothing ("no gain here") below every one that gains: rows
+//! moved and gained that note; no number moved. compare's outputs were re-recorded the same
+//! day: its verdict says the verdict (`same`, `faster`, or `ambiguous (±X%), not a pass` in
+//! place of "no regression found" where a global family is ambiguous), its prose wraps at
+//! 160, the 2× list is a line a case, those from a base below the no-op call counted; no
+//! ratio, interval or verdict of a case or family moved. Every output is
 //! compared line by line in its order (fit and compare were
 //! compared as sorted lines until 2026-12-03, when they were re-recorded in the schema's
 //! key order with the same lines).
@@ -323,7 +332,8 @@ fn compare_says_its_exit_and_why_in_its_first_ten_lines() {
         let text = golden(name);
         let exit = text.lines().last().unwrap();
         let head: Vec<&str> = text.lines().take(10).collect();
-        let verdict = head.iter().find(|l| l.starts_with("**Verdict")).unwrap();
+        assert!(head.iter().any(|l| l.starts_with("**Verdict")), "{name}");
+        let verdict = &logical(&text, "**Verdict").unwrap();
         if exit == "exit 1" {
             assert!(
                 verdict.contains("exit 1") && verdict.contains("because"),
@@ -386,11 +396,14 @@ fn every_published_run_keeps_its_verdicts() {
         .collect();
     runs.sort();
     assert!(runs.len() >= 5, "{runs:?}");
+    // the first line that starts so, with its continuations (lines wrap at 160), and the exit
     let first = |text: &str, starts: &[&str]| -> String {
-        text.lines()
-            .filter(|l| starts.iter().any(|s| l.starts_with(s)))
-            .take(1)
-            .chain(text.lines().last())
+        let line = text
+            .lines()
+            .find(|l| starts.iter().any(|s| l.starts_with(s)))
+            .and_then(|l| logical(text, l));
+        line.into_iter()
+            .chain(text.lines().last().map(str::to_string))
             .collect::<Vec<_>>()
             .join(" | ")
     };

@@ -103,3 +103,27 @@ fn predict_and_compare_open_with_the_busy_machine_line() {
             .contains("busy machine")
     );
 }
+
+/// scripts/doctor's help is text run.py prints without building opbench (issue 81: it built
+/// first): it names every option of `opbench doctor --help`, the one it stands for.
+#[test]
+fn scripts_doctor_help_names_every_option_of_opbench_doctor() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let ours = Command::new("python3")
+        .arg(root.join("scripts/run.py"))
+        .args(["doctor", "--help"])
+        .output()
+        .unwrap();
+    assert!(ours.status.success(), "{ours:?}");
+    let ours = String::from_utf8(ours.stdout).unwrap();
+    let clap = String::from_utf8(opbench(&["doctor", "--help"]).stdout).unwrap();
+    let options: Vec<&str> = clap
+        .split_whitespace()
+        .filter(|w| w.starts_with("--") && *w != "--help")
+        .map(|w| w.trim_end_matches(|c: char| !c.is_ascii_alphanumeric()))
+        .collect();
+    assert!(options.len() >= 4, "{clap}");
+    for o in options {
+        assert!(ours.contains(o), "scripts/doctor --help lacks {o}:\n{ours}");
+    }
+}

@@ -40,7 +40,7 @@ pub(super) fn check_comparable(base: &Run, cand: &Run) -> Result<(), AnalysisErr
             d.into_iter().collect::<Vec<_>>().join(", ")
         };
         return Err(AnalysisError::Input(format!(
-            "{} and {}: no case in common (devices {} against {}): nothing to compare",
+            "{} and {}: no case in common (devices {} against {}): compare two runs of one device",
             base.dir.display(),
             cand.dir.display(),
             devices(base),

@@ -53,10 +53,12 @@ use rundir::{CaseKey, Env, ExecSamples, ResultRow, Run, Status};
 
 use crate::AnalysisError;
 
+mod answer;
 mod case;
 mod env;
 mod family;
 
+pub use answer::Moved;
 use case::*;
 pub use env::*;
 pub use family::*;
@@ -466,107 +468,6 @@ impl Comparison {
                 .iter()
                 .filter(|f| f.verdict == Verdict::Slower)
                 .count()
-    }
-    /// Why the exit code is 1, one line a reason (empty: exit 0): each slower family with
-    /// its shift, then the failing cases by why they fail, naming the first.
-    pub fn reasons(&self) -> Vec<String> {
-        let mut out: Vec<String> = self
-            .families
-            .iter()
-            .filter(|f| f.verdict == Verdict::Slower)
-            .map(|f| {
-                format!(
-                    "{}: {:+.1}% [{:+.1}%, {:+.1}%], wholly above +{:.1}%",
-                    f.scope,
-                    100.0 * (f.shift.ratio - 1.0),
-                    100.0 * (f.ci.0 - 1.0),
-                    100.0 * (f.ci.1 - 1.0),
-                    100.0 * self.settings.family_threshold
-                )
-            })
-            .collect();
-        let failing = |why: &dyn Fn(&Line) -> bool| -> Vec<&Line> {
-            self.lines.iter().filter(|l| l.fails && why(l)).collect()
-        };
-        let slower = failing(&|l| l.verdict == Some(Verdict::Slower));
-        let status = failing(&|l| {
-            l.flags
-                .iter()
-                .any(|f| matches!(f, Flag::StatusChanged(Status::Ok, _)))
-        });
-        let math = failing(&|l| {
-            l.flags
-                .iter()
-                .any(|f| matches!(f, Flag::KernelChanged(b, k) if k == "math" && !b.is_empty()))
-        });
-        for (lines, what) in [
-            (
-                slower,
-                format!("slower beyond {:.1}%", 100.0 * self.settings.threshold),
-            ),
-            (status, "ran ok and now fail (status-changed)".to_string()),
-            (
-                math,
-                "fell back to the math kernel (kernel-changed)".to_string(),
-            ),
-        ] {
-            if let Some(first) = lines.first() {
-                let n = lines.len();
-                out.push(format!(
-                    "{n} case{} {what} (first: {})",
-                    if n == 1 { "" } else { "s" },
-                    first.key
-                ));
-            }
-        }
-        out
-    }
-    /// Why the comparison gives no speed verdict at all, if it gives none: the runs are one
-    /// run, of two kinds of machine or of two timing methods ([`Comparison::withheld`]), or
-    /// no case and no family could be judged (one execution a side of host-timed cases).
-    pub fn no_speed_verdict(&self) -> Option<String> {
-        if let Some(why) = &self.withheld {
-            return Some(why.clone());
-        }
-        let judged = self.lines.iter().any(|l| l.mde.is_some()) || !self.families.is_empty();
-        if judged {
-            return None;
-        }
-        let single = self.flagged(|f| *f == Flag::SingleExecution);
-        Some(if single > 0 {
-            format!(
-                "{single} host-timed case{} with one execution on a side: the noise between \
-                 processes is unknown, so nothing could be judged; run both builds with \
-                 OPBENCH_EXECUTIONS=3 or more, or pair them (scripts/bench --against)",
-                if single == 1 { "" } else { "s" }
-            )
-        } else {
-            "no case is ok with samples in both runs".to_string()
-        })
-    }
-    /// The exit code: 1 on a regression, else 3 where no speed verdict was given
-    /// ([`Comparison::no_speed_verdict`]), else 0.
-    pub fn exit_code(&self) -> u8 {
-        if self.fails() > 0 {
-            1
-        } else if self.no_speed_verdict().is_some() {
-            3
-        } else {
-            0
-        }
-    }
-    /// Cases whose raw medians moved beyond `factor` either way (candidate / base), the
-    /// largest first: named whatever the verdicts are.
-    pub fn beyond(&self, factor: f64) -> Vec<(&Line, f64)> {
-        let mut out: Vec<(&Line, f64)> = self
-            .lines
-            .iter()
-            .filter(|l| l.both_ok)
-            .filter_map(|l| Some((l, l.cand? / l.base?)))
-            .filter(|(_, r)| r.is_finite() && *r > 0.0 && r.ln().abs() > factor.ln())
-            .collect();
-        out.sort_by(|a, b| b.1.ln().abs().total_cmp(&a.1.ln().abs()));
-        out
     }
     /// The family of `scope`, if the comparison has one.
     pub fn family(&self, scope: &FamilyScope) -> Option<&FamilyLine> {

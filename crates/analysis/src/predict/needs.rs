@@ -106,8 +106,10 @@ impl Lack {
         (crates, peer)
     }
 
-    /// The one-line message: what is missing, and the command that adds it (or why no
-    /// command can: a batch or length no profile of the grid has).
+    /// What is missing and the command that adds it into the same run, the command on a
+    /// line of its own as it runs ([`command_lines`]); or, where what is asked cannot be
+    /// measured into this run as it is (a batch or length no grid profile has), one line of
+    /// bad input saying what to give.
     pub fn message(&self, run: &Run, q: &Query) -> String {
         let mut parts = Vec::new();
         let (crates, peer) = self.crates(q);
@@ -157,13 +159,65 @@ impl Lack {
             // the peer's HF rows need transformers where the peer runs: without it the
             // same command adds only its op rows, and this message would come back
             Ok(cmd) if peer && q.profile == StepProfile::Transformers => format!(
-                "{head}; add them into the same run: {cmd} (its Python needs HF transformers: \
-                 `python -m pip install transformers`; scripts/doctor says whether it has it)"
+                "{head}; its Python needs HF transformers (`python -m pip install \
+                 transformers`; scripts/doctor says whether it has it); add them into the same \
+                 run{}:\n{}",
+                cmd.note,
+                command_lines(&cmd.line)
             ),
-            Ok(cmd) => format!("{head}; add them into the same run: {cmd}"),
-            Err(why) => format!("{head}; {why}"),
+            Ok(cmd) => format!(
+                "{head}; add them into the same run{}:\n{}",
+                cmd.note,
+                command_lines(&cmd.line)
+            ),
+            Err(why) => why,
         }
     }
+}
+
+/// The widest line of a command printed to be run as it is: a longer one is continued
+/// with ` \` on the next line, indented 4 (a POSIX shell reads it as one).
+pub const COMMAND_WIDTH: usize = 160;
+
+/// `cmd` as lines a shell runs as printed: broken at spaces outside quotes into lines of at
+/// most [`COMMAND_WIDTH`] characters, each but the last ending in ` \`.
+pub fn command_lines(cmd: &str) -> String {
+    let mut lines: Vec<String> = vec![String::new()];
+    let mut quoted = false;
+    let mut word = String::new();
+    let mut words = Vec::new();
+    for c in cmd.chars() {
+        if c == '\'' {
+            quoted = !quoted;
+        }
+        if c == ' ' && !quoted {
+            words.push(std::mem::take(&mut word));
+        } else {
+            word.push(c);
+        }
+    }
+    words.push(word);
+    for w in words.into_iter().filter(|w| !w.is_empty()) {
+        let last = lines.last_mut().expect("one line at least");
+        if last.is_empty() || last.trim().is_empty() {
+            last.push_str(&w);
+        } else if last.chars().count() + 1 + w.chars().count() + 2 <= COMMAND_WIDTH {
+            last.push(' ');
+            last.push_str(&w);
+        } else {
+            last.push_str(" \\");
+            lines.push(format!("    {w}"));
+        }
+    }
+    lines.join("\n")
+}
+
+/// A command that adds rows into a run: the line to run, and what to do first where the run
+/// is not where scripts/bench writes (` (…: copy the run there first)`, else empty).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddCommand {
+    pub line: String,
+    pub note: String,
 }
 
 /// The grid profile a run was made with (its env.json's settings), else `default`.
@@ -174,11 +228,33 @@ pub fn run_profile(run: &Run) -> String {
         .unwrap_or_else(|| "default".into())
 }
 
+/// The run's own measurement settings that scripts/bench would otherwise set to their
+/// defaults (its env.json's `samples`, `warmup_ms`, `measure_ms`): the rows added into it are
+/// measured as its others were.
+fn own_settings(run: &Run) -> Vec<String> {
+    let Some(env) = run.env.as_ref() else {
+        return Vec::new();
+    };
+    [
+        ("samples", "OPBENCH_SAMPLES"),
+        ("warmup_ms", "OPBENCH_WARMUP_MS"),
+        ("measure_ms", "OPBENCH_MEASURE_MS"),
+    ]
+    .into_iter()
+    .filter_map(|(key, var)| {
+        let v = env.settings.get(key)?;
+        let default = settings::find(var).map(|s| s.default.trim_matches('`'));
+        (default != Some(v.as_str())).then(|| format!("{var}={v}"))
+    })
+    .collect()
+}
+
 /// The command that times `crates` (and the peer) into `run` at the query's batch and
 /// length: `OPBENCH_RUN=<the run's folder name>`, `OPBENCH_OUT` where the run is not under
 /// target/opbench, the grid profile that has the batch and length (the run's own where it
-/// does), the query's device, dtype and modes, and a filter of its phase and batch (the
-/// floor's B = 1 too). `Err` says why none can: no profile of the grid has them.
+/// does), the run's own samples and budgets (those not at their defaults), the query's device, dtype
+/// and modes, and a filter of its phase and batch (the floor's B = 1 too). `Err` says why
+/// none can, in one line: no profile of the grid has them.
 pub fn add_command(
     run: &Run,
     q: &Query,
@@ -186,7 +262,7 @@ pub fn add_command(
     peer: bool,
     floor: bool,
     cases: &[MissingCase],
-) -> Result<String, String> {
+) -> Result<AddCommand, String> {
     let profile = profile_for(run, q)?;
     let id = run.dir.file_name().map_or_else(
         || "<its run id>".into(),
@@ -212,6 +288,7 @@ pub fn add_command(
         env.push(format!("OPBENCH_MODEL={}", q.model.name));
     }
     env.push(format!("OPBENCH_PROFILE={profile}"));
+    env.extend(own_settings(run));
     env.push(format!(
         "OPBENCH_DEVICE={}",
         if q.device.is_gpu() { "gpu" } else { "cpu" }
@@ -254,11 +331,14 @@ pub fn add_command(
         ),
     };
     let ps: Vec<String> = crates.iter().map(|c| format!("-p {c}")).collect();
-    Ok(format!(
-        "`{} scripts/bench {} -- '{filter}'`{note}",
-        env.join(" "),
-        ps.join(" ")
-    ))
+    Ok(AddCommand {
+        line: format!(
+            "{} scripts/bench {} -- '{filter}'",
+            env.join(" "),
+            ps.join(" ")
+        ),
+        note,
+    })
 }
 
 /// The profile of the grid whose sweep has the query's batch and length: the run's own
@@ -292,62 +372,44 @@ pub fn profile_for(run: &Run, q: &Query) -> Result<String, String> {
             .collect::<Vec<_>>()
             .join(", ")
     };
-    let (batches, lengths): (BTreeSet<usize>, BTreeSet<usize>) = if prefill {
-        (
-            grid.profiles
-                .values()
-                .flat_map(|p| p.prefill_batches.clone())
-                .collect(),
-            grid.profiles
-                .values()
-                .flat_map(|p| p.prefill_len.clone())
-                .collect(),
-        )
-    } else {
-        (
-            grid.profiles
-                .values()
-                .flat_map(|p| p.batches.clone())
-                .collect(),
-            grid.profiles
-                .values()
-                .flat_map(|p| p.decode_ctx.clone())
-                .collect(),
-        )
-    };
+    let lengths: BTreeSet<usize> = grid
+        .profiles
+        .values()
+        .flat_map(|p| {
+            if prefill {
+                p.prefill_len.clone()
+            } else {
+                p.decode_ctx.clone()
+            }
+        })
+        .collect();
     let (len, opt) = if prefill {
         ("S", "--prompt")
     } else {
         ("L", "--ctx")
     };
-    let measured_b = list(measured_batches(run, &q.model.name));
-    let measured_l = list(measured_lengths(run, &q.model.name));
+    let or_none = |s: String| if s.is_empty() { "none".into() } else { s };
+    let file = grid.path.file_name().map_or_else(
+        || grid.path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
     if !lengths.contains(&q.ctx) {
+        // attention and the cache are fit over batches at each length, not across lengths
         return Err(format!(
-            "no profile of {} times {len} = {} (they time {len} = {}): give {opt} the run measured \
-             ({}; attention and the cache are fit over batches at each length, not across lengths), \
-             or add a profile with it",
-            grid.path.display(),
+            "{opt} {}: no profile of {file} times {len} = {} (they time {}): give {opt} the run \
+             measured ({})",
+            q.ctx,
             q.ctx,
             list(lengths),
-            if measured_l.is_empty() {
-                "none".into()
-            } else {
-                measured_l
-            },
+            or_none(list(measured_lengths(run, &q.model.name)))
         ));
     }
     Err(format!(
-        "no profile of {} times B = {} at {len} = {} (their batches: {}): give a --batch the run \
-         measured ({}), or one within its fits' range where every call has a fit, or add a profile with it",
-        grid.path.display(),
+        "--batch {}: no profile of {file} times B = {} at {len} = {} and not every call has a fit \
+         there: give a --batch the run measured ({})",
+        q.batch,
         q.batch,
         q.ctx,
-        list(batches),
-        if measured_b.is_empty() {
-            "none".into()
-        } else {
-            measured_b
-        },
+        or_none(list(measured_batches(run, &q.model.name)))
     ))
 }

@@ -100,11 +100,11 @@ const OP_FAMILIES_SHOWN: usize = 6;
 /// The families table: the global families, then each op's (on the default screen the
 /// few that matter, [`OP_FAMILIES_SHOWN`]; `all`: every one).
 pub(super) fn families_md(cmp: &Comparison, all: bool) {
-    println!(
+    say!(
         "## Families: the shared shift of their cases
 "
     );
-    println!(
+    say!(
         "A family: all *host-bound* cases (host dispatch, at equal host speed), all *device* \
          cases (GPU-event time), each op in each mode; its shift is the geometric mean of its \
          cases' ratios.\n"
@@ -145,7 +145,7 @@ pub(super) fn families_md(cmp: &Comparison, all: bool) {
         );
     }
     if shown < ops.len() {
-        println!(
+        say!(
             "\n{} more op families, none slower (`--all` lists them).",
             ops.len() - shown
         );
@@ -167,7 +167,7 @@ pub(super) fn families_md(cmp: &Comparison, all: bool) {
         })
         .collect();
     if !terms.is_empty() {
-        println!(
+        say!(
             "\nEach interval carries the process term (sd a process): {}. Families of fewer \
              than {} cases are not judged. `can call`: the smallest shift it could call (mde, \
              80% power); `same`: inside ±{:.1}%; `ambiguous (±X%)`: neither `same` nor a \
@@ -260,9 +260,11 @@ fn resolution(cmp: &Comparison) -> Option<(f64, &'static str)> {
         .min_by(|a, b| a.0.total_cmp(&b.0))
 }
 
-/// The answer first: the verdict line with its exit code and why, then what the
-/// comparison could resolve, and every change beyond 2× whatever the verdicts.
-pub(super) fn verdict_md(cmp: &Comparison) {
+/// The answer first: the verdict line with its exit code and why, in words that match the
+/// verdict ([`Comparison::verdict`]: ambiguous never reads as a pass), then what the
+/// comparison could resolve, and every change beyond 2× whatever the verdicts. Every line
+/// at most 160 characters.
+pub(super) fn verdict_md(cmp: &Comparison, base: &Run) {
     let reasons = cmp.reasons();
     let none = cmp.no_speed_verdict();
     let can = resolution(cmp);
@@ -275,49 +277,87 @@ pub(super) fn verdict_md(cmp: &Comparison) {
         )
     });
     if !reasons.is_empty() {
-        println!("**Verdict: REGRESSION (exit 1)**, because:\n");
+        say!("**Verdict: REGRESSION (exit 1)**, because:\n");
         for r in &reasons {
-            println!("- {r}");
+            say!("- {r}");
         }
         if let Some(why) = &none {
-            println!("\nNo speed verdict otherwise: {why}.");
+            say!("\nNo speed verdict otherwise: {why}.");
         }
     } else if let Some(why) = &none {
-        println!("**Verdict: no speed verdict: {why} (exit 3).**");
+        say!("**Verdict: no speed verdict: {why} (exit 3).**");
     } else {
         let (m, what) = can.unwrap_or((f64::NAN, "-"));
-        println!(
-            "**Verdict: no regression found (exit 0).** No case slower beyond {:.1}% and no \
-             family beyond {:.1}%; the smallest change it could call: ±{:.1}% ({what}).{}",
+        let limits = format!(
+            "No case slower beyond {:.1}% and no family beyond {:.1}%; the smallest change it \
+             could call: ±{:.1}% ({what}).{}",
             100.0 * cmp.settings.threshold,
             100.0 * cmp.settings.family_threshold,
             100.0 * m,
             unresolved.unwrap_or_default()
         );
+        match cmp.verdict() {
+            Some(Verdict::Ambiguous) => {
+                let open: Vec<String> = cmp
+                    .families
+                    .iter()
+                    .filter(|f| f.scope.is_global() && f.verdict == Verdict::Ambiguous)
+                    .map(|f| format!("{} ±{:.1}%", f.scope, 100.0 * f.mde))
+                    .collect();
+                let which = if open.is_empty() {
+                    "its cases".to_string()
+                } else {
+                    open.join(", ")
+                };
+                say!(
+                    "**Verdict: ambiguous (±{:.1}%), not a pass (exit 0: nothing slower was found, and \
+                     nothing shown the same: {which}).** {limits}",
+                    100.0 * m
+                )
+            }
+            Some(Verdict::Faster) => {
+                say!("**Verdict: faster, no regression found (exit 0).** {limits}")
+            }
+            _ => say!("**Verdict: same, no regression found (exit 0).** {limits}"),
+        }
     }
     let single = cmp.flagged(|f| *f == Flag::SingleExecution);
     if none.is_none() && single > 0 {
-        println!(
+        say!(
             "\nNo speed verdict for {single} host-timed cases: one execution on a side \
              (OPBENCH_EXECUTIONS=3 or more gives them one)."
         );
     }
-    let beyond = cmp.beyond(2.0);
-    if !beyond.is_empty() {
-        let named: Vec<String> = beyond
-            .iter()
-            .take(3)
-            .map(|(l, r)| format!("{} {} → {} µs ({r:.2}×)", l.key, us(l.base), us(l.cand)))
-            .collect();
-        println!(
-            "\n{} case{} moved beyond 2× (raw medians; named whatever the verdicts): {}{}.",
-            beyond.len(),
-            if beyond.len() == 1 { "" } else { "s" },
-            named.join("; "),
-            if beyond.len() > 3 { "; …" } else { "" }
-        );
-    }
+    moved_md(&cmp.beyond(2.0, base));
     println!();
+}
+
+/// The cases that moved beyond 2×, a line each, the largest change first, and how many
+/// from a base below the run's no-op call were left out.
+fn moved_md(moved: &analysis::compare::Moved) {
+    const NAMED: usize = 5;
+    let n = moved.cases.len();
+    let small = match moved.too_small {
+        0 => String::new(),
+        k => format!(
+            "; {k} more from a base below the base run's no-op call (the floor's `view`), left out as \
+             timing nothing"
+        ),
+    };
+    if n == 0 && moved.too_small == 0 {
+        return;
+    }
+    say!(
+        "\n{n} case{} moved beyond 2× (raw medians, whatever the verdicts; the largest change first{small}){}",
+        if n == 1 { "" } else { "s" },
+        if n > 0 { ":" } else { "." }
+    );
+    for (l, r) in moved.cases.iter().take(NAMED) {
+        say!("- {} {} → {} µs ({r:.2}×)", l.key, us(l.base), us(l.cand));
+    }
+    if n > NAMED {
+        say!("- … {} more (`--format csv` lists every case)", n - NAMED);
+    }
 }
 
 /// An execution of `run` that ran its cases slow throughout: over 1.2× its fastest
@@ -353,17 +393,17 @@ pub fn comparison_md(base: &Run, cand: &Run, cmp: &Comparison, all: bool) {
         Some("paired") => "one side of a paired run (opbench ab)",
         _ => "separate executions",
     };
-    println!(
+    say!(
         "# opbench compare\n\nbase: `{}` ({})  \ncandidate: `{}` ({})\n",
         base.dir.display(),
         design(base),
         cand.dir.display(),
         design(cand)
     );
-    verdict_md(cmp);
+    verdict_md(cmp, base);
     for (side, run) in [("base", base), ("candidate", cand)] {
         if let Some(line) = slow_execution(run) {
-            println!("Host state: the {side}'s {line}.\n");
+            say!("Host state: the {side}'s {line}.\n");
         }
     }
     if cmp.withheld.is_none() {
@@ -371,7 +411,7 @@ pub fn comparison_md(base: &Run, cand: &Run, cmp: &Comparison, all: bool) {
     }
     if cmp.lines.iter().all(|l| l.ratio.is_none_or(|r| r == 1.0)) && cmp.withheld.is_some() {
         // one run on both sides: every ratio is 1, and a table of them says nothing
-        println!(
+        say!(
             "{} cases, each the same numbers on both sides.\n",
             cmp.lines.len()
         );
@@ -394,7 +434,7 @@ pub fn comparison_md(base: &Run, cand: &Run, cmp: &Comparison, all: bool) {
             cmp.count(Some(Verdict::Ambiguous))
         )
     };
-    println!(
+    say!(
         "## Cases\n\n{} cases: {verdicts}, {} not compared (not ok in both runs); flagged: {} \
          kernel-changed, {} status-changed, {} new, {} gone (false-discovery rate {})\n",
         cmp.lines.len(),
@@ -407,7 +447,7 @@ pub fn comparison_md(base: &Run, cand: &Run, cmp: &Comparison, all: bool) {
     );
     let listed = cases_table(cmp, all);
     if listed.iter().any(|l| l.flags.contains(&Flag::UpperBound)) {
-        println!(
+        say!(
             "`upper-bound`: on a side the host's enqueue outlasted the lead the device clock \
              needs (`uncovered_chunks` > 0): its device time is only an upper bound and is not \
              compared."
@@ -491,7 +531,7 @@ fn cases_table(cmp: &Comparison, all: bool) -> Vec<&Line> {
         rows
     };
     if rows.is_empty() {
-        println!("No case moved, failed or carries a flag.");
+        say!("No case moved, failed or carries a flag.");
         return rows;
     }
     println!(
@@ -503,7 +543,7 @@ fn cases_table(cmp: &Comparison, all: bool) -> Vec<&Line> {
         println!("{}", case_row(l));
     }
     let total = flagged.len() + ambiguous.len();
-    println!(
+    say!(
         "\nListed: {} of the {total} cases that failed, moved, carry a flag or are ambiguous (those \
          first, then the ambiguous that moved most){}. `ratio of`: `÷ host control`, the ratio \
          at equal host speed (each time over its execution's host control); `raw`, of the \
@@ -520,20 +560,20 @@ fn cases_table(cmp: &Comparison, all: bool) -> Vec<&Line> {
 
 /// How the comparison was made: environment, executions, control, drift.
 pub(super) fn setting_md(cmp: &Comparison) {
-    println!("## How it was compared\n");
+    say!("## How it was compared\n");
     if cmp.env_diff.is_empty() {
-        println!("- Environment: no differences in the fields that change kernels.");
+        say!("- Environment: no differences in the fields that change kernels.");
     } else {
-        println!("- Environment differences: {}.", cmp.env_diff.join("; "));
+        say!("- Environment differences: {}.", cmp.env_diff.join("; "));
     }
     let (nb, nc) = cmp.executions;
     if cmp.paired {
-        println!(
+        say!(
             "- The two sides of one paired run (opbench ab): each side's rounds are its processes, \
              matched round by round (both sides of a round shared its host), times compared raw."
         );
     }
-    println!(
+    say!(
         "- Executions (processes): base {nb}, candidate {nc}. Host-bound, host-timed cases divided by: {}.",
         match cmp.control {
             Control::Host => "the build-independent host control (a build's dearer dispatch shows)",
@@ -543,7 +583,7 @@ pub(super) fn setting_md(cmp: &Comparison) {
         }
     );
     let (d, h) = cmp.drift;
-    println!(
+    say!(
         "- Boots: {}; drift between boots added (SD of the log ratio, case / shared): device {:.1}% / {:.1}%, host {:.1}% / {:.1}%.",
         if cmp.same_boot {
             "one (same boot id, or started within 3 hours)"
@@ -556,7 +596,7 @@ pub(super) fn setting_md(cmp: &Comparison) {
         100.0 * h.shared
     );
     if nb < 2 || nc < 2 {
-        println!(
+        say!(
             "- With one execution on a side the noise between processes is unknown: host-timed cases get no \
              speed verdict (flag `single-execution`), and a device-timed case is slower or faster only beyond \
              {:.0}%, what two processes' device terms alone can make. Run both builds with \

@@ -448,7 +448,18 @@ pub fn step_check(pred: &Prediction, c: &analysis::traced::StepCheck) {
 
 /// The lines under a row of what would help: its priced interval, how a derived figure was
 /// made, and why it cannot run here.
-fn row_notes(l: &analysis::help::Lever) {
+fn row_notes(l: &analysis::help::Lever, base: Option<&analysis::help::Lever>) {
+    if let Some(b) = base.filter(|b| l.no_gain(b)) {
+        say!(
+            "    no gain here: {:.3}× the step as it is{}; ranked below every change that gains",
+            l.gain(b).unwrap_or(1.0),
+            if l.interval.is_some() {
+                ", its priced interval holding it"
+            } else {
+                ""
+            }
+        );
+    }
     if let Some((lo, hi)) = l.interval {
         say!(
             "    priced interval: {:.3} to {:.3} ms/step ({:.1} to {:.1} tokens/s)",
@@ -469,16 +480,14 @@ fn row_notes(l: &analysis::help::Lever) {
 /// What would help, ranked: each change's predicted step and tokens/s, its gain over the
 /// step as it is, and its measured counterpart; the unpriced ones say what to run.
 pub fn what_would_help(levers: &[analysis::help::Lever], bound: &analysis::help::Lever) {
-    let base = levers
-        .iter()
-        .find(|l| l.name == analysis::help::AS_IS)
-        .and_then(|l| l.tokens_per_s());
+    let as_is = levers.iter().find(|l| l.name == analysis::help::AS_IS);
+    let base = as_is.and_then(|l| l.tokens_per_s());
     let batch = levers
         .iter()
         .find(|l| l.name == analysis::help::AS_IS)
         .map_or(1, |l| l.batch);
     say!(
-        "\nwhat would help your {batch} sequence{} (ranked by tokens/s; gain against the step as it is):",
+        "\nwhat would help your {batch} sequence{} (ranked by the gain over the step as it is; none ranks a change that gains nothing above one that gains):",
         if batch == 1 { "" } else { "s" }
     );
     say!(
@@ -542,7 +551,7 @@ pub fn what_would_help(levers: &[analysis::help::Lever], bound: &analysis::help:
                 say!("    not priced: {}", l.unpriced.as_deref().unwrap_or("-"));
             }
         }
-        row_notes(l);
+        row_notes(l, as_is);
     }
     help_footer(levers, bound);
 }
