@@ -72,6 +72,8 @@ pub struct CaseLine {
 pub struct FamilyLine {
     pub name: String,
     pub kind: Kind,
+    /// A global line (every case of its kind), not one op's in one mode.
+    pub global: bool,
     pub pooled: Pooled,
     pub judgement: Verdict,
     /// The tolerance it was judged by.
@@ -97,6 +99,36 @@ pub struct Verdicts {
 impl Verdicts {
     pub fn exit_code(&self) -> i32 {
         i32::from(!self.regressions.is_empty())
+    }
+
+    /// The verdict line's words, from the verdicts reached: a regression; else `same` or
+    /// `faster` where every global line says so; else ambiguous, not a pass (exit 0: nothing
+    /// was found slower, and nothing was shown to be the same either).
+    pub fn headline(&self) -> String {
+        if !self.regressions.is_empty() {
+            return "**Verdict: REGRESSION (exit 1)**, because:".into();
+        }
+        let global: Vec<&FamilyLine> = self.families.iter().filter(|f| f.global).collect();
+        let open: Vec<String> = global
+            .iter()
+            .filter(|f| f.judgement == Verdict::Ambiguous)
+            .map(|f| format!("{} ±{:.1}%", f.name, f.tolerance.frac * 100.0))
+            .collect();
+        if global.is_empty() || !open.is_empty() {
+            let why = if open.is_empty() {
+                "no global line had cases enough".to_string()
+            } else {
+                format!("undecided against its tolerance: {}", open.join(", "))
+            };
+            return format!(
+                "**Verdict: ambiguous, not a pass (exit 0: nothing found slower)**: {why}."
+            );
+        }
+        if global.iter().any(|f| f.judgement == Verdict::Faster) {
+            "**Verdict: faster, no regression (exit 0).**".into()
+        } else {
+            "**Verdict: same, no regression (exit 0).**".into()
+        }
     }
 
     /// How many cases ended with each verdict word.
@@ -450,7 +482,7 @@ fn families(members: &[Member], tol: &crate::tolerance::Tolerances) -> Vec<Famil
     let fams: BTreeSet<(Kind, String)> = members.iter().map(|m| (m.0, m.1.clone())).collect();
     let sd = process_terms(members, |m| m.0);
     let mut out = Vec::new();
-    let mut add = |name: String, kind: Kind, pick: &dyn Fn(&Member) -> bool| {
+    let mut add = |name: String, kind: Kind, global: bool, pick: &dyn Fn(&Member) -> bool| {
         let chosen: Vec<&Member> = members.iter().filter(|m| pick(m)).collect();
         if chosen.len() < 3 {
             // a bootstrap over one or two cases has no width to judge by
@@ -466,6 +498,7 @@ fn families(members: &[Member], tol: &crate::tolerance::Tolerances) -> Vec<Famil
             out.push(FamilyLine {
                 name,
                 kind,
+                global,
                 tolerance: t,
                 judgement: rule(Intervals::of_log((p.low, p.high)), t.frac, true),
                 pooled: p,
@@ -474,13 +507,13 @@ fn families(members: &[Member], tol: &crate::tolerance::Tolerances) -> Vec<Famil
         }
     };
     for kind in KINDS {
-        add(format!("all {} cases", kind.as_str()), kind, &|m| {
+        add(format!("all {} cases", kind.as_str()), kind, true, &|m| {
             m.0 == kind
         });
     }
     for (kind, fam) in fams {
         let name = format!("{fam} ({})", kind.as_str());
-        add(name, kind, &|m| m.0 == kind && m.1 == fam);
+        add(name, kind, false, &|m| m.0 == kind && m.1 == fam);
     }
     out
 }

@@ -308,10 +308,8 @@ pub fn summary_md(outcome: &Outcome, v: &Verdicts, sides: [&str; 2]) -> String {
         },
         outcome.cases.len(),
     );
-    if v.regressions.is_empty() {
-        let _ = writeln!(o, "**Verdict: no regression found (exit 0).**\n");
-    } else {
-        let _ = writeln!(o, "**Verdict: REGRESSION (exit 1)**, because:\n");
+    let _ = writeln!(o, "{}\n", v.headline());
+    if !v.regressions.is_empty() {
         for r in &v.regressions {
             let _ = writeln!(o, "- {r}");
         }

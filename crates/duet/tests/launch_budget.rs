@@ -328,3 +328,43 @@ fn a_budget_is_kept_by_fewer_pairs_or_fewer_cases_or_refused() {
         "{line}"
     );
 }
+
+/// The verdict line says the verdict reached: a quiet A/A `same`, a noisy one (a launch
+/// term of sd 2 µs a process on 4 cases) ambiguous and not a pass, a planted +0.5 µs a
+/// launch a regression; never "no regression found" beside an undecided global line.
+#[test]
+fn the_verdict_line_says_the_verdict_reached() {
+    let quiet = compare(0.0, 0.0, 16, 1, &settings());
+    let all_same = quiet
+        .families
+        .iter()
+        .filter(|f| f.global)
+        .all(|f| f.judgement == Verdict::Same);
+    assert!(all_same, "{:?}", quiet.families);
+    assert!(
+        quiet.headline().starts_with("**Verdict: same"),
+        "{}",
+        quiet.headline()
+    );
+    let noisy = compare(0.0, 2_000.0, 4, 2, &settings());
+    assert!(
+        noisy
+            .families
+            .iter()
+            .any(|f| f.global && f.judgement == Verdict::Ambiguous),
+        "{:?}",
+        noisy.families
+    );
+    let h = noisy.headline();
+    assert!(
+        h.contains("ambiguous, not a pass") && h.contains("stream-launched"),
+        "{h}"
+    );
+    assert!(!h.contains("same"), "{h}");
+    let planted = compare(500.0, 30.0, 16, 3, &settings());
+    assert!(
+        planted.headline().contains("REGRESSION (exit 1)"),
+        "{}",
+        planted.headline()
+    );
+}
