@@ -102,32 +102,50 @@ impl Verdicts {
     }
 
     /// The verdict line's words, from the verdicts reached: a regression; else `same` or
-    /// `faster` where every global line says so; else ambiguous, not a pass (exit 0: nothing
-    /// was found slower, and nothing was shown to be the same either).
+    /// `faster` where every global line says so (with no global line, a kind having fewer
+    /// than 3 cases: every case); else ambiguous, not a pass (exit 0: nothing was found
+    /// slower, and nothing was shown to be the same either).
     pub fn headline(&self) -> String {
         if !self.regressions.is_empty() {
             return "**Verdict: REGRESSION (exit 1)**, because:".into();
         }
         let global: Vec<&FamilyLine> = self.families.iter().filter(|f| f.global).collect();
-        let open: Vec<String> = global
-            .iter()
-            .filter(|f| f.judgement == Verdict::Ambiguous)
-            .map(|f| format!("{} ±{:.1}%", f.name, f.tolerance.frac * 100.0))
-            .collect();
-        if global.is_empty() || !open.is_empty() {
-            let why = if open.is_empty() {
-                "no global line had cases enough".to_string()
-            } else {
-                format!("undecided against its tolerance: {}", open.join(", "))
-            };
+        let (judged, open): (Vec<Verdict>, Vec<String>) = if global.is_empty() {
+            let v: Vec<Verdict> = self
+                .cases
+                .iter()
+                .map(|c| match c.verdict {
+                    CaseVerdict::Judged(j) => j,
+                    _ => Verdict::Ambiguous,
+                })
+                .collect();
+            let n = v.iter().filter(|j| **j == Verdict::Ambiguous).count();
+            let open = (n > 0 || v.is_empty()).then(|| {
+                format!(
+                    "{n} of {} cases undecided (no kind had 3 for a family)",
+                    v.len()
+                )
+            });
+            (v, open.into_iter().collect())
+        } else {
+            let open = global
+                .iter()
+                .filter(|f| f.judgement == Verdict::Ambiguous)
+                .map(|f| format!("{} ±{:.1}%", f.name, f.tolerance.frac * 100.0))
+                .collect();
+            (global.iter().map(|f| f.judgement).collect(), open)
+        };
+        if !open.is_empty() || judged.is_empty() {
             return format!(
-                "**Verdict: ambiguous, not a pass (exit 0: nothing found slower)**: {why}."
+                "**Verdict: ambiguous, not a pass (exit 0: nothing found slower)**: \
+                 undecided against its tolerance: {}.",
+                open.join(", ")
             );
         }
-        if global.iter().any(|f| f.judgement == Verdict::Faster) {
-            "**Verdict: faster, no regression (exit 0).**".into()
+        if judged.contains(&Verdict::Faster) {
+            "**Verdict: faster, no regression found (exit 0).**".into()
         } else {
-            "**Verdict: same, no regression (exit 0).**".into()
+            "**Verdict: same, no regression found (exit 0).**".into()
         }
     }
 
