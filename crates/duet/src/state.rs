@@ -221,11 +221,7 @@ impl CaseRun {
     /// ([`Sampled::planted_ns`](crate::protocol::Sampled::planted_ns)).
     pub fn planted(&self) -> Option<(f64, f64)> {
         let told = |s: &crate::protocol::Sampled| s.planted_ns;
-        if !self
-            .pairs
-            .iter()
-            .any(|p| told(&p.base).or(told(&p.cand)).is_some())
-        {
+        if !self.plant_told() {
             return None;
         }
         let share = |side: fn(&Pair) -> &crate::protocol::Sampled| {
@@ -237,10 +233,19 @@ impl CaseRun {
         Some((share(|p| &p.base), share(|p| &p.cand)))
     }
 
+    /// Whether a side's worker told a planted spin in any pair.
+    fn plant_told(&self) -> bool {
+        self.pairs
+            .iter()
+            .any(|p| p.base.planted_ns.or(p.cand.planted_ns).is_some())
+    }
+
     /// The planted spins' device ns a call (base, candidate), where a plant told any: a
     /// launch plant (`OPBENCH_PLANT_LAUNCH_NS`) delivers a fixed ns a call.
     pub fn planted_per_call(&self) -> Option<(f64, f64)> {
-        self.planted()?;
+        if !self.plant_told() {
+            return None;
+        }
         let per_call = |side: fn(&Pair) -> &crate::protocol::Sampled| {
             let (spin, calls) = self.pairs.iter().map(side).fold((0.0, 0u64), |(sp, n), s| {
                 (sp + s.planted_ns.unwrap_or(0.0), n + s.calls)

@@ -182,7 +182,8 @@ pub const COMMAND_WIDTH: usize = 160;
 /// `cmd` as lines a shell runs as printed: broken at spaces outside quotes into lines of at
 /// most [`COMMAND_WIDTH`] characters, each but the last ending in ` \`.
 pub fn command_lines(cmd: &str) -> String {
-    let mut lines: Vec<String> = vec![String::new()];
+    let mut lines: Vec<String> = Vec::new();
+    let mut last = String::new();
     let mut quoted = false;
     let mut word = String::new();
     let mut words = Vec::new();
@@ -198,17 +199,17 @@ pub fn command_lines(cmd: &str) -> String {
     }
     words.push(word);
     for w in words.into_iter().filter(|w| !w.is_empty()) {
-        let last = lines.last_mut().expect("one line at least");
-        if last.is_empty() || last.trim().is_empty() {
+        if last.trim().is_empty() {
             last.push_str(&w);
         } else if last.chars().count() + 1 + w.chars().count() + 2 <= COMMAND_WIDTH {
             last.push(' ');
             last.push_str(&w);
         } else {
             last.push_str(" \\");
-            lines.push(format!("    {w}"));
+            lines.push(std::mem::replace(&mut last, format!("    {w}")));
         }
     }
+    lines.push(last);
     lines.join("\n")
 }
 
